@@ -1,0 +1,6 @@
+//! Algorithms of `allreduce`, one file each.
+
+use crate::registry::Algorithm;
+
+/// The registry rows of this operation.
+pub(crate) const ALGORITHMS: &[Algorithm] = &[];

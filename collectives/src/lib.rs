@@ -1,0 +1,42 @@
+//! fabcoll's pure core: what the collective algorithms are, with no I/O.
+//!
+//! - [`schedule`]: the IR — per rank, a DAG of Send/Recv/Reduce/Copy steps over buffer regions.
+//! - [`args`]: what a call is (operation, rank, size, counts, root, op properties, parameters).
+//! - [`registry`]: one table of every algorithm (restrictions, parameters, cost, constructor).
+//! - one module per operation (`bcast`, `allreduce`, …), one file per algorithm, cost formula
+//!   and paper section in each file's doc.
+//! - [`datatype`], [`op`], [`kernels`]: element types, reduction ops and vectorized kernels.
+//! - [`verify`]: executes a whole job symbolically and checks results, matching, deadlock
+//!   freedom, races and scratch bounds.
+//! - [`cost`], [`sim`]: the α–β–γ model and a replay of a job's schedules in virtual time.
+#![deny(unsafe_code)]
+
+pub mod args;
+pub mod cost;
+pub mod error;
+pub mod registry;
+pub mod schedule;
+
+pub mod datatype;
+pub mod kernels;
+pub mod op;
+
+pub mod sim;
+pub mod verify;
+
+pub mod allgather;
+pub mod allreduce;
+pub mod alltoall;
+pub mod barrier;
+pub mod bcast;
+pub mod gather;
+pub mod reduce;
+pub mod reduce_scatter;
+pub mod scan;
+pub mod scatter;
+
+pub use args::{CollArgs, Collective, Params};
+pub use cost::{Cost, Machine};
+pub use error::{Error, Result};
+pub use registry::Algorithm;
+pub use schedule::{Buf, Order, Region, Schedule, ScheduleBuilder, StepId, StepKind};
