@@ -313,10 +313,9 @@ impl CollArgs {
     /// Σ counts of a v-variant (the full matrix sum for alltoallv), or p·count.
     pub fn total_count(&self) -> Result<u64> {
         match &self.counts {
-            Some(c) if self.coll.is_vector() => c
-                .iter()
-                .try_fold(0u64, |a, &x| a.checked_add(x))
-                .ok_or_else(|| self.overflow("sum of counts")),
+            Some(c) if self.coll.is_vector() => {
+                c.iter().try_fold(0u64, |a, &x| a.checked_add(x)).ok_or_else(|| self.overflow("sum of counts"))
+            }
             _ => self.count.checked_mul(self.p()).ok_or_else(|| self.overflow("count × p")),
         }
     }
@@ -335,8 +334,7 @@ impl CollArgs {
             return Ok(d[i as usize]);
         }
         match &self.counts {
-            Some(c) if self.coll.is_vector() && self.coll != Collective::Alltoallv => c
-                [..i as usize]
+            Some(c) if self.coll.is_vector() && self.coll != Collective::Alltoallv => c[..i as usize]
                 .iter()
                 .try_fold(0u64, |a, &x| a.checked_add(x))
                 .ok_or_else(|| self.overflow("displacement")),
@@ -444,7 +442,10 @@ impl CollArgs {
     fn extent_v(&self) -> Result<u64> {
         let mut end = 0u64;
         for i in 0..self.size {
-            let e = self.block_displ(i)?.checked_add(self.block_count(i)).ok_or_else(|| self.overflow("displs + counts"))?;
+            let e = self
+                .block_displ(i)?
+                .checked_add(self.block_count(i))
+                .ok_or_else(|| self.overflow("displs + counts"))?;
             end = end.max(e);
         }
         Ok(end)

@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 
 pub mod args;
+pub mod blocks;
 pub mod cost;
 pub mod error;
 pub mod registry;

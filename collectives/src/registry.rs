@@ -23,7 +23,8 @@ pub struct Restrictions {
 }
 
 impl Restrictions {
-    pub const NONE: Restrictions = Restrictions { pow2: false, commutative: false, no_in_place: false, uniform_counts: false };
+    pub const NONE: Restrictions =
+        Restrictions { pow2: false, commutative: false, no_in_place: false, uniform_counts: false };
     pub const POW2: Restrictions = Restrictions { pow2: true, ..Restrictions::NONE };
     pub const COMMUTATIVE: Restrictions = Restrictions { commutative: true, ..Restrictions::NONE };
 
@@ -102,8 +103,8 @@ impl Algorithm {
         }
         let mut out = args.clone();
         for (name, value) in args.params.iter() {
-            let spec = self.params.iter().chain([&SEGMENT_SPEC]).find(|s| s.name == name).ok_or_else(|| {
-                Error::Parameter {
+            let spec =
+                self.params.iter().chain([&SEGMENT_SPEC]).find(|s| s.name == name).ok_or_else(|| Error::Parameter {
                     coll: self.coll,
                     alg: self.name,
                     param: name.to_owned(),
@@ -111,8 +112,7 @@ impl Algorithm {
                         "unknown (accepted: {})",
                         self.params.iter().chain([&SEGMENT_SPEC]).map(|s| s.name).collect::<Vec<_>>().join(", ")
                     ),
-                }
-            })?;
+                })?;
             if value < spec.min || value > spec.max {
                 return Err(Error::Parameter {
                     coll: self.coll,

@@ -258,7 +258,8 @@ impl Schedule {
     /// their deps). Whether the result is still correct is the algorithm's business; the verifier
     /// checks it.
     pub fn in_place(&self, offset: u64) -> Schedule {
-        let map = |r: Region| if r.buf == Buf::Send { Region { buf: Buf::Recv, off: r.off + offset, len: r.len } } else { r };
+        let map =
+            |r: Region| if r.buf == Buf::Send { Region { buf: Buf::Recv, off: r.off + offset, len: r.len } } else { r };
         let mut b = ScheduleBuilder::new(self.rank, self.size);
         b.scratch = self.scratch.clone();
         // new_ids[i]: the steps that stand for old step i (itself, or a dropped copy's deps).
