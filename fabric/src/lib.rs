@@ -1,1 +1,4 @@
 //! (in progress)
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod ofi;
