@@ -118,6 +118,31 @@ impl Layout {
     }
 }
 
+/// The ranks taking part in a phase, by position: position v is rank `ranks[v]`, and this rank is
+/// position `me` (tree phases use position 0 as the root).
+#[derive(Clone, Debug)]
+pub(crate) struct Group {
+    pub ranks: Vec<u32>,
+    pub me: u32,
+}
+
+impl Group {
+    /// All p ranks in relative order starting at `root`: position v is rank (v + root) mod p.
+    pub fn rotated(p: u32, root: u32, rank: u32) -> Group {
+        Group { ranks: (0..p).map(|v| (v + root) % p).collect(), me: (rank + p - root) % p }
+    }
+
+    /// Number of positions.
+    pub fn m(&self) -> u32 {
+        self.ranks.len() as u32
+    }
+
+    /// Rank at position v.
+    pub fn rank(&self, v: u32) -> u32 {
+        self.ranks[v as usize]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,5 +2,7 @@
 
 use crate::registry::Algorithm;
 
+pub(crate) mod binomial;
+
 /// The registry rows of this operation.
-pub(crate) const ALGORITHMS: &[Algorithm] = &[];
+pub(crate) const ALGORITHMS: &[Algorithm] = &[binomial::ALGORITHM];
