@@ -212,20 +212,14 @@ pub(crate) fn run(alg: &Algorithm, args: &CollArgs) -> Result<(), String> {
                 }
             }
             Collective::Scan => want = (0..args.count).map(|i| (0..=r).map(|q| (q, i)).collect()).collect(),
-            Collective::Exscan if r > 0 => {
-                want = (0..args.count).map(|i| (0..r).map(|q| (q, i)).collect()).collect()
-            }
+            Collective::Exscan if r > 0 => want = (0..args.count).map(|i| (0..r).map(|q| (q, i)).collect()).collect(),
             Collective::Exscan => {}
             c => return Err(format!("testkit does not know {c}")),
         }
         if mems[r as usize].recv != want {
             let got = &mems[r as usize].recv;
             let i = got.iter().zip(&want).position(|(x, y)| x != y).unwrap_or(0);
-            return Err(format!(
-                "rank {r}: recv[{i}] = {:?}, want {:?}",
-                got.get(i),
-                want.get(i)
-            ));
+            return Err(format!("rank {r}: recv[{i}] = {:?}, want {:?}", got.get(i), want.get(i)));
         }
     }
     Ok(())

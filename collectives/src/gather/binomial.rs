@@ -49,7 +49,8 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let end = subtree_end(g.me, p);
     let mut own_deps = Vec::new();
     let lay = if g.me == 0 {
-        let blocks = (0..p).map(|v| Ok((a.block_displ(g.rank(v))?, a.block_count(g.rank(v))))).collect::<Result<_>>()?;
+        let blocks =
+            (0..p).map(|v| Ok((a.block_displ(g.rank(v))?, a.block_count(g.rank(v))))).collect::<Result<_>>()?;
         let lay = Layout::new(Buf::Recv, blocks);
         if own > 0 {
             own_deps.push(b.copy(Region::new(Buf::Send, 0, own), lay.region(0), &[]));

@@ -6,5 +6,4 @@ pub(crate) mod binomial;
 mod linear;
 
 /// The registry rows of these operations.
-pub(crate) const ALGORITHMS: &[Algorithm] =
-    &[binomial::GATHER, linear::GATHER, binomial::GATHERV, linear::GATHERV];
+pub(crate) const ALGORITHMS: &[Algorithm] = &[binomial::GATHER, linear::GATHER, binomial::GATHERV, linear::GATHERV];

@@ -6,5 +6,4 @@ pub(crate) mod binomial;
 mod linear;
 
 /// The registry rows of these operations.
-pub(crate) const ALGORITHMS: &[Algorithm] =
-    &[binomial::SCATTER, linear::SCATTER, binomial::SCATTERV, linear::SCATTERV];
+pub(crate) const ALGORITHMS: &[Algorithm] = &[binomial::SCATTER, linear::SCATTER, binomial::SCATTERV, linear::SCATTERV];
