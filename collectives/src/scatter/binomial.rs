@@ -60,7 +60,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         }
         Layout::new(tmp, blocks)
     };
-    let got = phase(&mut b, &lay, &g, &[]);
+    let (got, _) = phase(&mut b, &lay, &g, &[]);
     let mine = lay.region(g.me);
     if mine.buf != Buf::Recv && own > 0 {
         b.copy(mine, Region::new(Buf::Recv, 0, own), &got);
@@ -70,8 +70,9 @@ fn build(a: &CollArgs) -> Result<Schedule> {
 
 /// Appends a binomial-tree scatter over group `g` from position 0: `lay` holds (root) or
 /// receives the blocks of this rank's subtree, one block per position; the receive waits for
-/// `deps`. Returns the steps after which this rank's own block is in `lay` (the receive).
-pub(crate) fn phase(b: &mut ScheduleBuilder, lay: &Layout, g: &Group, deps: &[StepId]) -> Vec<StepId> {
+/// `deps`. Returns the steps after which this rank's subtree blocks are in `lay` (`deps` and the
+/// receive), and all steps created.
+pub(crate) fn phase(b: &mut ScheduleBuilder, lay: &Layout, g: &Group, deps: &[StepId]) -> (Vec<StepId>, Vec<StepId>) {
     let (m, me) = (g.m(), g.me);
     let mut have = deps.to_vec();
     let mut mask = 1u32;
@@ -82,16 +83,16 @@ pub(crate) fn phase(b: &mut ScheduleBuilder, lay: &Layout, g: &Group, deps: &[St
         }
         mask <<= 1;
     }
-    let got = have.clone();
+    let mut all: Vec<StepId> = have[deps.len()..].to_vec();
     mask >>= 1;
     while mask > 0 {
         let child = me + mask;
         if child < m {
-            lay.send(b, g.rank(child), child, subtree_end(child, m), &have);
+            all.extend(lay.send(b, g.rank(child), child, subtree_end(child, m), &have));
         }
         mask >>= 1;
     }
-    got
+    (have, all)
 }
 
 #[cfg(test)]
