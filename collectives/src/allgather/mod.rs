@@ -11,6 +11,7 @@ use crate::registry::Algorithm;
 use crate::schedule::{Buf, Region, ScheduleBuilder, StepId};
 
 mod bruck;
+mod gather_bcast;
 pub(crate) mod layout;
 pub(crate) mod recursive_doubling;
 pub(crate) mod ring;
@@ -24,9 +25,11 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     ring::ALLGATHER,
     recursive_doubling::ALLGATHER,
     bruck::ALLGATHER,
+    gather_bcast::ALLGATHER,
     ring::ALLGATHERV,
     recursive_doubling::ALLGATHERV,
     bruck::ALLGATHERV,
+    gather_bcast::ALLGATHERV,
 ];
 
 /// Block i (rank i's contribution) of every rank's `Recv`.

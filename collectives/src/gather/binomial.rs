@@ -45,28 +45,47 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let p = a.size;
     let g = Group::rotated(p, a.root, a.rank);
     let mut b = ScheduleBuilder::for_args(a);
-    let own = a.block_count(a.rank);
-    let end = subtree_end(g.me, p);
-    let mut own_deps = Vec::new();
-    let lay = if g.me == 0 {
+    let root_lay = if g.me == 0 {
         let blocks =
             (0..p).map(|v| Ok((a.block_displ(g.rank(v))?, a.block_count(g.rank(v))))).collect::<Result<_>>()?;
-        let lay = Layout::new(Buf::Recv, blocks);
+        Layout::new(Buf::Recv, blocks)
+    } else {
+        Layout::new(Buf::Recv, Vec::new())
+    };
+    gather_to(&mut b, &g, root_lay, &|r| a.block_count(r));
+    Ok(b.finish())
+}
+
+/// Appends a whole binomial gather over group `g` of every rank's `Send[count(rank)]` into
+/// `root_lay` (position v's block; used on position 0 only, as the root's own block is copied
+/// there from `Send`). Intermediate ranks use a packed scratch buffer for their subtree, leaves
+/// send straight from `Send`. Returns the steps created.
+pub(crate) fn gather_to(
+    b: &mut ScheduleBuilder,
+    g: &Group,
+    root_lay: Layout,
+    count: &dyn Fn(u32) -> u64,
+) -> Vec<StepId> {
+    let (m, me) = (g.m(), g.me);
+    let own = count(g.rank(me));
+    let end = subtree_end(me, m);
+    let mut own_deps = Vec::new();
+    let lay = if me == 0 {
         if own > 0 {
-            own_deps.push(b.copy(Region::new(Buf::Send, 0, own), lay.region(0), &[]));
+            own_deps.push(b.copy(Region::new(Buf::Send, 0, own), root_lay.region(0), &[]));
         }
-        lay
-    } else if end - g.me == 1 {
-        let mut blocks = vec![(0, 0); p as usize];
-        blocks[g.me as usize] = (0, own);
+        root_lay
+    } else if end - me == 1 {
+        let mut blocks = vec![(0, 0); m as usize];
+        blocks[me as usize] = (0, own);
         Layout::new(Buf::Send, blocks)
     } else {
-        let sub: u64 = (g.me..end).map(|v| a.block_count(g.rank(v))).sum();
+        let sub: u64 = (me..end).map(|v| count(g.rank(v))).sum();
         let tmp = b.scratch(sub);
-        let mut blocks = vec![(0, 0); p as usize];
+        let mut blocks = vec![(0, 0); m as usize];
         let mut at = 0;
-        for v in g.me..end {
-            let c = a.block_count(g.rank(v));
+        for v in me..end {
+            let c = count(g.rank(v));
             blocks[v as usize] = (at, c);
             at += c;
         }
@@ -75,8 +94,9 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         }
         Layout::new(tmp, blocks)
     };
-    phase(&mut b, &lay, &g, &own_deps, &[]);
-    Ok(b.finish())
+    let mut all = own_deps.clone();
+    all.extend(phase(b, &lay, g, &own_deps, &[]));
+    all
 }
 
 /// Appends a binomial-tree gather over group `g` to position 0: `lay` holds (or receives) the
