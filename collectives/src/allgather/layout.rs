@@ -37,10 +37,6 @@ impl Layout {
         Layout { buf, blocks }
     }
 
-    pub fn n(&self) -> u32 {
-        self.blocks.len() as u32
-    }
-
     /// Region of block i.
     pub fn region(&self, i: u32) -> Region {
         let (off, len) = self.blocks[i as usize];

@@ -13,6 +13,9 @@ use crate::schedule::{Buf, Region, ScheduleBuilder, StepId};
 mod bruck;
 mod gather_bcast;
 pub(crate) mod layout;
+mod mesh;
+mod mesh_2d;
+mod mesh_3d;
 pub(crate) mod recursive_doubling;
 pub(crate) mod ring;
 #[cfg(test)]
@@ -26,10 +29,14 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     recursive_doubling::ALLGATHER,
     bruck::ALLGATHER,
     gather_bcast::ALLGATHER,
+    mesh_2d::ALLGATHER,
+    mesh_3d::ALLGATHER,
     ring::ALLGATHERV,
     recursive_doubling::ALLGATHERV,
     bruck::ALLGATHERV,
     gather_bcast::ALLGATHERV,
+    mesh_2d::ALLGATHERV,
+    mesh_3d::ALLGATHERV,
 ];
 
 /// Block i (rank i's contribution) of every rank's `Recv`.
