@@ -4,8 +4,10 @@
 //! messages on the critical path, β bytes through the busiest port on it; γ = 0 (no reduction;
 //! faraj-yuan's γ is contention, which the α–β model leaves out).
 
+mod forward;
 mod phases;
 
+mod bruck;
 mod pair_full_barrier;
 mod pair_light_barrier;
 mod pair_n_barriers;
@@ -24,6 +26,8 @@ use crate::registry::Algorithm;
 
 /// The registry rows of this operation.
 pub(crate) const ALGORITHMS: &[Algorithm] = &[
+    bruck::ALLTOALL,
+    bruck::ALLTOALLV,
     simple::ALLTOALL,
     simple::ALLTOALLV,
     spreading_simple::ALLTOALL,

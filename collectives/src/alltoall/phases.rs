@@ -100,7 +100,6 @@ impl<'a> Io<'a> {
         Region::new(Buf::Recv, self.rdispl[from as usize], self.count(from, self.rank()))
     }
 
-    #[allow(dead_code)] // used by the store-and-forward algorithms
     pub fn guard(&self) -> &[StepId] {
         &self.guard
     }
