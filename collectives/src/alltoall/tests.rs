@@ -53,9 +53,9 @@ fn races(s: &Schedule) -> Option<String> {
             hi[0][d / 64] |= 1 << (d % 64);
         }
     }
-    for i in 0..n {
+    for (i, bi) in before.iter().enumerate() {
         for j in 0..i {
-            if before[i][j / 64] >> (j % 64) & 1 == 1 {
+            if bi[j / 64] >> (j % 64) & 1 == 1 {
                 continue;
             }
             let (a, b) = (s.step(i as u32), s.step(j as u32));
@@ -112,16 +112,15 @@ fn run(alg: &Algorithm, args: &CollArgs) -> Result<(), String> {
     let mut wire: HashMap<(u32, u32, u64), Vec<Tok>> = HashMap::new();
     loop {
         let mut progress = false;
-        for r in 0..p as usize {
-            for id in 0..ranks[r].s.len() {
-                let rk = &ranks[r];
+        for (r, rk) in ranks.iter_mut().enumerate() {
+            for id in 0..rk.s.len() {
                 if rk.done[id] || rk.s.deps(id as u32).iter().any(|&d| !rk.done[d as usize]) {
                     continue;
                 }
                 let seq = rk.seq[id];
                 match *rk.s.step(id as u32) {
                     StepKind::Send { peer, src } => {
-                        let data = ranks[r].read(src);
+                        let data = rk.read(src);
                         wire.insert((r as u32, peer, seq), data);
                     }
                     StepKind::Recv { peer, dst } => match wire.remove(&(peer, r as u32, seq)) {
@@ -129,15 +128,15 @@ fn run(alg: &Algorithm, args: &CollArgs) -> Result<(), String> {
                         Some(data) if data.len() as u64 != dst.len => {
                             return Err(format!("rank {r} step {id}: {} elements from {peer}", data.len()))
                         }
-                        Some(data) => ranks[r].write(dst, &data),
+                        Some(data) => rk.write(dst, &data),
                     },
                     StepKind::Copy { src, dst } => {
-                        let data = ranks[r].read(src);
-                        ranks[r].write(dst, &data);
+                        let data = rk.read(src);
+                        rk.write(dst, &data);
                     }
                     StepKind::Reduce { .. } => return Err("alltoall reduces".into()),
                 }
-                ranks[r].done[id] = true;
+                rk.done[id] = true;
                 progress = true;
             }
         }
