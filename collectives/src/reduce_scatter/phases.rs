@@ -16,6 +16,18 @@ pub(crate) fn even_segs(count: u64, n: u32) -> Segs {
     (0..u64::from(n)).map(|i| blocks::block(count, u64::from(n), i)).collect()
 }
 
+/// The p packed input blocks of a reduce_scatter(_block) call (`counts[i]`, or `count` each).
+pub(crate) fn input_segs(a: &crate::args::CollArgs) -> Segs {
+    let mut off = 0;
+    (0..a.size)
+        .map(|i| {
+            let c = a.block_count(i);
+            off += c;
+            (off - c, c)
+        })
+        .collect()
+}
+
 /// Offset and total length of segments `lo..hi`.
 pub(crate) fn span(segs: &[(u64, u64)], lo: usize, hi: usize) -> (u64, u64) {
     if lo >= hi {
