@@ -44,7 +44,7 @@ mod bench {
         println!("best of {reps} alternating runs (min latency, max bandwidth)");
         println!("{:<6} {:<16} {:>12} {:>12} {:>10}", "prov", "metric", "fabcoll", "raw C", "ratio");
         for prov in ["tcp", "shm"] {
-            let (mut ours, mut theirs): (Vec<(String, f64)>, Vec<(String, f64)>) = (Vec::new(), Vec::new());
+            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
             for _ in 0..reps {
                 best(&mut ours, pair(&me, &[], prov));
                 if let Ok(exe) = &raw {

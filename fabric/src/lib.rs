@@ -1,4 +1,5 @@
 //! (in progress)
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod bootstrap;
 pub mod ofi;
