@@ -1,11 +1,11 @@
 //! Four processes on loopback (ofi tcp, shm, net): a ring of notified one-sided writes of 8 B, 64 KiB and 16 MiB
 //! with data verified, and control messages both ways (region adverts to the left, acks to the left, hellos to
-//! the right). Children are this test binary re-executed (`--ignored --exact ring_child`); addresses go through
-//! files in a temp dir; the parent kills every child and fails after a timeout.
+//! the right). Ranks run through the multi-process harness (`tests/support`), which kills all and fails on a
+//! timeout; endpoint addresses go through its store.
 #![cfg(fabcoll_ofi)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+mod support;
+
 use std::time::{Duration, Instant};
 
 use fabcoll_fabric::ofi::{OfiConfig, OfiEndpoint, OfiEvent, RemoteRegion};
@@ -21,87 +21,21 @@ fn imm(rank: usize, round: usize) -> u64 {
     0x5eed_0000 | ((rank as u64) << 8) | round as u64
 }
 
-/// Runs `n` children of `ring_child` on `provider`; fails (after killing all) if any fails or time runs out.
-fn run_ring(provider: &str, n: usize) {
-    let dir = std::env::temp_dir().join(format!("fabcoll-ofi-ring-{provider}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let mut children: Vec<(usize, Child)> = (0..n)
-        .map(|r| {
-            let c = Command::new(&exe)
-                .args(["--ignored", "--exact", "ring_child", "--nocapture", "--test-threads=1"])
-                .env("FABCOLL_T_DIR", &dir)
-                .env("FABCOLL_T_RANK", r.to_string())
-                .env("FABCOLL_T_SIZE", n.to_string())
-                .env("FABCOLL_T_PROV", provider)
-                .env("FI_TCP_IFACE", "lo")
-                .spawn()
-                .expect("spawn child");
-            (r, c)
-        })
-        .collect();
-    let start = Instant::now();
-    let mut failed = Vec::new();
-    while !children.is_empty() {
-        let mut i = 0;
-        while i < children.len() {
-            match children[i].1.try_wait().unwrap() {
-                Some(st) => {
-                    let (r, _) = children.remove(i);
-                    if !st.success() {
-                        failed.push(format!("rank {r}: {st}"));
-                    }
-                }
-                None => i += 1,
-            }
-        }
-        if !failed.is_empty() || start.elapsed() > Duration::from_secs(90) {
-            for (r, c) in &mut children {
-                let _ = c.kill();
-                let _ = c.wait();
-                failed.push(format!("rank {r}: killed (timeout or another rank failed)"));
-            }
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(failed.is_empty(), "{provider} ring of {n}: {failed:?}");
-}
+const LOOPBACK: &[(&str, &str)] = &[("FI_TCP_IFACE", "lo")];
 
 #[test]
 fn tcp_ring_of_notified_writes_4_procs() {
-    run_ring("tcp", 4);
+    support::ranks("tcp_ring_of_notified_writes_4_procs", 4, Duration::from_secs(90), LOOPBACK, |j| ring(j, "tcp"));
 }
 
 #[test]
 fn shm_ring_of_notified_writes_4_procs() {
-    run_ring("shm", 4);
+    support::ranks("shm_ring_of_notified_writes_4_procs", 4, Duration::from_secs(90), LOOPBACK, |j| ring(j, "shm"));
 }
 
 #[test]
 fn net_ring_of_notified_writes_4_procs() {
-    run_ring("net", 4);
-}
-
-fn publish(dir: &Path, rank: usize, addr: &[u8]) {
-    let tmp = dir.join(format!("addr.{rank}.tmp"));
-    std::fs::write(&tmp, addr).unwrap();
-    std::fs::rename(tmp, dir.join(format!("addr.{rank}"))).unwrap();
-}
-
-fn collect(dir: &Path, n: usize) -> Vec<Vec<u8>> {
-    let start = Instant::now();
-    (0..n)
-        .map(|r| loop {
-            if let Ok(a) = std::fs::read(dir.join(format!("addr.{r}"))) {
-                break a;
-            }
-            assert!(start.elapsed() < WAIT, "address of rank {r} never published");
-            std::thread::sleep(Duration::from_millis(5));
-        })
-        .collect()
+    support::ranks("net_ring_of_notified_writes_4_procs", 4, Duration::from_secs(90), LOOPBACK, |j| ring(j, "net"));
 }
 
 fn ctrl_from(ep: &mut OfiEndpoint, from: usize, what: &str) -> Vec<u8> {
@@ -111,26 +45,19 @@ fn ctrl_from(ep: &mut OfiEndpoint, from: usize, what: &str) -> Vec<u8> {
     }
 }
 
-/// One rank of the ring; does nothing unless started by `run_ring`.
-#[test]
-#[ignore = "child process of the ring tests"]
-fn ring_child() {
-    let Ok(dir) = std::env::var("FABCOLL_T_DIR") else { return };
-    let dir = PathBuf::from(dir);
-    let rank: usize = std::env::var("FABCOLL_T_RANK").unwrap().parse().unwrap();
-    let n: usize = std::env::var("FABCOLL_T_SIZE").unwrap().parse().unwrap();
-    let prov = std::env::var("FABCOLL_T_PROV").unwrap();
+/// One rank of the ring.
+fn ring(job: support::Job, prov: &str) {
+    let (rank, n) = (job.rank() as usize, job.size() as usize);
     let (left, right) = ((rank + n - 1) % n, (rank + 1) % n);
 
-    let mut cfg = OfiConfig::default().provider(&prov);
+    let mut cfg = OfiConfig::default().provider(prov);
     if prov != "shm" {
         cfg.node = Some("127.0.0.1".into());
     }
     cfg.timeout = WAIT;
     let mut ep = OfiEndpoint::open(&cfg, rank as u64, n).expect("open");
     eprintln!("rank {rank}: {} mr_mode {:#x}", ep.attrs().prov_name, ep.attrs().mr_mode);
-    publish(&dir, rank, &ep.address().unwrap());
-    let addrs = collect(&dir, n);
+    let addrs = job.exchange("ofi-addr", &ep.address().unwrap());
     ep.insert_peers(&addrs).unwrap();
 
     let max = *SIZES.iter().max().unwrap();
