@@ -656,3 +656,44 @@ fn next_key(attrs: &ProviderAttrs, salt: u64) -> u64 {
         n & ((1u64 << bits) - 1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(mr_mode: u64, mr_key_size: usize) -> ProviderAttrs {
+        ProviderAttrs {
+            prov_name: "test".into(),
+            fabric_name: String::new(),
+            domain_name: String::new(),
+            mr_mode,
+            mr_key_size,
+            cq_data_size: 8,
+            max_msg_size: usize::MAX,
+            inject_size: 0,
+            mode: 0,
+            manual_progress: true,
+        }
+    }
+
+    #[test]
+    fn requested_keys_are_unique_salted_and_fit_the_key_size() {
+        let a = attrs(0, 8);
+        let keys: Vec<u64> = (0..1000).map(|_| next_key(&a, 0xabcdef)).collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), keys.len(), "duplicate requested keys");
+        assert!(keys.iter().all(|k| k >> 40 == 0xabcdef), "salt missing");
+        let small = attrs(0, 2);
+        assert!((0..100).all(|_| next_key(&small, u64::MAX) <= 0xffff));
+        assert_eq!(next_key(&attrs(sys::FI_MR_PROV_KEY, 8), 1), 0, "provider keys are not requested");
+    }
+
+    #[test]
+    fn remote_region_round_trips_through_bytes() {
+        let r = RemoteRegion { addr: 0x7fff_0000_1000, key: 42, len: 16 << 20 };
+        assert_eq!(RemoteRegion::from_bytes(&r.to_bytes()), Some(r));
+        assert_eq!(RemoteRegion::from_bytes(&[0; 23]), None);
+    }
+}

@@ -63,3 +63,12 @@ mod tests {
         assert!(available().is_ok());
     }
 }
+
+#[cfg(all(test, not(fabcoll_ofi)))]
+mod tests {
+    #[test]
+    fn missing_backend_is_an_error_naming_the_cause() {
+        let e = super::available().unwrap_err();
+        assert!(e.contains("not compiled") && e.len() > 60, "{e}");
+    }
+}
