@@ -174,3 +174,46 @@ fn write_to_deregistered_key() {
         }
     }
 }
+
+/// A peer that closed its endpoint (tcp; with shm, closing one endpoint while another endpoint of the same
+/// process still writes to it crashes inside libfabric 1.17's shm, so shm is not probed in-process): with
+/// delivery-complete semantics the write must fail or time out, never hang or succeed; with the default
+/// transmit-complete semantics tcp reports success (bytes handed to the socket) — printed, not failed.
+#[test]
+fn write_to_a_closed_peer() {
+    for dc in [true, false] {
+        let mut cfg = config("tcp");
+        cfg.timeout = Duration::from_secs(3);
+        cfg.delivery_complete = dc;
+        let mut p = pair_with(&cfg);
+        let src = vec![1u8; 4096];
+        let dst = vec![0u8; 4096];
+        // SAFETY: src/dst outlive the registrations.
+        let smr = unsafe { p.eps[0].register(src.as_ptr(), 4096).unwrap() };
+        // SAFETY: as above.
+        let dmr = unsafe { p.eps[1].register(dst.as_ptr(), 4096).unwrap() };
+        let remote = dmr.remote();
+        // Connect first (one successful write), then close the peer.
+        // SAFETY: src stays registered until the completions below.
+        let op = unsafe { p.eps[0].write(&smr, 0, 8, 1, &remote, 0, Some(1)).unwrap() };
+        drive(&mut p, 0, |e| matches!(e, OfiEvent::WriteDone(o) if *o == op));
+        drive(&mut p, 1, |e| matches!(e, OfiEvent::RemoteWrite { .. }));
+        let Pair { eps: [mut a, b], .. } = p;
+        drop(dmr);
+        drop(b);
+        let t = Instant::now();
+        // SAFETY: as above.
+        let res = unsafe { a.write(&smr, 0, 4096, 1, &remote, 0, Some(2)) };
+        let ev = res.and_then(|op| {
+            a.wait_for(
+                Duration::from_secs(10),
+                |e| matches!(e, OfiEvent::WriteDone(o) | OfiEvent::WriteFailed(o, _) if *o == op),
+            )
+        });
+        eprintln!("tcp (delivery_complete={dc}): write to a closed peer -> {ev:?} after {:?}", t.elapsed());
+        if dc {
+            assert!(!matches!(ev, Ok(OfiEvent::WriteDone(_))), "a write to a closed peer reported delivery");
+        }
+        drop(smr);
+    }
+}
