@@ -227,10 +227,10 @@ mod bench {
         ep.insert_peers(&addrs).unwrap();
         let max = *BW_SIZES.iter().max().unwrap();
         let src = vec![1u8; max];
-        let dst = vec![0u8; max];
+        let dst = vec![2u8; max];
         // SAFETY: src and dst outlive the MRs (declared before them, dropped after).
         let (smr, dmr) = unsafe { (ep.register(src.as_ptr(), max).unwrap(), ep.register(dst.as_ptr(), max).unwrap()) };
-        ep.send_ctrl(peer, &dmr.remote().to_bytes()).unwrap();
+        ep.send_ctrl(peer, 0, &dmr.remote().to_bytes()).unwrap();
         let remote = match ep.wait_for(Duration::from_secs(20), |e| matches!(e, OfiEvent::Ctrl { .. })).unwrap() {
             OfiEvent::Ctrl { data, .. } => RemoteRegion::from_bytes(&data).unwrap(),
             _ => unreachable!("wait_for returns a matching event"),

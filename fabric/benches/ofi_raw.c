@@ -115,7 +115,10 @@ int main(int argc, char **argv)
 	CHK(fi_ep_bind(ep, &av->fid, 0));
 	CHK(fi_enable(ep));
 
-	char *src = calloc(1, MAXSZ), *dst = calloc(1, MAXSZ);
+	char *src = malloc(MAXSZ), *dst = malloc(MAXSZ);
+	/* Touch every page (as the Rust side does): untouched calloc pages would all read the shared zero page. */
+	memset(src, 1, MAXSZ);
+	memset(dst, 2, MAXSZ);
 	struct fid_mr *smr, *dmr;
 	int mr_mode = info->domain_attr->mr_mode;
 	CHK(fi_mr_reg(dom, src, MAXSZ, FI_WRITE | FI_REMOTE_WRITE, 0, 100 + rank * 2, 0, &smr, NULL));

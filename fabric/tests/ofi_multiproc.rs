@@ -66,8 +66,8 @@ fn ring(job: support::Job, prov: &str) {
     // SAFETY: dst and src outlive the registrations (dropped at the end, after the MRs).
     let dmr = unsafe { ep.register(dst.as_ptr(), max).unwrap() };
     // Control messages both ways: a hello to the right, our region to the left (our writer).
-    ep.send_ctrl(right, format!("hello {rank}").as_bytes()).unwrap();
-    ep.send_ctrl(left, &dmr.remote().to_bytes()).unwrap();
+    ep.send_ctrl(right, 0, format!("hello {rank}").as_bytes()).unwrap();
+    ep.send_ctrl(left, 0, &dmr.remote().to_bytes()).unwrap();
     assert_eq!(ctrl_from(&mut ep, left, "hello"), format!("hello {left}").as_bytes());
     let remote = RemoteRegion::from_bytes(&ctrl_from(&mut ep, right, "region")).expect("24-byte region");
 
@@ -92,7 +92,7 @@ fn ring(job: support::Job, prov: &str) {
             other => panic!("rank {rank} round {round}: own write: {other:?}"),
         }
         // Ack to the writer (left): it may overwrite our buffer in the next round; wait for the right's ack.
-        ep.send_ctrl(left, &[round as u8]).unwrap();
+        ep.send_ctrl(left, 0, &[round as u8]).unwrap();
         assert_eq!(ctrl_from(&mut ep, right, "ack"), [round as u8]);
         drop(smr);
         eprintln!("rank {rank}: {len} B from {left} verified");

@@ -52,14 +52,14 @@ fn drive(p: &mut Pair, who: usize, mut pred: impl FnMut(&OfiEvent) -> bool) -> O
 fn ctrl_and_writes(provider: &str) {
     let mut p = pair(provider);
     // Control messages both ways.
-    p.eps[0].send_ctrl(1, b"hello from 0").unwrap();
-    p.eps[1].send_ctrl(0, b"hello from 1").unwrap();
+    p.eps[0].send_ctrl(1, 7, b"hello from 0").unwrap();
+    p.eps[1].send_ctrl(0, 0, b"hello from 1").unwrap();
     match drive(&mut p, 1, |e| matches!(e, OfiEvent::Ctrl { .. })) {
-        OfiEvent::Ctrl { from, data } => assert_eq!((from, data.as_slice()), (0, &b"hello from 0"[..])),
+        OfiEvent::Ctrl { from, tag, data } => assert_eq!((from, tag, data.as_slice()), (0, 7, &b"hello from 0"[..])),
         e => panic!("{e:?}"),
     }
     match drive(&mut p, 0, |e| matches!(e, OfiEvent::Ctrl { .. })) {
-        OfiEvent::Ctrl { from, data } => assert_eq!((from, data.as_slice()), (1, &b"hello from 1"[..])),
+        OfiEvent::Ctrl { from, tag, data } => assert_eq!((from, tag, data.as_slice()), (1, 0, &b"hello from 1"[..])),
         e => panic!("{e:?}"),
     }
     for (i, len) in [8usize, 64 << 10, 1 << 20].into_iter().enumerate() {
@@ -70,7 +70,7 @@ fn ctrl_and_writes(provider: &str) {
             (p.eps[0].register(src.as_ptr(), len).unwrap(), p.eps[1].register(dst.as_ptr(), len + 16).unwrap())
         };
         // The target advertises its region through a control message.
-        p.eps[1].send_ctrl(0, &dmr.remote().to_bytes()).unwrap();
+        p.eps[1].send_ctrl(0, 0, &dmr.remote().to_bytes()).unwrap();
         let remote = match drive(&mut p, 0, |e| matches!(e, OfiEvent::Ctrl { .. })) {
             OfiEvent::Ctrl { data, .. } => RemoteRegion::from_bytes(&data).unwrap(),
             e => panic!("{e:?}"),
@@ -112,7 +112,7 @@ fn bad_arguments_are_errors() {
         assert!(eps[0].write(&mr, 0, 64, 1, &remote, 1, None).is_err());
         assert!(eps[0].write(&mr, 0, 8, 7, &remote, 0, None).unwrap_err().to_string().contains("peer 7"));
     }
-    assert!(eps[0].send_ctrl(1, &[0u8; 4096]).is_err());
+    assert!(eps[0].send_ctrl(1, 0, &[0u8; 4096]).is_err());
     assert!(OfiEndpoint::open(&OfiConfig::default().provider("no-such-provider"), 0, 1).is_err());
 }
 

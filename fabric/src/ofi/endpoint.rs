@@ -23,7 +23,7 @@ pub struct OfiConfig {
     pub ctrl_recv_slots: usize,
     /// Control send buffers (sends beyond this many in flight wait for completions).
     pub ctrl_send_slots: usize,
-    /// Largest control message in bytes.
+    /// Largest control message in bytes, including fabcoll's 8-byte header.
     pub ctrl_max: usize,
     /// Completion queue depth.
     pub cq_size: usize,
@@ -41,7 +41,7 @@ impl Default for OfiConfig {
             node: None,
             ctrl_recv_slots: 64,
             ctrl_send_slots: 64,
-            ctrl_max: 256,
+            ctrl_max: 264,
             cq_size: 1024,
             delivery_complete: false,
             timeout: Duration::from_secs(30),
@@ -123,6 +123,11 @@ impl OfiMr {
         RemoteRegion { addr: self.remote_base, key: self.mr.key(), len: self.len as u64 }
     }
 
+    /// The provider's local descriptor (`fi_mr_desc`) as an integer (0 when the provider has none).
+    pub fn local_desc(&self) -> u64 {
+        self.mr.desc() as u64
+    }
+
     /// Registered length in bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -150,8 +155,10 @@ pub enum OfiEvent {
     },
     /// A control message from the peer whose rank is `from`.
     Ctrl {
-        /// Sender's rank (the tag it sent with).
+        /// Sender's rank.
         from: u64,
+        /// The sender's tag.
+        tag: u64,
         /// Payload.
         data: Vec<u8>,
     },
@@ -198,12 +205,18 @@ enum Post {
         len: usize,
         desc: *mut c_void,
         dest: u64,
+        tag: u64,
         slot: usize,
     },
     Recv {
         slot: usize,
     },
 }
+
+/// Bytes in front of every control payload: the sender's rank (little endian u64).
+const CTRL_HEADER: usize = 8;
+/// Writes/sends deferred after `-FI_EAGAIN` beyond which `write`/`send_ctrl` return `Busy`.
+const BACKLOG_MAX: usize = 1024;
 
 /// Per-process MR key counter; with the random salt keys never repeat within a process and rarely across.
 static KEY_COUNTER: AtomicU64 = AtomicU64::new(1);
@@ -243,8 +256,8 @@ impl OfiEndpoint {
     /// Opens fabric, domain, CQ, AV and endpoint for `cfg`, and pre-posts the control receives. `rank` is the tag
     /// our control messages carry; `max_peers` sizes the AV.
     pub fn open(cfg: &OfiConfig, rank: u64, max_peers: usize) -> Result<OfiEndpoint, OfiError> {
-        if cfg.ctrl_max == 0 || cfg.ctrl_recv_slots == 0 || cfg.ctrl_send_slots == 0 {
-            return Err(OfiError::Unsupported("ctrl_max, ctrl_recv_slots and ctrl_send_slots must be > 0".into()));
+        if cfg.ctrl_max <= CTRL_HEADER || cfg.ctrl_recv_slots == 0 || cfg.ctrl_send_slots == 0 {
+            return Err(OfiError::Invalid("ctrl_max, ctrl_recv_slots and ctrl_send_slots must be > 0".into()));
         }
         let info = Info::get(cfg.provider.as_deref(), cfg.node.as_deref(), cfg.delivery_complete)?;
         let attrs = info.attrs();
@@ -274,7 +287,8 @@ impl OfiEndpoint {
         let salt = key_salt();
         let key = next_key(&attrs, salt);
         // SAFETY: ctrl_buf is a field of the returned endpoint dropped after ctrl_mr (field order).
-        let ctrl_mr = unsafe { Mr::register(&ep, ctrl_buf.as_ptr(), ctrl_buf.len(), key, attrs.mr_mode)? };
+        let access = sys::FI_SEND | sys::FI_RECV;
+        let ctrl_mr = unsafe { Mr::register(&ep, ctrl_buf.as_ptr(), ctrl_buf.len(), access, key, attrs.mr_mode)? };
         let mut me = OfiEndpoint {
             rank,
             timeout: cfg.timeout,
@@ -334,12 +348,36 @@ impl OfiEndpoint {
     /// The memory must stay allocated until the returned `OfiMr` is dropped, and must only be written by
     /// peers while registered if the caller synchronizes its own accesses with [`OfiEvent::RemoteWrite`].
     pub unsafe fn register(&self, buf: *const u8, len: usize) -> Result<OfiMr, OfiError> {
+        // SAFETY: forwarded caller guarantee.
+        unsafe { self.register_with(buf, len, true, true) }
+    }
+
+    /// [`OfiEndpoint::register`] granting peers only the given rights (a write into a region without remote
+    /// write access is rejected by the target's provider).
+    ///
+    /// # Safety
+    /// As for [`OfiEndpoint::register`].
+    pub unsafe fn register_with(
+        &self,
+        buf: *const u8,
+        len: usize,
+        remote_write: bool,
+        remote_read: bool,
+    ) -> Result<OfiMr, OfiError> {
         if len == 0 {
-            return Err(OfiError::Unsupported("cannot register a zero-length region".into()));
+            return Err(OfiError::Invalid("cannot register a zero-length region".into()));
         }
         let key = next_key(&self.attrs, self.key_salt);
         // SAFETY: forwarded caller guarantee.
-        let mr = unsafe { Mr::register(&self.ep, buf, len, key, self.attrs.mr_mode)? };
+        let mut access = sys::FI_SEND | sys::FI_RECV | sys::FI_READ | sys::FI_WRITE;
+        if remote_write {
+            access |= sys::FI_REMOTE_WRITE;
+        }
+        if remote_read {
+            access |= sys::FI_REMOTE_READ;
+        }
+        // SAFETY: forwarded caller guarantee.
+        let mr = unsafe { Mr::register(&self.ep, buf, len, access, key, self.attrs.mr_mode)? };
         let remote_base = if self.attrs.mr_mode & sys::FI_MR_VIRT_ADDR != 0 { buf as u64 } else { 0 };
         Ok(OfiMr { mr, base: buf, len, remote_base })
     }
@@ -363,27 +401,30 @@ impl OfiEndpoint {
     ) -> Result<OpId, OfiError> {
         let dest = self.peer_addr(peer)?;
         if local_off.checked_add(len).is_none_or(|e| e > local.len) {
-            return Err(OfiError::Unsupported(format!(
+            return Err(OfiError::Invalid(format!(
                 "write source {local_off}+{len} is outside the {}-byte region",
                 local.len
             )));
         }
         if remote_off.checked_add(len as u64).is_none_or(|e| e > remote.len) {
-            return Err(OfiError::Unsupported(format!(
+            return Err(OfiError::Invalid(format!(
                 "write target {remote_off}+{len} is outside the peer's {}-byte region",
                 remote.len
             )));
         }
         if len > self.attrs.max_msg_size {
-            return Err(OfiError::Unsupported(format!("write of {len} B exceeds max_msg_size")));
+            return Err(OfiError::Invalid(format!("write of {len} B exceeds max_msg_size")));
         }
         if let Some(d) = imm {
             if self.attrs.cq_data_size < 8 && d >> (8 * self.attrs.cq_data_size) != 0 {
-                return Err(OfiError::Unsupported(format!(
+                return Err(OfiError::Invalid(format!(
                     "immediate {d:#x} does not fit the provider's {} bytes of CQ data",
                     self.attrs.cq_data_size
                 )));
             }
+        }
+        if self.backlog.len() >= BACKLOG_MAX {
+            return Err(OfiError::Busy("deferred-post queue full"));
         }
         let slot = match self.free_writes.pop() {
             Some(s) => s,
@@ -404,33 +445,41 @@ impl OfiEndpoint {
         Ok(OpId(slot as u64))
     }
 
-    /// Sends a control message (at most `ctrl_max` bytes) to `peer`; the bytes are copied, so `data` is free
-    /// on return. Waits (driving progress) while all send buffers are in flight.
-    pub fn send_ctrl(&mut self, peer: usize, data: &[u8]) -> Result<(), OfiError> {
+    /// Largest control payload ([`OfiConfig::ctrl_max`] minus the 8-byte header carrying the sender's rank).
+    pub fn max_ctrl(&self) -> usize {
+        self.ctrl_max - CTRL_HEADER
+    }
+
+    /// Sends a control message of at most [`OfiEndpoint::max_ctrl`] bytes with a user `tag` to `peer`; the bytes
+    /// are copied, so `data` is free on return. Never waits for a peer: `Busy` when all send buffers are in
+    /// flight (poll and retry).
+    pub fn send_ctrl(&mut self, peer: usize, tag: u64, data: &[u8]) -> Result<(), OfiError> {
         let dest = self.peer_addr(peer)?;
-        if data.len() > self.ctrl_max {
-            return Err(OfiError::Unsupported(format!(
-                "control message of {} B exceeds ctrl_max {}",
+        if data.len() > self.max_ctrl() {
+            return Err(OfiError::Invalid(format!(
+                "control message of {} B exceeds the maximum {}",
                 data.len(),
-                self.ctrl_max
+                self.max_ctrl()
             )));
         }
-        let start = Instant::now();
-        let slot = loop {
-            if let Some(s) = self.free_sends.pop() {
-                break s;
-            }
-            self.progress()?;
-            if start.elapsed() > self.timeout {
-                return Err(OfiError::Timeout(format!("no control send buffer free after {:?}", self.timeout)));
+        let slot = match self.free_sends.pop() {
+            Some(s) => s,
+            None => {
+                self.progress()?;
+                self.free_sends.pop().ok_or(OfiError::Busy("all control send buffers in flight"))?
             }
         };
+        if self.backlog.len() >= BACKLOG_MAX {
+            self.free_sends.push(slot);
+            return Err(OfiError::Busy("deferred-post queue full"));
+        }
         let off = (self.ctrl_recv_slots + slot) * self.ctrl_max;
-        self.ctrl_buf[off..off + data.len()].copy_from_slice(data);
-        // SAFETY: off + data.len() is within ctrl_buf (slot < ctrl_send_slots).
+        self.ctrl_buf[off..off + CTRL_HEADER].copy_from_slice(&self.rank.to_le_bytes());
+        self.ctrl_buf[off + CTRL_HEADER..off + CTRL_HEADER + data.len()].copy_from_slice(data);
+        // SAFETY: off + CTRL_HEADER + data.len() <= off + ctrl_max is within ctrl_buf (slot < ctrl_send_slots).
         let buf = unsafe { self.ctrl_buf.as_ptr().add(off) };
-        let (desc, len) = (self.ctrl_mr.desc(), data.len());
-        let posted = self.submit(Post::Send { buf, len, desc, dest, slot });
+        let (desc, len) = (self.ctrl_mr.desc(), CTRL_HEADER + data.len());
+        let posted = self.submit(Post::Send { buf, len, desc, dest, tag, slot });
         if posted.is_err() {
             self.free_sends.push(slot);
         }
@@ -475,7 +524,7 @@ impl OfiEndpoint {
 
     fn peer_addr(&self, peer: usize) -> Result<u64, OfiError> {
         self.peers.get(peer).copied().ok_or_else(|| {
-            OfiError::Unsupported(format!("peer {peer} is not in the address vector ({} peers)", self.peers.len()))
+            OfiError::Invalid(format!("peer {peer} is not in the address vector ({} peers)", self.peers.len()))
         })
     }
 
@@ -504,10 +553,10 @@ impl OfiEndpoint {
                 // context is boxed in self.writes[slot] until its completion is read.
                 unsafe { self.ep.write(buf, len, desc, imm, dest, addr, key, ctx) }
             }
-            Post::Send { buf, len, desc, dest, slot } => {
+            Post::Send { buf, len, desc, dest, tag, slot } => {
                 let ctx = (&self.send_ctx[slot] as *const OpCtx).cast_mut().cast::<c_void>();
                 // SAFETY: the send slot of ctrl_buf is ours until its completion frees it; the context lives in the fixed self.send_ctx slice.
-                unsafe { self.ep.tsend(buf, len, desc, dest, self.rank, ctx) }
+                unsafe { self.ep.tsend(buf, len, desc, dest, tag, ctx) }
             }
             Post::Recv { slot } => {
                 let off = slot * self.ctrl_max;
@@ -597,8 +646,13 @@ impl OfiEndpoint {
                     Kind::CtrlRecv => {
                         let off = id * self.ctrl_max;
                         let len = e.len.min(self.ctrl_max);
-                        let data = self.ctrl_buf[off..off + len].to_vec();
-                        self.pending.push_back(OfiEvent::Ctrl { from: e.tag, data });
+                        if len < CTRL_HEADER {
+                            self.post_recv(id)?;
+                            return Err(OfiError::Unsupported(format!("control message of {len} B lacks its header")));
+                        }
+                        let from = u64::from_le_bytes(self.ctrl_buf[off..off + 8].try_into().expect("8 bytes"));
+                        let data = self.ctrl_buf[off + CTRL_HEADER..off + len].to_vec();
+                        self.pending.push_back(OfiEvent::Ctrl { from, tag: e.tag, data });
                         self.post_recv(id)?;
                     }
                 }

@@ -29,8 +29,12 @@ pub enum OfiError {
         /// `fi_strerror(code)` and the provider's `fi_cq_strerror` text.
         text: String,
     },
-    /// The provider cannot do what fabcoll needs, or an argument is out of range.
+    /// The provider cannot do what fabcoll needs.
     Unsupported(String),
+    /// A caller's argument is invalid (out of bounds, unknown peer, too long, …).
+    Invalid(String),
+    /// Queues are full: poll completions and retry; nothing was done.
+    Busy(&'static str),
     /// Waited longer than allowed (peer silent or dead).
     Timeout(String),
 }
@@ -67,6 +71,8 @@ impl fmt::Display for OfiError {
                 write!(f, "{op} completed with error: {text} (-{code}, provider errno {prov_errno})")
             }
             OfiError::Unsupported(m) => write!(f, "libfabric: {m}"),
+            OfiError::Invalid(m) => write!(f, "invalid argument: {m}"),
+            OfiError::Busy(m) => write!(f, "resources busy ({m}); poll completions and retry"),
             OfiError::Timeout(m) => write!(f, "libfabric: timed out: {m}"),
         }
     }

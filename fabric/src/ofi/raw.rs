@@ -536,7 +536,7 @@ unsafe impl Send for Mr {}
 unsafe impl Sync for Mr {}
 
 impl Mr {
-    /// Registers `buf..buf+len` for local and remote access with `requested_key` (ignored under `FI_MR_PROV_KEY`),
+    /// Registers `buf..buf+len` with `access` (`FI_SEND | FI_REMOTE_WRITE | …`) and `requested_key` (ignored under `FI_MR_PROV_KEY`),
     /// binding it to `ep` when the provider requires `FI_MR_ENDPOINT`.
     ///
     /// # Safety
@@ -545,11 +545,10 @@ impl Mr {
         ep: &Arc<Ep>,
         buf: *const u8,
         len: usize,
+        access: u64,
         requested_key: u64,
         mr_mode: u64,
     ) -> Result<Mr, OfiError> {
-        let access =
-            sys::FI_SEND | sys::FI_RECV | sys::FI_READ | sys::FI_WRITE | sys::FI_REMOTE_READ | sys::FI_REMOTE_WRITE;
         let mut ptr = ptr::null_mut();
         let d = &ep.domain;
         let _g = d.lock();
