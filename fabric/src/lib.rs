@@ -23,6 +23,7 @@ use std::time::Duration;
 pub use endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
 pub use error::{Error, Result};
 pub use mr::{Access, LocalRange, Mr, RemoteMr, RemoteRange};
+pub use local::LocalFabric;
 pub use wait::WaitPolicy;
 
 /// Which backend to open.

@@ -283,6 +283,43 @@ pub struct RemoteRange {
     pub len: usize,
 }
 
+/// A zeroed, page-aligned heap allocation (backing of `Endpoint::alloc` on heap backends).
+pub(crate) struct AlignedBuf {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: owns its allocation; accessed only through raw pointers under the Mr contract.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: as above; no interior state besides the raw allocation.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    pub(crate) const ALIGN: usize = 4096;
+
+    pub(crate) fn zeroed(len: usize) -> Result<AlignedBuf> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), Self::ALIGN)
+            .map_err(|e| Error::invalid(format!("allocation of {len} bytes: {e}")))?;
+        // SAFETY: layout has non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::invalid(format!("out of memory allocating {len} bytes")));
+        }
+        Ok(AlignedBuf { ptr, layout })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
