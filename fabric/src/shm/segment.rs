@@ -71,7 +71,7 @@ const QUEUES_OFF: usize = KEYS_OFF + NKEYS * size_of::<KeySlot>();
 
 const _: () = assert!(size_of::<Header>() <= HEADER_SPACE);
 const _: () = assert!(size_of::<Msg>() == 4096);
-const _: () = assert!(QUEUES_OFF % std::mem::align_of::<Queue>() == 0);
+const _: () = assert!(QUEUES_OFF.is_multiple_of(std::mem::align_of::<Queue>()));
 
 /// Bytes of a segment for a group of `size` ranks.
 pub(crate) fn segment_len(size: usize) -> usize {

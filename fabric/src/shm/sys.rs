@@ -64,9 +64,8 @@ pub(crate) fn map_shared(fd: RawFd, len: usize) -> Result<Mmap> {
         return Ok(Mmap { ptr: std::ptr::NonNull::dangling().as_ptr(), len: 0 });
     }
     // SAFETY: fresh mapping chosen by the kernel; fd validity is checked by the kernel.
-    let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-    };
+    let p =
+        unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
     if p == libc::MAP_FAILED {
         return Err(Error::last_os(format!("mmap({len} bytes, MAP_SHARED)")));
     }
