@@ -15,7 +15,7 @@
 //!   any) into the target's queue — so data is visible before its notification. Local completion
 //!   is immediate (`Caps::inline_completion`).
 //! - **Deregistration race** is closed by the in-flight count in the key slot
-//!   ([`segment`] doc): `Mr` drop waits (bounded by `Config::timeout`) for writers mid-copy. If
+//!   ([`keys`] doc): `Mr` drop waits (bounded by `Config::timeout`) for writers mid-copy. If
 //!   a writer dies mid-copy the wait times out, the slot is leaked (never reused) and a warning
 //!   is logged.
 //! - **Node-shared memory** (mamidala-2008 §4: intra-node collectives with direct load/store on
@@ -28,10 +28,11 @@
 //! - **Backpressure.** Queues hold 32 slots of 4 KiB; a full queue makes `write` (with immediate)
 //!   and `send_ctrl` return `Busy` before anything is copied.
 //!
-//! The SPSC ring is model-checked with loom: `RUSTFLAGS="--cfg loom" cargo test -p fabcoll-fabric
-//! --release --lib shm::queue`.
+//! The SPSC ring and the key-slot protocol are model-checked with loom:
+//! `RUSTFLAGS="--cfg loom" cargo test -p fabcoll-fabric --release --lib shm::` (`shm::queue`, `shm::keys`).
 
 mod endpoint;
+pub(crate) mod keys;
 pub(crate) mod queue;
 pub(crate) mod segment;
 pub(crate) mod sys;

@@ -1,19 +1,13 @@
 //! Layout of one rank's shared segment (a memfd every rank of the node maps): header with the
 //! futex doorbell, the key table of live registrations, and one inbound SPSC queue per source rank.
-//!
-//! Key slots: `state = generation << 32 | writers_in_flight`; odd generation = live. A writer enters
-//! with a CAS that requires its key's generation (so it fails once deregistration bumped it), reads
-//! address/length, copies, and leaves; deregistration bumps the generation to even and then waits
-//! until no writer is in flight. So after `Mr` drop returns, no write lands in the old memory, and a
-//! stale key never matches a reused slot (generation differs; it would take 2^31 reuses of the same
-//! slot while a descriptor is held to alias).
+//! Key-slot protocol: see [`super::keys`].
 
 use std::mem::size_of;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
+pub(crate) use super::keys::KeySlot;
 use super::queue::Spsc;
 use super::sys::Mmap;
 use crate::error::{Error, Result};
@@ -53,16 +47,6 @@ pub(crate) struct Header {
     pub(crate) doorbell: CachePadded<AtomicU32>,
     /// Number of this rank's threads blocked (or about to block) on `doorbell`.
     pub(crate) sleepers: CachePadded<AtomicU32>,
-}
-
-/// One registration as peers see it.
-#[repr(C)]
-pub(crate) struct KeySlot {
-    pub(crate) state: AtomicU64,
-    pub(crate) addr: AtomicU64,
-    pub(crate) len: AtomicU64,
-    /// access bits | has_fd << 8 | fd << 32 (fd of an `alloc`ated memfd, for `map_remote`).
-    pub(crate) aux: AtomicU64,
 }
 
 const HEADER_SPACE: usize = 4096;
@@ -132,64 +116,6 @@ impl Segment {
         if h.sleepers.load(Ordering::SeqCst) > 0 {
             super::sys::futex_wake(&h.doorbell);
         }
-    }
-}
-
-impl KeySlot {
-    /// Writer: enter the registration named by `key` (its generation must be live).
-    pub(crate) fn enter(&self, key: u64) -> bool {
-        let gen = key >> 32;
-        let mut s = self.state.load(Ordering::Acquire);
-        loop {
-            if s >> 32 != gen || gen & 1 == 0 || s & 0xffff_ffff == 0xffff_ffff {
-                return false;
-            }
-            match self.state.compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
-                Err(now) => s = now,
-            }
-        }
-    }
-
-    /// Writer: leave after the copy.
-    pub(crate) fn leave(&self) {
-        self.state.fetch_sub(1, Ordering::Release);
-    }
-
-    /// Owner: publish a registration in a retired slot (even generation, no writer in flight —
-    /// slots whose `retire` timed out are never reused); returns the key.
-    pub(crate) fn publish(&self, idx: usize, addr: u64, len: u64, aux: u64) -> u64 {
-        let gen = (self.state.load(Ordering::Acquire) >> 32) + 1; // even + 1: live, at most 2^32 - 1
-        self.addr.store(addr, Ordering::Relaxed);
-        self.len.store(len, Ordering::Relaxed);
-        self.aux.store(aux, Ordering::Relaxed);
-        self.state.store(gen << 32, Ordering::Release);
-        gen << 32 | idx as u64
-    }
-
-    /// Owner: retire the slot (new writers fail) and wait until writers in flight have left.
-    /// Returns false if they did not within `timeout` (a writer died or stalls mid-copy).
-    pub(crate) fn retire(&self, timeout: Duration) -> bool {
-        let s = self.state.fetch_add(1 << 32, Ordering::AcqRel); // odd -> even generation
-        if s & 0xffff_ffff == 0 {
-            return true;
-        }
-        let start = Instant::now();
-        let mut n = 0u32;
-        while self.state.load(Ordering::Acquire) & 0xffff_ffff != 0 {
-            if start.elapsed() > timeout {
-                return false;
-            }
-            n += 1;
-            if n < 100 {
-                std::hint::spin_loop();
-            } else if n < 200 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        }
-        true
     }
 }
 
