@@ -131,3 +131,71 @@ fn shm_bad_arguments_are_errors() {
         job.barrier("done");
     });
 }
+
+/// 8 processes on (typically) 2 cores: 300 rounds of a ring of notified 8-byte writes with a
+/// wait policy that blocks early (futex path). Must finish well within the harness timeout.
+#[test]
+fn shm_oversubscribed_8_procs() {
+    support::ranks("shm_oversubscribed_8_procs", 8, LIMIT, &[], |job| {
+        let (r, p) = (job.rank() as usize, job.size() as usize);
+        let mut cfg = Config::new(Backend::Shm, r, p, "shm_oversubscribed_8_procs");
+        cfg.wait = fabcoll_fabric::WaitPolicy::oversubscribed();
+        let mut ep = open(&cfg).unwrap();
+        let blobs = job.exchange("addr", &ep.address().unwrap());
+        ep.insert_peers(&blobs).unwrap();
+        let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+        let dst = ep.alloc(8, Access::REMOTE_WRITE).unwrap();
+        let src = ep.alloc(8, Access::LOCAL).unwrap();
+        ep.send_ctrl(left, 1, &dst.remote().to_bytes()).unwrap();
+        let mut inbox = local_common::Inbox::new();
+        let desc = RemoteMr::from_bytes(&inbox.ctrl(&mut *ep, right, 1).unwrap()).unwrap();
+        let t = std::time::Instant::now();
+        for round in 0..300u64 {
+            src.write_at(0, &(round * 1000 + r as u64).to_le_bytes()).unwrap();
+            ep.write(right, src.range(), desc.range(), Some(round), round).unwrap();
+            inbox.expect(&mut *ep, "arrival", |c| *c == Completion::WriteArrived { peer: left, imm: round }).unwrap();
+            let mut b = [0u8; 8];
+            dst.read_at(0, &mut b).unwrap();
+            assert_eq!(u64::from_le_bytes(b), round * 1000 + left as u64);
+            // Before the next round overwrites our buffer, the left neighbour must know we read it.
+            ep.send_ctrl(left, 2, &[]).unwrap();
+            inbox.ctrl(&mut *ep, right, 2).unwrap();
+        }
+        let dt = t.elapsed();
+        eprintln!("rank {r}: 300 rounds in {dt:?}");
+        assert!(dt < Duration::from_secs(30), "rank {r}: 300 ring rounds took {dt:?}");
+        job.barrier("done");
+    });
+}
+
+/// A peer that dies: writes to it fail naming it, and `wait` reports it instead of a bare timeout.
+#[test]
+fn shm_dead_peer_is_an_error() {
+    support::ranks("shm_dead_peer_is_an_error", 2, LIMIT, &[], |job| {
+        let mut ep = connect(&job, "shm_dead_peer_is_an_error");
+        let dst = ep.alloc(64, Access::REMOTE_WRITE).unwrap();
+        let descs = job.exchange("desc", &dst.remote().to_bytes());
+        job.barrier("connected");
+        if job.rank() == 1 {
+            std::process::exit(0); // die without deregistering anything
+        }
+        let desc = RemoteMr::from_bytes(&descs[1]).unwrap();
+        let src = ep.alloc(64, Access::LOCAL).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            match ep.write(1, src.range(), desc.range(), Some(1), 0) {
+                Err(Error::Peer { peer: 1, .. }) => break,
+                Ok(()) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                other => panic!("write to a dead peer gave {other:?}"),
+            }
+        }
+        let mut out = Vec::new();
+        loop {
+            match ep.wait(&mut out, Some(Duration::from_millis(50))) {
+                Err(Error::Peer { peer: 1, .. }) => break,
+                Ok(_) => out.clear(), // WriteDone of the writes that still landed
+                Err(e) => panic!("wait with a dead peer gave {e}"),
+            }
+        }
+    });
+}

@@ -123,11 +123,18 @@ pub(crate) unsafe fn vm_write(pid: u32, src: *const u8, dst: u64, len: usize, pe
     Ok(())
 }
 
-/// True if `pid` still exists.
+/// True if `pid` still exists and is not a zombie (slow path only: reads `/proc/<pid>/stat`).
 pub(crate) fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks existence/permission.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
+        return false;
+    }
+    // "pid (comm) S ..." — the state follows the last ')'.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()) != Some('Z'),
+        Err(_) => false,
+    }
 }
 
 /// FUTEX_WAIT on a word in shared memory while it equals `expected`, at most `timeout`.
