@@ -2,7 +2,7 @@
 //! the design: per-rank memfd segments, key table, SPSC queues, futex doorbell).
 
 use std::any::Any;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -45,7 +45,13 @@ pub struct ShmEndpoint {
     peers: Vec<Peer>,
     done: VecDeque<Completion>,
     next: usize,
+    /// Peers' `alloc`ated (memfd) registrations mapped here, by (peer, key): writes into them are
+    /// a plain memcpy instead of a `process_vm_writev` syscall. Entries of retired keys are swept.
+    maps: HashMap<(usize, u64), sys::Mmap>,
 }
+
+/// Cached peer mappings above this count are dropped wholesale (they are re-created on demand).
+const MAX_MAPS: usize = 256;
 
 impl std::fmt::Debug for ShmEndpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -131,6 +137,7 @@ impl ShmEndpoint {
             peers: Vec::new(),
             done: VecDeque::new(),
             next: 0,
+            maps: HashMap::new(),
         })
     }
 
@@ -161,6 +168,17 @@ impl ShmEndpoint {
 
     fn any_pending(&self) -> bool {
         !self.done.is_empty() || (0..self.size).any(|i| self.seg.queue(i).is_some_and(|q| !q.is_empty()))
+    }
+}
+
+/// Drops cached mappings of keys that are no longer live at their peer; all of them if too many.
+fn sweep(maps: &mut HashMap<(usize, u64), sys::Mmap>, peers: &[Peer]) {
+    maps.retain(|&(peer, key), _| {
+        let slot = peers.get(peer).and_then(|p| p.seg.key((key & 0xffff_ffff) as usize));
+        slot.is_some_and(|s| s.state.load(Ordering::Relaxed) >> 32 == key >> 32)
+    });
+    if maps.len() >= MAX_MAPS {
+        maps.clear();
     }
 }
 
@@ -254,7 +272,8 @@ impl Endpoint for ShmEndpoint {
 
     fn write(&mut self, peer: usize, src: LocalRange<'_>, dst: RemoteRange, imm: Option<u64>, ctx: u64) -> Result<()> {
         let me = self.rank;
-        let p = self.peer(peer)?;
+        self.peer(peer)?;
+        let p = &self.peers[peer];
         check_bounds("local source", src.off, src.len, src.mr.len())?;
         if src.len != dst.len {
             return Err(Error::invalid(format!("write: source length {} != destination length {}", src.len, dst.len)));
@@ -266,11 +285,15 @@ impl Endpoint for ShmEndpoint {
         let key = dst.mr.key;
         let slot = p.seg.key((key & 0xffff_ffff) as usize).ok_or(Error::InvalidKey { peer, key })?;
         if !slot.enter(key) {
+            if self.maps.remove(&(peer, key)).is_some() {
+                sweep(&mut self.maps, &self.peers);
+            }
             return Err(Error::InvalidKey { peer, key });
         }
         let copied = (|| {
             let (addr, len) = (slot.addr.load(Ordering::Relaxed), slot.len.load(Ordering::Relaxed) as usize);
-            let access = Access::from_bits((slot.aux.load(Ordering::Relaxed) & 3) as u8)?;
+            let aux = slot.aux.load(Ordering::Relaxed);
+            let access = Access::from_bits((aux & 3) as u8)?;
             if !access.contains(Access::REMOTE_WRITE) {
                 return Err(Error::Access(format!("key {key:#x} on rank {peer} is not remotely writable")));
             }
@@ -281,11 +304,26 @@ impl Endpoint for ShmEndpoint {
             if peer == me {
                 // SAFETY: our own registration, held live by the entered slot; `copy` allows overlap.
                 unsafe { std::ptr::copy(s, (addr as usize + dst.off) as *mut u8, dst.len) };
-                Ok(())
-            } else {
-                // SAFETY: source readable (above); the kernel checks the remote range.
-                unsafe { sys::vm_write(p.pid, s, addr + dst.off as u64, dst.len, peer) }
+                return Ok(());
             }
+            if aux & HAS_FD != 0 && dst.len > 0 {
+                if !self.maps.contains_key(&(peer, key)) {
+                    // While we are entered the slot cannot be retired, so the fd still names the
+                    // registration's memfd (deregistration retires the slot before closing it).
+                    let fd = sys::open_proc_fd(p.pid, (aux >> 32) as u32)?;
+                    let map = sys::map_shared(fd.as_raw_fd(), len)?;
+                    sweep(&mut self.maps, &self.peers);
+                    self.maps.insert((peer, key), map);
+                }
+                let map = &self.maps[&(peer, key)];
+                // SAFETY: the mapping is `len` bytes of the registration's memfd and
+                // `dst.off + dst.len <= len` (checked); source readable (above); shared memory is
+                // written only through raw copies, ordered before the notification by its Release.
+                unsafe { std::ptr::copy_nonoverlapping(s, map.as_ptr().add(dst.off), dst.len) };
+                return Ok(());
+            }
+            // SAFETY: source readable (above); the kernel checks the remote range.
+            unsafe { sys::vm_write(p.pid, s, addr + dst.off as u64, dst.len, peer) }
         })();
         slot.leave();
         copied?;
@@ -357,9 +395,10 @@ impl Endpoint for ShmEndpoint {
             match backoff.step() {
                 Step::Spin | Step::Yielded => {}
                 Step::Block(d) => {
-                    // Lost-wakeup freedom: read the doorbell, announce ourselves, re-check the
-                    // queues, then sleep only if the doorbell is unchanged (a producer's push is
-                    // ordered before its bump, and it wakes when it sees a sleeper).
+                    sweep(&mut self.maps, &self.peers); // idle: release mappings of retired peer keys
+                                                        // Lost-wakeup freedom: read the doorbell, announce ourselves, re-check the
+                                                        // queues, then sleep only if the doorbell is unchanged (a producer's push is
+                                                        // ordered before its bump, and it wakes when it sees a sleeper).
                     let h = self.seg.header();
                     let seq = h.doorbell.load(Ordering::SeqCst);
                     h.sleepers.fetch_add(1, Ordering::SeqCst);

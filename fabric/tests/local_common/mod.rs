@@ -61,12 +61,30 @@ pub fn pattern(rank: usize, len: usize, i: usize) -> u8 {
 }
 
 /// Ring: rank r writes `len` bytes into rank r+1's buffer with immediate `len ^ r`; checks data.
+/// Buffers come from `alloc`.
 pub fn ring(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize) -> Result<(), String> {
+    ring_with(ep, inbox, len, false)
+}
+
+/// `ring`, with source and destination in plain user memory (`Vec`) registered with `register`
+/// when `user_mem` (exercises e.g. shm's `process_vm_writev` path instead of mapped memfds).
+pub fn ring_with(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize, user_mem: bool) -> Result<(), String> {
     let (r, p) = (ep.rank(), ep.size());
     let (right, left) = ((r + 1) % p, (r + p - 1) % p);
     let e = |e: Error| format!("rank {r}, len {len}: {e}");
-    let dst = ep.alloc(len, Access::REMOTE_WRITE).map_err(e)?;
-    let src = ep.alloc(len, Access::LOCAL).map_err(e)?;
+    let (mut dst_mem, mut src_mem) = (vec![0u8; len], vec![0u8; len]);
+    let (dst, src) = if user_mem {
+        // SAFETY: both Vecs outlive the registrations (dropped at the end of this function after
+        // the Mrs, which are declared later), and are only accessed through the Mrs meanwhile.
+        unsafe {
+            (
+                ep.register(dst_mem.as_mut_ptr(), len, Access::REMOTE_WRITE).map_err(e)?,
+                ep.register(src_mem.as_mut_ptr(), len, Access::LOCAL).map_err(e)?,
+            )
+        }
+    } else {
+        (ep.alloc(len, Access::REMOTE_WRITE).map_err(e)?, ep.alloc(len, Access::LOCAL).map_err(e)?)
+    };
     let data: Vec<u8> = (0..len).map(|i| pattern(r, len, i)).collect();
     src.write_at(0, &data).map_err(e)?;
     ep.send_ctrl(left, TAG_DESC, &dst.remote().to_bytes()).map_err(e)?;
@@ -171,6 +189,7 @@ pub fn all(ep: &mut dyn Endpoint) -> Result<(), String> {
     let mut inbox = Inbox::new();
     for len in SIZES {
         ring(ep, &mut inbox, len)?;
+        ring_with(ep, &mut inbox, len, true)?;
     }
     ctrl_both_ways(ep, &mut inbox, 100)?;
     write_to_deregistered(ep, &mut inbox)?;
