@@ -1,6 +1,8 @@
-//! shm backend vs raw baseline between 2 processes: ping-pong of notified one-sided writes
-//! (8 B latency, 1 MiB and 16 MiB bandwidth) and, in the same run, plain `process_vm_writev`
-//! plus a spinning atomic flag in shared memory. One-way time = round trip / 2.
+//! shm backend vs raw baselines between 2 processes: ping-pong of notified one-sided writes
+//! (8 B latency, 1 MiB and 16 MiB bandwidth) into an `alloc`ated destination (memcpy through a
+//! mapping) and into `register`ed user memory (`process_vm_writev`), and, in the same run, the raw
+//! floors of both paths: memcpy into the peer's mapped buffer / plain `process_vm_writev`, each
+//! followed by a spinning atomic flag in shared memory. One-way time = round trip / 2.
 //!
 //! `cargo bench -p fabcoll-fabric --bench shm` (re-executes itself as rank 1; < 1 min).
 
@@ -22,10 +24,14 @@ struct Rig {
     rank: usize,
     peer_pid: u32,
     src: Mr,
-    dst: Mr,
+    _dst: Mr,
+    _user_dst: Mr,
+    /// Registered as `_user_dst` (declared after it, so it is dropped after the registration).
+    _raw_dst: Vec<u8>,
     peer_dst: RemoteMr,
-    raw_dst: Vec<u8>,
+    peer_user_dst: RemoteMr,
     peer_raw_dst: u64,
+    peer_map: Mapping,
     flags: Mapping,
     _flags_owner: Option<Mr>,
     out: Vec<Completion>,
@@ -82,8 +88,12 @@ fn run(rank: usize, dir: &std::path::Path) -> Result<(), String> {
     src.write_at(0, &vec![rank as u8 + 1; MAX]).map_err(e)?;
     let dst = ep.alloc(MAX, Access::REMOTE_WRITE).map_err(e)?;
     let flags_owner = if rank == 0 { Some(ep.alloc(4096, Access::REMOTE_RW).map_err(e)?) } else { None };
-    let raw_dst = vec![0u8; MAX];
+    let mut raw_dst = vec![0u8; MAX];
+    // SAFETY: `raw_dst` moves into the Rig with the registration and is dropped after it; the Vec's
+    // heap buffer does not move when the Vec does.
+    let user_dst = unsafe { ep.register(raw_dst.as_mut_ptr(), MAX, Access::REMOTE_WRITE) }.map_err(e)?;
     let mut info = dst.remote().to_bytes().to_vec();
+    info.extend_from_slice(&user_dst.remote().to_bytes());
     info.extend_from_slice(&std::process::id().to_le_bytes());
     info.extend_from_slice(&(raw_dst.as_ptr() as u64).to_le_bytes());
     info.extend_from_slice(&flags_owner.as_ref().map_or([0; RemoteMr::WIRE_LEN], |m| m.remote().to_bytes()));
@@ -91,34 +101,47 @@ fn run(rank: usize, dir: &std::path::Path) -> Result<(), String> {
     let theirs = &infos[1 - rank];
     let w = RemoteMr::WIRE_LEN;
     let peer_dst = RemoteMr::from_bytes(&theirs[..w]).map_err(e)?;
-    let peer_pid = u32::from_le_bytes(theirs[w..w + 4].try_into().unwrap());
-    let peer_raw_dst = u64::from_le_bytes(theirs[w + 4..w + 12].try_into().unwrap());
-    let flags_desc = RemoteMr::from_bytes(&infos[0][w + 12..]).map_err(e)?;
+    let peer_user_dst = RemoteMr::from_bytes(&theirs[w..2 * w]).map_err(e)?;
+    let peer_pid = u32::from_le_bytes(theirs[2 * w..2 * w + 4].try_into().unwrap());
+    let peer_raw_dst = u64::from_le_bytes(theirs[2 * w + 4..2 * w + 12].try_into().unwrap());
+    let flags_desc = RemoteMr::from_bytes(&infos[0][2 * w + 12..]).map_err(e)?;
     let flags = ep.map_remote(0, &flags_desc).map_err(e)?;
+    let peer_map = ep.map_remote(1 - rank, &peer_dst).map_err(e)?;
     let mut rig = Rig {
         ep,
         rank,
         peer_pid,
         src,
-        dst,
+        _dst: dst,
+        _user_dst: user_dst,
+        _raw_dst: raw_dst,
         peer_dst,
-        raw_dst,
+        peer_user_dst,
         peer_raw_dst,
+        peer_map,
         flags,
         _flags_owner: flags_owner,
         out: Vec::new(),
     };
     if rank == 0 {
-        println!("{:>10} {:>14} {:>14} {:>12} {:>12}", "bytes", "shm one-way", "raw one-way", "shm GB/s", "raw GB/s");
+        println!("one-way µs (GB/s): shm→alloc = notified write into an alloc'ed buffer (mapped memcpy),");
+        println!("raw memcpy = memcpy into the mapped peer buffer + flag, shm→register = notified write into");
+        println!("registered user memory (process_vm_writev), raw vm_writev = process_vm_writev + flag");
+        println!(
+            "{:>9} {:>20} {:>20} {:>20} {:>20}",
+            "bytes", "shm→alloc", "raw memcpy", "shm→register", "raw vm_writev"
+        );
     }
     let mut seq = 0u64;
     for (len, iters) in CASES {
         let warm = (iters / 10).max(2);
-        let shm = rig.shm_pingpong(len, warm, iters)?;
-        let raw = rig.raw_pingpong(len, warm, iters, &mut seq)?;
+        let a = rig.shm_pingpong(len, warm, iters, false)?;
+        let b = rig.raw_pingpong(len, warm, iters, &mut seq, true)?;
+        let c = rig.shm_pingpong(len, warm, iters, true)?;
+        let d = rig.raw_pingpong(len, warm, iters, &mut seq, false)?;
         if rank == 0 {
-            let gbs = |t: Duration| len as f64 / t.as_secs_f64() / 1e9;
-            println!("{len:>10} {:>12.2}µs {:>12.2}µs {:>12.2} {:>12.2}", us(shm), us(raw), gbs(shm), gbs(raw));
+            let f = |t: Duration| format!("{:.2} ({:.2})", us(t), len as f64 / t.as_secs_f64() / 1e9);
+            println!("{len:>9} {:>20} {:>20} {:>20} {:>20}", f(a), f(b), f(c), f(d));
         }
     }
     if rank == 0 {
@@ -126,10 +149,14 @@ fn run(rank: usize, dir: &std::path::Path) -> Result<(), String> {
         // shm `write` (key-slot enter/leave, bounds, completion) vs a bare `process_vm_writev`.
         let (shm, raw) = rig.issue_cost(100_000)?;
         println!("issue cost of an 8 B write: shm {:.0} ns, raw process_vm_writev {:.0} ns", ns(shm), ns(raw));
+        let t = Instant::now();
+        for _ in 0..100_000 {
+            rig.out.clear();
+            rig.ep.poll(&mut rig.out).map_err(e)?;
+        }
+        println!("empty poll: {:.0} ns", ns(t.elapsed() / 100_000));
     }
     x("done", b"")?;
-    let _ = &rig.dst;
-    let _ = rig.raw_dst.len();
     Ok(())
 }
 
@@ -143,18 +170,18 @@ fn us(d: Duration) -> f64 {
 
 impl Rig {
     /// One-way time of notified writes of `len` bytes (best batch).
-    fn shm_pingpong(&mut self, len: usize, warm: u64, iters: u64) -> Result<Duration, String> {
+    fn shm_pingpong(&mut self, len: usize, warm: u64, iters: u64, user: bool) -> Result<Duration, String> {
         let mut batches = Vec::new();
         for b in 0..=BATCHES {
             let n = if b == 0 { warm } else { (iters / BATCHES).max(1) };
             let t = Instant::now();
             for i in 0..n {
                 if self.rank == 0 {
-                    self.send(len, i)?;
+                    self.send(len, i, user)?;
                     self.recv(i)?;
                 } else {
                     self.recv(i)?;
-                    self.send(len, i)?;
+                    self.send(len, i, user)?;
                 }
             }
             if b > 0 {
@@ -164,9 +191,10 @@ impl Rig {
         Ok(batches.into_iter().min().unwrap_or_default())
     }
 
-    fn send(&mut self, len: usize, imm: u64) -> Result<(), String> {
+    fn send(&mut self, len: usize, imm: u64, user: bool) -> Result<(), String> {
         let src = self.src.slice(0, len).map_err(|e| e.to_string())?;
-        let dst = self.peer_dst.slice(0, len).map_err(|e| e.to_string())?;
+        let dst = if user { self.peer_user_dst } else { self.peer_dst };
+        let dst = dst.slice(0, len).map_err(|e| e.to_string())?;
         self.ep.write(1 - self.rank, src, dst, Some(imm), imm).map_err(|e| e.to_string())
     }
 
@@ -196,8 +224,16 @@ impl Rig {
         }
     }
 
-    /// Baseline: `process_vm_writev` into the peer's plain buffer + an atomic flag store it spins on.
-    fn raw_pingpong(&mut self, len: usize, warm: u64, iters: u64, seq: &mut u64) -> Result<Duration, String> {
+    /// Baseline: memcpy into the peer's mapped buffer (`memcpy`) or `process_vm_writev` into its plain
+    /// buffer, then an atomic flag store the peer spins on.
+    fn raw_pingpong(
+        &mut self,
+        len: usize,
+        warm: u64,
+        iters: u64,
+        seq: &mut u64,
+        memcpy: bool,
+    ) -> Result<Duration, String> {
         // SAFETY: the flag mapping is 4096 bytes, 8-aligned; words 0 and 1 are only accessed atomically.
         let flag = |i: usize| unsafe { AtomicU64::from_ptr(self.flags.as_ptr().cast::<u64>().add(i)) };
         let (mine, theirs) = (flag(self.rank), flag(1 - self.rank));
@@ -208,12 +244,12 @@ impl Rig {
             for _ in 0..n {
                 *seq += 1;
                 if self.rank == 0 {
-                    self.raw_write(len)?;
+                    self.raw_copy(len, memcpy)?;
                     theirs.store(*seq, Ordering::Release);
                     spin_until(mine, *seq)?;
                 } else {
                     spin_until(mine, *seq)?;
-                    self.raw_write(len)?;
+                    self.raw_copy(len, memcpy)?;
                     theirs.store(*seq, Ordering::Release);
                 }
             }
@@ -246,6 +282,16 @@ impl Rig {
             raw = raw.min(t.elapsed() / n);
         }
         Ok((shm, raw))
+    }
+
+    fn raw_copy(&self, len: usize, memcpy: bool) -> Result<(), String> {
+        if memcpy {
+            // SAFETY: both ranges are `len <= MAX` bytes of live buffers; the peer reads its copy only
+            // after our flag store (Release) is seen by its Acquire load.
+            unsafe { std::ptr::copy_nonoverlapping(self.src.as_ptr(), self.peer_map.as_ptr(), len) };
+            return Ok(());
+        }
+        self.raw_write(len)
     }
 
     fn raw_write(&self, len: usize) -> Result<(), String> {

@@ -87,3 +87,49 @@ fn local_bad_arguments_are_errors() {
     shared.read_at(0, &mut got).unwrap();
     assert_eq!(got, [0, 0, 0, 42]);
 }
+
+/// 8 threads (typically on 2 cores), 300 rounds of a ring of notified 8-byte writes with a wait
+/// policy that blocks early (condvar path); must not collapse.
+#[test]
+fn local_oversubscribed_8_threads() {
+    let fabric = LocalFabric::new(8).unwrap();
+    let mut eps: Vec<_> =
+        (0..8).map(|r| fabric.endpoint(r, fabcoll_fabric::WaitPolicy::oversubscribed()).unwrap()).collect();
+    let blobs: Vec<Vec<u8>> = eps.iter().map(|e| e.address().unwrap()).collect();
+    let t = std::time::Instant::now();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = eps
+            .iter_mut()
+            .map(|ep| {
+                let blobs = &blobs;
+                s.spawn(move || -> Result<(), String> {
+                    ep.insert_peers(blobs).map_err(|e| e.to_string())?;
+                    let (r, p) = (ep.rank(), ep.size());
+                    let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+                    let dst = ep.alloc(8, Access::REMOTE_WRITE).map_err(|e| e.to_string())?;
+                    let src = ep.alloc(8, Access::LOCAL).map_err(|e| e.to_string())?;
+                    ep.send_ctrl(left, 1, &dst.remote().to_bytes()).map_err(|e| e.to_string())?;
+                    let mut inbox = local_common::Inbox::new();
+                    let desc = RemoteMr::from_bytes(&inbox.ctrl(ep, right, 1)?).map_err(|e| e.to_string())?;
+                    for round in 0..300u64 {
+                        src.write_at(0, &(round * 1000 + r as u64).to_le_bytes()).map_err(|e| e.to_string())?;
+                        ep.write(right, src.range(), desc.range(), Some(round), round).map_err(|e| e.to_string())?;
+                        let want = fabcoll_fabric::Completion::WriteArrived { peer: left, imm: round };
+                        inbox.expect(ep, "arrival", |c| *c == want)?;
+                        let mut b = [0u8; 8];
+                        dst.read_at(0, &mut b).map_err(|e| e.to_string())?;
+                        if u64::from_le_bytes(b) != round * 1000 + left as u64 {
+                            return Err(format!("rank {r} round {round}: wrong data"));
+                        }
+                        ep.send_ctrl(left, 2, &[]).map_err(|e| e.to_string())?;
+                        inbox.ctrl(ep, right, 2)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let errs: Vec<String> = hs.into_iter().filter_map(|h| h.join().unwrap().err()).collect();
+        assert!(errs.is_empty(), "{errs:#?}");
+    });
+    assert!(t.elapsed() < Duration::from_secs(30), "8 oversubscribed threads took {:?}", t.elapsed());
+}

@@ -307,19 +307,23 @@ impl Endpoint for ShmEndpoint {
                 return Ok(());
             }
             if aux & HAS_FD != 0 && dst.len > 0 {
-                if !self.maps.contains_key(&(peer, key)) {
-                    // While we are entered the slot cannot be retired, so the fd still names the
-                    // registration's memfd (deregistration retires the slot before closing it).
-                    let fd = sys::open_proc_fd(p.pid, (aux >> 32) as u32)?;
-                    let map = sys::map_shared(fd.as_raw_fd(), len)?;
-                    sweep(&mut self.maps, &self.peers);
-                    self.maps.insert((peer, key), map);
-                }
-                let map = &self.maps[&(peer, key)];
+                let base = match self.maps.get(&(peer, key)) {
+                    Some(map) => map.as_ptr(),
+                    None => {
+                        // While we are entered the slot cannot be retired, so the fd still names the
+                        // registration's memfd (deregistration retires the slot before closing it).
+                        let fd = sys::open_proc_fd(p.pid, (aux >> 32) as u32)?;
+                        let map = sys::map_shared(fd.as_raw_fd(), len)?;
+                        sweep(&mut self.maps, &self.peers);
+                        let base = map.as_ptr();
+                        self.maps.insert((peer, key), map);
+                        base
+                    }
+                };
                 // SAFETY: the mapping is `len` bytes of the registration's memfd and
                 // `dst.off + dst.len <= len` (checked); source readable (above); shared memory is
                 // written only through raw copies, ordered before the notification by its Release.
-                unsafe { std::ptr::copy_nonoverlapping(s, map.as_ptr().add(dst.off), dst.len) };
+                unsafe { std::ptr::copy_nonoverlapping(s, base.add(dst.off), dst.len) };
                 return Ok(());
             }
             // SAFETY: source readable (above); the kernel checks the remote range.
