@@ -20,18 +20,19 @@
 //!   are done on return (`Caps::inline_completion`) still reports `WriteDone` through `poll`.
 //!   A `write` that returned `Err` reports nothing and had no effect at the target.
 //! - **Control messages** from one sender to one receiver arrive in send order, exactly once,
-//!   intact, up to `Caps::max_ctrl` bytes. `send_ctrl` copies the payload (the buffer is reusable on
-//!   return) and reports no completion.
+//!   intact, up to `Caps::max_ctrl` bytes (local 64 KiB, shm 4072 B; protocol headers should stay
+//!   under 1 KiB to fit every provider's eager path). `send_ctrl` copies the payload (the buffer is
+//!   reusable on return) and reports no completion.
 //! - **Ordering between a pair.** If `Caps::ordered_writes`, a write's data and immediate are
 //!   visible at the target no later than those of the next write/control message from the same
 //!   initiator (FIFO per pair); otherwise only the first rule holds and the protocol must use
 //!   immediates to learn arrival.
 //! - **Deregistered keys.** A write whose remote key is not (or no longer) registered at the
-//!   target fails with [`Error::InvalidKey`] (synchronously, or as `Completion::WriteError` for
+//!   target fails with [`Error::InvalidKey`](crate::Error::InvalidKey) (synchronously, or as `Completion::WriteError` for
 //!   asynchronous backends) and never touches the target's memory. Deregistration is on drop of the
 //!   last [`Mr`] clone; the race with a concurrently arriving write is closed per backend (documented
 //!   in each backend module): after `drop` returns, no write lands in that memory.
-//! - **Backpressure.** When queues are full, `write`/`send_ctrl` return [`Error::Busy`] without
+//! - **Backpressure.** When queues are full, `write`/`send_ctrl` return [`Error::Busy`](crate::Error::Busy) without
 //!   side effects; the caller polls (which lets peers drain) and retries. Neither call blocks on a
 //!   peer, so two ranks sending to each other can never deadlock inside the fabric.
 //! - **Progress.** With `Caps::progress == Progress::Manual`, operations advance only inside

@@ -4,7 +4,7 @@
 //!
 //! # Design decisions
 //! - **Segments.** Every rank creates its own memfd segment (header + key table + one inbound queue
-//!   per source rank, see [`segment`]) — no creator rank, no names to clean up. The address blob
+//!   per source rank, see `shm/segment.rs`) — no creator rank, no names to clean up. The address blob
 //!   carries `(job hash, pid, fd, rank, size)`; peers open `/proc/<pid>/fd/<fd>` and map it. A memfd
 //!   disappears when the last fd and mapping go, so nothing is left behind after a crash (no
 //!   `shm_unlink`). Requirement: peers run as the same user and may ptrace each other (also needed by
@@ -18,7 +18,7 @@
 //!   `process_vm_writev` into the peer's address space for memory registered with `register`.
 //!   Either way it is one copy. Local completion is immediate (`Caps::inline_completion`).
 //! - **Deregistration race** is closed by the in-flight count in the key slot
-//!   ([`keys`] doc): `Mr` drop waits (bounded by `Config::timeout`) for writers mid-copy. If
+//!   (`shm/keys.rs` doc): `Mr` drop waits (bounded by `Config::timeout`) for writers mid-copy. If
 //!   a writer dies mid-copy the wait times out, the slot is leaked (never reused) and a warning
 //!   is logged.
 //! - **Node-shared memory** (mamidala-2008 §4: intra-node collectives with direct load/store on
