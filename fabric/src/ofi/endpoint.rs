@@ -1,7 +1,7 @@
 //! One libfabric `FI_EP_RDM` endpoint: registered memory with unique keys, notified one-sided writes
 //! (`fi_writedata`), tagged control messages into pre-posted buffers, and progress driven by polling the CQ.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,7 +19,9 @@ pub struct OfiConfig {
     pub provider: Option<String>,
     /// Local address to bind (e.g. `127.0.0.1`), passed to `fi_getinfo` with `FI_SOURCE`.
     pub node: Option<String>,
-    /// Pre-posted control receive buffers.
+    /// Pre-posted control receive buffers. Keep it above the control messages that can be in flight towards
+    /// this endpoint: libfabric 1.17's shm provider was seen to lose or misdeliver tagged messages that arrive
+    /// before a receive is posted (unexpected messages) under load, so the default (512) avoids them.
     pub ctrl_recv_slots: usize,
     /// Control send buffers (sends beyond this many in flight wait for completions).
     pub ctrl_send_slots: usize,
@@ -39,9 +41,9 @@ impl Default for OfiConfig {
         OfiConfig {
             provider: None,
             node: None,
-            ctrl_recv_slots: 64,
+            ctrl_recv_slots: 512,
             ctrl_send_slots: 64,
-            ctrl_max: 264,
+            ctrl_max: 4096 + CTRL_HEADER,
             cq_size: 1024,
             delivery_complete: false,
             timeout: Duration::from_secs(30),
@@ -213,7 +215,8 @@ enum Post {
     },
 }
 
-/// Bytes in front of every control payload: the sender's rank (little endian u64).
+/// Bytes in front of every control payload: the sender's rank and its per-destination sequence number
+/// (little endian u32 each).
 const CTRL_HEADER: usize = 8;
 /// Writes/sends deferred after `-FI_EAGAIN` beyond which `write`/`send_ctrl` return `Busy`.
 const BACKLOG_MAX: usize = 1024;
@@ -240,6 +243,9 @@ pub struct OfiEndpoint {
     free_sends: Vec<usize>,
     recv_ctx: Box<[OpCtx]>,
     pending: VecDeque<OfiEvent>,
+    send_seq: Vec<u32>,
+    recv_seq: Vec<u32>,
+    early: BTreeMap<(usize, u32), (u64, Vec<u8>)>,
     backlog: VecDeque<(Instant, Post)>,
     scratch: Vec<CqEvent>,
     key_salt: u64,
@@ -252,10 +258,18 @@ pub struct OfiEndpoint {
     ctrl_buf: Box<[u8]>,
 }
 
+// SAFETY: the raw pointers inside (deferred posts, CQ scratch, contexts) point into memory this endpoint owns or
+// that callers of the unsafe `write`/`register` keep valid regardless of thread; all libfabric calls on the
+// endpoint's objects are serialized by the domain lock, so moving the endpoint to another thread is sound.
+unsafe impl Send for OfiEndpoint {}
+
 impl OfiEndpoint {
     /// Opens fabric, domain, CQ, AV and endpoint for `cfg`, and pre-posts the control receives. `rank` is the tag
     /// our control messages carry; `max_peers` sizes the AV.
     pub fn open(cfg: &OfiConfig, rank: u64, max_peers: usize) -> Result<OfiEndpoint, OfiError> {
+        if rank > u64::from(u32::MAX) {
+            return Err(OfiError::Invalid(format!("rank {rank} does not fit the 32-bit control header")));
+        }
         if cfg.ctrl_max <= CTRL_HEADER || cfg.ctrl_recv_slots == 0 || cfg.ctrl_send_slots == 0 {
             return Err(OfiError::Invalid("ctrl_max, ctrl_recv_slots and ctrl_send_slots must be > 0".into()));
         }
@@ -299,6 +313,9 @@ impl OfiEndpoint {
             free_sends: (0..cfg.ctrl_send_slots).rev().collect(),
             recv_ctx: (0..cfg.ctrl_recv_slots).map(|i| OpCtx::new(Kind::CtrlRecv, i as u64)).collect(),
             pending: VecDeque::new(),
+            send_seq: Vec::new(),
+            recv_seq: Vec::new(),
+            early: BTreeMap::new(),
             backlog: VecDeque::new(),
             scratch: Vec::with_capacity(16),
             key_salt: salt,
@@ -474,14 +491,20 @@ impl OfiEndpoint {
             return Err(OfiError::Busy("deferred-post queue full"));
         }
         let off = (self.ctrl_recv_slots + slot) * self.ctrl_max;
-        self.ctrl_buf[off..off + CTRL_HEADER].copy_from_slice(&self.rank.to_le_bytes());
+        if self.send_seq.len() <= peer {
+            self.send_seq.resize(peer + 1, 0);
+        }
+        let seq = self.send_seq[peer];
+        self.ctrl_buf[off..off + 4].copy_from_slice(&(self.rank as u32).to_le_bytes());
+        self.ctrl_buf[off + 4..off + CTRL_HEADER].copy_from_slice(&seq.to_le_bytes());
         self.ctrl_buf[off + CTRL_HEADER..off + CTRL_HEADER + data.len()].copy_from_slice(data);
         // SAFETY: off + CTRL_HEADER + data.len() <= off + ctrl_max is within ctrl_buf (slot < ctrl_send_slots).
         let buf = unsafe { self.ctrl_buf.as_ptr().add(off) };
         let (desc, len) = (self.ctrl_mr.desc(), CTRL_HEADER + data.len());
         let posted = self.submit(Post::Send { buf, len, desc, dest, tag, slot });
-        if posted.is_err() {
-            self.free_sends.push(slot);
+        match posted {
+            Ok(()) => self.send_seq[peer] = seq.wrapping_add(1),
+            Err(_) => self.free_sends.push(slot),
         }
         posted
     }
@@ -622,6 +645,25 @@ impl OfiEndpoint {
         Ok(n)
     }
 
+    /// Delivers control messages of each sender in its send order (providers may complete receives out of
+    /// order, e.g. shm): early arrivals wait in `early` until the gap before them is filled.
+    fn deliver_ctrl(&mut self, from: usize, seq: u32, tag: u64, data: Vec<u8>) {
+        if self.recv_seq.len() <= from {
+            self.recv_seq.resize(from + 1, 0);
+        }
+        if seq != self.recv_seq[from] {
+            self.early.insert((from, seq), (tag, data));
+            return;
+        }
+        self.pending.push_back(OfiEvent::Ctrl { from: from as u64, tag, data });
+        let mut next = seq.wrapping_add(1);
+        while let Some((tag, data)) = self.early.remove(&(from, next)) {
+            self.pending.push_back(OfiEvent::Ctrl { from: from as u64, tag, data });
+            next = next.wrapping_add(1);
+        }
+        self.recv_seq[from] = next;
+    }
+
     fn handle(&mut self, ev: CqEvent) -> Result<(), OfiError> {
         match ev {
             CqEvent::Ok(e) => {
@@ -650,10 +692,13 @@ impl OfiEndpoint {
                             self.post_recv(id)?;
                             return Err(OfiError::Unsupported(format!("control message of {len} B lacks its header")));
                         }
-                        let from = u64::from_le_bytes(self.ctrl_buf[off..off + 8].try_into().expect("8 bytes"));
+                        let word = |i: usize| {
+                            u32::from_le_bytes(self.ctrl_buf[off + i..off + i + 4].try_into().expect("4 bytes"))
+                        };
+                        let (from, seq) = (word(0) as usize, word(4));
                         let data = self.ctrl_buf[off + CTRL_HEADER..off + len].to_vec();
-                        self.pending.push_back(OfiEvent::Ctrl { from, tag: e.tag, data });
                         self.post_recv(id)?;
+                        self.deliver_ctrl(from, seq, e.tag, data);
                     }
                 }
                 Ok(())
