@@ -1,11 +1,17 @@
-//! ofi backend vs raw libfabric between 2 processes on loopback (tcp, shm): 8 B latency (ping-pong of notified
-//! writes, half round trip) and streaming bandwidth of 1 MiB / 16 MiB notified writes (window 8, end ack).
+//! ofi backend (through the fabric contract, `fabcoll_fabric::open`) vs raw libfabric between 2 processes on
+//! loopback (tcp, shm): 8 B latency (ping-pong of notified writes, half round trip) and streaming bandwidth of
+//! 1 MiB / 16 MiB notified writes (window 8, end ack). On tcp the contract's default delivery-complete mode is
+//! measured, and transmit-complete (`FABCOLL_OFI_DELIVERY_COMPLETE=0`, what the raw program uses) as `fabcoll-tc`.
 //! The raw baseline runs the same protocol in `benches/ofi_raw.c` (compiled here with `cc -O2 -lfabric`), and
 //! `fi_pingpong` (send/recv) from libfabric-bin is printed for reference. `cargo bench -p fabcoll-fabric --bench ofi`.
 
 #[cfg(not(fabcoll_ofi))]
 fn main() {
-    eprintln!("ofi bench skipped: {}", fabcoll_fabric::ofi::available().unwrap_err());
+    let cfg = fabcoll_fabric::Config::new(fabcoll_fabric::Backend::Ofi { provider: "tcp".into() }, 0, 1, "bench");
+    match fabcoll_fabric::open(&cfg) {
+        Err(e) => eprintln!("ofi bench skipped: {e}"),
+        Ok(_) => eprintln!("ofi bench skipped: built without cfg fabcoll_ofi"),
+    }
 }
 
 #[cfg(fabcoll_ofi)]
@@ -19,7 +25,7 @@ mod bench {
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
-    use fabcoll_fabric::ofi::{OfiConfig, OfiEndpoint, OfiEvent, OfiMr, RemoteRegion};
+    use fabcoll_fabric::{open, Access, Backend, Completion, Config, Endpoint, Mr, RemoteMr};
 
     const LAT_WARM: usize = 200;
     const LAT_ITERS: usize = 2000;
@@ -41,23 +47,28 @@ mod bench {
         }
         let reps: usize = std::env::var("FABCOLL_BENCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
         let me = std::env::current_exe().unwrap();
-        println!("best of {reps} alternating runs (min latency, max bandwidth)");
-        println!("{:<6} {:<16} {:>12} {:>12} {:>10}", "prov", "metric", "fabcoll", "raw C", "ratio");
+        println!("best of {reps} alternating runs (min latency, max bandwidth); ratio = fabcoll / raw C");
+        println!(
+            "{:<6} {:<16} {:>12} {:>12} {:>12} {:>8}",
+            "prov", "metric", "fabcoll", "fabcoll-tc", "raw C", "ratio"
+        );
         for prov in ["tcp", "shm"] {
-            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            let (mut ours, mut tc, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..reps {
-                best(&mut ours, pair(&me, &[], prov));
+                best(&mut ours, pair(&me, &[], prov, &[]));
+                if prov == "tcp" {
+                    best(&mut tc, pair(&me, &[], prov, &[("FABCOLL_OFI_DELIVERY_COMPLETE", "0")]));
+                }
                 if let Ok(exe) = &raw {
-                    best(&mut theirs, pair(exe, &[prov.to_string()], prov));
+                    best(&mut theirs, pair(exe, &[prov.to_string()], prov, &[]));
                 }
             }
+            let get = |v: &Vec<(String, f64)>, name: &str| v.iter().find(|(n, _)| n == name).map(|(_, x)| *x);
+            let show = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
             for (name, v) in &ours {
-                let r = theirs.iter().find(|(n, _)| n == name).map(|(_, r)| *r);
-                let (rs, ratio) = match r {
-                    Some(r) => (format!("{r:.2}"), format!("{:.2}", v / r)),
-                    None => ("-".into(), "-".into()),
-                };
-                println!("{prov:<6} {name:<16} {v:>12.2} {rs:>12} {ratio:>10}");
+                let r = get(&theirs, name);
+                let ratio = r.map(|r| format!("{:.2}", v / r)).unwrap_or_else(|| "-".into());
+                println!("{prov:<6} {name:<16} {v:>12.2} {:>12} {:>12} {ratio:>8}", show(get(&tc, name)), show(r));
             }
             fi_pingpong(prov);
         }
@@ -74,7 +85,7 @@ mod bench {
     }
 
     /// Runs ranks 0 and 1 of `exe` (this bench or the raw C program) and parses rank 0's `name value` lines.
-    fn pair(exe: &Path, args: &[String], prov: &str) -> Vec<(String, f64)> {
+    fn pair(exe: &Path, args: &[String], prov: &str, env: &[(&str, &str)]) -> Vec<(String, f64)> {
         let dir = std::env::temp_dir().join(format!("fabcoll-ofi-bench-{}-{prov}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -85,6 +96,8 @@ mod bench {
                 .env("FABCOLL_BENCH_DIR", &dir)
                 .env("FABCOLL_BENCH_PROV", prov)
                 .env("FI_TCP_IFACE", "lo")
+                .env("FABCOLL_OFI_NODE", "127.0.0.1")
+                .envs(env.iter().copied())
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("spawn bench rank")
@@ -166,10 +179,10 @@ mod bench {
     }
 
     struct Rank {
-        ep: OfiEndpoint,
+        ep: Box<dyn Endpoint>,
         peer: usize,
-        remote: RemoteRegion,
-        events: Vec<OfiEvent>,
+        remote: RemoteMr,
+        events: Vec<Completion>,
         writes_out: usize,
         arrived: usize,
     }
@@ -189,8 +202,8 @@ mod bench {
             self.ep.poll(&mut self.events).unwrap();
             for e in self.events.drain(..) {
                 match e {
-                    OfiEvent::RemoteWrite { .. } => remote += 1,
-                    OfiEvent::WriteDone(_) => self.writes_out -= 1,
+                    Completion::WriteArrived { .. } => remote += 1,
+                    Completion::WriteDone { .. } => self.writes_out -= 1,
                     other => panic!("unexpected {other:?}"),
                 }
             }
@@ -198,19 +211,23 @@ mod bench {
             remote
         }
 
-        fn write(&mut self, mr: &OfiMr, len: usize) {
-            // SAFETY: the bench's buffers live until the end of run_rank and are never modified meanwhile.
-            unsafe { self.ep.write(mr, 0, len, self.peer, &self.remote, 0, Some(len as u64)).unwrap() };
+        fn write(&mut self, mr: &Mr, len: usize) {
+            let (src, dst) = (mr.slice(0, len).unwrap(), self.remote.slice(0, len).unwrap());
+            loop {
+                match self.ep.write(self.peer, src, dst, Some(len as u64), 0) {
+                    Ok(()) => break,
+                    Err(e) if e.is_busy() => {
+                        self.poll_once();
+                    }
+                    Err(e) => panic!("write: {e}"),
+                }
+            }
             self.writes_out += 1;
         }
     }
 
     fn run_rank(prov: &str, rank: usize, dir: &Path) {
-        let mut cfg = OfiConfig::default().provider(prov);
-        if prov != "shm" {
-            cfg.node = Some("127.0.0.1".into());
-        }
-        let mut ep = OfiEndpoint::open(&cfg, rank as u64, 2).unwrap();
+        let mut ep = open(&Config::new(Backend::Ofi { provider: prov.into() }, rank, 2, "bench")).unwrap();
         std::fs::write(dir.join(format!("addr.{rank}.tmp")), ep.address().unwrap()).unwrap();
         std::fs::rename(dir.join(format!("addr.{rank}.tmp")), dir.join(format!("addr.{rank}"))).unwrap();
         let peer = 1 - rank;
@@ -226,14 +243,18 @@ mod bench {
         };
         ep.insert_peers(&addrs).unwrap();
         let max = *BW_SIZES.iter().max().unwrap();
-        let src = vec![1u8; max];
-        let dst = vec![2u8; max];
-        // SAFETY: src and dst outlive the MRs (declared before them, dropped after).
-        let (smr, dmr) = unsafe { (ep.register(src.as_ptr(), max).unwrap(), ep.register(dst.as_ptr(), max).unwrap()) };
-        ep.send_ctrl(peer, 0, &dmr.remote().to_bytes()).unwrap();
-        let remote = match ep.wait_for(Duration::from_secs(20), |e| matches!(e, OfiEvent::Ctrl { .. })).unwrap() {
-            OfiEvent::Ctrl { data, .. } => RemoteRegion::from_bytes(&data).unwrap(),
-            _ => unreachable!("wait_for returns a matching event"),
+        let src = ep.alloc(max, Access::LOCAL).unwrap();
+        let dst = ep.alloc(max, Access::REMOTE_WRITE).unwrap();
+        // Touch every page on both sides, as the raw program does.
+        src.write_at(0, &vec![1u8; max]).unwrap();
+        dst.write_at(0, &vec![2u8; max]).unwrap();
+        ep.send_ctrl(peer, 1, &dst.remote().to_bytes()).unwrap();
+        let mut events = Vec::new();
+        let remote = loop {
+            ep.wait(&mut events, Some(Duration::from_secs(20))).unwrap();
+            if let Some(Completion::Ctrl { data, .. }) = events.iter().find(|c| matches!(c, Completion::Ctrl { .. })) {
+                break RemoteMr::from_bytes(data).unwrap();
+            }
         };
         let mut r = Rank { ep, peer, remote, events: Vec::new(), writes_out: 0, arrived: 0 };
 
@@ -244,11 +265,11 @@ mod bench {
                 t0 = Instant::now();
             }
             if rank == 0 {
-                r.write(&smr, 8);
+                r.write(&src, 8);
                 r.wait_remote();
             } else {
                 r.wait_remote();
-                r.write(&smr, 8);
+                r.write(&src, 8);
             }
         }
         let half_rtt_us = t0.elapsed().as_secs_f64() * 1e6 / LAT_ITERS as f64 / 2.0;
@@ -264,7 +285,7 @@ mod bench {
                 let mut acked = 0;
                 while acked == 0 {
                     while posted < n && r.writes_out < WINDOW {
-                        r.write(&smr, size);
+                        r.write(&src, size);
                         posted += 1;
                     }
                     acked += r.poll_once();
@@ -277,7 +298,7 @@ mod bench {
                     r.poll_once();
                 }
                 r.arrived -= n;
-                r.write(&smr, 8);
+                r.write(&src, 8);
             }
             while r.writes_out > 0 {
                 r.poll_once();
@@ -288,6 +309,7 @@ mod bench {
         while t.elapsed() < Duration::from_millis(100) {
             r.poll_once();
         }
-        drop((smr, dmr));
+        drop(r);
+        drop((src, dst));
     }
 }
