@@ -102,11 +102,13 @@ mod bench {
                 .spawn()
                 .expect("spawn bench rank")
         };
-        let (c0, mut c1) = (spawn(0), spawn(1));
+        let (mut c0, mut c1) = (spawn(0), spawn(1));
         let start = Instant::now();
         let out = loop {
             if start.elapsed() > Duration::from_secs(60) {
                 let _ = c1.kill();
+                let _ = c0.kill();
+                let _ = c0.wait();
                 eprintln!("{} {prov}: timed out", exe.display());
                 break None;
             }
@@ -256,13 +258,22 @@ mod bench {
                 break RemoteMr::from_bytes(data).unwrap();
             }
         };
-        let mut r = Rank { ep, peer, remote, events: Vec::new(), writes_out: 0, arrived: 0 };
+        // The peer may already have started writing: keep arrivals that came with its descriptor.
+        let early = events.iter().filter(|c| matches!(c, Completion::WriteArrived { .. })).count();
+        let mut r = Rank { ep, peer, remote, events: Vec::new(), writes_out: 0, arrived: early };
+        let debug = std::env::var_os("FABCOLL_BENCH_DEBUG").is_some();
+        if debug {
+            eprintln!("rank {rank}: connected");
+        }
 
         // Latency: 8 B notified-write ping-pong.
         let mut t0 = Instant::now();
         for i in 0..LAT_WARM + LAT_ITERS {
             if i == LAT_WARM {
                 t0 = Instant::now();
+            }
+            if debug && i % 500 == 0 {
+                eprintln!("rank {rank}: ping-pong {i}");
             }
             if rank == 0 {
                 r.write(&src, 8);

@@ -123,16 +123,22 @@ impl OfiBackend {
     }
 
     fn translate(&mut self, out: &mut Vec<Completion>) -> usize {
-        let n = self.events.len();
+        let n0 = out.len();
         let imm_bits = self.caps.imm_bits;
         for ev in self.events.drain(..) {
             out.push(match ev {
-                OfiEvent::WriteDone(op) => {
-                    let f = self.inflight.remove(&op.0).expect("every posted write is in flight");
-                    Completion::WriteDone { ctx: f.ctx }
-                }
+                OfiEvent::WriteDone(op) => match self.inflight.remove(&op.0) {
+                    Some(f) => Completion::WriteDone { ctx: f.ctx },
+                    None => {
+                        tracing::warn!(op = op.0, "ofi: completion of an unknown write ignored");
+                        continue;
+                    }
+                },
                 OfiEvent::WriteFailed(op, e) => {
-                    let f = self.inflight.remove(&op.0).expect("every posted write is in flight");
+                    let Some(f) = self.inflight.remove(&op.0) else {
+                        tracing::warn!(op = op.0, "ofi: failure of an unknown write ignored: {e}");
+                        continue;
+                    };
                     Completion::WriteError {
                         ctx: f.ctx,
                         error: format!("write to rank {} (key {:#x}) failed: {e}", f.peer, f.key),
@@ -149,7 +155,7 @@ impl OfiBackend {
                 OfiEvent::Ctrl { from, tag, data } => Completion::Ctrl { peer: from as usize, tag, data },
             });
         }
-        n
+        out.len() - n0
     }
 }
 
@@ -324,5 +330,6 @@ pub(crate) fn to_error(provider: &str, e: OfiError) -> Error {
         OfiError::Invalid(m) => Error::InvalidArgument(m),
         OfiError::Busy(m) => Error::Busy(m),
         OfiError::Timeout(what) => Error::Timeout { after: Duration::ZERO, what },
+        OfiError::Peer { peer, source } => Error::Peer { peer, msg: format!("ofi:{provider}: {source}") },
     }
 }

@@ -241,6 +241,8 @@ pub struct OfiEndpoint {
     free_writes: Vec<usize>,
     send_ctx: Box<[OpCtx]>,
     free_sends: Vec<usize>,
+    /// Destination rank of each control send slot (for errors naming the peer).
+    send_peer: Vec<usize>,
     recv_ctx: Box<[OpCtx]>,
     pending: VecDeque<OfiEvent>,
     send_seq: Vec<u32>,
@@ -311,6 +313,7 @@ impl OfiEndpoint {
             free_writes: Vec::new(),
             send_ctx: (0..cfg.ctrl_send_slots).map(|i| OpCtx::new(Kind::CtrlSend, i as u64)).collect(),
             free_sends: (0..cfg.ctrl_send_slots).rev().collect(),
+            send_peer: vec![0; cfg.ctrl_send_slots],
             recv_ctx: (0..cfg.ctrl_recv_slots).map(|i| OpCtx::new(Kind::CtrlRecv, i as u64)).collect(),
             pending: VecDeque::new(),
             send_seq: Vec::new(),
@@ -495,6 +498,7 @@ impl OfiEndpoint {
             self.send_seq.resize(peer + 1, 0);
         }
         let seq = self.send_seq[peer];
+        self.send_peer[slot] = peer;
         self.ctrl_buf[off..off + 4].copy_from_slice(&(self.rank as u32).to_le_bytes());
         self.ctrl_buf[off + 4..off + CTRL_HEADER].copy_from_slice(&seq.to_le_bytes());
         self.ctrl_buf[off + CTRL_HEADER..off + CTRL_HEADER + data.len()].copy_from_slice(data);
@@ -614,7 +618,7 @@ impl OfiEndpoint {
                     }
                     Post::Send { slot, .. } => {
                         self.free_sends.push(slot);
-                        return Err(e);
+                        return Err(OfiError::Peer { peer: self.send_peer[slot], source: Box::new(e) });
                     }
                     Post::Recv { .. } => return Err(e),
                 }
@@ -720,7 +724,7 @@ impl OfiEndpoint {
                     }
                     Kind::CtrlSend => {
                         self.free_sends.push(id);
-                        Err(err)
+                        Err(OfiError::Peer { peer: self.send_peer[id], source: Box::new(err) })
                     }
                     Kind::CtrlRecv => {
                         if err.code() == Some(sys::FI_ECANCELED as i32) {

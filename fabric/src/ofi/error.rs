@@ -37,6 +37,13 @@ pub enum OfiError {
     Busy(&'static str),
     /// Waited longer than allowed (peer silent or dead).
     Timeout(String),
+    /// An operation towards rank `peer` failed (unreachable, dead, connection lost).
+    Peer {
+        /// The peer's rank.
+        peer: usize,
+        /// What failed.
+        source: Box<OfiError>,
+    },
 }
 
 impl OfiError {
@@ -74,6 +81,7 @@ impl fmt::Display for OfiError {
             OfiError::Invalid(m) => write!(f, "invalid argument: {m}"),
             OfiError::Busy(m) => write!(f, "resources busy ({m}); poll completions and retry"),
             OfiError::Timeout(m) => write!(f, "libfabric: timed out: {m}"),
+            OfiError::Peer { peer, source } => write!(f, "to rank {peer}: {source}"),
         }
     }
 }
