@@ -78,7 +78,7 @@ fn check_lengths(op: &ReduceOp, dtype: Datatype, src: usize, dst: usize) -> Resu
     if src != dst {
         return Err(op.error(dtype, format!("source is {src} bytes but destination is {dst} bytes")));
     }
-    if dst % size != 0 {
+    if dst.checked_rem(size) != Some(0) {
         return Err(op.error(dtype, format!("{dst} bytes is not a whole number of {size}-byte elements")));
     }
     Ok(())
