@@ -60,7 +60,13 @@ impl UserOp {
         T: Element,
         F: Fn(T, T) -> T + Send + Sync + 'static,
     {
-        let g = move |src: &[u8], dst: &mut [u8], _dt: Datatype, order: Order| {
+        let name: Arc<str> = Arc::from(name.into());
+        let op_name = Arc::clone(&name);
+        let g = move |src: &[u8], dst: &mut [u8], dt: Datatype, order: Order| {
+            if dt != T::DATATYPE {
+                let msg = format!("element-wise user op on {} called on {dt}", T::DATATYPE);
+                return Err(Error::Reduce { op: op_name.to_string(), datatype: dt.name(), msg });
+            }
             let combine = |s: &[T], d: &mut [T]| {
                 match order {
                     Order::SrcFirst => d.iter_mut().zip(s).for_each(|(d, s)| *d = f(*s, *d)),
@@ -70,15 +76,11 @@ impl UserOp {
             };
             crate::kernels::on_bytes::<T>(src, dst, combine)
         };
-        UserOp {
-            name: Arc::from(name.into()),
-            commutative,
-            datatypes: Some(Arc::from([T::DATATYPE].as_slice())),
-            f: Arc::new(g),
-        }
+        UserOp { name, commutative, datatypes: Some(Arc::from([T::DATATYPE].as_slice())), f: Arc::new(g) }
     }
 
-    /// Restricts the op to these datatypes ([`ReduceOp::check`] rejects the others).
+    /// Restricts the op to these datatypes ([`ReduceOp::check`] rejects the others). An
+    /// element-wise op still runs on its own type only (others are an error at run time).
     pub fn with_datatypes(mut self, datatypes: &[Datatype]) -> UserOp {
         self.datatypes = Some(Arc::from(datatypes));
         self
@@ -250,6 +252,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ops_are_send_and_sync() {
+        fn check<T: Send + Sync + Clone>() {}
+        check::<ReduceOp>();
+        check::<UserOp>();
+    }
+
+    #[test]
     fn names_round_trip() {
         for op in BUILTINS {
             assert_eq!(ReduceOp::from_name(op.name()).unwrap(), op);
@@ -303,6 +312,13 @@ mod tests {
         assert_ne!(op, other);
         let any = ReduceOp::User(UserOp::new("xor", true, |s, d, _| d.iter_mut().zip(s).for_each(|(d, s)| *d ^= s)));
         assert!(any.is_commutative());
+        // Widening an element-wise op's datatypes does not make it run on the wrong element size.
+        let wide = ReduceOp::User(
+            UserOp::elementwise::<i64, _>("add", true, |a, b| a + b).with_datatypes(&[Datatype::I64, Datatype::I8]),
+        );
+        assert!(wide.check(Datatype::I8).is_ok());
+        let e = crate::kernels::reduce(&wide, Datatype::I8, &[1; 3], &mut [2; 3], Order::SrcFirst).unwrap_err();
+        assert!(e.to_string().contains("add on i8") && e.to_string().contains("called on i8"), "{e}");
         assert!(Datatype::ALL.iter().all(|&d| any.check(d).is_ok()));
     }
 }
