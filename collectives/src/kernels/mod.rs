@@ -3,7 +3,8 @@
 //!
 //! Cost: one pass reading `src` and `dst` and writing `dst` (γ per byte of `dst`); see the
 //! `kernels` bench for GB/s next to memcpy. Bytes may be unaligned: aligned buffers are viewed
-//! in place (bytemuck), unaligned ones are staged through aligned stack tiles of [`TILE`] elements.
+//! in place (bytemuck), an unaligned source is read with unaligned loads, an unaligned
+//! destination is staged through an aligned stack tile of [`TILE`] elements.
 //! Built-in ops are commutative, so their kernels ignore [`Order`]; user ops honour it.
 
 mod impls;
@@ -84,8 +85,24 @@ fn check_lengths(op: &ReduceOp, dtype: Datatype, src: usize, dst: usize) -> Resu
     Ok(())
 }
 
+/// A built-in op on bytes: typed views when aligned; an unaligned `src` is read in place with
+/// unaligned loads; an unaligned `dst` is staged through an aligned stack tile.
 fn builtin<T: Element>(op: &ReduceOp, src: &[u8], dst: &mut [u8]) -> Result<()> {
-    on_bytes::<T>(src, dst, |s, d| T::apply(op, s, d))
+    if let Some(d) = T::view_mut(dst) {
+        return match T::view(src) {
+            Some(s) => T::apply(op, s, d),
+            None => T::apply_src_bytes(op, src, d),
+        };
+    }
+    let size = T::DATATYPE.size();
+    let mut td = [T::ZERO; TILE];
+    for (sb, db) in src.chunks(TILE * size).zip(dst.chunks_mut(TILE * size)) {
+        let d = &mut td[..db.len() / size];
+        T::load(db, d);
+        T::apply_src_bytes(op, sb, d)?;
+        T::store(d, db);
+    }
+    Ok(())
 }
 
 /// Runs a typed kernel `f(src, dst)` over byte slices holding whole elements of `T`: in place when
