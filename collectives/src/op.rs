@@ -1,16 +1,21 @@
 //! Reduction operators: the twelve MPI built-ins and user-defined ops with a commutative flag,
 //! and which (op, datatype) pairs are defined ([`ReduceOp::check`]).
 //!
-//! Semantics of the built-ins (all commutative and associative, so algorithms may reorder them):
+//! Semantics of the built-ins (all exactly commutative; all but float `Sum`/`Prod` also exactly
+//! associative, so for those two the result depends on the association the algorithm picks, as in
+//! MPI):
 //! - `Sum`, `Prod`: integers wrap (two's complement); floats are IEEE; `f16`/`bf16` are widened to
-//!   f32, combined, and rounded back once per element per reduction step (correctly rounded,
-//!   since f32 has more than 2p + 2 significand bits for both).
+//!   f32, combined, and rounded back to nearest-even once per element per reduction step. That is
+//!   the correctly rounded half-precision result (f32 has ≥ 2p + 2 significand bits for both), the
+//!   only exception being bf16 products that fall into f32's subnormal range. There is no f32
+//!   accumulation across steps: a p-rank reduction rounds p − 1 times, like native half math.
 //! - `Min`, `Max` on floats: NaN propagates (any NaN operand gives NaN) and −0 < +0, i.e.
 //!   IEEE 754-2019 `minimum`/`maximum`. This makes them order-independent, unlike C's `fmin`.
 //! - `Band`, `Bor`, `Bxor`: bitwise, integers only. `Land`, `Lor`, `Lxor`: nonzero is true, result
 //!   is 1 or 0, integers only.
 //! - `Minloc`, `Maxloc`: pair types only; the smaller (larger) value wins, equal values keep the
-//!   lower index (the MPI rule); a NaN value counts as the winner (lower index among NaNs).
+//!   lower index (the MPI rule); a NaN value counts as the winner (lower index among NaNs); an
+//!   exact tie (same value, same index: ±0, NaN payloads) goes to the smaller bit pattern.
 
 use std::fmt;
 use std::sync::Arc;

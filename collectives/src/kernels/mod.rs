@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::op::ReduceOp;
 use crate::schedule::Order;
 
-/// Elements per stack tile on the unaligned path.
+/// Elements per aligned stack tile when the destination bytes are unaligned.
 pub const TILE: usize = 512;
 
 /// Combines `src` into `dst` element-wise: `dst ← src ⊕ dst` for [`Order::SrcFirst`] (src holds
