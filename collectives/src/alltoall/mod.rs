@@ -5,9 +5,12 @@
 //! faraj-yuan's γ is contention, which the α–β model leaves out).
 
 mod forward;
+mod mesh;
 mod phases;
 
 mod bruck;
+mod mesh_2d;
+mod mesh_3d;
 mod pair_full_barrier;
 mod pair_light_barrier;
 mod pair_n_barriers;
@@ -28,6 +31,10 @@ use crate::registry::Algorithm;
 pub(crate) const ALGORITHMS: &[Algorithm] = &[
     bruck::ALLTOALL,
     bruck::ALLTOALLV,
+    mesh_2d::ALLTOALL,
+    mesh_2d::ALLTOALLV,
+    mesh_3d::ALLTOALL,
+    mesh_3d::ALLTOALLV,
     simple::ALLTOALL,
     simple::ALLTOALLV,
     spreading_simple::ALLTOALL,
