@@ -118,7 +118,7 @@ pub(super) fn root_divisor(n: u32, k: u32) -> u32 {
     let n64 = u64::from(n);
     (1..=n)
         .take_while(|&x| u64::from(x).checked_pow(k).is_some_and(|v| v <= n64))
-        .filter(|&x| n % x == 0)
+        .filter(|&x| n.is_multiple_of(x))
         .last()
         .unwrap_or(1)
 }
