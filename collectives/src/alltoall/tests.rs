@@ -257,3 +257,42 @@ fn message_counts_match_the_cost_alpha_for_uniform_counts() {
         }
     }
 }
+
+/// The crate verifier over p = 1..=20, counts {0, 1, p − 1, p, p + 1, 997}, in place or not, and
+/// alltoallv with irregular matrices (with zeros, an all-zero one and one with a single sender).
+#[test]
+fn verifier_sweep() {
+    use crate::verify::check;
+    for alg in ALGORITHMS {
+        for p in (1..=20u32).filter(|&p| applicable(alg, p)) {
+            let p64 = u64::from(p);
+            if alg.coll == Collective::Alltoall {
+                for count in [0, 1, p64 - 1, p64, p64 + 1, 997] {
+                    for in_place in [false, true] {
+                        let mut args = CollArgs::new(Collective::Alltoall, 0, p, count);
+                        args.in_place = in_place;
+                        check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
+                    }
+                }
+                let seg = CollArgs::new(Collective::Alltoall, 0, p, 5).with_param("segment", 2);
+                check(alg, &seg).unwrap_or_else(|e| panic!("{e}"));
+            } else {
+                let mut single = vec![0u64; (p * p) as usize];
+                single[(p as usize - 1) * p as usize] = 3;
+                let mats =
+                    [matrix(p, 7), matrix(p, 8).iter().map(|c| c * 50).collect(), vec![0; (p * p) as usize], single];
+                for m in mats {
+                    let args = CollArgs::new(Collective::Alltoallv, 0, p, 0).with_counts(m);
+                    check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
+                }
+            }
+            if alg.name.ends_with("n_barriers") {
+                for n in [1u64, 2, p64 / 2 + 1, 1000] {
+                    let args = CollArgs::new(alg.coll, 0, p, 2).with_param("barriers", n);
+                    let args = if alg.coll == Collective::Alltoallv { args.with_counts(matrix(p, n)) } else { args };
+                    check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
+                }
+            }
+        }
+    }
+}
