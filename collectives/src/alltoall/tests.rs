@@ -285,12 +285,45 @@ fn verifier_sweep() {
                     let args = CollArgs::new(Collective::Alltoallv, 0, p, 0).with_counts(m);
                     check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
                 }
+                // Displacements with gaps, send blocks in reverse order (valid for every rank).
+                let m = matrix(p, 9);
+                let w = m.iter().copied().max().unwrap_or(0) + 1;
+                let mut args = CollArgs::new(Collective::Alltoallv, 0, p, 0).with_counts(m);
+                args.displs = Some((0..p64).map(|j| (p64 - 1 - j) * w).collect());
+                args.rdispls = Some((0..p64).map(|i| i * (w + 1) + 1).collect());
+                check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
             }
             if alg.name.ends_with("n_barriers") {
                 for n in [1u64, 2, p64 / 2 + 1, 1000] {
                     let args = CollArgs::new(alg.coll, 0, p, 2).with_param("barriers", n);
                     let args = if alg.coll == Collective::Alltoallv { args.with_counts(matrix(p, n)) } else { args };
                     check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
+                }
+            }
+        }
+    }
+}
+
+/// For alltoall the registry's cost terms are exactly the simulated critical path on the unit
+/// machine, except simple's: its rank order makes every rank send to rank 0 first, and the
+/// simulator's single-ported receivers serialize that contention (faraj-yuan's γ term).
+#[test]
+fn alltoall_cost_is_the_simulated_critical_path() {
+    use crate::cost::Machine;
+    use crate::sim::simulate_alg;
+    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+        for p in [1u32, 2, 3, 5, 6, 8, 9, 12, 16] {
+            if !applicable(alg, p) {
+                continue;
+            }
+            for count in [0u64, 3] {
+                let args = CollArgs::new(alg.coll, 0, p, count);
+                let c = alg.cost_of(&args).unwrap();
+                let s = simulate_alg(alg, &args, &Machine::UNIT).unwrap().critical_path;
+                if alg.name == "simple" && p > 2 && count > 0 {
+                    assert!(s.alpha > c.alpha && s.beta > c.beta, "simple p={p}: {c:?} vs {s:?}");
+                } else {
+                    assert_eq!((c.alpha, c.beta), (s.alpha, s.beta), "{} p={p} count={count}", alg.name);
                 }
             }
         }
