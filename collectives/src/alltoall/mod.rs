@@ -2,7 +2,14 @@
 //!
 //! Cost convention of every file: n = p·count·elem bytes that a rank sends (thakur §4.3); α counts
 //! messages on the critical path, β bytes through the busiest port on it; γ = 0 (no reduction;
-//! faraj-yuan's γ is contention, which the α–β model leaves out).
+//! faraj-yuan's γ is contention, which the α–β model leaves out). For alltoallv the terms are a
+//! lock-step estimate from the count matrix (busiest rank per step), not a paper formula.
+//!
+//! Shared code: `phases` (layout, in-place staging, barriers, the ring/pair phase engine),
+//! `forward` (store-and-forward of (src, dst) items for Bruck and the meshes), `mesh` (the grid).
+//! In place (alltoall only; alltoallv has no in-place form), the pair family replaces block by
+//! block through one block of scratch (MPICH's sendrecv_replace); every other algorithm first
+//! copies the input to scratch (n extra bytes) and runs as if out of place.
 
 mod forward;
 mod mesh;

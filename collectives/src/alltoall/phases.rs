@@ -64,12 +64,18 @@ fn displacements(
 impl<'a> Io<'a> {
     /// The layout of `args`; under in-place, also emits the staging copy into `b`.
     pub fn new(b: &mut ScheduleBuilder, args: &'a CollArgs) -> Result<Io<'a>> {
+        Io::with_staging(b, args, true)
+    }
+
+    /// The layout of `args`, staging the input under in-place only if `stage` (an algorithm that
+    /// does not stage must order every `Recv` write after the reads of the same block itself).
+    pub fn with_staging(b: &mut ScheduleBuilder, args: &'a CollArgs, stage: bool) -> Result<Io<'a>> {
         let r = args.rank;
         let sdispl = displacements(args, &args.displs, |j| args.pair_count(r, j))?;
         let rdispl = displacements(args, &args.rdispls, |i| args.pair_count(i, r))?;
         let mut io = Io { args, input: Buf::Send, sdispl, rdispl, guard: Vec::new() };
         let len = args.send_len()?;
-        if args.in_place && len > 0 {
+        if stage && args.in_place && len > 0 {
             let t = b.scratch(len);
             io.guard.push(b.copy(Region::new(Buf::Send, 0, len), Region::new(t, 0, len), &[]));
             io.input = t;
@@ -171,16 +177,19 @@ pub(super) fn dissemination_barrier(b: &mut ScheduleBuilder, deps: &[StepId]) ->
 pub(super) struct Pattern {
     pub send: fn(u32, u32, u32) -> u32,
     pub recv: fn(u32, u32, u32) -> u32,
+    /// Whether `send == recv` (each phase is an exchange with one partner).
+    pub symmetric: bool,
 }
 
 /// Ring: phase k sends to r + k and receives from r − k (mod p).
 pub(super) const RING: Pattern = Pattern {
     send: |r, k, p| ((u64::from(r) + u64::from(k)) % u64::from(p)) as u32,
     recv: |r, k, p| ((u64::from(r) + u64::from(p) - u64::from(k)) % u64::from(p)) as u32,
+    symmetric: false,
 };
 
 /// Pair: phase k exchanges with r XOR k (p a power of two).
-pub(super) const XOR: Pattern = Pattern { send: |r, k, _| r ^ k, recv: |r, k, _| r ^ k };
+pub(super) const XOR: Pattern = Pattern { send: |r, k, _| r ^ k, recv: |r, k, _| r ^ k, symmetric: true };
 
 /// How consecutive phases are synchronized.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -229,10 +238,17 @@ fn barrier_after(k: u32, n: u64, p: u32) -> bool {
 /// Builds a phased exchange (ring or pair family): p − 1 phases, phase k sends this rank's block
 /// to `pat.send(r, k)` and receives the block from `pat.recv(r, k)`, synchronized by `sync`.
 /// Empty blocks are not sent (both sides know every count).
+///
+/// In place, a symmetric pattern replaces blocks as MPICH's sendrecv_replace does: phase k
+/// receives into a one-block scratch and copies it over the block it just sent; other patterns
+/// stage the whole input ([`Io::new`]).
 pub(super) fn phased(args: &CollArgs, pat: Pattern, sync: Sync) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(args);
-    let io = Io::new(&mut b, args)?;
     let (r, p) = (args.rank, args.size);
+    let replace = args.in_place && pat.symmetric;
+    let io = Io::with_staging(&mut b, args, !replace)?;
+    let block = (0..p).filter(|&j| j != r).map(|j| io.count(j, r)).max().unwrap_or(0);
+    let tmp = (replace && block > 0).then(|| b.scratch(block));
     io.own_copy(&mut b);
     let barriers = io.any_data();
     // `prev`: the steps phase k waits for (phase k − 1's, or the barrier after it).
@@ -245,7 +261,19 @@ pub(super) fn phased(args: &CollArgs, pat: Pattern, sync: Sync) -> Result<Schedu
             send_deps.push(b.recv(to, EMPTY, &[]));
         }
         let s = io.send_to(&mut b, to, &send_deps);
-        let v = io.recv_from(&mut b, from, &prev);
+        let (v, landed) = match tmp {
+            Some(t) if io.count(from, r) > 0 => {
+                let len = io.count(from, r);
+                let v = b.recv(from, Region::new(t, 0, len), &prev);
+                // Over the block just sent to the same partner: after the send and the receive.
+                let deps: Vec<StepId> = s.into_iter().chain([v]).collect();
+                (Some(v), Some(b.copy(Region::new(t, 0, len), io.recv_block(from), &deps)))
+            }
+            _ => {
+                let v = io.recv_from(&mut b, from, &prev);
+                (v, v)
+            }
+        };
         if sync == Sync::Light && k + 1 < p {
             // Tell our phase-(k + 1) sender that our phase-k receive is done.
             let next_from = (pat.recv)(r, k + 1, p);
@@ -254,8 +282,8 @@ pub(super) fn phased(args: &CollArgs, pat: Pattern, sync: Sync) -> Result<Schedu
                 b.send(next_from, EMPTY, &deps);
             }
         }
-        if s.is_some() || v.is_some() {
-            prev = s.into_iter().chain(v).collect();
+        if s.is_some() || landed.is_some() {
+            prev = s.into_iter().chain(landed).collect();
         }
         if let Sync::Barriers(n) = sync {
             if barriers && k + 1 < p && barrier_after(k, n, p) {

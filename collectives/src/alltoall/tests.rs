@@ -329,3 +329,31 @@ fn alltoall_cost_is_the_simulated_critical_path() {
         }
     }
 }
+
+/// Schedule generation stays near-linear in p: one rank's schedule at p = 16,384 for every row.
+#[test]
+fn large_p_builds_quickly() {
+    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+        let t = std::time::Instant::now();
+        let s = alg.schedule(&CollArgs::new(Collective::Alltoall, 77, 16_384, 2)).unwrap();
+        let dt = t.elapsed();
+        assert!(s.len() >= 2, "{}", alg.name);
+        assert!(dt.as_secs_f64() < 5.0, "{}: {dt:?}", alg.name);
+    }
+}
+
+/// In place, the pair family replaces block by block (one block of scratch); the others stage
+/// the whole input once.
+#[test]
+fn in_place_scratch() {
+    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+        let mut args = CollArgs::new(Collective::Alltoall, 3, 8, 5);
+        args.in_place = true;
+        let s = alg.schedule(&args).unwrap();
+        if alg.restrictions.pow2 {
+            assert_eq!(s.scratch, vec![5], "{}", alg.name);
+        } else {
+            assert_eq!(s.scratch.first(), Some(&40), "{}", alg.name);
+        }
+    }
+}
