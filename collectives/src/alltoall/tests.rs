@@ -357,3 +357,24 @@ fn in_place_scratch() {
         }
     }
 }
+
+/// The verifier at larger p (up to 64: cubes, squares, primes, powers of two).
+#[test]
+fn verifier_sweep_large_p() {
+    use crate::verify::check;
+    for alg in ALGORITHMS {
+        for p in [21u32, 24, 27, 30, 31, 32, 33, 36, 48, 60, 64].into_iter().filter(|&p| applicable(alg, p)) {
+            let args = if alg.coll == Collective::Alltoall {
+                CollArgs::new(Collective::Alltoall, 0, p, 3)
+            } else {
+                CollArgs::new(Collective::Alltoallv, 0, p, 0).with_counts(matrix(p, u64::from(p)))
+            };
+            check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
+            if alg.coll == Collective::Alltoall {
+                let mut args = args.clone();
+                args.in_place = true;
+                check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    }
+}
