@@ -6,7 +6,8 @@
 //! to c's and src's coordinates ≥ i equal to c's; after the last phase, exactly (·, c). A message
 //! of phase i from q to t carries p/d_i items: src's low coordinates a (outer), dst's high
 //! coordinates h (inner). In the last phase these sources are consecutive ranks, so a packed
-//! `Recv` takes the message without unpacking.
+//! `Recv` takes the message without unpacking. Scratch (pack and receive buffers per message,
+//! not reused) is at most 2·Σ_i (d_i − 1)/d_i·n.
 
 use super::forward::{Forwarder, Item};
 use super::phases::{elem, Io};
