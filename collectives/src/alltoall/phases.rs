@@ -1,5 +1,5 @@
 //! Building blocks shared by the alltoall(v) algorithms: the buffer layout (with in-place
-//! staging), direct block exchanges, the dissemination (full) barrier and the phase engine of the
+//! staging), direct block exchanges, the full barriers (dissemination, butterfly) and the phase engine of the
 //! ring and pair families (faraj-yuan §3.1) with their light, full and N-barrier variants.
 //!
 //! In-place alltoall reads and writes the same buffer, so [`Io::new`] first copies the input to
@@ -153,16 +153,20 @@ impl<'a> Io<'a> {
 /// A zero-length region for synchronization messages.
 pub(super) const EMPTY: Region = Region::new(Buf::Recv, 0, 0);
 
-/// Dissemination barrier (thakur's barrier, ⌈lg p⌉ rounds of zero-length messages): round k sends
-/// to r + 2^k and receives from r − 2^k after round k − 1's receive. Returns the steps that mark
-/// its completion on this rank.
-pub(super) fn dissemination_barrier(b: &mut ScheduleBuilder, deps: &[StepId]) -> Vec<StepId> {
+/// Full barrier of ⌈lg p⌉ rounds of zero-length messages, round k after round k − 1's receive:
+/// dissemination (round k sends to r + 2^k, receives from r − 2^k; any p) or, with `xor` (p a
+/// power of two), butterfly (round k exchanges with r XOR 2^k), which keeps the pair family's
+/// schedules XOR-symmetric. Returns the steps that mark its completion on this rank.
+pub(super) fn full_barrier(b: &mut ScheduleBuilder, xor: bool, deps: &[StepId]) -> Vec<StepId> {
     let (r, p) = (u64::from(b.rank()), u64::from(b.size()));
     let mut prev = deps.to_vec();
     let mut dist = 1u64;
     while dist < p {
-        let to = ((r + dist) % p) as u32;
-        let from = ((r + p - dist) % p) as u32;
+        let (to, from) = if xor {
+            ((r ^ dist) as u32, (r ^ dist) as u32)
+        } else {
+            (((r + dist) % p) as u32, ((r + p - dist) % p) as u32)
+        };
         let s = b.send(to, EMPTY, &prev);
         let v = b.recv(from, EMPTY, &prev);
         prev = vec![s, v];
@@ -200,7 +204,7 @@ pub(super) enum Sync {
     /// "ready" message from its phase-k receiver, sent when that receiver's phase k − 1 receive
     /// completed (no node ever receives two phases at once).
     Light,
-    /// Chain, plus a full dissemination barrier after some phases: N barriers split the p − 1
+    /// Chain, plus a full barrier after some phases: N barriers split the p − 1
     /// phases into N + 1 nearly equal groups (N is clamped to p − 2; `u64::MAX` = after every
     /// phase).
     Barriers(u64),
@@ -236,7 +240,8 @@ fn barrier_after(k: u32, n: u64, p: u32) -> bool {
 }
 
 /// Builds a phased exchange (ring or pair family): p − 1 phases, phase k sends this rank's block
-/// to `pat.send(r, k)` and receives the block from `pat.recv(r, k)`, synchronized by `sync`.
+/// to `pat.send(r, k)` and receives the block from `pat.recv(r, k)`, synchronized by `sync` (full
+/// barriers: dissemination for the ring, butterfly for the symmetric pair pattern).
 /// Empty blocks are not sent (both sides know every count).
 ///
 /// In place, a symmetric pattern replaces blocks as MPICH's sendrecv_replace does: phase k
@@ -287,7 +292,7 @@ pub(super) fn phased(args: &CollArgs, pat: Pattern, sync: Sync) -> Result<Schedu
         }
         if let Sync::Barriers(n) = sync {
             if barriers && k + 1 < p && barrier_after(k, n, p) {
-                prev = dissemination_barrier(&mut b, &prev);
+                prev = full_barrier(&mut b, pat.symmetric, &prev);
             }
         }
     }

@@ -378,3 +378,25 @@ fn verifier_sweep_large_p() {
         }
     }
 }
+
+/// The ring-like rows are every rank's rank-0 schedule rotated, the pair rows XOR-relabeled, so
+/// the simulator can replay them symmetrically at large p.
+#[test]
+fn schedules_are_symmetric() {
+    use crate::sim::{check_symmetry, Symmetry};
+    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+        let sym = match alg.name {
+            "simple" | "mesh_2d" | "mesh_3d" => continue,
+            _ if alg.restrictions.pow2 => Symmetry::Xor,
+            _ => Symmetry::Rotation,
+        };
+        for p in [2u32, 4, 5, 6, 8, 12, 16].into_iter().filter(|&p| applicable(alg, p)) {
+            let args = CollArgs::new(Collective::Alltoall, 0, p, 3);
+            let s0 = alg.schedule(&args).unwrap();
+            for r in 1..p {
+                let sr = alg.schedule(&args.for_rank(r)).unwrap();
+                check_symmetry(&s0, &sr, sym).unwrap_or_else(|e| panic!("{} p={p}: {e}", alg.name));
+            }
+        }
+    }
+}
