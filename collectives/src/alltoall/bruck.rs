@@ -68,7 +68,8 @@ fn with_bit(p: u64, k: u32) -> u64 {
 
 fn cost(args: &CollArgs) -> Cost {
     let (p, steps) = (args.size, ceil_log2(u64::from(args.size)));
-    let (mut alpha, mut bytes) = (0u64, 0u64);
+    // Bytes summed as f64: Σ over steps may exceed u64 where p·count does not.
+    let (mut alpha, mut bytes) = (0u64, 0f64);
     for k in 0..steps {
         let max = match args.coll {
             Collective::Alltoallv => {
@@ -77,9 +78,9 @@ fn cost(args: &CollArgs) -> Cost {
             _ => with_bit(u64::from(p), k) * args.count,
         };
         alpha += u64::from(max > 0);
-        bytes += max;
+        bytes += max as f64;
     }
-    Cost::new(alpha as f64, bytes as f64 * elem(args), 0.0)
+    Cost::new(alpha as f64, bytes * elem(args), 0.0)
 }
 
 #[cfg(test)]

@@ -86,12 +86,13 @@ pub(super) fn build(args: &CollArgs, grid: &Grid) -> Result<Schedule> {
 /// Phases run one after the other; within a phase a rank's d_i − 1 messages share its port.
 pub(super) fn cost(args: &CollArgs, grid: &Grid) -> Cost {
     let p = args.size;
-    let (mut alpha, mut bytes) = (0u64, 0u64);
+    // Bytes summed as f64: Σ over phases may exceed u64 where p·count does not.
+    let (mut alpha, mut bytes) = (0u64, 0f64);
     for (i, &d) in grid.dims.iter().enumerate() {
         if args.coll != Collective::Alltoallv {
             if args.count > 0 {
                 alpha += u64::from(d - 1);
-                bytes += u64::from(d - 1) * (u64::from(p) / u64::from(d)) * args.count;
+                bytes += f64::from(d - 1) * f64::from(p / d) * args.count as f64;
             }
             continue;
         }
@@ -109,9 +110,9 @@ pub(super) fn cost(args: &CollArgs, grid: &Grid) -> Cost {
         }
         let max = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
         alpha += max(&msgs).max(max(&msgs_in));
-        bytes += max(&sent).max(max(&got));
+        bytes += max(&sent).max(max(&got)) as f64;
     }
-    Cost::new(alpha as f64, bytes as f64 * elem(args), 0.0)
+    Cost::new(alpha as f64, bytes * elem(args), 0.0)
 }
 
 /// The largest divisor of `n` whose `k`-th power is ≤ n (1 for prime n).

@@ -400,3 +400,16 @@ fn schedules_are_symmetric() {
         }
     }
 }
+
+/// Costs and schedules of huge counts neither overflow nor panic.
+#[test]
+fn huge_counts() {
+    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+        let args = CollArgs::new(Collective::Alltoall, 1, 8, u64::MAX / 16);
+        let c = alg.cost_of(&args).unwrap();
+        assert!(c.beta.is_finite() && c.beta > 0.0, "{}", alg.name);
+        alg.schedule(&args).unwrap();
+        let too_big = CollArgs::new(Collective::Alltoall, 1, 8, u64::MAX / 4);
+        assert!(alg.schedule(&too_big).is_err(), "{}", alg.name);
+    }
+}
