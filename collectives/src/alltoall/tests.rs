@@ -274,7 +274,9 @@ fn verifier_sweep() {
                         check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
                     }
                 }
-                let seg = CollArgs::new(Collective::Alltoall, 0, p, 5).with_param("segment", 2);
+                let mut seg = CollArgs::new(Collective::Alltoall, 0, p, 5).with_param("segment", 2);
+                check(alg, &seg).unwrap_or_else(|e| panic!("{e}"));
+                seg.in_place = true;
                 check(alg, &seg).unwrap_or_else(|e| panic!("{e}"));
             } else {
                 let mut single = vec![0u64; (p * p) as usize];
