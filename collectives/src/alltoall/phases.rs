@@ -159,6 +159,7 @@ pub(super) const EMPTY: Region = Region::new(Buf::Recv, 0, 0);
 /// schedules XOR-symmetric. Returns the steps that mark its completion on this rank.
 pub(super) fn full_barrier(b: &mut ScheduleBuilder, xor: bool, deps: &[StepId]) -> Vec<StepId> {
     let (r, p) = (u64::from(b.rank()), u64::from(b.size()));
+    debug_assert!(!xor || p.is_power_of_two(), "butterfly barrier needs a power of two");
     let mut prev = deps.to_vec();
     let mut dist = 1u64;
     while dist < p {
@@ -204,9 +205,8 @@ pub(super) enum Sync {
     /// "ready" message from its phase-k receiver, sent when that receiver's phase k − 1 receive
     /// completed (no node ever receives two phases at once).
     Light,
-    /// Chain, plus a full barrier after some phases: N barriers split the p − 1
-    /// phases into N + 1 nearly equal groups (N is clamped to p − 2; `u64::MAX` = after every
-    /// phase).
+    /// Chain, plus a full barrier after some phases: N barriers split the p − 1 phases into
+    /// N + 1 nearly equal groups (N is clamped to p − 2; `u64::MAX` = after every phase).
     Barriers(u64),
 }
 
