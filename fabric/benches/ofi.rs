@@ -89,6 +89,8 @@ mod bench {
         let dir = std::env::temp_dir().join(format!("fabcoll-ofi-bench-{}-{prov}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        // Bind tcp to loopback; shm takes no node.
+        let node: &[(&str, &str)] = if prov == "shm" { &[] } else { &[("FABCOLL_OFI_NODE", "127.0.0.1")] };
         let spawn = |rank: usize| {
             Command::new(exe)
                 .args(args)
@@ -96,7 +98,7 @@ mod bench {
                 .env("FABCOLL_BENCH_DIR", &dir)
                 .env("FABCOLL_BENCH_PROV", prov)
                 .env("FI_TCP_IFACE", "lo")
-                .env("FABCOLL_OFI_NODE", "127.0.0.1")
+                .envs(node.iter().copied())
                 .envs(env.iter().copied())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -160,16 +162,21 @@ mod bench {
                 eprintln!("fi_pingpong not found (libfabric-bin)");
                 return;
             };
-            std::thread::sleep(Duration::from_millis(300));
+            std::thread::sleep(Duration::from_millis(1000));
             let out = Command::new("timeout")
                 .arg("20")
                 .arg("fi_pingpong")
                 .args(args)
-                .arg("127.0.0.1")
+                .args(["-P", "47599", "127.0.0.1"])
                 .env("FI_TCP_IFACE", "lo")
                 .output();
             let _ = server.kill();
             let _ = server.wait();
+            if let Ok(o) = &out {
+                if !String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim_start().starts_with(char::is_numeric)) {
+                    eprintln!("fi_pingpong {prov} {size}: no result ({})", String::from_utf8_lossy(&o.stderr).trim());
+                }
+            }
             if let Ok(o) = out {
                 for l in
                     String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.trim_start().starts_with(char::is_numeric))

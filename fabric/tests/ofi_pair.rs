@@ -150,7 +150,10 @@ fn write_after_deregister(provider: &str, delivery_complete: bool) -> (Option<Of
         }
     }
     let changed = dst.iter().any(|&b| b != 0);
-    eprintln!("{provider} (delivery_complete={delivery_complete}): write to a deregistered key -> {done:?}; target bytes changed: {changed}; target events {target:?}");
+    eprintln!(
+        "{provider} (delivery_complete={delivery_complete}): write to a deregistered key -> {done:?}; \
+         target bytes changed: {changed}; target events {target:?}"
+    );
     (done, changed, target)
 }
 
@@ -170,7 +173,8 @@ fn write_to_deregistered_key() {
             ("tcp", true, other) => panic!("tcp with delivery complete must report the stale key, got {other:?}"),
             (_, _, Some(OfiEvent::WriteFailed(..))) => {}
             (_, _, other) => eprintln!(
-                "SKIP {prov} (delivery_complete={dc}): the provider drops the stale write silently and reports {other:?} to the initiator"
+                "SKIP {prov} (delivery_complete={dc}): the provider drops the stale write silently and reports \
+                 {other:?} to the initiator"
             ),
         }
     }

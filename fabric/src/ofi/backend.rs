@@ -22,10 +22,15 @@ use crate::wait::{Backoff, Step, WaitPolicy};
 use crate::Config;
 
 /// Opens an ofi endpoint for `cfg` on `provider` (`tcp`, `shm`, `net`, `verbs`, `efa`, …). The local address to
-/// bind comes from `FABCOLL_OFI_NODE` (e.g. `127.0.0.1`), delivery-complete from `FABCOLL_OFI_DELIVERY_COMPLETE`
-/// (default: on for tcp, where it makes stale keys and dead peers fail at the initiator).
+/// bind comes from `FABCOLL_OFI_NODE` (e.g. `127.0.0.1`; ignored for shm), delivery-complete from
+/// `FABCOLL_OFI_DELIVERY_COMPLETE` (default: on for tcp, where it makes stale keys and dead peers fail at the
+/// initiator).
 pub fn open(cfg: &Config, provider: &str) -> Result<Box<dyn Endpoint>> {
     let mut oc = OfiConfig::from_env().provider(provider);
+    if provider == "shm" {
+        // shm has no network address; a node given for tcp/net would make fi_getinfo fail or hang.
+        oc.node = None;
+    }
     if std::env::var_os("FABCOLL_OFI_DELIVERY_COMPLETE").is_none() {
         oc.delivery_complete = provider == "tcp";
     }

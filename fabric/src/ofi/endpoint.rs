@@ -582,7 +582,8 @@ impl OfiEndpoint {
             }
             Post::Send { buf, len, desc, dest, tag, slot } => {
                 let ctx = (&self.send_ctx[slot] as *const OpCtx).cast_mut().cast::<c_void>();
-                // SAFETY: the send slot of ctrl_buf is ours until its completion frees it; the context lives in the fixed self.send_ctx slice.
+                // SAFETY: the send slot of ctrl_buf is ours until its completion frees it; the context lives in the
+                // fixed self.send_ctx slice.
                 unsafe { self.ep.tsend(buf, len, desc, dest, tag, ctx) }
             }
             Post::Recv { slot } => {

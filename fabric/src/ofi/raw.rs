@@ -536,7 +536,8 @@ unsafe impl Send for Mr {}
 unsafe impl Sync for Mr {}
 
 impl Mr {
-    /// Registers `buf..buf+len` with `access` (`FI_SEND | FI_REMOTE_WRITE | …`) and `requested_key` (ignored under `FI_MR_PROV_KEY`),
+    /// Registers `buf..buf+len` with `access` (`FI_SEND | FI_REMOTE_WRITE | …`) and `requested_key` (ignored
+    /// under `FI_MR_PROV_KEY`),
     /// binding it to `ep` when the provider requires `FI_MR_ENDPOINT`.
     ///
     /// # Safety
