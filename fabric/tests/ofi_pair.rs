@@ -222,3 +222,28 @@ fn write_to_a_closed_peer() {
         drop(smr);
     }
 }
+
+/// A registration may outlive its endpoint (the contract lets MR handles drop anywhere, any time): the libfabric
+/// endpoint stays open until the last MR closes, and messages arriving meanwhile land in buffers kept alive.
+#[test]
+fn registration_outlives_its_endpoint() {
+    for prov in ["tcp", "shm"] {
+        let mut p = pair(prov);
+        p.eps[0].send_ctrl(1, 1, b"connect").unwrap();
+        drive(&mut p, 1, |e| matches!(e, OfiEvent::Ctrl { .. }));
+        let buf = vec![0u8; 4096];
+        // SAFETY: buf outlives mr (dropped after it below).
+        let mr = unsafe { p.eps[1].register(buf.as_ptr(), 4096).unwrap() };
+        let Pair { eps: [mut a, b], .. } = p;
+        drop(b);
+        for _ in 0..8 {
+            a.send_ctrl(1, 2, &[7u8; 1000]).unwrap();
+        }
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(200) {
+            let _ = a.poll(&mut Vec::new());
+        }
+        drop(mr);
+        drop(a);
+    }
+}

@@ -253,11 +253,34 @@ pub struct OfiEndpoint {
     key_salt: u64,
     ctrl_max: usize,
     ctrl_recv_slots: usize,
-    // Drop order: the MR (holding the last Arc of the endpoint) closes the endpoint, which cancels posted
-    // receives, before the control buffer they point into is freed.
+    // Posted receives and in-flight operations point into ctrl_buf and the contexts: `Drop` hands them to the
+    // `Ep`, which frees them only after `fi_close` (the Ep may outlive us while user MRs hold it).
     ctrl_mr: Mr,
     ep: Arc<Ep>,
     ctrl_buf: Box<[u8]>,
+}
+
+/// What `OfiEndpoint::drop` hands to the `Ep` to free after `fi_close`.
+struct Posted {
+    _ctrl_buf: Box<[u8]>,
+    _send_ctx: Box<[OpCtx]>,
+    _recv_ctx: Box<[OpCtx]>,
+    _writes: Vec<Option<Box<OpCtx>>>,
+}
+
+// SAFETY: plain owned memory; the raw pointers inside the contexts are provider scratch, never dereferenced by us.
+unsafe impl Send for Posted {}
+
+impl Drop for OfiEndpoint {
+    fn drop(&mut self) {
+        let posted = Posted {
+            _ctrl_buf: std::mem::take(&mut self.ctrl_buf),
+            _send_ctx: std::mem::take(&mut self.send_ctx),
+            _recv_ctx: std::mem::take(&mut self.recv_ctx),
+            _writes: std::mem::take(&mut self.writes),
+        };
+        self.ep.keep_until_closed(Box::new(posted));
+    }
 }
 
 // SAFETY: the raw pointers inside (deferred posts, CQ scratch, contexts) point into memory this endpoint owns or

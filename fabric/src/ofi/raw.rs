@@ -389,6 +389,8 @@ pub(crate) struct Ep {
     cq: Arc<Cq>,
     av: Arc<Av>,
     domain: Arc<Domain>,
+    /// Buffers and contexts that posted operations may still point into: freed only after `fi_close`.
+    keep: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
 }
 
 // SAFETY: all calls take the domain lock.
@@ -404,7 +406,7 @@ impl Ep {
         let ret = unsafe { sys::fabcoll_fi_endpoint(domain.ptr, domain.info().ptr(), &mut ptr, ptr::null_mut()) };
         check(ret, "fi_endpoint")?;
         // Wrap first so that an error below still closes the endpoint.
-        let ep = Ep { ptr, cq: cq.clone(), av: av.clone(), domain: domain.clone() };
+        let ep = Ep { ptr, cq: cq.clone(), av: av.clone(), domain: domain.clone(), keep: Mutex::new(Vec::new()) };
         // SAFETY: ep, cq, av are open objects of this domain.
         unsafe {
             check(
@@ -415,6 +417,12 @@ impl Ep {
             check(sys::fabcoll_fi_enable(ptr), "fi_enable")?;
         }
         Ok(Arc::new(ep))
+    }
+
+    /// Keeps `b` alive until the endpoint is closed (its `Drop` closes the fid before dropping fields), for
+    /// memory that posted receives or in-flight operations may still reference.
+    pub(crate) fn keep_until_closed(&self, b: Box<dyn std::any::Any + Send>) {
+        self.keep.lock().unwrap_or_else(|p| p.into_inner()).push(b);
     }
 
     pub(crate) fn cq(&self) -> &Arc<Cq> {
