@@ -28,11 +28,11 @@ mod bench {
     use fabcoll_fabric::{open, Access, Backend, Completion, Config, Endpoint, Mr, RemoteMr};
 
     const LAT_WARM: usize = 200;
-    const LAT_ITERS: usize = 2000;
+    const LAT_ITERS: usize = 1000;
     const WINDOW: usize = 8;
     const BW_SIZES: [usize; 2] = [1 << 20, 16 << 20];
     /// Bytes streamed per bandwidth measurement.
-    const BW_TOTAL: usize = 256 << 20;
+    const BW_TOTAL: usize = 128 << 20;
 
     pub fn main() {
         if let Ok(role) = std::env::var("FABCOLL_BENCH_RANK") {
