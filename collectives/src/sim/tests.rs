@@ -330,3 +330,27 @@ fn sample_ranks_are_in_range() {
         assert!(p == 1 || !s.is_empty());
     }
 }
+
+/// Scale check (run with `--release -- --ignored`): symmetric ring allreduce at p = 65,536 and
+/// a full replay of a 16.7M-step job (ring allreduce at p = 2048).
+#[test]
+#[ignore]
+fn large_replays_are_fast() {
+    let p = 65536u32;
+    let count = u64::from(p) * 4;
+    let args = job(Collective::Allreduce, p, count);
+    let t0 = std::time::Instant::now();
+    let s0 = ring_allreduce(p, count, 0);
+    let res = simulate_symmetric(&args, &s0, Symmetry::Rotation, &Machine::UNIT).unwrap();
+    eprintln!("symmetric ring allreduce p={p}: {:?} in {:?}", res.critical_path, t0.elapsed());
+    assert_eq!(res.critical_path.alpha, 2.0 * f64::from(p - 1));
+    let p = 2048u32;
+    let count = u64::from(p) * 4;
+    let args = job(Collective::Allreduce, p, count);
+    let t0 = std::time::Instant::now();
+    let s = all(p, |r| ring_allreduce(p, count, r));
+    let built = t0.elapsed();
+    let res = simulate(&args, &s, &Machine::UNIT).unwrap();
+    eprintln!("full ring allreduce p={p}: {} steps, built in {built:?}, total {:?}", res.steps, t0.elapsed());
+    assert_eq!(res.critical_path.alpha, 2.0 * f64::from(p - 1));
+}

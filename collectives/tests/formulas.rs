@@ -1,0 +1,245 @@
+//! The simulator replays every registered algorithm and checks the paper's formulas: the
+//! critical path's α, β and γ terms (Machine::UNIT) against each algorithm's registry cost
+//! function, and against formulas written out here from the papers for the key algorithms.
+
+use fabcoll_collectives::cost::{ceil_log2, floor_log2, pow2_floor};
+use fabcoll_collectives::sim::{self, SimResult};
+use fabcoll_collectives::{registry, Algorithm, CollArgs, Collective, Cost, Machine};
+
+const PS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 16];
+
+/// The call `alg` is tested with: p ranks, `count` elements (per rank for the v-variants), 4-byte
+/// elements, commutative op.
+fn call(coll: Collective, p: u32, count: u64, root: u32) -> CollArgs {
+    let mut a = CollArgs::new(coll, 0, p, count);
+    if coll.is_rooted() {
+        a = a.with_root(root);
+    }
+    if coll.is_vector() {
+        let n = if coll == Collective::Alltoallv { p * p } else { p } as usize;
+        a = a.with_counts(vec![count; n]);
+    }
+    a
+}
+
+/// Counts for which the /p terms of the formulas are exact.
+fn counts(coll: Collective, p: u32) -> Vec<u64> {
+    let (p, p2) = (u64::from(p), pow2_floor(u64::from(p)));
+    match coll {
+        Collective::Barrier => vec![0],
+        // the whole vector is split in p (or 2p' for the non-power-of-two halving) blocks
+        Collective::Reduce | Collective::Allreduce | Collective::Bcast | Collective::Scan | Collective::Exscan => {
+            vec![2 * p * p2, 6 * p * p2]
+        }
+        // count is per block
+        _ => vec![1, 3],
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+fn same_cost(a: &Cost, b: &Cost) -> bool {
+    close(a.alpha, b.alpha) && close(a.beta, b.beta) && close(a.gamma, b.gamma)
+}
+
+fn eligible(alg: &Algorithm, args: &CollArgs) -> bool {
+    alg.restrictions.violated(args).is_none()
+}
+
+/// Runs `f` on every (algorithm, p, count, root) that is eligible; collects failure lines.
+fn each_case(mut f: impl FnMut(&Algorithm, &CollArgs, &SimResult) -> Option<String>) -> (usize, Vec<String>) {
+    let mut fails = Vec::new();
+    let mut cases = 0;
+    for alg in registry::all() {
+        for &p in PS {
+            let roots: Vec<u32> = if alg.coll.is_rooted() { vec![0, p - 1] } else { vec![0] };
+            for count in counts(alg.coll, p) {
+                for &root in &roots {
+                    let args = call(alg.coll, p, count, root);
+                    if !eligible(alg, &args) {
+                        continue;
+                    }
+                    cases += 1;
+                    let res = match sim::simulate_alg(alg, &args, &Machine::UNIT) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            fails.push(format!("{}:{} p={p} count={count} root={root}: {e}", alg.coll, alg.name));
+                            continue;
+                        }
+                    };
+                    if let Some(msg) = f(alg, &args, &res) {
+                        fails.push(format!("{}:{} p={p} count={count} root={root}: {msg}", alg.coll, alg.name));
+                    }
+                }
+            }
+        }
+    }
+    (cases, fails)
+}
+
+#[test]
+fn critical_path_equals_registry_cost() {
+    let (cases, fails) = each_case(|alg, args, res| {
+        let want = match alg.cost_of(args) {
+            Ok(c) => c,
+            Err(e) => return Some(format!("cost function: {e}")),
+        };
+        if !same_cost(&res.critical_path, &want) {
+            return Some(format!("simulated {:?}, cost fn {want:?}", res.critical_path));
+        }
+        if !close(res.time, want.time(&Machine::UNIT)) {
+            return Some(format!("time {} vs {}", res.time, want.time(&Machine::UNIT)));
+        }
+        None
+    });
+    eprintln!("{cases} cases checked against the registry's cost functions");
+    assert!(fails.is_empty(), "{} mismatches:\n{}", fails.len(), fails.join("\n"));
+}
+
+/// What the paper says for one (operation, algorithm) at p ranks and `count` elements.
+#[derive(Debug, Default)]
+struct Expect {
+    alpha: f64,
+    /// For formulas that only bound the steps (thakur: recursive doubling at other p).
+    alpha_at_most: bool,
+    beta: Option<f64>,
+    gamma: Option<f64>,
+    /// Bytes sent by the busiest rank.
+    max_sent: Option<f64>,
+}
+
+fn exact(alpha: f64, beta: f64, gamma: f64, max_sent: f64) -> Option<Expect> {
+    Some(Expect { alpha, alpha_at_most: false, beta: Some(beta), gamma: Some(gamma), max_sent: Some(max_sent) })
+}
+
+/// The papers' formulas at f = 1 (thakur = Thakur, Rabenseifner & Gropp 2005).
+fn paper(coll: Collective, name: &str, p: u32, count: u64) -> Option<Expect> {
+    let pf = f64::from(p);
+    let pow2 = p.is_power_of_two();
+    let lg = f64::from(ceil_log2(u64::from(p)));
+    let flg = f64::from(floor_log2(u64::from(p)));
+    let p2 = pow2_floor(u64::from(p)) as f64;
+    let c = count as f64 * 4.0;
+    let frac = (pf - 1.0) / pf;
+    use Collective::*;
+    match (coll, name) {
+        // thakur §4.1: n = p·count·4 bytes gathered
+        (Allgather, "ring") => exact(pf - 1.0, frac * pf * c, 0.0, (pf - 1.0) * c),
+        (Allgather, "bruck") => exact(lg, frac * pf * c, 0.0, (pf - 1.0) * c),
+        (Allgather, "recursive_doubling") if pow2 => exact(lg, frac * pf * c, 0.0, (pf - 1.0) * c),
+        (Allgather, "recursive_doubling") => Some(Expect { alpha: 2.0 * lg, alpha_at_most: true, ..Expect::default() }),
+        // thakur §4.2
+        (Bcast, "binomial") => exact(lg, lg * c, 0.0, lg * c),
+        // thakur §5.3 / rabenseifner §3.7
+        (Allreduce, "ring") => exact(2.0 * (pf - 1.0), 2.0 * frac * c, frac * c, 2.0 * frac * c),
+        // thakur §4.5 and §5.1
+        (Allreduce, "rabenseifner") if pow2 => exact(2.0 * lg, 2.0 * frac * c, frac * c, 2.0 * frac * c),
+        (Allreduce, "rabenseifner") => Some(Expect {
+            alpha: 2.0 * flg + 3.0,
+            beta: Some(4.0 * c - 2.0 * c / p2),
+            gamma: Some(1.5 * c - c / p2),
+            ..Expect::default()
+        }),
+        // thakur §4.5, rabenseifner §3.4 (+ α + nβ to bring the result to the removed ranks)
+        (Allreduce, "recursive_doubling") if pow2 => exact(lg, lg * c, lg * c, lg * c),
+        (Allreduce, "recursive_doubling") => {
+            Some(Expect { alpha: lg + 1.0, beta: Some((lg + 1.0) * c), gamma: Some(lg * c), ..Expect::default() })
+        }
+        // thakur §4.1.2
+        (Barrier, "dissemination") => exact(lg, 0.0, 0.0, 0.0),
+        // thakur §4.3: (p−1) steps of one block
+        (Alltoall, "pairwise_xor") | (Alltoall, "pairwise_ring") => {
+            exact(pf - 1.0, (pf - 1.0) * c, 0.0, (pf - 1.0) * c)
+        }
+        // thakur §4.3: step k moves the blocks whose bit k is set (n/2 per step for p = 2^k)
+        (Alltoall, "bruck") => {
+            let per_step = |k: u32| (0..p).filter(|i| i >> k & 1 == 1).count() as f64 * c;
+            let bytes: f64 = (0..ceil_log2(u64::from(p))).map(per_step).sum();
+            exact(lg, bytes, 0.0, bytes)
+        }
+        // thakur §4.4, n = p·count·4; the other-p formula is approximate: steps only
+        (ReduceScatter, "recursive_halving") if pow2 => exact(lg, frac * pf * c, frac * pf * c, frac * pf * c),
+        (ReduceScatter, "recursive_halving") => Some(Expect { alpha: flg + 2.0, ..Expect::default() }),
+        _ => None,
+    }
+}
+
+const KEYS: &[(Collective, &str)] = &[
+    (Collective::Allgather, "ring"),
+    (Collective::Allgather, "recursive_doubling"),
+    (Collective::Allgather, "bruck"),
+    (Collective::Bcast, "binomial"),
+    (Collective::Allreduce, "ring"),
+    (Collective::Allreduce, "rabenseifner"),
+    (Collective::Allreduce, "recursive_doubling"),
+    (Collective::Barrier, "dissemination"),
+    (Collective::Alltoall, "pairwise_xor"),
+    (Collective::Alltoall, "pairwise_ring"),
+    (Collective::Alltoall, "bruck"),
+    (Collective::ReduceScatter, "recursive_halving"),
+];
+
+fn check_paper(e: &Expect, res: &SimResult) -> Option<String> {
+    let cp = &res.critical_path;
+    let mut bad = Vec::new();
+    if e.alpha_at_most {
+        if cp.alpha > e.alpha + 1e-9 {
+            bad.push(format!("α {} > {}", cp.alpha, e.alpha));
+        }
+    } else if !close(cp.alpha, e.alpha) {
+        bad.push(format!("α {} ≠ {}", cp.alpha, e.alpha));
+    }
+    for (what, want, got) in [
+        ("β bytes", e.beta, cp.beta),
+        ("γ bytes", e.gamma, cp.gamma),
+        ("busiest rank's bytes sent", e.max_sent, res.max_bytes_sent as f64),
+    ] {
+        if let Some(w) = want {
+            if !close(got, w) {
+                bad.push(format!("{what} {got} ≠ {w}"));
+            }
+        }
+    }
+    (!bad.is_empty()).then(|| format!("{} (simulated {:?})", bad.join(", "), cp))
+}
+
+#[test]
+fn critical_path_equals_paper_formulas() {
+    let (_, fails) = each_case(|alg, args, res| {
+        let count = args.count;
+        let e = paper(alg.coll, alg.name, args.size, count)?;
+        check_paper(&e, res)
+    });
+    let present: Vec<_> = KEYS.iter().filter(|(c, n)| registry::find(*c, n).is_ok()).collect();
+    eprintln!("paper formulas checked for {} of {} algorithms: {present:?}", present.len(), KEYS.len());
+    assert!(fails.is_empty(), "{} mismatches:\n{}", fails.len(), fails.join("\n"));
+}
+
+/// Rabenseifner's halving-doubling allreduce at f ≠ 1 against thakur §5.1 with its f_α, f_β
+/// (α, β bidirectional; α_uni = f_α·α): the simulator's machine is α' = f_α·α, β' = f_β·β,
+/// f' = 1/f (see the `sim` module doc).
+#[test]
+fn rabenseifner_with_f_factors() {
+    let Ok(alg) = registry::find(Collective::Allreduce, "rabenseifner") else {
+        eprintln!("allreduce:rabenseifner not registered yet");
+        return;
+    };
+    let (alpha, beta, gamma, fa, fb) = (4.0, 0.5, 0.25, 0.5, 0.5);
+    let m = Machine { alpha: fa * alpha, beta: fb * beta, gamma, f_alpha: 1.0 / fa, f_beta: 1.0 / fb };
+    for p in [2u32, 4, 5, 8, 12, 13, 16] {
+        let p2 = pow2_floor(u64::from(p)) as f64;
+        let lgp2 = f64::from(floor_log2(u64::from(p)));
+        let count = 2 * u64::from(p) * p2 as u64 * 3;
+        let n = count as f64 * 4.0;
+        let want = if p.is_power_of_two() {
+            2.0 * lgp2 * alpha + 2.0 * n * beta + n * gamma - (2.0 * n * beta + n * gamma) / p2
+        } else {
+            (2.0 * lgp2 + 1.0 + 2.0 * fa) * alpha + (2.0 + (1.0 + 3.0 * fb) / 2.0) * n * beta + 1.5 * n * gamma
+                - (2.0 * n * beta + n * gamma) / p2
+        };
+        let res = sim::simulate_alg(alg, &call(Collective::Allreduce, p, count, 0), &m).unwrap();
+        assert!(close(res.time, want), "p={p}: simulated {} ({:?}), thakur §5.1 {want}", res.time, res.critical_path);
+    }
+}
