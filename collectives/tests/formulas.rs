@@ -243,3 +243,21 @@ fn rabenseifner_with_f_factors() {
         assert!(close(res.time, want), "p={p}: simulated {} ({:?}), thakur §5.1 {want}", res.time, res.critical_path);
     }
 }
+
+/// Prints the critical path of one case: `FABCOLL_EXPLAIN=allreduce:ring:13:208[:root]
+/// cargo test --test formulas explain -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn explain() {
+    let spec = std::env::var("FABCOLL_EXPLAIN").unwrap_or_else(|_| "allreduce:ring:5:40".into());
+    let f: Vec<&str> = spec.split(':').collect();
+    let coll = Collective::from_name(f[0]).expect("operation");
+    let alg = registry::find(coll, f[1]).unwrap();
+    let (p, count) = (f[2].parse().unwrap(), f[3].parse().unwrap());
+    let root = f.get(4).map_or(0, |r| r.parse().unwrap());
+    let args = call(coll, p, count, root);
+    let s = sim::build_all(alg, &args).unwrap();
+    let res = sim::simulate(&args, &s, &Machine::UNIT).unwrap();
+    println!("{spec}: {:?}, cost fn {:?}", res.critical_path, alg.cost_of(&args).unwrap());
+    print!("{}", res.describe_critical_path(&s));
+}

@@ -84,6 +84,10 @@ pub struct SimResult {
     pub critical_copy_bytes: f64,
     /// Messages on the critical path.
     pub critical_messages: u64,
+    /// The critical path, first step to last: each step and the step that held it back (a dep, the
+    /// message's send, the previous transfer on a port or the previous computation on the CPU).
+    /// In a symmetric replay every rank is rank 0.
+    pub critical_chain: Vec<ChainLink>,
     /// Bytes sent by the busiest rank.
     pub max_bytes_sent: u64,
     /// Bytes received by the busiest receiving rank.
@@ -100,6 +104,28 @@ pub struct SimResult {
     pub steps: u64,
     /// Steps actually replayed (one rank's for a symmetric replay).
     pub replayed_steps: u64,
+}
+
+/// One step of the critical path.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct ChainLink {
+    pub rank: u32,
+    pub step: crate::schedule::StepId,
+    /// When the step completed.
+    pub finish: f64,
+}
+
+impl SimResult {
+    /// The critical path as text, one step per line (`rank r step s (kind) done at t`).
+    pub fn describe_critical_path(&self, schedules: &[Schedule]) -> String {
+        let mut out = String::new();
+        for l in &self.critical_chain {
+            let kind = schedules.get(l.rank as usize).filter(|s| (l.step as usize) < s.len()).map(|s| s.step(l.step));
+            let kind = kind.map_or_else(|| "?".to_string(), |k| k.to_string());
+            out.push_str(&format!("rank {} step {} ({kind}) done at {}\n", l.rank, l.step, l.finish));
+        }
+        out
+    }
 }
 
 /// Replays a whole job: `schedules[r]` is rank r's schedule of the call `args` (any rank's
