@@ -1,6 +1,6 @@
 //! Simulates a 65,536-rank allreduce of 1 MiB and 64 MiB: ring by symmetric replay (one rank's
 //! schedule stands for all), Rabenseifner by full replay of every rank's schedule (and, p being a
-//! power of two, by XOR-symmetric replay too). Prints virtual time, critical-path terms, wall
+//! power of two, by XOR-symmetric replay too), and recursive doubling both ways. Prints virtual time, critical-path terms, wall
 //! clock and peak memory. `cargo run --release --example sim_large [-- p]`.
 
 use std::time::Instant;
@@ -51,6 +51,16 @@ fn main() {
                 sim::simulate_alg_symmetric(alg, &args, Symmetry::Rotation, &NET)
             }),
             Err(e) => println!("{e}"),
+        }
+        // a second full replay at this scale (lg p exchanges of the whole vector), checked
+        // against its XOR-symmetric replay
+        if let Ok(alg) = registry::find(Collective::Allreduce, "recursive_doubling") {
+            if p.is_power_of_two() {
+                report("allreduce:recursive_doubling (sym)", &args, || {
+                    sim::simulate_alg_symmetric(alg, &args, Symmetry::Xor, &NET)
+                });
+            }
+            report("allreduce:recursive_doubling (full)", &args, || sim::simulate_alg(alg, &args, &NET));
         }
         match registry::find(Collective::Allreduce, "rabenseifner") {
             Ok(alg) => {

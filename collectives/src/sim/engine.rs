@@ -162,6 +162,8 @@ struct Engine<'a> {
     ranks: Vec<RankState>,
     heap: BinaryHeap<Event>,
     seq: u64,
+    /// Events at `now`, by class (completions, send/CPU grants, receive grants, finalizes).
+    lists: [Vec<(u8, u32)>; 4],
     work: Vec<u32>,
     now: f64,
     done: u64,
@@ -227,6 +229,7 @@ impl<'a> Engine<'a> {
             ranks,
             heap: BinaryHeap::new(),
             seq: 0,
+            lists: Default::default(),
             work: Vec::new(),
             now: 0.0,
             done: 0,
@@ -310,7 +313,7 @@ impl<'a> Engine<'a> {
         let p = self.scheds.first().map_or(0, |s| s.size);
         // Every rank's recvs, sorted by (source, step).
         let mut rbase = vec![0usize; nr + 1];
-        let mut recvs: Vec<u32> = Vec::new();
+        let mut recvs: Vec<(u32, u32)> = Vec::new();
         for r in 0..nr {
             let b = self.base[r];
             for (id, k, _) in self.scheds[r].iter() {
@@ -318,11 +321,10 @@ impl<'a> Engine<'a> {
                     if peer >= p || peer == self.scheds[r].rank {
                         return Err(sim_err(format!("{}: peer out of range or self", self.describe(b + id))));
                     }
-                    recvs.push(b + id);
+                    recvs.push((peer, b + id));
                 }
             }
-            let seg = &mut recvs[rbase[r]..];
-            seg.sort_unstable_by_key(|&g| (self.peer_of(g), g));
+            recvs[rbase[r]..].sort_unstable();
             rbase[r + 1] = recvs.len();
         }
         let mut matched = 0usize;
@@ -349,13 +351,13 @@ impl<'a> Engine<'a> {
                     Mode::Symmetric(sym) => (0, sym.mirror(x, p)),
                 };
                 let seg = &recvs[rbase[rb]..rbase[rb + 1]];
-                let lo = seg.partition_point(|&g| self.peer_of(g) < src);
-                let hi = seg.partition_point(|&g| self.peer_of(g) <= src);
+                let lo = seg.partition_point(|&(q, _)| q < src);
+                let hi = seg.partition_point(|&(q, _)| q <= src);
                 if hi - lo != j - i {
                     return Err(sim_err(self.count_mismatch(rank_a, x, j - i, src, hi - lo)));
                 }
                 for (q, &(_, s)) in sends[i..j].iter().enumerate() {
-                    let rcv = seg[lo + q];
+                    let rcv = seg[lo + q].1;
                     if self.kind(s).len() != self.kind(rcv).len() {
                         return Err(sim_err(format!(
                             "message {} of the pair: {} sends {} elements, {} receives {}",
@@ -376,9 +378,8 @@ impl<'a> Engine<'a> {
             // Some recv has no send: find a (receiver, source) pair with too many recvs.
             for r in 0..nr {
                 let seg = &recvs[rbase[r]..rbase[r + 1]];
-                for &g in seg {
-                    let src = self.peer_of(g);
-                    let want = seg.iter().filter(|&&h| self.peer_of(h) == src).count();
+                for &(src, _) in seg {
+                    let want = seg.iter().filter(|&&(q, _)| q == src).count();
                     let (sender, dst) = match self.mode {
                         Mode::Full => (src as usize, self.scheds[r].rank),
                         Mode::Symmetric(sym) => (0, sym.mirror(src, p)),
@@ -411,7 +412,12 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Schedules an event at `t` (at `now`, it joins the list of its class instead of the heap).
     fn push(&mut self, t: f64, kind: u8, g: u32) {
+        if t == self.now {
+            self.lists[class(kind) as usize].push((kind, g));
+            return;
+        }
         self.seq += 1;
         self.heap.push(Event { t, key: class(kind) << 62 | self.seq, kind, g });
     }
@@ -433,15 +439,32 @@ impl<'a> Engine<'a> {
             }
         }
         self.drain();
-        while let Some(ev) = self.heap.pop() {
-            self.now = ev.t;
-            match ev.kind {
-                CPU_DONE => self.cpu_done(ev.g),
-                TRANSFER_END => self.transfer_end(ev.g),
-                GRANT_SEND => self.grant_send(ev.g as usize),
-                GRANT_CPU => self.grant_cpu(ev.g as usize),
-                GRANT_RECV => self.grant_recv(ev.g as usize),
-                _ => self.finalize(ev.g),
+        // Events at `now` wait in one list per class; the heap holds later ones. The lowest
+        // non-empty class runs first, and every event may add to any class at `now`.
+        loop {
+            // heap events are completions (class 0): those at `now` go before the grants
+            let heap_now = self.heap.peek().is_some_and(|e| e.t == self.now);
+            let ev = match self.lists.iter().position(|l| !l.is_empty()) {
+                Some(c) if c == 0 || !heap_now => self.lists[c].pop(),
+                _ => None,
+            };
+            let (kind, g) = match ev {
+                Some(e) => e,
+                None => match self.heap.pop() {
+                    Some(e) => {
+                        self.now = e.t;
+                        (e.kind, e.g)
+                    }
+                    None => break,
+                },
+            };
+            match kind {
+                CPU_DONE => self.cpu_done(g),
+                TRANSFER_END => self.transfer_end(g),
+                GRANT_SEND => self.grant_send(g as usize),
+                GRANT_CPU => self.grant_cpu(g as usize),
+                GRANT_RECV => self.grant_recv(g as usize),
+                _ => self.finalize(g),
             }
             self.drain();
         }
@@ -495,7 +518,8 @@ impl<'a> Engine<'a> {
         };
         if idle && !*flag {
             *flag = true;
-            self.push(self.now, kind, r as u32);
+            let class = if kind == GRANT_RECV { 2 } else { 1 };
+            self.lists[class].push((kind, r as u32));
         }
     }
 
@@ -538,7 +562,7 @@ impl<'a> Engine<'a> {
         self.ranks[b].recv_cur = s;
         self.ranks[b].recv_start = self.now;
         self.ranks[a].send_start = self.now;
-        self.push(self.now, FINALIZE, s);
+        self.lists[3].push((FINALIZE, s));
     }
 
     /// The CPU is idle: the next computation runs.
