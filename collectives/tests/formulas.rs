@@ -332,3 +332,47 @@ fn explain() {
     let want = alg.cost_of(&args).unwrap().time(&m);
     println!("with γ = 1/2: simulated {} {:?}, cost fn {want}", skew.time, skew.critical_path);
 }
+
+/// The symmetric replay of registered algorithms equals their full replay wherever every rank's
+/// schedule is the relabeled rank-0 schedule (checked for all ranks first).
+#[test]
+fn symmetric_replay_of_registered_algorithms() {
+    use sim::Symmetry::{Rotation, Xor};
+    let cases = [
+        (Collective::Allgather, "ring", Rotation),
+        (Collective::Allreduce, "ring", Rotation),
+        (Collective::Allgather, "recursive_doubling", Xor),
+        (Collective::Allreduce, "recursive_doubling", Xor),
+        (Collective::Allreduce, "rabenseifner", Xor),
+        (Collective::Barrier, "dissemination", Rotation),
+        (Collective::Alltoall, "pairwise_xor", Xor),
+        (Collective::Alltoall, "pairwise_ring", Rotation),
+    ];
+    let skew = Machine { alpha: 2.0, beta: 0.5, gamma: 0.25, f_alpha: 1.5, f_beta: 2.0 };
+    let mut compared = 0;
+    for (coll, name, sym) in cases {
+        let Ok(alg) = registry::find(coll, name) else { continue };
+        for p in [8u32, 16, 64, 100] {
+            if sym == Xor && !p.is_power_of_two() {
+                continue;
+            }
+            let count = if coll == Collective::Allreduce { 2 * u64::from(p) * 16 } else { 3 };
+            let args = call(coll, p, count, 0);
+            let s = sim::build_all(alg, &args).unwrap();
+            let asym = (1..p).find_map(|r| sim::check_symmetry(&s[0], &s[r as usize], sym).err());
+            assert!(asym.is_none(), "{coll}:{name} p={p} expected {sym:?}-symmetric: {}", asym.unwrap());
+            for m in [Machine::UNIT, skew] {
+                let full = sim::simulate(&args, &s, &m).unwrap();
+                let one = sim::simulate_symmetric(&args, &s[0], sym, &m).unwrap();
+                assert_eq!((full.time, full.critical_path), (one.time, one.critical_path), "{coll}:{name} p={p}");
+                assert_eq!(full.max_bytes_sent, one.max_bytes_sent, "{coll}:{name} p={p}");
+                assert_eq!(full.messages, one.messages, "{coll}:{name} p={p}");
+                let via_alg = sim::simulate_alg_symmetric(alg, &args, sym, &m).unwrap();
+                assert_eq!(via_alg.time, one.time);
+                compared += 1;
+            }
+        }
+    }
+    eprintln!("{compared} symmetric/full comparisons");
+    assert!(compared > 0 || registry::find(Collective::Allreduce, "ring").is_err());
+}

@@ -16,16 +16,20 @@
 //!   f ≥ 1 prices a node that sends and receives at once); thakur §3 / rabenseifner §3.1 write it
 //!   the other way round, with α, β bidirectional and `f = α_uni/α ≤ 1`: their machine
 //!   (α, β, f_α, f_β) is ours with `α' = f_α·α`, `β' = f_β·β`, `f' = 1/f`.
-//! - **Ports.** Sends of a rank enter its send port in the order they become ready (FIFO); the
-//!   head message holds the port from the moment it is at the head until its transfer ends, even
-//!   while it waits for the receiver's port (a single-ported NIC works on one message at a time).
-//!   A receive port serves waiting messages in the order they asked for it. Transfers are eager:
-//!   they do not wait for the matching `Recv` to be posted, and a `Recv` step completes when its
-//!   deps are done and its message has arrived.
+//! - **Ports.** Sends of a rank enter its send port in the order they become ready (ties: lower
+//!   step id); the head message holds the port from the moment it is at the head until its
+//!   transfer ends, even while it waits for the receiver's port (a single-ported NIC works on one
+//!   message at a time). A receive port serves waiting messages in the order they asked for it
+//!   (ties: lower sender rank, then lower step id). Transfers are eager: they do not wait for the
+//!   matching `Recv` to be posted, and a `Recv` step completes when its deps are done and its
+//!   message has arrived.
 //! - **Computation.** `Reduce` of n bytes costs `n·γ`, `Copy` of n bytes costs
 //!   `n·copy_beta` (0 by default, as in the papers' formulas, which leave local copies out).
-//!   Both serialize on the rank's CPU in ready order; the CPU is independent of the ports, so a
-//!   rank computes while its NIC transfers.
+//!   Both serialize on the rank's CPU in ready order (ties: lower step id); the CPU is
+//!   independent of the ports, so a rank computes while its NIC transfers.
+//! - **Instants.** Everything that happens at one virtual instant is arbitrated after all of it is
+//!   known (completions, then send ports and CPUs, then receive ports, then the f decision), so
+//!   results never depend on the order in which the engine processes simultaneous events.
 //! - **Completion.** A `Send` step completes when its transfer ends (its buffer may be reused),
 //!   a `Recv` when its message arrived and its deps are done.
 //!
@@ -33,7 +37,8 @@
 //! steps, messages and port/CPU waits that determined it, and [`SimResult::critical_path`] sums
 //! its terms: α multiplied by the factor applied (1 or f_α) per message, bytes·factor (1 or f_β)
 //! per message, bytes reduced. So `critical_path.time(machine) + critical_copy_bytes·copy_beta`
-//! is the job's time, and with [`Machine::UNIT`] the terms are the paper formula's (a, b, c).
+//! is the job's time, and with [`Machine::UNIT`] the terms are the (a, b, c) that the papers'
+//! formulas predict.
 //! Where two chains finish at the same instant the one with more α (then β, then γ) terms is
 //! taken, so results do not depend on event order.
 //!
@@ -42,7 +47,7 @@
 //! [`simulate_symmetric`] replays one rank's schedule when every rank runs the same schedule up
 //! to a relabeling of ranks ([`Symmetry`]); then every rank has the same timeline, and the k-th
 //! message rank 0 receives from q is the mirror image of the k-th message it sends to σ_q⁻¹(0).
-//! This simulates a 65,536-rank ring allreduce (≈ 4p steps per rank, ≈ 1.7·10¹⁰ for the job) in
+//! This simulates a 65,536-rank ring allreduce (≈ 5p steps per rank, ≈ 2·10¹⁰ for the job) in
 //! the time of one rank's schedule. [`check_symmetry`] tells whether a rank's schedule is the
 //! relabeled rank-0 schedule (same steps, lengths and deps; peers mapped; offsets may differ).
 
