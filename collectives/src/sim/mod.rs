@@ -172,9 +172,13 @@ pub fn simulate_alg_with(alg: &Algorithm, args: &CollArgs, cfg: &SimConfig) -> R
 /// Every rank's schedule of `alg` for `args`.
 pub fn build_all(alg: &Algorithm, args: &CollArgs) -> Result<Vec<Schedule>> {
     args.validate()?;
-    // A clone holds its steps without the builder's spare capacity: up to half the memory of a
-    // large job.
-    (0..args.size).map(|r| alg.schedule(&args.for_rank(r)).map(|s| s.clone())).collect()
+    (0..args.size).map(|r| alg.schedule(&args.for_rank(r)).map(compact)).collect()
+}
+
+/// The schedule without the builder's spare capacity (a clone allocates exactly what it holds):
+/// about an eighth less memory for a large job.
+fn compact(s: Schedule) -> Schedule {
+    s.clone()
 }
 
 /// Replays rank 0's schedule `schedule0` of a job whose ranks all run it up to the relabeling
