@@ -1,7 +1,8 @@
 //! Simulates a 65,536-rank allreduce of 1 MiB and 64 MiB: ring by symmetric replay (one rank's
 //! schedule stands for all), Rabenseifner by full replay of every rank's schedule (and, p being a
 //! power of two, by XOR-symmetric replay too), and recursive doubling both ways. Prints virtual time, critical-path terms, wall
-//! clock and peak memory. `cargo run --release --example sim_large [-- p]`.
+//! clock and peak memory. `cargo run --release --example sim_large [-- p [filter]]`, where only
+//! the lines whose label contains `filter` run.
 
 use std::time::Instant;
 
@@ -18,6 +19,9 @@ fn peak_rss_mib() -> String {
 }
 
 fn report(what: &str, args: &CollArgs, run: impl FnOnce() -> Result<SimResult>) {
+    if !std::env::args().nth(2).is_none_or(|f| what.contains(&f)) {
+        return;
+    }
     let t0 = Instant::now();
     match run() {
         Ok(r) => {
