@@ -239,16 +239,28 @@ fn bump(c: &mut HashMap<(bool, u32), u64>, k: (bool, u32)) -> u64 {
 }
 
 /// Runs `alg` over p = 1..=max_p, every root, counts {0, 1, p−1, p, p+1, 37}, in place or not
-/// (where defined), commutative or not; for v-variants also uneven counts and gapped displs.
+/// (where defined), commutative or not; for v-variants also uneven counts and gapped displs;
+/// count 37 also pipelined in segments of 4 elements.
 pub(crate) fn sweep(alg: &Algorithm, max_p: u32) {
+    sweep_counts(alg, max_p, 37);
+}
+
+/// [`sweep`] with `big` as the largest count.
+pub(crate) fn sweep_counts(alg: &Algorithm, max_p: u32, big: u64) {
     for p in 1..=max_p {
         let roots: Vec<u32> = if alg.coll.is_rooted() { (0..p).collect() } else { vec![0] };
         for root in roots {
-            for count in [0u64, 1, u64::from(p) - 1, u64::from(p), u64::from(p) + 1, 37] {
+            for count in [0u64, 1, u64::from(p) - 1, u64::from(p), u64::from(p) + 1, big, u64::MAX] {
                 for in_place in [false, true] {
                     for commutative in [true, false] {
                         for variant in 0..if alg.coll.is_vector() { 3 } else { 1 } {
+                            // u64::MAX stands for `big` in segments of 4
+                            let seg = count == u64::MAX;
+                            let count = if seg { big } else { count };
                             let mut a = CollArgs::new(alg.coll, 0, p, count).with_root(root);
+                            if seg {
+                                a = a.with_param(crate::args::SEGMENT, 4);
+                            }
                             a.commutative = commutative;
                             a.in_place = in_place;
                             if alg.coll.is_vector() {
@@ -278,7 +290,7 @@ pub(crate) fn sweep(alg: &Algorithm, max_p: u32) {
                             }
                             if let Err(e) = run(alg, &a) {
                                 panic!(
-                                    "{}:{} p={p} root={root} count={count} in_place={in_place} \
+                                    "{}:{} p={p} root={root} count={count} seg={seg} in_place={in_place} \
                                      commutative={commutative} variant={variant}: {e}",
                                     alg.coll, alg.name
                                 );
@@ -288,5 +300,17 @@ pub(crate) fn sweep(alg: &Algorithm, max_p: u32) {
                 }
             }
         }
+    }
+}
+
+/// The full matrix of the brief (p = 1..=20, count up to 997) over every algorithm of this
+/// helper's operations; slow in debug builds, so run with `--release --ignored`.
+#[test]
+#[ignore]
+fn full_matrix() {
+    use Collective::*;
+    let mine = [Barrier, Bcast, Gather, Gatherv, Scatter, Scatterv, Allgather, Allgatherv, Scan, Exscan];
+    for alg in crate::registry::all().filter(|a| mine.contains(&a.coll)) {
+        sweep_counts(alg, 20, 997);
     }
 }
