@@ -252,7 +252,8 @@ pub(crate) fn sweep_counts(alg: &Algorithm, max_p: u32, big: u64) {
         for root in roots {
             for count in [0u64, 1, u64::from(p) - 1, u64::from(p), u64::from(p) + 1, big, u64::MAX] {
                 for in_place in [false, true] {
-                    for commutative in [true, false] {
+                    let ops: &[bool] = if alg.coll.is_reduction() { &[true, false] } else { &[true] };
+                    for &commutative in ops {
                         for variant in 0..if alg.coll.is_vector() { 3 } else { 1 } {
                             // u64::MAX stands for `big` in segments of 4
                             let seg = count == u64::MAX;
@@ -311,6 +312,54 @@ fn full_matrix() {
     use Collective::*;
     let mine = [Barrier, Bcast, Gather, Gatherv, Scatter, Scatterv, Allgather, Allgatherv, Scan, Exscan];
     for alg in crate::registry::all().filter(|a| mine.contains(&a.coll)) {
+        let t = std::time::Instant::now();
         sweep_counts(alg, 20, 997);
+        eprintln!("{}:{} ok in {:?}", alg.coll, alg.name, t.elapsed());
     }
+}
+
+/// Each algorithm's cost terms equal the simulator's critical path (on α-only, β-only and
+/// γ-only machines) for powers of two, where the papers' formulas are exact; with
+/// `--ignored --nocapture`, [`cost_table`] prints the comparison for other p too.
+#[test]
+fn cost_matches_simulator_for_powers_of_two() {
+    for (alg, p, c, s) in cost_rows(&[2, 4, 8, 16]) {
+        assert_eq!(c, s, "{}:{} p={p}: formula vs simulator", alg.coll, alg.name);
+    }
+}
+
+#[test]
+#[ignore]
+fn cost_table() {
+    for (alg, p, c, s) in cost_rows(&[5, 7, 8, 12, 16]) {
+        println!("{:>10}:{:<38} p={p:>2} formula {c:?} sim {s:?}", alg.coll.name(), alg.name);
+    }
+}
+
+/// (algorithm, p, formula terms, simulated terms) for this helper's ops, count 240 of 1 byte.
+fn cost_rows(ps: &[u32]) -> Vec<(&'static Algorithm, u32, [f64; 3], [f64; 3])> {
+    use crate::cost::Machine;
+    use Collective::*;
+    let mine = [Barrier, Bcast, Gather, Gatherv, Scatter, Scatterv, Allgather, Allgatherv, Scan, Exscan];
+    let unit = |i: usize| Machine {
+        alpha: f64::from(u8::from(i == 0)),
+        beta: f64::from(u8::from(i == 1)),
+        gamma: f64::from(u8::from(i == 2)),
+        f_alpha: 1.0,
+        f_beta: 1.0,
+    };
+    let mut rows = Vec::new();
+    for alg in crate::registry::all().filter(|a| mine.contains(&a.coll)) {
+        for &p in ps {
+            let mut a = CollArgs::new(alg.coll, 0, p, 240).with_root(p / 3);
+            a.elem_size = 1;
+            if alg.coll.is_vector() {
+                a = a.with_counts(vec![240u64; p as usize]);
+            }
+            let c = alg.cost_of(&a).unwrap();
+            let s: Vec<f64> = (0..3).map(|i| crate::sim::simulate_alg(alg, &a, &unit(i)).unwrap().time).collect();
+            rows.push((alg, p, [c.alpha, c.beta, c.gamma], [s[0], s[1], s[2]]));
+        }
+    }
+    rows
 }

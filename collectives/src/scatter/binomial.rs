@@ -84,11 +84,19 @@ pub(crate) fn phase(b: &mut ScheduleBuilder, lay: &Layout, g: &Group, deps: &[St
         mask <<= 1;
     }
     let mut all: Vec<StepId> = have[deps.len()..].to_vec();
+    // largest subtree first, each send after the previous one: a send that packs through scratch
+    // must not fall behind the smaller ones on a single-ported NIC
+    let mut after = have.clone();
     mask >>= 1;
     while mask > 0 {
         let child = me + mask;
         if child < m {
-            all.extend(lay.send(b, g.rank(child), child, subtree_end(child, m), &have));
+            let ids = lay.send(b, g.rank(child), child, subtree_end(child, m), &after);
+            if let Some(&s) = ids.last() {
+                after = have.clone();
+                after.push(s);
+            }
+            all.extend(ids);
         }
         mask >>= 1;
     }
