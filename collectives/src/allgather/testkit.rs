@@ -363,3 +363,72 @@ fn cost_rows(ps: &[u32]) -> Vec<(&'static Algorithm, u32, [f64; 3], [f64; 3])> {
     }
     rows
 }
+
+/// The shared verifier (`crate::verify::check`) over this helper's algorithms: p = 1..=max_p,
+/// every root, counts {0, 1, p−1, p, p+1, big}, commutative or not (reductions), in place where
+/// every rank can be (gather's root-only in-place is covered by [`sweep`] instead), segmented,
+/// and for v-variants uneven counts with gapped reversed displacements.
+pub(crate) fn verify_matrix(max_p: u32, big: u64) {
+    use Collective::*;
+    let mine = [Barrier, Bcast, Gather, Gatherv, Scatter, Scatterv, Allgather, Allgatherv, Scan, Exscan];
+    for alg in crate::registry::all().filter(|a| mine.contains(&a.coll)) {
+        for p in 1..=max_p {
+            let roots: Vec<u32> = if alg.coll.is_rooted() { (0..p).collect() } else { vec![0] };
+            let pc = u64::from(p);
+            for root in roots {
+                for count in [0, 1, pc - 1, pc, pc + 1, big] {
+                    for variant in 0..if alg.coll.is_vector() { 3 } else { 1 } {
+                        let mut base = CollArgs::new(alg.coll, 0, p, count).with_root(root);
+                        if alg.coll.is_vector() {
+                            let counts: Vec<u64> = (0..pc)
+                                .map(|i| if variant == 0 { count } else { (count + i * 7) % (count + 3) })
+                                .collect();
+                            if variant == 2 {
+                                let mut d = vec![0u64; p as usize];
+                                let mut at = 1;
+                                for i in (0..p as usize).rev() {
+                                    d[i] = at;
+                                    at += counts[i] + 2;
+                                }
+                                base.displs = Some(d.into());
+                            }
+                            base = base.with_counts(counts);
+                        }
+                        let ops: &[bool] = if alg.coll.is_reduction() { &[true, false] } else { &[true] };
+                        for &commutative in ops {
+                            for in_place in [false, true] {
+                                for seg in [0, 5] {
+                                    let mut a = base.clone().with_commutative(commutative);
+                                    a.in_place = in_place;
+                                    if in_place
+                                        && (0..p).any(|r| a.for_rank(r).in_place_offset().ok().flatten().is_none())
+                                    {
+                                        continue;
+                                    }
+                                    if seg > 0 {
+                                        a = a.with_param(crate::args::SEGMENT, seg);
+                                    }
+                                    if let Err(e) = crate::verify::check(alg, &a) {
+                                        panic!("{}:{} {}: {e}", alg.coll, alg.name, crate::verify::describe_args(&a));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn verifier_small() {
+    verify_matrix(9, 23);
+}
+
+/// The brief's full matrix through the shared verifier; run with `--release --ignored`.
+#[test]
+#[ignore]
+fn verifier_full() {
+    verify_matrix(20, 997);
+}
