@@ -1,9 +1,10 @@
 //! Linear (chain) scan and exscan: rank r receives the prefix of ranks 0..r from r − 1, folds it
 //! in front of its own input and passes the new prefix to r + 1.
 //!
-//! Cost (n = count·elem_size bytes): (p − 1)(α + nβ + nγ) for any p (exscan: (p − 2) nγ). Restrictions: none (the
-//! simplest order-exact baseline for non-commutative ops). Paper: the sequential baseline that
-//! MPICH's recursive-doubling scan (thakur §4.1.1's pattern) improves on.
+//! Cost (n = count·elem_size bytes): (p − 1)(α + nβ + nγ) for any p (exscan: (p − 2) nγ).
+//! Restrictions: none (the simplest order-exact baseline for non-commutative ops).
+//! Paper: the sequential baseline that MPICH's recursive-doubling scan (thakur §4.1.1's
+//! pattern) improves on.
 
 use crate::args::{CollArgs, Collective};
 use crate::cost::Cost;
