@@ -5,8 +5,9 @@
 //! Cost (n = count·elem_size bytes): ⌈lg p⌉ (α + nβ) + (2⌈lg p⌉ − 1) nγ (exscan: − 2) for a
 //! power of two; for other p the same terms, plus port waits of ranks whose partner is missing
 //! in a round (the simulator finds ≈ one more α). Two scratch buffers of count elements.
-//! Restrictions: none (operand order is kept, so non-commutative ops are fine). Paper: MPICH's MPIR_Scan_intra_recursive_doubling, the
-//! recursive-doubling pattern of thakur §4.1.1 applied to prefix reductions.
+//! Restrictions: none (operand order is kept, so non-commutative ops are fine).
+//! Paper: MPICH's MPIR_Scan_intra_recursive_doubling, the recursive-doubling pattern of
+//! thakur §4.1.1 applied to prefix reductions.
 
 use crate::args::{CollArgs, Collective};
 use crate::cost::{ceil_log2, Cost};
