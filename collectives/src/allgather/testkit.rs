@@ -436,3 +436,23 @@ fn verifier_small() {
 fn verifier_full() {
     verify_matrix(20, 997);
 }
+
+/// Schedule generation time at large p (rank 0 and rank p/2, root 0); `--ignored --nocapture`.
+#[test]
+#[ignore]
+fn large_p_build_times() {
+    use Collective::*;
+    let mine = [Barrier, Bcast, Gather, Gatherv, Scatter, Scatterv, Allgather, Allgatherv, Scan, Exscan];
+    let p = 1u32 << 16;
+    for alg in crate::registry::all().filter(|a| mine.contains(&a.coll)) {
+        for pp in [p, p - 1] {
+            let mut a = CollArgs::new(alg.coll, 0, pp, 4);
+            if alg.coll.is_vector() {
+                a = a.with_counts(vec![4u64; pp as usize]);
+            }
+            let t = std::time::Instant::now();
+            let steps: usize = [0, pp / 2].iter().map(|&r| alg.schedule(&a.for_rank(r)).unwrap().len()).sum();
+            eprintln!("{}:{} p={pp}: {steps} steps in {:?}", alg.coll, alg.name, t.elapsed());
+        }
+    }
+}

@@ -41,9 +41,10 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let end = subtree_end(g.me, p);
     let mut blocks = vec![(0, 0); p as usize];
     let lay = if g.me == 0 {
+        let d = crate::allgather::displs(a)?;
         for (v, blk) in blocks.iter_mut().enumerate() {
             let r = g.rank(v as u32);
-            *blk = (a.block_displ(r)?, a.block_count(r));
+            *blk = (d[r as usize], a.block_count(r));
         }
         Layout::new(Buf::Send, blocks)
     } else if end - g.me == 1 {
