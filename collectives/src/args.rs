@@ -440,6 +440,10 @@ impl CollArgs {
 
     /// max(displs[i] + counts[i]) of a length-p v-variant.
     fn extent_v(&self) -> Result<u64> {
+        if self.displs.is_none() {
+            // packed: the blocks end at Σ counts (O(p), where block_displ per block is O(p²))
+            return self.total_count();
+        }
         let mut end = 0u64;
         for i in 0..self.size {
             let e = self

@@ -6,7 +6,7 @@
 //! the busiest rank receives, n − min_i n_i (= (p−1)/p·n for equal blocks).
 
 use crate::args::CollArgs;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::registry::Algorithm;
 use crate::schedule::{Buf, Region, ScheduleBuilder, StepId};
 
@@ -41,8 +41,25 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
 
 /// Block i (rank i's contribution) of every rank's `Recv`.
 pub(crate) fn recv_layout(a: &CollArgs) -> Result<Layout> {
-    let blocks = (0..a.size).map(|i| Ok((a.block_displ(i)?, a.block_count(i)))).collect::<Result<_>>()?;
-    Ok(Layout::new(Buf::Recv, blocks))
+    let d = displs(a)?;
+    Ok(Layout::new(Buf::Recv, (0..a.size).map(|i| (d[i as usize], a.block_count(i))).collect()))
+}
+
+/// Every block's displacement ([`CollArgs::block_displ`] for all i) in O(p): explicit `displs`,
+/// or the prefix sums of the counts.
+pub(crate) fn displs(a: &CollArgs) -> Result<Vec<u64>> {
+    if a.displs.is_some() {
+        return (0..a.size).map(|i| a.block_displ(i)).collect();
+    }
+    let mut at = 0u64;
+    let mut out = Vec::with_capacity(a.size as usize);
+    for i in 0..a.size {
+        out.push(at);
+        at = at
+            .checked_add(a.block_count(i))
+            .ok_or_else(|| Error::Overflow { coll: a.coll, what: "displacement".into() })?;
+    }
+    Ok(out)
 }
 
 /// Copies this rank's `Send` into its block of `Recv` (dropped by the in-place pass); returns

@@ -239,16 +239,29 @@ fn bump(c: &mut HashMap<(bool, u32), u64>, k: (bool, u32)) -> u64 {
 }
 
 /// Runs `alg` over p = 1..=max_p, every root, counts {0, 1, p−1, p, p+1, 37}, in place or not
-/// (where defined), commutative or not; for v-variants also uneven counts and gapped displs.
+/// (where defined), commutative or not; for v-variants also uneven counts and gapped displs;
+/// count 37 also pipelined in segments of 4 elements.
 pub(crate) fn sweep(alg: &Algorithm, max_p: u32) {
+    sweep_counts(alg, max_p, 37);
+}
+
+/// [`sweep`] with `big` as the largest count.
+pub(crate) fn sweep_counts(alg: &Algorithm, max_p: u32, big: u64) {
     for p in 1..=max_p {
         let roots: Vec<u32> = if alg.coll.is_rooted() { (0..p).collect() } else { vec![0] };
         for root in roots {
-            for count in [0u64, 1, u64::from(p) - 1, u64::from(p), u64::from(p) + 1, 37] {
+            for count in [0u64, 1, u64::from(p) - 1, u64::from(p), u64::from(p) + 1, big, u64::MAX] {
                 for in_place in [false, true] {
-                    for commutative in [true, false] {
+                    let ops: &[bool] = if alg.coll.is_reduction() { &[true, false] } else { &[true] };
+                    for &commutative in ops {
                         for variant in 0..if alg.coll.is_vector() { 3 } else { 1 } {
+                            // u64::MAX stands for `big` in segments of 4
+                            let seg = count == u64::MAX;
+                            let count = if seg { big } else { count };
                             let mut a = CollArgs::new(alg.coll, 0, p, count).with_root(root);
+                            if seg {
+                                a = a.with_param(crate::args::SEGMENT, 4);
+                            }
                             a.commutative = commutative;
                             a.in_place = in_place;
                             if alg.coll.is_vector() {
@@ -278,7 +291,7 @@ pub(crate) fn sweep(alg: &Algorithm, max_p: u32) {
                             }
                             if let Err(e) = run(alg, &a) {
                                 panic!(
-                                    "{}:{} p={p} root={root} count={count} in_place={in_place} \
+                                    "{}:{} p={p} root={root} count={count} seg={seg} in_place={in_place} \
                                      commutative={commutative} variant={variant}: {e}",
                                     alg.coll, alg.name
                                 );
@@ -287,6 +300,159 @@ pub(crate) fn sweep(alg: &Algorithm, max_p: u32) {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The full matrix of the brief (p = 1..=20, count up to 997) over every algorithm of this
+/// helper's operations; slow in debug builds, so run with `--release --ignored`.
+#[test]
+#[ignore]
+fn full_matrix() {
+    use Collective::*;
+    let mine = [Barrier, Bcast, Gather, Gatherv, Scatter, Scatterv, Allgather, Allgatherv, Scan, Exscan];
+    for alg in crate::registry::all().filter(|a| mine.contains(&a.coll)) {
+        let t = std::time::Instant::now();
+        sweep_counts(alg, 20, 997);
+        eprintln!("{}:{} ok in {:?}", alg.coll, alg.name, t.elapsed());
+    }
+}
+
+/// Each algorithm's cost terms equal the simulator's critical path (on α-only, β-only and
+/// γ-only machines) for powers of two, where the papers' formulas are exact; with
+/// `--ignored --nocapture`, [`cost_table`] prints the comparison for other p too.
+#[test]
+fn cost_matches_simulator_for_powers_of_two() {
+    for (alg, p, c, s) in cost_rows(&[2, 4, 8, 16]) {
+        assert_eq!(c, s, "{}:{} p={p}: formula vs simulator", alg.coll, alg.name);
+    }
+}
+
+#[test]
+#[ignore]
+fn cost_table() {
+    for (alg, p, c, s) in cost_rows(&[5, 7, 8, 12, 16]) {
+        println!("{:>10}:{:<38} p={p:>2} formula {c:?} sim {s:?}", alg.coll.name(), alg.name);
+    }
+}
+
+/// (algorithm, p, formula terms, simulated terms) for this helper's ops, count 240 of 1 byte.
+fn cost_rows(ps: &[u32]) -> Vec<(&'static Algorithm, u32, [f64; 3], [f64; 3])> {
+    use crate::cost::Machine;
+    use Collective::*;
+    let mine = [Barrier, Bcast, Gather, Gatherv, Scatter, Scatterv, Allgather, Allgatherv, Scan, Exscan];
+    let unit = |i: usize| Machine {
+        alpha: f64::from(u8::from(i == 0)),
+        beta: f64::from(u8::from(i == 1)),
+        gamma: f64::from(u8::from(i == 2)),
+        f_alpha: 1.0,
+        f_beta: 1.0,
+    };
+    let mut rows = Vec::new();
+    for alg in crate::registry::all().filter(|a| mine.contains(&a.coll)) {
+        for &p in ps {
+            let mut a = CollArgs::new(alg.coll, 0, p, 240).with_root(p / 3);
+            a.elem_size = 1;
+            if alg.coll.is_vector() {
+                a = a.with_counts(vec![240u64; p as usize]);
+            }
+            let c = alg.cost_of(&a).unwrap();
+            let s: Vec<f64> = (0..3).map(|i| crate::sim::simulate_alg(alg, &a, &unit(i)).unwrap().time).collect();
+            rows.push((alg, p, [c.alpha, c.beta, c.gamma], [s[0], s[1], s[2]]));
+        }
+    }
+    rows
+}
+
+/// The shared verifier (`crate::verify::check`) over this helper's algorithms: p = 1..=max_p,
+/// every root, counts {0, 1, p−1, p, p+1, big}, commutative or not (reductions), in place where
+/// every rank can be (gather's root-only in-place is covered by [`sweep`] instead), segmented,
+/// and for v-variants uneven counts with gapped reversed displacements.
+pub(crate) fn verify_matrix(max_p: u32, big: u64) {
+    use Collective::*;
+    let mine = [Barrier, Bcast, Gather, Gatherv, Scatter, Scatterv, Allgather, Allgatherv, Scan, Exscan];
+    for alg in crate::registry::all().filter(|a| mine.contains(&a.coll)) {
+        let t = std::time::Instant::now();
+        for p in 1..=max_p {
+            let roots: Vec<u32> = if alg.coll.is_rooted() { (0..p).collect() } else { vec![0] };
+            let pc = u64::from(p);
+            for root in roots {
+                for count in [0, 1, pc - 1, pc, pc + 1, big] {
+                    for variant in 0..if alg.coll.is_vector() { 3 } else { 1 } {
+                        let mut base = CollArgs::new(alg.coll, 0, p, count).with_root(root);
+                        if alg.coll.is_vector() {
+                            let counts: Vec<u64> = (0..pc)
+                                .map(|i| if variant == 0 { count } else { (count + i * 7) % (count + 3) })
+                                .collect();
+                            if variant == 2 {
+                                let mut d = vec![0u64; p as usize];
+                                let mut at = 1;
+                                for i in (0..p as usize).rev() {
+                                    d[i] = at;
+                                    at += counts[i] + 2;
+                                }
+                                base.displs = Some(d.into());
+                            }
+                            base = base.with_counts(counts);
+                        }
+                        let ops: &[bool] = if alg.coll.is_reduction() { &[true, false] } else { &[true] };
+                        for &commutative in ops {
+                            for in_place in [false, true] {
+                                for seg in [0, 5] {
+                                    let mut a = base.clone().with_commutative(commutative);
+                                    a.in_place = in_place;
+                                    if in_place
+                                        && (0..p).any(|r| a.for_rank(r).in_place_offset().ok().flatten().is_none())
+                                    {
+                                        continue;
+                                    }
+                                    if seg > 0 {
+                                        // about ten pieces per big message, many for the small ones
+                                        let seg = if count == big { big / 10 + 1 } else { seg };
+                                        a = a.with_param(crate::args::SEGMENT, seg);
+                                    }
+                                    if let Err(e) = crate::verify::check(alg, &a) {
+                                        panic!("{}:{} {}: {e}", alg.coll, alg.name, crate::verify::describe_args(&a));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        eprintln!("verified {}:{} in {:?}", alg.coll, alg.name, t.elapsed());
+    }
+}
+
+#[test]
+fn verifier_small() {
+    verify_matrix(9, 23);
+}
+
+/// The brief's full matrix through the shared verifier; run with `--release --ignored`.
+#[test]
+#[ignore]
+fn verifier_full() {
+    verify_matrix(20, 997);
+}
+
+/// Schedule generation time at large p (rank 0 and rank p/2, root 0); `--ignored --nocapture`.
+#[test]
+#[ignore]
+fn large_p_build_times() {
+    use Collective::*;
+    let mine = [Barrier, Bcast, Gather, Gatherv, Scatter, Scatterv, Allgather, Allgatherv, Scan, Exscan];
+    let p = 1u32 << 16;
+    for alg in crate::registry::all().filter(|a| mine.contains(&a.coll)) {
+        for pp in [p, p - 1] {
+            let mut a = CollArgs::new(alg.coll, 0, pp, 4);
+            if alg.coll.is_vector() {
+                a = a.with_counts(vec![4u64; pp as usize]);
+            }
+            let t = std::time::Instant::now();
+            let steps: usize = [0, pp / 2].iter().map(|&r| alg.schedule(&a.for_rank(r)).unwrap().len()).sum();
+            eprintln!("{}:{} p={pp}: {steps} steps in {:?}", alg.coll, alg.name, t.elapsed());
         }
     }
 }

@@ -2,7 +2,7 @@
 //! scattered down a binomial tree (relative rank v gets block v), then allgathered by recursive doubling.
 //!
 //! Cost (n = count·elem_size bytes): power of two 2 lg p α + 2(p−1)/p n β; other p at most
-//! 3⌈lg p⌉ α + 2(p−1)/p n β (the allgather's non-power-of-two fix-up, thakur §4.1.1).
+//! 3⌈lg p⌉ α and ≈ 3(p−1)/p n β (the allgather's non-power-of-two fix-up, thakur §4.1.1).
 //! Restrictions: none (count < p leaves blocks empty).
 //! Paper: thakur §4.2 (Van de Geijn et al. [2, 24]).
 
@@ -27,8 +27,13 @@ pub(crate) const ALGORITHM: Algorithm = Algorithm {
 fn cost(a: &CollArgs) -> Cost {
     let p = a.p();
     let n = (a.count * u64::from(a.elem_size)) as f64;
-    let steps = if p.is_power_of_two() { 2 * ceil_log2(p) } else { 3 * ceil_log2(p) };
-    Cost::new(f64::from(steps), 2.0 * (p - 1) as f64 / p as f64 * n, 0.0)
+    let share = (p - 1) as f64 / p as f64 * n;
+    if p.is_power_of_two() {
+        Cost::new(f64::from(2 * ceil_log2(p)), 2.0 * share, 0.0)
+    } else {
+        // the allgather's non-power-of-two fix-up: at most 2⌈lg p⌉ steps, ≈ twice the bytes
+        Cost::new(f64::from(3 * ceil_log2(p)), 3.0 * share, 0.0)
+    }
 }
 
 fn build(a: &CollArgs) -> Result<Schedule> {
@@ -36,8 +41,10 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(a);
     let g = Group::rotated(p, a.root, a.rank);
     let lay = Layout::new(Buf::Recv, (0..p).map(|v| block(a.count, a.p(), u64::from(v))).collect());
-    let (got, scattered) = crate::scatter::binomial::phase(&mut b, &lay, &g, &[]);
-    crate::allgather::recursive_doubling::phase(&mut b, &lay, &g, &got, &scattered);
+    // as in MPICH the allgather starts when this rank's part of the scatter is done, so its
+    // sends queue behind the scatter's on the port
+    let (_, scattered) = crate::scatter::binomial::phase(&mut b, &lay, &g, &[]);
+    crate::allgather::recursive_doubling::phase(&mut b, &lay, &g, &scattered, &scattered);
     Ok(b.finish())
 }
 

@@ -35,8 +35,10 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(a);
     let g = Group::rotated(p, a.root, a.rank);
     let lay = Layout::new(Buf::Recv, (0..p).map(|v| block(a.count, a.p(), u64::from(v))).collect());
-    let (got, scattered) = crate::scatter::binomial::phase(&mut b, &lay, &g, &[]);
-    crate::allgather::ring::phase(&mut b, &lay, &g, &got, &scattered);
+    // as in MPICH the allgather starts when this rank's part of the scatter is done, so its
+    // sends queue behind the scatter's on the port
+    let (_, scattered) = crate::scatter::binomial::phase(&mut b, &lay, &g, &[]);
+    crate::allgather::ring::phase(&mut b, &lay, &g, &scattered, &scattered);
     Ok(b.finish())
 }
 

@@ -46,9 +46,8 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let g = Group::rotated(p, a.root, a.rank);
     let mut b = ScheduleBuilder::for_args(a);
     let root_lay = if g.me == 0 {
-        let blocks =
-            (0..p).map(|v| Ok((a.block_displ(g.rank(v))?, a.block_count(g.rank(v))))).collect::<Result<_>>()?;
-        Layout::new(Buf::Recv, blocks)
+        let d = crate::allgather::displs(a)?;
+        Layout::new(Buf::Recv, (0..p).map(|v| (d[g.rank(v) as usize], a.block_count(g.rank(v)))).collect())
     } else {
         Layout::new(Buf::Recv, Vec::new())
     };

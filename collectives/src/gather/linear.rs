@@ -39,12 +39,13 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         }
         return Ok(b.finish());
     }
+    let d = crate::allgather::displs(a)?;
     for i in 0..a.size {
         let c = a.block_count(i);
         if c == 0 {
             continue;
         }
-        let dst = Region::new(Buf::Recv, a.block_displ(i)?, c);
+        let dst = Region::new(Buf::Recv, d[i as usize], c);
         if i == a.rank {
             b.copy(Region::new(Buf::Send, 0, c), dst, &[]);
         } else {

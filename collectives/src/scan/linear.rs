@@ -1,9 +1,10 @@
 //! Linear (chain) scan and exscan: rank r receives the prefix of ranks 0..r from r − 1, folds it
 //! in front of its own input and passes the new prefix to r + 1.
 //!
-//! Cost (n = count·elem_size bytes): (p − 1)(α + nβ + nγ) for any p. Restrictions: none (the
-//! simplest order-exact baseline for non-commutative ops). Paper: the sequential baseline that
-//! MPICH's recursive-doubling scan (thakur §4.1.1's pattern) improves on.
+//! Cost (n = count·elem_size bytes): (p − 1)(α + nβ + nγ) for any p (exscan: (p − 2) nγ).
+//! Restrictions: none (the simplest order-exact baseline for non-commutative ops).
+//! Paper: the sequential baseline that MPICH's recursive-doubling scan (thakur §4.1.1's
+//! pattern) improves on.
 
 use crate::args::{CollArgs, Collective};
 use crate::cost::Cost;
@@ -26,7 +27,9 @@ pub(crate) const EXSCAN: Algorithm = Algorithm { coll: Collective::Exscan, ..SCA
 fn cost(a: &CollArgs) -> Cost {
     let n = (a.count * u64::from(a.elem_size)) as f64;
     let k = f64::from(a.size - 1);
-    Cost::new(k, k * n, k * n)
+    // exscan: the last rank only stores what it receives
+    let reductions = if a.coll == Collective::Exscan { (k - 1.0).max(0.0) } else { k };
+    Cost::new(k, k * n, reductions * n)
 }
 
 fn build(a: &CollArgs) -> Result<Schedule> {

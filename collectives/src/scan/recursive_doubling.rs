@@ -2,10 +2,12 @@
 //! group of 2^k ranks with r XOR 2^k; data from a lower group is folded in FIRST, into both the
 //! running group reduction and (only from lower groups) this rank's prefix in `Recv`.
 //!
-//! Cost (n = count·elem_size bytes): ⌈lg p⌉ (α + nβ) + 2⌈lg p⌉ nγ for any p (lg p for a power of
-//! two); two scratch buffers of count elements. Restrictions: none (operand order is kept, so
-//! non-commutative ops are fine). Paper: MPICH's MPIR_Scan_intra_recursive_doubling, the
-//! recursive-doubling pattern of thakur §4.1.1 applied to prefix reductions.
+//! Cost (n = count·elem_size bytes): ⌈lg p⌉ (α + nβ) + (2⌈lg p⌉ − 1) nγ (exscan: − 2) for a
+//! power of two; for other p the same terms, plus port waits of ranks whose partner is missing
+//! in a round (the simulator finds ≈ one more α). Two scratch buffers of count elements.
+//! Restrictions: none (operand order is kept, so non-commutative ops are fine).
+//! Paper: MPICH's MPIR_Scan_intra_recursive_doubling, the recursive-doubling pattern of
+//! thakur §4.1.1 applied to prefix reductions.
 
 use crate::args::{CollArgs, Collective};
 use crate::cost::{ceil_log2, Cost};
@@ -28,7 +30,10 @@ pub(crate) const EXSCAN: Algorithm = Algorithm { coll: Collective::Exscan, ..SCA
 fn cost(a: &CollArgs) -> Cost {
     let n = (a.count * u64::from(a.elem_size)) as f64;
     let k = f64::from(ceil_log2(a.p()));
-    Cost::new(k, k * n, 2.0 * k * n)
+    // two reductions per round on the top rank, but the last round updates no partial, and
+    // exscan's first contribution is a copy
+    let reductions = if a.coll == Collective::Exscan { 2.0 * k - 2.0 } else { 2.0 * k - 1.0 };
+    Cost::new(k, k * n, reductions.max(0.0) * n)
 }
 
 fn build(a: &CollArgs) -> Result<Schedule> {

@@ -41,9 +41,10 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let end = subtree_end(g.me, p);
     let mut blocks = vec![(0, 0); p as usize];
     let lay = if g.me == 0 {
+        let d = crate::allgather::displs(a)?;
         for (v, blk) in blocks.iter_mut().enumerate() {
             let r = g.rank(v as u32);
-            *blk = (a.block_displ(r)?, a.block_count(r));
+            *blk = (d[r as usize], a.block_count(r));
         }
         Layout::new(Buf::Send, blocks)
     } else if end - g.me == 1 {
@@ -84,11 +85,19 @@ pub(crate) fn phase(b: &mut ScheduleBuilder, lay: &Layout, g: &Group, deps: &[St
         mask <<= 1;
     }
     let mut all: Vec<StepId> = have[deps.len()..].to_vec();
+    // largest subtree first, each send after the previous one: a send that packs through scratch
+    // must not fall behind the smaller ones on a single-ported NIC
+    let mut after = have.clone();
     mask >>= 1;
     while mask > 0 {
         let child = me + mask;
         if child < m {
-            all.extend(lay.send(b, g.rank(child), child, subtree_end(child, m), &have));
+            let ids = lay.send(b, g.rank(child), child, subtree_end(child, m), &after);
+            if let Some(&s) = ids.last() {
+                after = have.clone();
+                after.push(s);
+            }
+            all.extend(ids);
         }
         mask >>= 1;
     }

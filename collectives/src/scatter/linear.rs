@@ -39,6 +39,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         }
         return Ok(b.finish());
     }
+    let d = crate::allgather::displs(a)?;
     for k in 1..=a.size {
         // start with the next rank so the root's own copy overlaps the sends
         let i = (a.root + k) % a.size;
@@ -46,7 +47,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         if c == 0 {
             continue;
         }
-        let src = Region::new(Buf::Send, a.block_displ(i)?, c);
+        let src = Region::new(Buf::Send, d[i as usize], c);
         if i == a.rank {
             b.copy(src, Region::new(Buf::Recv, 0, c), &[]);
         } else {
