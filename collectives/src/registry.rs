@@ -98,10 +98,18 @@ impl Algorithm {
             });
         }
         args.validate()?;
-        if let Some(reason) = self.restrictions.violated(args) {
+        let mut out = args.clone();
+        // MPI: only the root of a gather or reduce passes MPI_IN_PLACE; the other ranks' flag has no
+        // meaning (their input is in their send buffer), so the same call can be made on every rank.
+        if out.in_place
+            && matches!(out.coll, Collective::Gather | Collective::Gatherv | Collective::Reduce)
+            && out.rank != out.root
+        {
+            out.in_place = false;
+        }
+        if let Some(reason) = self.restrictions.violated(&out) {
             return Err(Error::Restriction { coll: self.coll, alg: self.name, reason });
         }
-        let mut out = args.clone();
         for (name, value) in args.params.iter() {
             let spec =
                 self.params.iter().chain([&SEGMENT_SPEC]).find(|s| s.name == name).ok_or_else(|| Error::Parameter {
