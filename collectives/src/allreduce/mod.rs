@@ -1,9 +1,10 @@
 //! Algorithms of `allreduce`, one file each.
 
+mod rabenseifner;
 mod recursive_doubling;
 mod ring;
 
 use crate::registry::Algorithm;
 
 /// The registry rows of this operation.
-pub(crate) const ALGORITHMS: &[Algorithm] = &[recursive_doubling::ALGORITHM, ring::ALGORITHM];
+pub(crate) const ALGORITHMS: &[Algorithm] = &[recursive_doubling::ALGORITHM, rabenseifner::ALGORITHM, ring::ALGORITHM];

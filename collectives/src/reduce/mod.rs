@@ -1,8 +1,9 @@
 //! Algorithms of `reduce`, one file each.
 
 mod binomial;
+mod rabenseifner;
 
 use crate::registry::Algorithm;
 
 /// The registry rows of this operation.
-pub(crate) const ALGORITHMS: &[Algorithm] = &[binomial::ALGORITHM];
+pub(crate) const ALGORITHMS: &[Algorithm] = &[binomial::ALGORITHM, rabenseifner::ALGORITHM];
