@@ -1,10 +1,22 @@
 //! Algorithms of `allreduce`, one file each.
 
+mod allgather_reduce;
 mod rabenseifner;
 mod recursive_doubling;
+mod reduce_bcast;
 mod ring;
+mod rsag_halving_ring;
+mod rsag_pairwise_ring;
 
 use crate::registry::Algorithm;
 
 /// The registry rows of this operation.
-pub(crate) const ALGORITHMS: &[Algorithm] = &[recursive_doubling::ALGORITHM, rabenseifner::ALGORITHM, ring::ALGORITHM];
+pub(crate) const ALGORITHMS: &[Algorithm] = &[
+    recursive_doubling::ALGORITHM,
+    reduce_bcast::ALGORITHM,
+    allgather_reduce::ALGORITHM,
+    rabenseifner::ALGORITHM,
+    ring::ALGORITHM,
+    rsag_halving_ring::ALGORITHM,
+    rsag_pairwise_ring::ALGORITHM,
+];

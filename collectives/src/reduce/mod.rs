@@ -2,8 +2,9 @@
 
 mod binomial;
 mod rabenseifner;
+mod ring;
 
 use crate::registry::Algorithm;
 
 /// The registry rows of this operation.
-pub(crate) const ALGORITHMS: &[Algorithm] = &[binomial::ALGORITHM, rabenseifner::ALGORITHM];
+pub(crate) const ALGORITHMS: &[Algorithm] = &[binomial::ALGORITHM, rabenseifner::ALGORITHM, ring::ALGORITHM];
