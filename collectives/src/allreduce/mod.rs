@@ -1,6 +1,7 @@
 //! Algorithms of `allreduce`, one file each.
 
 mod allgather_reduce;
+mod binary_blocks;
 mod rabenseifner;
 mod recursive_doubling;
 mod reduce_bcast;
@@ -12,6 +13,7 @@ use crate::registry::Algorithm;
 
 /// The registry rows of this operation.
 pub(crate) const ALGORITHMS: &[Algorithm] = &[
+    binary_blocks::ALGORITHM,
     recursive_doubling::ALGORITHM,
     reduce_bcast::ALGORITHM,
     allgather_reduce::ALGORITHM,

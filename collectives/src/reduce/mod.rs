@@ -1,5 +1,6 @@
 //! Algorithms of `reduce`, one file each.
 
+mod binary_blocks;
 mod binomial;
 mod rabenseifner;
 mod ring;
@@ -7,4 +8,5 @@ mod ring;
 use crate::registry::Algorithm;
 
 /// The registry rows of this operation.
-pub(crate) const ALGORITHMS: &[Algorithm] = &[binomial::ALGORITHM, rabenseifner::ALGORITHM, ring::ALGORITHM];
+pub(crate) const ALGORITHMS: &[Algorithm] =
+    &[binary_blocks::ALGORITHM, binomial::ALGORITHM, rabenseifner::ALGORITHM, ring::ALGORITHM];

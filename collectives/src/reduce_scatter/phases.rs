@@ -121,14 +121,6 @@ impl Distance {
         }
         m
     }
-
-    /// The segment new rank `i` owns after the reduce-scatter.
-    pub(crate) fn owned(self, i: u32, pof2: u32) -> usize {
-        match self {
-            Distance::Doubling => bitrev(i, pof2.trailing_zeros()) as usize,
-            Distance::Halving => i as usize,
-        }
-    }
 }
 
 /// Reduction of p ranks to p' = 2^⌊lg p⌋ by pairing ranks 2i and 2i+1 for i < r = p − p'
@@ -137,7 +129,6 @@ impl Distance {
 /// contiguous range of old ranks, so rank order is kept.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Fold {
-    pub p: u32,
     pub pof2: u32,
     pub rem: u32,
     odd_survives: bool,
@@ -148,7 +139,7 @@ pub(crate) struct Fold {
 impl Fold {
     pub(crate) fn new(p: u32, odd_survives: bool) -> Fold {
         let pof2 = 1u32 << (31 - p.max(1).leading_zeros());
-        Fold { p, pof2, rem: p - pof2, odd_survives, flipped: None }
+        Fold { pof2, rem: p - pof2, odd_survives, flipped: None }
     }
 
     /// The same fold with `root` guaranteed to survive (thakur §5.1, roles interchanged).
@@ -200,13 +191,160 @@ impl Fold {
     }
 }
 
-/// Reduce-scatter by recursive vector halving among the fold's p' new ranks: `acc` (whole vector,
+/// A power-of-two set of ranks that runs a halving/doubling phase: new ranks 0..pof2 and the old
+/// rank each stands for.
+pub(crate) trait Team {
+    fn pof2(&self) -> u32;
+    fn real(&self, nr: u32) -> u32;
+}
+
+impl Team for Fold {
+    fn pof2(&self) -> u32 {
+        self.pof2
+    }
+    fn real(&self, nr: u32) -> u32 {
+        Fold::real(self, nr)
+    }
+}
+
+/// A contiguous block of 2^e ranks starting at `start` (binary blocks, thakur §5.2); `zero`
+/// stands in for the block's rank 0 when set (a root outside the block taking its role).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct RankBlock {
+    pub start: u32,
+    pub exp: u32,
+    pub zero: Option<u32>,
+}
+
+impl Team for RankBlock {
+    fn pof2(&self) -> u32 {
+        1 << self.exp
+    }
+    fn real(&self, nr: u32) -> u32 {
+        match self.zero {
+            Some(z) if nr == 0 => z,
+            _ => self.start + nr,
+        }
+    }
+}
+
+/// The binary-block decomposition of p (thakur §5.2): blocks of 2^e ranks for the set bits of p,
+/// the largest (lowest ranks) first.
+pub(crate) fn binary_blocks(p: u32) -> Vec<RankBlock> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for e in (0..32).rev() {
+        if p >> e & 1 == 1 {
+            out.push(RankBlock { start, exp: e, zero: None });
+            start += 1 << e;
+        }
+    }
+    out
+}
+
+/// The segments of a 2^e-rank block when the vector is cut into the 2^e0 `fine` segments of the
+/// largest block (a block's segment is a run of fine segments, so segmentations nest).
+pub(crate) fn block_segs(fine: &[(u64, u64)], e0: u32, e: u32) -> Segs {
+    let w = 1usize << (e0 - e);
+    (0..1usize << e).map(|j| span(fine, j * w, (j + 1) * w)).collect()
+}
+
+/// Where a rank stands after the first part of binary blocks.
+pub(crate) struct BbState {
+    /// Index of this rank's block in [`binary_blocks`] order, and its rank inside the block.
+    pub k: usize,
+    pub me: u32,
+    /// This rank's segment (in its block's segmentation `segs`).
+    pub pos: usize,
+    pub segs: Segs,
+    pub deps: Vec<StepId>,
+}
+
+/// Binary blocks, first part (thakur §5.2, Fig 13): each block reduce-scatters by vector halving
+/// and distance doubling; then, from the smallest block up, every rank splits its reduced segment
+/// into the segments of the next larger block and sends them to their owners there, who combine
+/// them (the smaller block holds higher ranks, so it goes second). Afterwards block 0 (the largest)
+/// holds the full reduction, segment `bitrev(i)` on its rank i. `acc` holds this rank's input.
+pub(crate) fn bb_reduce_scatter(
+    b: &mut ScheduleBuilder,
+    blocks: &[RankBlock],
+    rank: u32,
+    fine: &[(u64, u64)],
+    acc: Buf,
+    deps: Vec<StepId>,
+) -> BbState {
+    let k = blocks.iter().rposition(|bl| bl.start <= rank).expect("block 0 starts at rank 0");
+    let bl = blocks[k];
+    let me = rank - bl.start;
+    let e0 = blocks[0].exp;
+    let segs = block_segs(fine, e0, bl.exp);
+    let total = span(fine, 0, fine.len()).1;
+    let tmp = b.scratch(total);
+    let (mut deps, pos) = rs_halving(b, &bl, me, &segs, acc, tmp, Distance::Doubling, deps);
+    if let Some(sm) = blocks.get(k + 1) {
+        let j = pos >> (bl.exp - sm.exp);
+        let from = sm.start + bitrev(j as u32, sm.exp);
+        let t = seg_region(tmp, &segs, pos, pos + 1);
+        if let Some(r) = recv(b, from, t, &deps) {
+            let d = union(&[&[r], &deps]);
+            deps = vec![b.reduce(t, seg_region(acc, &segs, pos, pos + 1), Order::DstFirst, &d)];
+        }
+    }
+    if k > 0 {
+        let big = blocks[k - 1];
+        let shift = big.exp - bl.exp;
+        let big_segs = block_segs(fine, e0, big.exp);
+        let mut out = Vec::new();
+        for jp in pos << shift..(pos + 1) << shift {
+            let to = big.start + bitrev(jp as u32, big.exp);
+            out.extend(send(b, to, seg_region(acc, &big_segs, jp, jp + 1), &deps));
+        }
+        deps = or_deps(out, &deps);
+    }
+    BbState { k, me, pos, segs, deps }
+}
+
+/// Critical-path cost terms of binary blocks for p ranks and n bytes: part 1 along the block chain
+/// with the most messages, then an allgather (`allreduce`) or a gather to a root, `root_outside`
+/// block 0 adding one message of block 0's segment.
+pub(crate) fn bb_cost(p: u64, n: f64, allreduce: bool, root_outside: bool) -> crate::cost::Cost {
+    let exps: Vec<i32> = (0..64).rev().filter(|e| p >> e & 1 == 1).collect();
+    let inv = |e: i32| 0.5f64.powi(e);
+    let mut best = (0.0f64, 0.0f64, 0.0f64);
+    for k in 0..exps.len() {
+        let mut a = f64::from(exps[k]);
+        let mut bt = n * (1.0 - inv(exps[k]));
+        let mut g = bt;
+        for j in 1..=k {
+            a += 2f64.powi(exps[j - 1] - exps[j]);
+            bt += n * inv(exps[j]);
+            g += n * inv(exps[j - 1]);
+        }
+        if (a, bt) > (best.0, best.1) {
+            best = (a, bt, g);
+        }
+    }
+    let e0 = exps[0];
+    let m = exps.len() - 1;
+    let (a2, b2) = if allreduce {
+        // to the last block: allgather steps in each block until its segment fits the next block,
+        // one message to the next block, then the last block's own allgather
+        let chain: f64 = (1..=m).map(|j| n * (2.0 * inv(exps[j]) - inv(exps[j - 1]))).sum();
+        (f64::from(e0) + m as f64, chain + n * (1.0 - inv(exps[m])))
+    } else {
+        let extra = if root_outside { 1.0 } else { 0.0 };
+        (f64::from(e0) + extra, n * (1.0 - inv(e0)) + extra * n * inv(e0))
+    };
+    crate::cost::Cost::new(best.0 + a2, best.1 + b2, best.2)
+}
+
+/// Reduce-scatter by recursive vector halving among a team's p' new ranks: `acc` (whole vector,
 /// laid out as `segs`, p' segments) holds this rank's partial data; `tmp` is a scratch of the same
 /// layout. Returns the terminal steps and the segment this rank owns (fully reduced in `acc`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn rs_halving(
     b: &mut ScheduleBuilder,
-    fold: &Fold,
+    team: &impl Team,
     me: u32,
     segs: &[(u64, u64)],
     acc: Buf,
@@ -214,16 +352,16 @@ pub(crate) fn rs_halving(
     dist: Distance,
     deps: Vec<StepId>,
 ) -> (Vec<StepId>, usize) {
-    let (mut lo, mut hi) = (0usize, fold.pof2 as usize);
+    let (mut lo, mut hi) = (0usize, team.pof2() as usize);
     let mut deps = deps;
-    for m in dist.masks(fold.pof2) {
+    for m in dist.masks(team.pof2()) {
         let peer_new = me ^ m;
         let mid = lo + (hi - lo) / 2;
         let (keep, give) = if me < peer_new { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
         let order = if peer_new < me { Order::SrcFirst } else { Order::DstFirst };
         deps = exchange_reduce(
             b,
-            fold.real(peer_new),
+            team.real(peer_new),
             seg_region(acc, segs, give.0, give.1),
             seg_region(tmp, segs, keep.0, keep.1),
             seg_region(acc, segs, keep.0, keep.1),
@@ -235,13 +373,13 @@ pub(crate) fn rs_halving(
     (deps, lo)
 }
 
-/// The reverse of [`rs_halving`] by recursive vector doubling: an allgather among the p' new ranks
-/// (`root == None`) or a binomial gather to new rank `root`. `owned` is the segment this rank
-/// holds. Returns the terminal steps (for a gather, a non-root stops after its send).
+/// The reverse of [`rs_halving`] by recursive vector doubling: an allgather among the team's new
+/// ranks (`root == None`) or a binomial gather to new rank `root`. `owned` is the segment this
+/// rank holds. Returns the terminal steps (for a gather, a non-root stops after its send).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn ag_doubling(
     b: &mut ScheduleBuilder,
-    fold: &Fold,
+    team: &impl Team,
     me: u32,
     segs: &[(u64, u64)],
     acc: Buf,
@@ -250,10 +388,30 @@ pub(crate) fn ag_doubling(
     root: Option<u32>,
     deps: Vec<StepId>,
 ) -> Vec<StepId> {
-    let (mut lo, mut hi) = (owned, owned + 1);
+    let mut masks = dist.masks(team.pof2());
+    masks.reverse();
+    let mut range = (owned, owned + 1);
+    ag_doubling_steps(b, team, me, segs, acc, &mut range, &masks, root, deps).0
+}
+
+/// Some steps of [`ag_doubling`]: `masks` in allgather order, `range` = the segments held (updated).
+/// Returns the terminal steps and whether this rank stopped (sent its part in a gather).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ag_doubling_steps(
+    b: &mut ScheduleBuilder,
+    team: &impl Team,
+    me: u32,
+    segs: &[(u64, u64)],
+    acc: Buf,
+    range: &mut (usize, usize),
+    masks: &[u32],
+    root: Option<u32>,
+    deps: Vec<StepId>,
+) -> (Vec<StepId>, bool) {
+    let (mut lo, mut hi) = *range;
     let mut deps = deps;
-    for &m in dist.masks(fold.pof2).iter().rev() {
-        let peer = fold.real(me ^ m);
+    for &m in masks {
+        let peer = team.real(me ^ m);
         let len = hi - lo;
         let sib = if me & m == 0 { (hi, hi + len) } else { (lo - len, lo) };
         let mine = seg_region(acc, segs, lo, hi);
@@ -262,7 +420,7 @@ pub(crate) fn ag_doubling(
         match root {
             Some(rt) if (me ^ rt) & m != 0 => {
                 out.extend(send(b, peer, mine, &deps));
-                return or_deps(out, &deps);
+                return (or_deps(out, &deps), true);
             }
             Some(_) => out.extend(recv(b, peer, theirs, &deps)),
             None => {
@@ -273,7 +431,8 @@ pub(crate) fn ag_doubling(
         deps = or_deps(out, &deps);
         (lo, hi) = (lo.min(sib.0), hi.max(sib.1));
     }
-    deps
+    *range = (lo, hi);
+    (deps, false)
 }
 
 /// The fold's first step with halves (thakur §5.1, Fig 12): in pair (2i, 2i+1) the even rank
