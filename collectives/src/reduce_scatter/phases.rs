@@ -304,28 +304,31 @@ pub(crate) fn bb_reduce_scatter(
     BbState { k, me, pos, segs, deps }
 }
 
-/// Critical-path cost terms of binary blocks for p ranks and n bytes: part 1 along the block chain
-/// with the most messages, then an allgather (`allreduce`) or a gather to a root, `root_outside`
+/// Critical-path estimate of binary blocks for p ranks and n bytes: part 1 as the largest terms
+/// over the block chains, then an allgather (`allreduce`) or a gather to a root, `root_outside`
 /// block 0 adding one message of block 0's segment.
 pub(crate) fn bb_cost(p: u64, n: f64, allreduce: bool, root_outside: bool) -> crate::cost::Cost {
     let exps: Vec<i32> = (0..64).rev().filter(|e| p >> e & 1 == 1).collect();
     let inv = |e: i32| 0.5f64.powi(e);
+    // part 1 ends with block 0's last reduce; every chain (a block's own halving, then the
+    // cascade up to block 0) leads there: take each term's maximum over the chains
+    let m = exps.len() - 1;
     let mut best = (0.0f64, 0.0f64, 0.0f64);
-    for k in 0..exps.len() {
+    for k in 0..=m {
         let mut a = f64::from(exps[k]);
         let mut bt = n * (1.0 - inv(exps[k]));
         let mut g = bt;
+        if k == 0 && m > 0 {
+            g += n * inv(exps[0]);
+        }
         for j in 1..=k {
             a += 2f64.powi(exps[j - 1] - exps[j]);
             bt += n * inv(exps[j]);
             g += n * inv(exps[j - 1]);
         }
-        if (a, bt) > (best.0, best.1) {
-            best = (a, bt, g);
-        }
+        best = (best.0.max(a), best.1.max(bt), best.2.max(g));
     }
     let e0 = exps[0];
-    let m = exps.len() - 1;
     let (a2, b2) = if allreduce {
         // to the last block: allgather steps in each block until its segment fits the next block,
         // one message to the next block, then the last block's own allgather
@@ -452,7 +455,7 @@ pub(crate) fn fold_halves(
     let first = acc.sub(0, half);
     let second = acc.sub(half, acc.len - half);
     let (give, keep, order) =
-        if rank % 2 == 0 { (second, first, Order::DstFirst) } else { (first, second, Order::SrcFirst) };
+        if rank.is_multiple_of(2) { (second, first, Order::DstFirst) } else { (first, second, Order::SrcFirst) };
     let tmp_keep = Region::new(tmp.buf, tmp.off + (keep.off - acc.off), keep.len);
     let ex = exchange_reduce(b, partner, give, tmp_keep, keep, order, &deps);
     if fold.new_rank(rank).is_some() {
@@ -611,7 +614,7 @@ pub(crate) fn rs_pairwise(
         (Some(l), Some(rt)) => (slot(rank + 1), b.reduce(slot(1), slot(rank + 1), Order::SrcFirst, &[l, rt])),
         (Some(l), None) => (slot(1), l),
         (None, Some(rt)) => (slot(1), b.reduce(own, slot(1), Order::SrcFirst, &[rt])),
-        (None, None) => unreachable!("p > 1 gives a left or right partial"),
+        (None, None) => return or_deps(sends, deps),
     };
     let fin = b.copy(res, out, &union(&[&[last], &sends]));
     union(&[&[fin], &sends])

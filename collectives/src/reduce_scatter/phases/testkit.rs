@@ -47,3 +47,29 @@ pub(crate) fn sweep_counts(alg: &Algorithm, pmax: u32, in_place: bool, big: u64)
         }
     }
 }
+
+/// For p = 2^k (where the papers' formulas are exact) the cost rows must match the replay's
+/// critical path in α and β (γ may be lower in the replay where reductions overlap transfers).
+#[test]
+fn pow2_cost_rows_match_the_replay() {
+    use crate::cost::Machine;
+    for op in [Collective::Allreduce, Collective::Reduce, Collective::ReduceScatterBlock] {
+        for alg in crate::registry::for_op(op) {
+            // the direct sends to the root overlap the last exchange steps
+            if op == Collective::Reduce && alg.name == "ring" {
+                continue;
+            }
+            for p in [2u32, 4, 8, 16] {
+                let a = CollArgs::new(op, 0, p, 64 * 3).with_root(u32::from(op == Collective::Reduce));
+                let c = alg.cost_of(&a).unwrap();
+                let cp = crate::sim::simulate_alg(alg, &a, &Machine::UNIT).unwrap().critical_path;
+                let close = |x: f64, y: f64| (x - y).abs() <= 1e-6 * x.abs().max(1.0);
+                assert!(
+                    close(c.alpha, cp.alpha) && close(c.beta, cp.beta) && cp.gamma <= c.gamma + 1e-6,
+                    "{op}:{} p={p}: formula {c:?}, replay {cp:?}",
+                    alg.name
+                );
+            }
+        }
+    }
+}
