@@ -7,7 +7,7 @@ use crate::registry::Algorithm;
 
 /// Verifies `alg` over p = 1..=pmax, every root (rooted ops), counts {0, 1, p−1, p, p+1, 97}
 /// (irregular counts for reduce_scatter), commutative and (unless restricted) non-commutative,
-/// and in place where `in_place` is set.
+/// in place where `in_place` is set, and the largest count also pipelined in segments of 16.
 pub(crate) fn sweep(alg: &Algorithm, pmax: u32, in_place: bool) {
     sweep_counts(alg, pmax, in_place, 97);
 }
@@ -28,18 +28,25 @@ pub(crate) fn sweep_counts(alg: &Algorithm, pmax: u32, in_place: bool, big: u64)
                         }
                         let mut a = CollArgs::new(alg.coll, 0, p, count).with_root(root).with_commutative(comm);
                         if alg.coll == Collective::ReduceScatter {
-                            let c: Vec<u64> = (0..u64::from(p)).map(|i| (i * 7 + count) % 5 * (count % 3)).collect();
+                            let c: Vec<u64> = (0..u64::from(p))
+                                .map(|i| (i * 7 + count) % 5 * (count % 3) + if i % 3 == 0 { count / 4 } else { 0 })
+                                .collect();
                             a = a.with_counts(c);
                         }
                         a.in_place = ip;
                         if alg.restrictions.violated(&a).is_some() {
                             continue;
                         }
-                        if let Err(e) = crate::verify::check(alg, &a) {
-                            panic!(
-                                "{}:{} p={p} root={root} count={count} comm={comm} in_place={ip}: {e}",
-                                alg.coll, alg.name
-                            );
+                        // the big count also runs pipelined (the registry's segmenting pass)
+                        let segs: &[u64] = if count == big { &[0, 16] } else { &[0] };
+                        for &seg in segs {
+                            let a = if seg > 0 { a.clone().with_param(crate::args::SEGMENT, seg) } else { a.clone() };
+                            if let Err(e) = crate::verify::check(alg, &a) {
+                                panic!(
+                                    "{}:{} p={p} root={root} count={count} comm={comm} in_place={ip} segment={seg}: {e}",
+                                    alg.coll, alg.name
+                                );
+                            }
                         }
                     }
                 }
