@@ -601,7 +601,7 @@ pub(crate) fn ag_ring(
 /// Pairwise-exchange reduce-scatter (thakur §4.4): in step i = 1..p−1 rank r sends its input block
 /// for rank r+i (block j of `src` is `segs[j]`) and receives block r's input from rank r−i. The
 /// contributions of ranks r−1, r−2, …, 0 arrive in that order and are folded from the left; those
-/// of ranks p−1, …, r+1 likewise into a second partial, so the result `out` = x_0 ⊕ … ⊕ x_{p−1`}
+/// of ranks p−1, …, r+1 likewise into a second partial, so the result `out` = `x_0 ⊕ … ⊕ x_{p−1}`
 /// is in rank order (non-commutative ops are fine). `out` is written by the last step only, after
 /// every read of `src`. Returns the terminal steps (including every send).
 pub(crate) fn rs_pairwise(
