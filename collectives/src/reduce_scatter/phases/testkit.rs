@@ -42,10 +42,8 @@ pub(crate) fn sweep_counts(alg: &Algorithm, pmax: u32, in_place: bool, big: u64)
                         for &seg in segs {
                             let a = if seg > 0 { a.clone().with_param(crate::args::SEGMENT, seg) } else { a.clone() };
                             if let Err(e) = crate::verify::check(alg, &a) {
-                                panic!(
-                                    "{}:{} p={p} root={root} count={count} comm={comm} in_place={ip} segment={seg}: {e}",
-                                    alg.coll, alg.name
-                                );
+                                let what = format!("p={p} root={root} count={count} comm={comm} in_place={ip}");
+                                panic!("{}:{} {what} segment={seg}: {e}", alg.coll, alg.name);
                             }
                         }
                     }
