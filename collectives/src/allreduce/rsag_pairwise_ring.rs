@@ -43,7 +43,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let r = rank as usize;
     let deps = rs_pairwise(&mut b, rank, p, Buf::Send, &segs, seg_region(Buf::Recv, &segs, r, r + 1), &[]);
     let ring: Vec<u32> = (0..p).collect();
-    let mut sd = SegDeps::new(p as usize, &deps);
+    let mut sd = SegDeps::from_lists(deps);
     ag_ring(&mut b, &ring, r, |q| q, &segs, Buf::Recv, &mut sd);
     Ok(finish(b, a))
 }

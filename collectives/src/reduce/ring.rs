@@ -47,10 +47,11 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let deps = rs_pairwise(&mut b, rank, p, Buf::Send, &segs, out, &[]);
     if rank == a.root {
         for j in (0..p).filter(|&j| j != rank) {
-            recv(&mut b, j, seg_region(Buf::Recv, &segs, j as usize, j as usize + 1), &deps);
+            // in place, block j of Recv is the input block this rank sent to j
+            recv(&mut b, j, seg_region(Buf::Recv, &segs, j as usize, j as usize + 1), &deps[j as usize]);
         }
     } else {
-        send(&mut b, a.root, out, &deps);
+        send(&mut b, a.root, out, &deps[rank as usize]);
     }
     Ok(finish(b, a))
 }

@@ -523,6 +523,11 @@ impl SegDeps {
     pub(crate) fn new(n: usize, init: &[StepId]) -> SegDeps {
         SegDeps { w: vec![init.to_vec(); n], r: vec![Vec::new(); n] }
     }
+    /// Segment i starts as written by `init[i]` (exact per-segment deps, O(p) in total).
+    pub(crate) fn from_lists(init: Vec<Vec<StepId>>) -> SegDeps {
+        let n = init.len();
+        SegDeps { w: init, r: vec![Vec::new(); n] }
+    }
     pub(crate) fn for_read(&self, i: usize) -> Vec<StepId> {
         self.w[i].clone()
     }
@@ -603,7 +608,8 @@ pub(crate) fn ag_ring(
 /// contributions of ranks r−1, r−2, …, 0 arrive in that order and are folded from the left; those
 /// of ranks p−1, …, r+1 likewise into a second partial, so the result `out` = `x_0 ⊕ … ⊕ x_{p−1}`
 /// is in rank order (non-commutative ops are fine). `out` is written by the last step only, after
-/// every read of `src`. Returns the terminal steps (including every send).
+/// every read of `src`. Returns, per block j, the steps that read or wrote it (the send of block j,
+/// or for j = rank the final write of `out`), so later phases can depend on exactly those.
 pub(crate) fn rs_pairwise(
     b: &mut ScheduleBuilder,
     rank: u32,
@@ -612,12 +618,14 @@ pub(crate) fn rs_pairwise(
     segs: &[(u64, u64)],
     out: Region,
     deps: &[StepId],
-) -> Vec<StepId> {
+) -> Vec<Vec<StepId>> {
     let r = rank as usize;
+    let mut per_block: Vec<Vec<StepId>> = vec![deps.to_vec(); p as usize];
     let n = segs[r].1;
     let own = Region::new(src, segs[r].0, n);
     if p == 1 {
-        return or_deps(copy(b, own, out, deps).into_iter().collect(), deps);
+        per_block[0] = or_deps(copy(b, own, out, deps).into_iter().collect(), deps);
+        return per_block;
     }
     let tmp = if n > 0 { Some(b.scratch(n * u64::from(p - 1))) } else { None };
     let slot = |i: u32| Region::new(tmp.unwrap_or(Buf::Recv), u64::from(i - 1) * n, n);
@@ -626,11 +634,14 @@ pub(crate) fn rs_pairwise(
     for i in 1..p {
         let to = (rank + i) % p;
         let from = (rank + p - i) % p;
-        sends.extend(send(b, to, seg_region(src, segs, to as usize, to as usize + 1), deps));
+        if let Some(s) = send(b, to, seg_region(src, segs, to as usize, to as usize + 1), deps) {
+            sends.push(s);
+            per_block[to as usize] = vec![s];
+        }
         recvs[i as usize] = recv(b, from, slot(i), deps);
     }
     if n == 0 {
-        return or_deps(sends, deps);
+        return per_block;
     }
     let dep = |x: Option<StepId>| -> Vec<StepId> { x.into_iter().collect() };
     // left partial in slot 1: x_{r-1}, then x_{r-2} ⊕ ·, …, x_0 ⊕ ·, then · ⊕ x_r
@@ -660,10 +671,10 @@ pub(crate) fn rs_pairwise(
         (Some(l), Some(rt)) => (slot(rank + 1), b.reduce(slot(1), slot(rank + 1), Order::SrcFirst, &[l, rt])),
         (Some(l), None) => (slot(1), l),
         (None, Some(rt)) => (slot(1), b.reduce(own, slot(1), Order::SrcFirst, &[rt])),
-        (None, None) => return or_deps(sends, deps),
+        (None, None) => return per_block,
     };
-    let fin = b.copy(res, out, &union(&[&[last], &sends]));
-    union(&[&[fin], &sends])
+    per_block[r] = vec![b.copy(res, out, &union(&[&[last], &sends]))];
+    per_block
 }
 
 /// Binomial-tree reduce of `Send[0..count]` to `root` over virtual ranks v = (rank − root) mod p

@@ -78,3 +78,27 @@ fn pow2_cost_rows_match_the_replay() {
         }
     }
 }
+
+/// Every row builds one rank's schedule at p = 65,536 (no quadratic dep lists), and the ring
+/// and pairwise rows send the number of messages their α term counts.
+#[test]
+fn large_p_schedules_build() {
+    use crate::schedule::StepKind;
+    let p = 65_536u32;
+    for op in [Collective::Allreduce, Collective::Reduce, Collective::ReduceScatterBlock] {
+        for alg in crate::registry::for_op(op) {
+            let a = CollArgs::new(op, 12_345, p, u64::from(p) * 2).with_root(3);
+            let s = alg.schedule(&a).unwrap_or_else(|e| panic!("{op}:{}: {e}", alg.name));
+            let sends = s.iter().filter(|(_, k, _)| matches!(k, StepKind::Send { .. })).count() as u64;
+            let want = match (op, alg.name) {
+                (Collective::Allreduce, "ring" | "rsag_pairwise_ring") => Some(2 * u64::from(p - 1)),
+                (Collective::ReduceScatterBlock, "pairwise") => Some(u64::from(p - 1)),
+                (Collective::Reduce, "ring") => Some(u64::from(p)),
+                _ => None,
+            };
+            if let Some(w) = want {
+                assert_eq!(sends, w, "{op}:{}", alg.name);
+            }
+        }
+    }
+}
