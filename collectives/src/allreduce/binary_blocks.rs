@@ -17,8 +17,8 @@ use crate::args::{CollArgs, Collective};
 use crate::cost::Cost;
 use crate::error::Result;
 use crate::reduce_scatter::phases::{
-    ag_doubling_steps, bb_cost, bb_reduce_scatter, binary_blocks, copy, even_segs, finish, recv, seg_region, send,
-    union, Distance,
+    ag_doubling_steps, bb_cost, bb_reduce_scatter, binary_blocks, copy, even_segs, finish, masks, recv, seg_region,
+    send, union,
 };
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
@@ -59,7 +59,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         let r = recv(&mut b, from, seg_region(Buf::Recv, &st.segs, st.pos, st.pos + 1), &deps);
         deps = union(&[&deps, &r.into_iter().collect::<Vec<_>>()]);
     }
-    let mut masks = Distance::Doubling.masks(1 << bl.exp);
+    let mut masks = masks(1 << bl.exp);
     masks.reverse();
     let smaller = blocks.get(st.k + 1).copied();
     let t = smaller.map_or(masks.len(), |sm| (bl.exp - sm.exp) as usize);

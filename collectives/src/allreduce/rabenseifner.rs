@@ -11,9 +11,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::{floor_log2, Cost};
 use crate::error::Result;
-use crate::reduce_scatter::phases::{
-    ag_doubling, copy, even_segs, finish, fold_halves, recv, rs_halving, send, Distance, Fold,
-};
+use crate::reduce_scatter::phases::{ag_doubling, copy, even_segs, finish, fold_halves, recv, rs_halving, send, Fold};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
 
@@ -60,8 +58,8 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         recv(&mut b, partner.expect("removed ranks have a partner"), acc, &deps);
         return Ok(finish(b, a));
     };
-    let (deps, pos) = rs_halving(&mut b, &fold, me, &segs, Buf::Recv, tmp, Distance::Doubling, deps);
-    let deps = ag_doubling(&mut b, &fold, me, &segs, Buf::Recv, pos, Distance::Doubling, None, deps);
+    let (deps, pos) = rs_halving(&mut b, &fold, me, &segs, Buf::Recv, tmp, deps);
+    let deps = ag_doubling(&mut b, &fold, me, &segs, Buf::Recv, pos, None, deps);
     if let Some(pr) = partner {
         send(&mut b, pr, acc, &deps);
     }

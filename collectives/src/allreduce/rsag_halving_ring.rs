@@ -13,7 +13,7 @@ use crate::args::{CollArgs, Collective};
 use crate::cost::{floor_log2, Cost};
 use crate::error::Result;
 use crate::reduce_scatter::phases::{
-    ag_ring, bitrev, copy, even_segs, finish, fold_halves, recv, rs_halving, send, Distance, Fold, SegDeps,
+    ag_ring, bitrev, copy, even_segs, finish, fold_halves, recv, rs_halving, send, Fold, SegDeps,
 };
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
@@ -61,7 +61,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         recv(&mut b, partner.expect("removed ranks have a partner"), acc, &deps);
         return Ok(finish(b, a));
     };
-    let (deps, _) = rs_halving(&mut b, &fold, me, &segs, Buf::Recv, tmp, Distance::Doubling, deps);
+    let (deps, _) = rs_halving(&mut b, &fold, me, &segs, Buf::Recv, tmp, deps);
     let ring: Vec<u32> = (0..fold.pof2).map(|q| fold.real(q)).collect();
     let bits = fold.pof2.trailing_zeros();
     let mut sd = SegDeps::new(fold.pof2 as usize, &deps);

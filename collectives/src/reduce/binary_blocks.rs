@@ -17,7 +17,7 @@ use crate::cost::{pow2_floor, Cost};
 use crate::error::Result;
 use crate::reduce_scatter::phases::{
     ag_doubling, bb_cost, bb_reduce_scatter, binary_blocks, block_segs, copy, even_segs, finish, recv, seg_region,
-    send, union, Distance, RankBlock,
+    send, union, RankBlock,
 };
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
@@ -61,13 +61,13 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         if !root_inside && st.me == 0 {
             send(&mut b, a.root, seg_region(acc_buf, &st.segs, st.pos, st.pos + 1), &st.deps);
         } else {
-            ag_doubling(&mut b, &team, st.me, &st.segs, acc_buf, st.pos, Distance::Doubling, Some(groot), st.deps);
+            ag_doubling(&mut b, &team, st.me, &st.segs, acc_buf, st.pos, Some(groot), st.deps);
         }
     } else if a.rank == a.root {
         let segs0 = block_segs(&fine, big.exp, big.exp);
         let r = recv(&mut b, 0, seg_region(acc_buf, &segs0, 0, 1), &st.deps);
         let deps = union(&[&st.deps, &r.into_iter().collect::<Vec<_>>()]);
-        ag_doubling(&mut b, &team, 0, &segs0, acc_buf, 0, Distance::Doubling, Some(0), deps);
+        ag_doubling(&mut b, &team, 0, &segs0, acc_buf, 0, Some(0), deps);
     }
     Ok(finish(b, a))
 }

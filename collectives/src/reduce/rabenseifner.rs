@@ -11,7 +11,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::{floor_log2, Cost};
 use crate::error::Result;
-use crate::reduce_scatter::phases::{ag_doubling, copy, even_segs, finish, fold_halves, rs_halving, Distance, Fold};
+use crate::reduce_scatter::phases::{ag_doubling, copy, even_segs, finish, fold_halves, rs_halving, Fold};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
 
@@ -58,8 +58,8 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         return Ok(finish(b, a));
     };
     let root = fold.new_rank(a.root).expect("the fold keeps the root");
-    let (deps, pos) = rs_halving(&mut b, &fold, me, &segs, acc_buf, tmp, Distance::Doubling, deps);
-    ag_doubling(&mut b, &fold, me, &segs, acc_buf, pos, Distance::Doubling, Some(root), deps);
+    let (deps, pos) = rs_halving(&mut b, &fold, me, &segs, acc_buf, tmp, deps);
+    ag_doubling(&mut b, &fold, me, &segs, acc_buf, pos, Some(root), deps);
     Ok(finish(b, a))
 }
 

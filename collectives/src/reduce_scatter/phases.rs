@@ -148,25 +148,12 @@ fn direct_deps(s: &Schedule) -> Schedule {
     b.finish()
 }
 
-/// Order of the partner distances in the vector-halving reduce-scatter.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Distance {
-    /// 1, 2, …, p'/2 (thakur §5.1): every partial result covers a contiguous range of ranks, so
-    /// it is correct for non-commutative ops; new rank i ends with segment `bitrev(i)`.
-    Doubling,
-    /// p'/2, …, 1 (thakur §4.4): new rank i ends with segment i; commutative ops only.
-    Halving,
-}
-
-impl Distance {
-    /// The masks in reduce-scatter order for `pof2` ranks.
-    pub(crate) fn masks(self, pof2: u32) -> Vec<u32> {
-        let mut m: Vec<u32> = (0..pof2.trailing_zeros()).map(|k| 1u32 << k).collect();
-        if self == Distance::Halving {
-            m.reverse();
-        }
-        m
-    }
+/// The partner masks 1, 2, …, p'/2 of the vector-halving reduce-scatter: distance doubling
+/// (thakur §5.1) keeps every partial a contiguous range of ranks, so it is correct for
+/// non-commutative ops (halving the distance, thakur §4.4, would not be); new rank i ends with
+/// segment `bitrev(i)`.
+pub(crate) fn masks(pof2: u32) -> Vec<u32> {
+    (0..pof2.trailing_zeros()).map(|k| 1u32 << k).collect()
 }
 
 /// Reduction of p ranks to p' = 2^⌊lg p⌋ by pairing ranks 2i and 2i+1 for i < r = p − p'
@@ -326,7 +313,7 @@ pub(crate) fn bb_reduce_scatter(
     let segs = block_segs(fine, e0, bl.exp);
     let total = span(fine, 0, fine.len()).1;
     let tmp = b.scratch(total);
-    let (mut deps, pos) = rs_halving(b, &bl, me, &segs, acc, tmp, Distance::Doubling, deps);
+    let (mut deps, pos) = rs_halving(b, &bl, me, &segs, acc, tmp, deps);
     if let Some(sm) = blocks.get(k + 1) {
         let j = pos >> (bl.exp - sm.exp);
         let from = sm.start + bitrev(j as u32, sm.exp);
@@ -398,12 +385,11 @@ pub(crate) fn rs_halving(
     segs: &[(u64, u64)],
     acc: Buf,
     tmp: Buf,
-    dist: Distance,
     deps: Vec<StepId>,
 ) -> (Vec<StepId>, usize) {
     let (mut lo, mut hi) = (0usize, team.pof2() as usize);
     let mut deps = deps;
-    for m in dist.masks(team.pof2()) {
+    for m in masks(team.pof2()) {
         let peer_new = me ^ m;
         let mid = lo + (hi - lo) / 2;
         let (keep, give) = if me < peer_new { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
@@ -433,14 +419,13 @@ pub(crate) fn ag_doubling(
     segs: &[(u64, u64)],
     acc: Buf,
     owned: usize,
-    dist: Distance,
     root: Option<u32>,
     deps: Vec<StepId>,
 ) -> Vec<StepId> {
-    let mut masks = dist.masks(team.pof2());
-    masks.reverse();
+    let mut ms = masks(team.pof2());
+    ms.reverse();
     let mut range = (owned, owned + 1);
-    ag_doubling_steps(b, team, me, segs, acc, &mut range, &masks, root, deps).0
+    ag_doubling_steps(b, team, me, segs, acc, &mut range, &ms, root, deps).0
 }
 
 /// Some steps of [`ag_doubling`]: `masks` in allgather order, `range` = the segments held (updated).

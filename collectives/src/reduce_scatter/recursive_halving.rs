@@ -14,9 +14,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::{floor_log2, Cost};
 use crate::error::Result;
-use crate::reduce_scatter::phases::{
-    bitrev, copy, finish, input_segs, recv, rs_halving, send, union, Distance, Fold, Segs,
-};
+use crate::reduce_scatter::phases::{bitrev, copy, finish, input_segs, recv, rs_halving, send, union, Fold, Segs};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Order, Region, Schedule, ScheduleBuilder, StepId};
 
@@ -95,7 +93,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
             None => start.push(c),
         }
     }
-    let (deps, pos) = rs_halving(&mut b, &fold, me, &segs, acc, tmp, Distance::Doubling, start);
+    let (deps, pos) = rs_halving(&mut b, &fold, me, &segs, acc, tmp, start);
     debug_assert_eq!(pos, bitrev(me, bits) as usize);
     let (first, _) = fold.group(me);
     let res_off = segs[pos].0;
