@@ -1,8 +1,25 @@
 //! Algorithms of `reduce`, one file each.
 
+mod binary_blocks;
 mod binomial;
+mod rabenseifner;
+mod ring;
 
 use crate::registry::Algorithm;
 
 /// The registry rows of this operation.
-pub(crate) const ALGORITHMS: &[Algorithm] = &[binomial::ALGORITHM];
+pub(crate) const ALGORITHMS: &[Algorithm] =
+    &[binary_blocks::ALGORITHM, binomial::ALGORITHM, rabenseifner::ALGORITHM, ring::ALGORITHM];
+
+#[cfg(test)]
+mod tests {
+    /// The full matrix (p = 1..=20, every root, counts up to 997, both op kinds, in place where
+    /// defined) through the verifier; run with `cargo test --release -- --ignored`.
+    #[test]
+    #[ignore = "slow: full verification matrix"]
+    fn full_verification_matrix() {
+        for alg in super::ALGORITHMS {
+            crate::reduce_scatter::phases::testkit::sweep_counts(alg, 20, false, 997);
+        }
+    }
+}

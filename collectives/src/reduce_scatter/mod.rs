@@ -17,3 +17,16 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     pairwise::ALGORITHM,
     pairwise::ALGORITHM_BLOCK,
 ];
+
+#[cfg(test)]
+mod tests {
+    /// The full matrix (p = 1..=20, every root, counts up to 997, both op kinds, in place where
+    /// defined) through the verifier; run with `cargo test --release -- --ignored`.
+    #[test]
+    #[ignore = "slow: full verification matrix"]
+    fn full_verification_matrix() {
+        for alg in super::ALGORITHMS {
+            crate::reduce_scatter::phases::testkit::sweep_counts(alg, 20, false, 997);
+        }
+    }
+}

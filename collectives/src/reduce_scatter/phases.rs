@@ -5,8 +5,9 @@
 //! and returns the steps that later phases must wait for. Zero-length messages are never emitted
 //! (both sides compute the same length, so both skip them).
 
+use crate::args::{CollArgs, SEGMENT};
 use crate::blocks;
-use crate::schedule::{Buf, Order, Region, ScheduleBuilder, StepId};
+use crate::schedule::{Buf, Order, Region, Schedule, ScheduleBuilder, StepId};
 
 /// Segments of a vector: `(offset, len)` in elements, ascending and contiguous.
 pub(crate) type Segs = Vec<(u64, u64)>;
@@ -17,7 +18,7 @@ pub(crate) fn even_segs(count: u64, n: u32) -> Segs {
 }
 
 /// The p packed input blocks of a reduce_scatter(_block) call (`counts[i]`, or `count` each).
-pub(crate) fn input_segs(a: &crate::args::CollArgs) -> Segs {
+pub(crate) fn input_segs(a: &CollArgs) -> Segs {
     let mut off = 0;
     (0..a.size)
         .map(|i| {
@@ -102,33 +103,57 @@ pub(crate) fn exchange_reduce(
     or_deps(out, deps)
 }
 
-/// Order of the partner distances in the vector-halving reduce-scatter.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Distance {
-    /// 1, 2, …, p'/2 (thakur §5.1): every partial result covers a contiguous range of ranks, so
-    /// it is correct for non-commutative ops; new rank i ends with segment `bitrev(i)`.
-    Doubling,
-    /// p'/2, …, 1 (thakur §4.4): new rank i ends with segment i; commutative ops only.
-    Halving,
+/// Finishes a schedule. When the call is pipelined (the registry then splits every step longer
+/// than the segment), every step first gets a direct dep on each earlier step it conflicts with
+/// (one writes what the other touches): the split keeps only piece-to-piece deps between
+/// overlapping regions, so an order that held only transitively, through steps on other data,
+/// would be lost. The added deps are already implied by the DAG, so nothing else changes.
+pub(crate) fn finish(b: ScheduleBuilder, a: &CollArgs) -> Schedule {
+    let s = b.finish();
+    match a.params.get(SEGMENT) {
+        Some(seg) if seg > 0 && s.steps().iter().any(|st| st.kind.len() > seg) => direct_deps(&s),
+        _ => s,
+    }
 }
 
-impl Distance {
-    /// The masks in reduce-scatter order for `pof2` ranks.
-    pub(crate) fn masks(self, pof2: u32) -> Vec<u32> {
-        let mut m: Vec<u32> = (0..pof2.trailing_zeros()).map(|k| 1u32 << k).collect();
-        if self == Distance::Halving {
-            m.reverse();
-        }
-        m
+fn direct_deps(s: &Schedule) -> Schedule {
+    let mut b = ScheduleBuilder::new(s.rank, s.size);
+    for &len in &s.scratch {
+        b.scratch(len);
     }
+    // accesses not yet covered by a later write: (region, step, writes)
+    let mut live: Vec<(Region, StepId, bool)> = Vec::new();
+    for (id, kind, deps) in s.iter() {
+        let (r, w) = (kind.reads(), kind.writes());
+        let mut d = deps.to_vec();
+        for &(reg, sid, wr) in &live {
+            let hits_w = w.is_some_and(|w| w.overlaps(&reg));
+            let hits_r = wr && r.is_some_and(|r| r.overlaps(&reg));
+            if hits_w || hits_r {
+                d.push(sid);
+            }
+        }
+        d.sort_unstable();
+        d.dedup();
+        let nid = b.push(*kind, &d);
+        debug_assert_eq!(nid, id);
+        if let Some(w) = w {
+            live.retain(|(reg, _, _)| !(reg.buf == w.buf && reg.off >= w.off && reg.end() <= w.end()));
+            live.push((w, id, true));
+        }
+        if let Some(r) = r {
+            live.push((r, id, false));
+        }
+    }
+    b.finish()
+}
 
-    /// The segment new rank `i` owns after the reduce-scatter.
-    pub(crate) fn owned(self, i: u32, pof2: u32) -> usize {
-        match self {
-            Distance::Doubling => bitrev(i, pof2.trailing_zeros()) as usize,
-            Distance::Halving => i as usize,
-        }
-    }
+/// The partner masks 1, 2, …, p'/2 of the vector-halving reduce-scatter: distance doubling
+/// (thakur §5.1) keeps every partial a contiguous range of ranks, so it is correct for
+/// non-commutative ops (halving the distance, thakur §4.4, would not be); new rank i ends with
+/// segment `bitrev(i)`.
+pub(crate) fn masks(pof2: u32) -> Vec<u32> {
+    (0..pof2.trailing_zeros()).map(|k| 1u32 << k).collect()
 }
 
 /// Reduction of p ranks to p' = 2^⌊lg p⌋ by pairing ranks 2i and 2i+1 for i < r = p − p'
@@ -137,7 +162,6 @@ impl Distance {
 /// contiguous range of old ranks, so rank order is kept.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Fold {
-    pub p: u32,
     pub pof2: u32,
     pub rem: u32,
     odd_survives: bool,
@@ -148,7 +172,7 @@ pub(crate) struct Fold {
 impl Fold {
     pub(crate) fn new(p: u32, odd_survives: bool) -> Fold {
         let pof2 = 1u32 << (31 - p.max(1).leading_zeros());
-        Fold { p, pof2, rem: p - pof2, odd_survives, flipped: None }
+        Fold { pof2, rem: p - pof2, odd_survives, flipped: None }
     }
 
     /// The same fold with `root` guaranteed to survive (thakur §5.1, roles interchanged).
@@ -200,30 +224,179 @@ impl Fold {
     }
 }
 
-/// Reduce-scatter by recursive vector halving among the fold's p' new ranks: `acc` (whole vector,
+/// A power-of-two set of ranks that runs a halving/doubling phase: new ranks 0..pof2 and the old
+/// rank each stands for.
+pub(crate) trait Team {
+    fn pof2(&self) -> u32;
+    fn real(&self, nr: u32) -> u32;
+}
+
+impl Team for Fold {
+    fn pof2(&self) -> u32 {
+        self.pof2
+    }
+    fn real(&self, nr: u32) -> u32 {
+        Fold::real(self, nr)
+    }
+}
+
+/// A contiguous block of 2^e ranks starting at `start` (binary blocks, thakur §5.2); `zero`
+/// stands in for the block's rank 0 when set (a root outside the block taking its role).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct RankBlock {
+    pub start: u32,
+    pub exp: u32,
+    pub zero: Option<u32>,
+}
+
+impl Team for RankBlock {
+    fn pof2(&self) -> u32 {
+        1 << self.exp
+    }
+    fn real(&self, nr: u32) -> u32 {
+        match self.zero {
+            Some(z) if nr == 0 => z,
+            _ => self.start + nr,
+        }
+    }
+}
+
+/// The binary-block decomposition of p (thakur §5.2): blocks of 2^e ranks for the set bits of p,
+/// the largest (lowest ranks) first.
+pub(crate) fn binary_blocks(p: u32) -> Vec<RankBlock> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for e in (0..32).rev() {
+        if p >> e & 1 == 1 {
+            out.push(RankBlock { start, exp: e, zero: None });
+            start += 1 << e;
+        }
+    }
+    out
+}
+
+/// The segments of a 2^e-rank block when the vector is cut into the 2^e0 `fine` segments of the
+/// largest block (a block's segment is a run of fine segments, so segmentations nest).
+pub(crate) fn block_segs(fine: &[(u64, u64)], e0: u32, e: u32) -> Segs {
+    let w = 1usize << (e0 - e);
+    (0..1usize << e).map(|j| span(fine, j * w, (j + 1) * w)).collect()
+}
+
+/// Where a rank stands after the first part of binary blocks.
+pub(crate) struct BbState {
+    /// Index of this rank's block in [`binary_blocks`] order, and its rank inside the block.
+    pub k: usize,
+    pub me: u32,
+    /// This rank's segment (in its block's segmentation `segs`).
+    pub pos: usize,
+    pub segs: Segs,
+    pub deps: Vec<StepId>,
+}
+
+/// Binary blocks, first part (thakur §5.2, Fig 13): each block reduce-scatters by vector halving
+/// and distance doubling; then, from the smallest block up, every rank splits its reduced segment
+/// into the segments of the next larger block and sends them to their owners there, who combine
+/// them (the smaller block holds higher ranks, so it goes second). Afterwards block 0 (the largest)
+/// holds the full reduction, segment `bitrev(i)` on its rank i. `acc` holds this rank's input.
+pub(crate) fn bb_reduce_scatter(
+    b: &mut ScheduleBuilder,
+    blocks: &[RankBlock],
+    rank: u32,
+    fine: &[(u64, u64)],
+    acc: Buf,
+    deps: Vec<StepId>,
+) -> BbState {
+    let k = blocks.iter().rposition(|bl| bl.start <= rank).expect("block 0 starts at rank 0");
+    let bl = blocks[k];
+    let me = rank - bl.start;
+    let e0 = blocks[0].exp;
+    let segs = block_segs(fine, e0, bl.exp);
+    let total = span(fine, 0, fine.len()).1;
+    let tmp = b.scratch(total);
+    let (mut deps, pos) = rs_halving(b, &bl, me, &segs, acc, tmp, deps);
+    if let Some(sm) = blocks.get(k + 1) {
+        let j = pos >> (bl.exp - sm.exp);
+        let from = sm.start + bitrev(j as u32, sm.exp);
+        let t = seg_region(tmp, &segs, pos, pos + 1);
+        if let Some(r) = recv(b, from, t, &deps) {
+            let d = union(&[&[r], &deps]);
+            deps = vec![b.reduce(t, seg_region(acc, &segs, pos, pos + 1), Order::DstFirst, &d)];
+        }
+    }
+    if k > 0 {
+        let big = blocks[k - 1];
+        let shift = big.exp - bl.exp;
+        let big_segs = block_segs(fine, e0, big.exp);
+        let mut out = Vec::new();
+        for jp in pos << shift..(pos + 1) << shift {
+            let to = big.start + bitrev(jp as u32, big.exp);
+            out.extend(send(b, to, seg_region(acc, &big_segs, jp, jp + 1), &deps));
+        }
+        deps = or_deps(out, &deps);
+    }
+    BbState { k, me, pos, segs, deps }
+}
+
+/// Critical-path estimate of binary blocks for p ranks and n bytes: part 1 as the largest terms
+/// over the block chains, then an allgather (`allreduce`) or a gather to a root, `root_outside`
+/// block 0 adding one message of block 0's segment.
+pub(crate) fn bb_cost(p: u64, n: f64, allreduce: bool, root_outside: bool) -> crate::cost::Cost {
+    let exps: Vec<i32> = (0..64).rev().filter(|e| p >> e & 1 == 1).collect();
+    let inv = |e: i32| 0.5f64.powi(e);
+    // part 1 ends with block 0's last reduce; every chain (a block's own halving, then the
+    // cascade up to block 0) leads there: take each term's maximum over the chains
+    let m = exps.len() - 1;
+    let mut best = (0.0f64, 0.0f64, 0.0f64);
+    for k in 0..=m {
+        let mut a = f64::from(exps[k]);
+        let mut bt = n * (1.0 - inv(exps[k]));
+        let mut g = bt;
+        if k == 0 && m > 0 {
+            g += n * inv(exps[0]);
+        }
+        for j in 1..=k {
+            a += 2f64.powi(exps[j - 1] - exps[j]);
+            bt += n * inv(exps[j]);
+            g += n * inv(exps[j - 1]);
+        }
+        best = (best.0.max(a), best.1.max(bt), best.2.max(g));
+    }
+    let e0 = exps[0];
+    let (a2, b2) = if allreduce {
+        // to the last block: allgather steps in each block until its segment fits the next block,
+        // one message to the next block, then the last block's own allgather
+        let chain: f64 = (1..=m).map(|j| n * (2.0 * inv(exps[j]) - inv(exps[j - 1]))).sum();
+        (f64::from(e0) + m as f64, chain + n * (1.0 - inv(exps[m])))
+    } else {
+        let extra = if root_outside { 1.0 } else { 0.0 };
+        (f64::from(e0) + extra, n * (1.0 - inv(e0)) + extra * n * inv(e0))
+    };
+    crate::cost::Cost::new(best.0 + a2, best.1 + b2, best.2)
+}
+
+/// Reduce-scatter by recursive vector halving among a team's p' new ranks: `acc` (whole vector,
 /// laid out as `segs`, p' segments) holds this rank's partial data; `tmp` is a scratch of the same
 /// layout. Returns the terminal steps and the segment this rank owns (fully reduced in `acc`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn rs_halving(
     b: &mut ScheduleBuilder,
-    fold: &Fold,
+    team: &impl Team,
     me: u32,
     segs: &[(u64, u64)],
     acc: Buf,
     tmp: Buf,
-    dist: Distance,
     deps: Vec<StepId>,
 ) -> (Vec<StepId>, usize) {
-    let (mut lo, mut hi) = (0usize, fold.pof2 as usize);
+    let (mut lo, mut hi) = (0usize, team.pof2() as usize);
     let mut deps = deps;
-    for m in dist.masks(fold.pof2) {
+    for m in masks(team.pof2()) {
         let peer_new = me ^ m;
         let mid = lo + (hi - lo) / 2;
         let (keep, give) = if me < peer_new { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
         let order = if peer_new < me { Order::SrcFirst } else { Order::DstFirst };
         deps = exchange_reduce(
             b,
-            fold.real(peer_new),
+            team.real(peer_new),
             seg_region(acc, segs, give.0, give.1),
             seg_region(tmp, segs, keep.0, keep.1),
             seg_region(acc, segs, keep.0, keep.1),
@@ -235,25 +408,44 @@ pub(crate) fn rs_halving(
     (deps, lo)
 }
 
-/// The reverse of [`rs_halving`] by recursive vector doubling: an allgather among the p' new ranks
-/// (`root == None`) or a binomial gather to new rank `root`. `owned` is the segment this rank
-/// holds. Returns the terminal steps (for a gather, a non-root stops after its send).
+/// The reverse of [`rs_halving`] by recursive vector doubling: an allgather among the team's new
+/// ranks (`root == None`) or a binomial gather to new rank `root`. `owned` is the segment this
+/// rank holds. Returns the terminal steps (for a gather, a non-root stops after its send).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn ag_doubling(
     b: &mut ScheduleBuilder,
-    fold: &Fold,
+    team: &impl Team,
     me: u32,
     segs: &[(u64, u64)],
     acc: Buf,
     owned: usize,
-    dist: Distance,
     root: Option<u32>,
     deps: Vec<StepId>,
 ) -> Vec<StepId> {
-    let (mut lo, mut hi) = (owned, owned + 1);
+    let mut ms = masks(team.pof2());
+    ms.reverse();
+    let mut range = (owned, owned + 1);
+    ag_doubling_steps(b, team, me, segs, acc, &mut range, &ms, root, deps).0
+}
+
+/// Some steps of [`ag_doubling`]: `masks` in allgather order, `range` = the segments held (updated).
+/// Returns the terminal steps and whether this rank stopped (sent its part in a gather).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ag_doubling_steps(
+    b: &mut ScheduleBuilder,
+    team: &impl Team,
+    me: u32,
+    segs: &[(u64, u64)],
+    acc: Buf,
+    range: &mut (usize, usize),
+    masks: &[u32],
+    root: Option<u32>,
+    deps: Vec<StepId>,
+) -> (Vec<StepId>, bool) {
+    let (mut lo, mut hi) = *range;
     let mut deps = deps;
-    for &m in dist.masks(fold.pof2).iter().rev() {
-        let peer = fold.real(me ^ m);
+    for &m in masks {
+        let peer = team.real(me ^ m);
         let len = hi - lo;
         let sib = if me & m == 0 { (hi, hi + len) } else { (lo - len, lo) };
         let mine = seg_region(acc, segs, lo, hi);
@@ -262,7 +454,7 @@ pub(crate) fn ag_doubling(
         match root {
             Some(rt) if (me ^ rt) & m != 0 => {
                 out.extend(send(b, peer, mine, &deps));
-                return or_deps(out, &deps);
+                return (or_deps(out, &deps), true);
             }
             Some(_) => out.extend(recv(b, peer, theirs, &deps)),
             None => {
@@ -273,7 +465,8 @@ pub(crate) fn ag_doubling(
         deps = or_deps(out, &deps);
         (lo, hi) = (lo.min(sib.0), hi.max(sib.1));
     }
-    deps
+    *range = (lo, hi);
+    (deps, false)
 }
 
 /// The fold's first step with halves (thakur §5.1, Fig 12): in pair (2i, 2i+1) the even rank
@@ -293,7 +486,7 @@ pub(crate) fn fold_halves(
     let first = acc.sub(0, half);
     let second = acc.sub(half, acc.len - half);
     let (give, keep, order) =
-        if rank % 2 == 0 { (second, first, Order::DstFirst) } else { (first, second, Order::SrcFirst) };
+        if rank.is_multiple_of(2) { (second, first, Order::DstFirst) } else { (first, second, Order::SrcFirst) };
     let tmp_keep = Region::new(tmp.buf, tmp.off + (keep.off - acc.off), keep.len);
     let ex = exchange_reduce(b, partner, give, tmp_keep, keep, order, &deps);
     if fold.new_rank(rank).is_some() {
@@ -314,6 +507,11 @@ pub(crate) struct SegDeps {
 impl SegDeps {
     pub(crate) fn new(n: usize, init: &[StepId]) -> SegDeps {
         SegDeps { w: vec![init.to_vec(); n], r: vec![Vec::new(); n] }
+    }
+    /// Segment i starts as written by `init[i]` (exact per-segment deps, O(p) in total).
+    pub(crate) fn from_lists(init: Vec<Vec<StepId>>) -> SegDeps {
+        let n = init.len();
+        SegDeps { w: init, r: vec![Vec::new(); n] }
     }
     pub(crate) fn for_read(&self, i: usize) -> Vec<StepId> {
         self.w[i].clone()
@@ -393,9 +591,10 @@ pub(crate) fn ag_ring(
 /// Pairwise-exchange reduce-scatter (thakur §4.4): in step i = 1..p−1 rank r sends its input block
 /// for rank r+i (block j of `src` is `segs[j]`) and receives block r's input from rank r−i. The
 /// contributions of ranks r−1, r−2, …, 0 arrive in that order and are folded from the left; those
-/// of ranks p−1, …, r+1 likewise into a second partial, so the result `out` = x_0 ⊕ … ⊕ x_{p−1`}
+/// of ranks p−1, …, r+1 likewise into a second partial, so the result `out` = `x_0 ⊕ … ⊕ x_{p−1}`
 /// is in rank order (non-commutative ops are fine). `out` is written by the last step only, after
-/// every read of `src`. Returns the terminal steps (including every send).
+/// every read of `src`. Returns, per block j, the steps that read or wrote it (the send of block j,
+/// or for j = rank the final write of `out`), so later phases can depend on exactly those.
 pub(crate) fn rs_pairwise(
     b: &mut ScheduleBuilder,
     rank: u32,
@@ -404,12 +603,14 @@ pub(crate) fn rs_pairwise(
     segs: &[(u64, u64)],
     out: Region,
     deps: &[StepId],
-) -> Vec<StepId> {
+) -> Vec<Vec<StepId>> {
     let r = rank as usize;
+    let mut per_block: Vec<Vec<StepId>> = vec![deps.to_vec(); p as usize];
     let n = segs[r].1;
     let own = Region::new(src, segs[r].0, n);
     if p == 1 {
-        return or_deps(copy(b, own, out, deps).into_iter().collect(), deps);
+        per_block[0] = or_deps(copy(b, own, out, deps).into_iter().collect(), deps);
+        return per_block;
     }
     let tmp = if n > 0 { Some(b.scratch(n * u64::from(p - 1))) } else { None };
     let slot = |i: u32| Region::new(tmp.unwrap_or(Buf::Recv), u64::from(i - 1) * n, n);
@@ -418,11 +619,14 @@ pub(crate) fn rs_pairwise(
     for i in 1..p {
         let to = (rank + i) % p;
         let from = (rank + p - i) % p;
-        sends.extend(send(b, to, seg_region(src, segs, to as usize, to as usize + 1), deps));
+        if let Some(s) = send(b, to, seg_region(src, segs, to as usize, to as usize + 1), deps) {
+            sends.push(s);
+            per_block[to as usize] = vec![s];
+        }
         recvs[i as usize] = recv(b, from, slot(i), deps);
     }
     if n == 0 {
-        return or_deps(sends, deps);
+        return per_block;
     }
     let dep = |x: Option<StepId>| -> Vec<StepId> { x.into_iter().collect() };
     // left partial in slot 1: x_{r-1}, then x_{r-2} ⊕ ·, …, x_0 ⊕ ·, then · ⊕ x_r
@@ -452,10 +656,10 @@ pub(crate) fn rs_pairwise(
         (Some(l), Some(rt)) => (slot(rank + 1), b.reduce(slot(1), slot(rank + 1), Order::SrcFirst, &[l, rt])),
         (Some(l), None) => (slot(1), l),
         (None, Some(rt)) => (slot(1), b.reduce(own, slot(1), Order::SrcFirst, &[rt])),
-        (None, None) => unreachable!("p > 1 gives a left or right partial"),
+        (None, None) => return per_block,
     };
-    let fin = b.copy(res, out, &union(&[&[last], &sends]));
-    union(&[&[fin], &sends])
+    per_block[r] = vec![b.copy(res, out, &union(&[&[last], &sends]))];
+    per_block
 }
 
 /// Binomial-tree reduce of `Send[0..count]` to `root` over virtual ranks v = (rank − root) mod p

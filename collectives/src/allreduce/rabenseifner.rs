@@ -1,0 +1,85 @@
+//! Rabenseifner's allreduce: a reduce-scatter by recursive vector halving and distance doubling,
+//! then an allgather by recursive vector doubling and distance halving (thakur §5.1, Fig 12).
+//!
+//! Cost: p = 2^k: 2 lg p α + 2(p−1)/p·nβ + (p−1)/p·nγ. Other p (p' = 2^⌊lg p⌋; the first 2r
+//! ranks, r = p − p', pre-reduce in pairs by exchanging halves, the odd rank drops out and gets
+//! the result at the end; f_α = f_β = 1): (2 lg p' + 3)α + (4 − 2/p')nβ + (3/2 − 1/p')nγ.
+//! Restrictions: none — distance doubling keeps every partial a contiguous rank range, combined
+//! lower-first, so non-commutative ops are fine (MPICH uses it for commutative ops only).
+//! Paper: thakur §4.5, §5.1 (rabenseifner-2004 §3.2).
+
+use crate::args::{CollArgs, Collective};
+use crate::cost::{floor_log2, Cost};
+use crate::error::Result;
+use crate::reduce_scatter::phases::{ag_doubling, copy, even_segs, finish, fold_halves, recv, rs_halving, send, Fold};
+use crate::registry::{Algorithm, Restrictions};
+use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
+
+pub(crate) const ALGORITHM: Algorithm = Algorithm {
+    coll: Collective::Allreduce,
+    name: "rabenseifner",
+    summary: "reduce-scatter by recursive halving + allgather by recursive doubling; long vectors",
+    restrictions: Restrictions::NONE,
+    params: &[],
+    cost,
+    build,
+};
+
+pub(crate) fn cost(a: &CollArgs) -> Cost {
+    let n = (a.count * u64::from(a.elem_size)) as f64;
+    let lg = f64::from(floor_log2(a.p()));
+    let pp = (1u64 << floor_log2(a.p())) as f64;
+    if a.size.is_power_of_two() {
+        let f = (pp - 1.0) / pp;
+        Cost::new(2.0 * lg, 2.0 * f * n, f * n)
+    } else {
+        Cost::new(2.0 * lg + 3.0, (4.0 - 2.0 / pp) * n, (1.5 - 1.0 / pp) * n)
+    }
+}
+
+fn build(a: &CollArgs) -> Result<Schedule> {
+    let mut b = ScheduleBuilder::for_args(a);
+    let n = a.count;
+    if n == 0 {
+        return Ok(finish(b, a));
+    }
+    let acc = Region::new(Buf::Recv, 0, n);
+    let start: Vec<_> = copy(&mut b, Region::new(Buf::Send, 0, n), acc, &[]).into_iter().collect();
+    if a.size == 1 {
+        return Ok(finish(b, a));
+    }
+    let fold = Fold::new(a.size, false);
+    let segs = even_segs(n, fold.pof2);
+    let tmp = b.scratch(n);
+    let half = segs[fold.pof2 as usize / 2].0;
+    let deps = fold_halves(&mut b, &fold, a.rank, acc, Region::new(tmp, 0, n), half, start);
+    let partner = fold.partner(a.rank);
+    let Some(me) = fold.new_rank(a.rank) else {
+        recv(&mut b, partner.expect("removed ranks have a partner"), acc, &deps);
+        return Ok(finish(b, a));
+    };
+    let (deps, pos) = rs_halving(&mut b, &fold, me, &segs, Buf::Recv, tmp, deps);
+    let deps = ag_doubling(&mut b, &fold, me, &segs, Buf::Recv, pos, None, deps);
+    if let Some(pr) = partner {
+        send(&mut b, pr, acc, &deps);
+    }
+    Ok(finish(b, a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reduce_scatter::phases::testkit;
+
+    #[test]
+    fn verifies_symbolically() {
+        testkit::sweep(&ALGORITHM, 20, true);
+    }
+
+    #[test]
+    fn pow2_sends_2_lg_p_messages() {
+        let s = ALGORITHM.schedule(&CollArgs::new(Collective::Allreduce, 5, 8, 64)).unwrap();
+        let sends = s.iter().filter(|(_, k, _)| matches!(k, crate::schedule::StepKind::Send { .. })).count();
+        assert_eq!(sends, 6);
+    }
+}
