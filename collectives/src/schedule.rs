@@ -208,13 +208,17 @@ impl Schedule {
         if seg == 0 || self.steps.iter().all(|s| s.kind.len() <= seg) {
             return self.clone();
         }
+        // Piece-level deps keep only orders between overlapping data, so an order between two
+        // conflicting steps that held only transitively (through a step on other data) would be
+        // lost: make every such order a direct dep first.
+        let src = self.with_conflict_deps();
         let mut b = ScheduleBuilder::new(self.rank, self.size);
-        b.scratch = self.scratch.clone();
+        b.scratch = src.scratch.clone();
         // first[i] = id of step i's first piece; pieces of step i are first[i]..first[i] + n(i).
-        let mut first: Vec<StepId> = Vec::with_capacity(self.steps.len());
+        let mut first: Vec<StepId> = Vec::with_capacity(src.steps.len());
         let pieces = |k: &StepKind| k.len().div_ceil(seg).max(1);
         let mut deps: Vec<StepId> = Vec::new();
-        for (i, kind, ideps) in self.iter() {
+        for (i, kind, ideps) in src.iter() {
             let n = pieces(kind);
             first.push(b.steps.len() as StepId);
             let _ = i;
@@ -224,7 +228,7 @@ impl Schedule {
                 let piece = kind.map_regions(|r| r.sub(start, len));
                 deps.clear();
                 for &d in ideps {
-                    let dk = self.step(d);
+                    let dk = src.step(d);
                     let dn = pieces(dk);
                     let d0 = first[d as usize];
                     let mut any = false;
@@ -248,6 +252,43 @@ impl Schedule {
                 deps.sort_unstable();
                 deps.dedup();
                 b.push(piece, &deps);
+            }
+        }
+        b.finish()
+    }
+
+    /// The same schedule where every step depends directly on each earlier step it conflicts with
+    /// (one of the two writes what the other reads or writes). In a race-free schedule these
+    /// orders already hold through the DAG, so this adds no constraint; it makes them survive
+    /// [`Schedule::pipeline`]'s piece-level deps. Tracks per buffer the accesses not yet covered by
+    /// a later write.
+    pub fn with_conflict_deps(&self) -> Schedule {
+        let mut b = ScheduleBuilder::new(self.rank, self.size);
+        b.scratch = self.scratch.clone();
+        // (region, step, whether the step writes it)
+        let mut live: Vec<(Region, StepId, bool)> = Vec::new();
+        let mut deps: Vec<StepId> = Vec::new();
+        for (id, kind, ideps) in self.iter() {
+            let (r, w) = (kind.reads(), kind.writes());
+            deps.clear();
+            deps.extend_from_slice(ideps);
+            for &(reg, sid, wrote) in &live {
+                let write_hits = w.is_some_and(|w| w.overlaps(&reg));
+                let read_hits_write = wrote && r.is_some_and(|r| r.overlaps(&reg));
+                if write_hits || read_hits_write {
+                    deps.push(sid);
+                }
+            }
+            deps.sort_unstable();
+            deps.dedup();
+            let nid = b.push(*kind, &deps);
+            debug_assert_eq!(nid, id);
+            if let Some(w) = w {
+                live.retain(|(reg, _, _)| !(reg.buf == w.buf && reg.off >= w.off && reg.end() <= w.end()));
+                live.push((w, id, true));
+            }
+            if let Some(r) = r {
+                live.push((r, id, false));
             }
         }
         b.finish()
@@ -425,6 +466,22 @@ mod tests {
         // send piece 2 waits for reduce piece 2 only
         assert_eq!(s.deps(8), &[5]);
         assert_eq!(s.step(2).len(), 2);
+    }
+
+    #[test]
+    fn pipeline_keeps_transitive_conflict_orders() {
+        // step 0 reads recv[0..8] (send), step 1 writes tmp (recv, after 0), step 2 overwrites
+        // recv[0..8] after 1 only: its order after step 0 holds only through step 1, whose data
+        // does not overlap. Every piece of step 2 must still wait for the overlapping piece of 0.
+        let mut b = ScheduleBuilder::new(0, 2);
+        let t = b.scratch(8);
+        let s0 = b.send(1, Region::new(Buf::Recv, 0, 8), &[]);
+        let s1 = b.recv(1, Region::new(t, 0, 4), &[s0]);
+        b.copy(Region::new(t, 0, 8), Region::new(Buf::Recv, 0, 8), &[s1]);
+        let s = b.finish().pipeline(4);
+        // pieces: send 0,1; recv 2; copy 3,4
+        assert!(s.deps(3).contains(&0), "{:?}", s.deps(3));
+        assert!(s.deps(4).contains(&1), "{:?}", s.deps(4));
     }
 
     #[test]

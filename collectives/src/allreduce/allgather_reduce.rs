@@ -9,7 +9,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::{ceil_log2, floor_log2, Cost};
 use crate::error::Result;
-use crate::reduce_scatter::phases::{copy, finish, recv, send, union};
+use crate::reduce_scatter::phases::{copy, recv, send, union};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Order, Region, Schedule, ScheduleBuilder, StepId};
 
@@ -35,11 +35,11 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let (rank, p) = (a.rank, a.size);
     let out = Region::new(Buf::Recv, 0, n);
     if n == 0 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     if p == 1 {
         copy(&mut b, Region::new(Buf::Send, 0, n), out, &[]);
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let total = n
         .checked_mul(u64::from(p))
@@ -65,7 +65,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     for j in 1..p {
         last = b.reduce(pos(at(j)), out, Order::DstFirst, &[last, writer(at(j))]);
     }
-    Ok(finish(b, a))
+    Ok(b.finish())
 }
 
 #[cfg(test)]

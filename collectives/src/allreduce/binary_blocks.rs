@@ -17,8 +17,7 @@ use crate::args::{CollArgs, Collective};
 use crate::cost::Cost;
 use crate::error::Result;
 use crate::reduce_scatter::phases::{
-    ag_doubling_steps, bb_cost, bb_reduce_scatter, binary_blocks, copy, even_segs, finish, masks, recv, seg_region,
-    send, union,
+    ag_doubling_steps, bb_cost, bb_reduce_scatter, binary_blocks, copy, even_segs, masks, recv, seg_region, send, union,
 };
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
@@ -41,12 +40,12 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(a);
     let n = a.count;
     if n == 0 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let acc = Region::new(Buf::Recv, 0, n);
     let start: Vec<_> = copy(&mut b, Region::new(Buf::Send, 0, n), acc, &[]).into_iter().collect();
     if a.size == 1 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let blocks = binary_blocks(a.size);
     let fine = even_segs(n, 1 << blocks[0].exp);
@@ -71,7 +70,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         }
     }
     ag_doubling_steps(&mut b, &bl, st.me, &st.segs, Buf::Recv, &mut range, &masks[t..], None, d);
-    Ok(finish(b, a))
+    Ok(b.finish())
 }
 
 #[cfg(test)]

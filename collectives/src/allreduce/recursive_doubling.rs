@@ -10,7 +10,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::{floor_log2, Cost};
 use crate::error::Result;
-use crate::reduce_scatter::phases::{copy, finish, recv, send, union, Fold};
+use crate::reduce_scatter::phases::{copy, recv, send, union, Fold};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Order, Region, Schedule, ScheduleBuilder};
 
@@ -38,7 +38,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(a);
     let n = a.count;
     if n == 0 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let acc = Region::new(Buf::Recv, 0, n);
     let tmp = Region::new(b.scratch(n), 0, n);
@@ -50,7 +50,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         let partner = rank + 1;
         let s = send(&mut b, partner, acc, &start).into_iter().collect::<Vec<_>>();
         recv(&mut b, partner, acc, &union(&[&s, &start]));
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     };
     let mut deps = start.clone();
     if let Some(partner) = fold.partner(rank) {
@@ -70,7 +70,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     if let Some(partner) = fold.partner(rank) {
         b.send(partner, acc, &deps);
     }
-    Ok(finish(b, a))
+    Ok(b.finish())
 }
 
 #[cfg(test)]

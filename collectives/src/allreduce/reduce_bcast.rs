@@ -9,7 +9,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::{ceil_log2, Cost};
 use crate::error::Result;
-use crate::reduce_scatter::phases::{binomial_bcast, binomial_reduce, finish};
+use crate::reduce_scatter::phases::{binomial_bcast, binomial_reduce};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
 
@@ -33,12 +33,12 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(a);
     let n = a.count;
     if n == 0 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let out = Region::new(Buf::Recv, 0, n);
     let (deps, _) = binomial_reduce(&mut b, a.rank, a.size, 0, n, (a.rank == 0).then_some(out), &[]);
     binomial_bcast(&mut b, a.rank, a.size, out, &deps);
-    Ok(finish(b, a))
+    Ok(b.finish())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::Cost;
 use crate::error::Result;
-use crate::reduce_scatter::phases::{ag_ring, copy, even_segs, finish, rs_ring, SegDeps};
+use crate::reduce_scatter::phases::{ag_ring, copy, even_segs, rs_ring, SegDeps};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
 
@@ -34,21 +34,21 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(a);
     let n = a.count;
     if n == 0 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let p = a.size;
     let segs = even_segs(n, p);
     let start: Vec<_> =
         copy(&mut b, Region::new(Buf::Send, 0, n), Region::new(Buf::Recv, 0, n), &[]).into_iter().collect();
     if p == 1 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let tmp = b.scratch(n);
     let mut sd = SegDeps::new(p as usize, &start);
     rs_ring(&mut b, a.rank, p, &segs, Buf::Recv, tmp, &mut sd);
     let ring: Vec<u32> = (0..p).collect();
     ag_ring(&mut b, &ring, a.rank as usize, |q| q, &segs, Buf::Recv, &mut sd);
-    Ok(finish(b, a))
+    Ok(b.finish())
 }
 
 #[cfg(test)]

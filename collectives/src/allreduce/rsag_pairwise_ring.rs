@@ -11,7 +11,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::Cost;
 use crate::error::Result;
-use crate::reduce_scatter::phases::{ag_ring, even_segs, finish, rs_pairwise, seg_region, SegDeps};
+use crate::reduce_scatter::phases::{ag_ring, even_segs, rs_pairwise, seg_region, SegDeps};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder};
 
@@ -36,7 +36,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(a);
     let n = a.count;
     if n == 0 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let (rank, p) = (a.rank, a.size);
     let segs = even_segs(n, p);
@@ -45,7 +45,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let ring: Vec<u32> = (0..p).collect();
     let mut sd = SegDeps::from_lists(deps);
     ag_ring(&mut b, &ring, r, |q| q, &segs, Buf::Recv, &mut sd);
-    Ok(finish(b, a))
+    Ok(b.finish())
 }
 
 #[cfg(test)]

@@ -16,8 +16,8 @@ use crate::args::{CollArgs, Collective};
 use crate::cost::{pow2_floor, Cost};
 use crate::error::Result;
 use crate::reduce_scatter::phases::{
-    ag_doubling, bb_cost, bb_reduce_scatter, binary_blocks, block_segs, copy, even_segs, finish, recv, seg_region,
-    send, union, RankBlock,
+    ag_doubling, bb_cost, bb_reduce_scatter, binary_blocks, block_segs, copy, even_segs, recv, seg_region, send, union,
+    RankBlock,
 };
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
@@ -41,13 +41,13 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(a);
     let n = a.count;
     if n == 0 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let acc_buf = if a.rank == a.root { Buf::Recv } else { b.scratch(n) };
     let acc = Region::new(acc_buf, 0, n);
     let start: Vec<_> = copy(&mut b, Region::new(Buf::Send, 0, n), acc, &[]).into_iter().collect();
     if a.size == 1 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let blocks = binary_blocks(a.size);
     let big = blocks[0];
@@ -69,7 +69,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         let deps = union(&[&st.deps, &r.into_iter().collect::<Vec<_>>()]);
         ag_doubling(&mut b, &team, 0, &segs0, acc_buf, 0, Some(0), deps);
     }
-    Ok(finish(b, a))
+    Ok(b.finish())
 }
 
 #[cfg(test)]

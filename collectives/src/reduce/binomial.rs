@@ -10,7 +10,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::{ceil_log2, Cost};
 use crate::error::Result;
-use crate::reduce_scatter::phases::{binomial_reduce, finish, recv, send};
+use crate::reduce_scatter::phases::{binomial_reduce, recv, send};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
 
@@ -35,13 +35,13 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(a);
     let n = a.count;
     if n == 0 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let out = Region::new(Buf::Recv, 0, n);
     if a.commutative || a.root == 0 {
         let is_root = a.rank == a.root;
         binomial_reduce(&mut b, a.rank, a.size, a.root, n, is_root.then_some(out), &[]);
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     // non-commutative, root != 0: tree rooted at rank 0, then rank 0 -> root
     let (last, acc) = binomial_reduce(&mut b, a.rank, a.size, 0, n, None, &[]);
@@ -50,7 +50,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     } else if a.rank == a.root {
         recv(&mut b, 0, out, &last);
     }
-    Ok(finish(b, a))
+    Ok(b.finish())
 }
 
 #[cfg(test)]

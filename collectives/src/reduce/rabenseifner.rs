@@ -11,7 +11,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::{floor_log2, Cost};
 use crate::error::Result;
-use crate::reduce_scatter::phases::{ag_doubling, copy, even_segs, finish, fold_halves, rs_halving, Fold};
+use crate::reduce_scatter::phases::{ag_doubling, copy, even_segs, fold_halves, rs_halving, Fold};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
 
@@ -41,13 +41,13 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(a);
     let n = a.count;
     if n == 0 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let acc_buf = if a.rank == a.root { Buf::Recv } else { b.scratch(n) };
     let acc = Region::new(acc_buf, 0, n);
     let start: Vec<_> = copy(&mut b, Region::new(Buf::Send, 0, n), acc, &[]).into_iter().collect();
     if a.size == 1 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let fold = Fold::new(a.size, false).keeping(a.root);
     let segs = even_segs(n, fold.pof2);
@@ -55,12 +55,12 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let half = segs[fold.pof2 as usize / 2].0;
     let deps = fold_halves(&mut b, &fold, a.rank, acc, Region::new(tmp, 0, n), half, start);
     let Some(me) = fold.new_rank(a.rank) else {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     };
     let root = fold.new_rank(a.root).expect("the fold keeps the root");
     let (deps, pos) = rs_halving(&mut b, &fold, me, &segs, acc_buf, tmp, deps);
     ag_doubling(&mut b, &fold, me, &segs, acc_buf, pos, Some(root), deps);
-    Ok(finish(b, a))
+    Ok(b.finish())
 }
 
 #[cfg(test)]

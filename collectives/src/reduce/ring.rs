@@ -9,7 +9,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::Cost;
 use crate::error::Result;
-use crate::reduce_scatter::phases::{even_segs, finish, recv, rs_pairwise, seg_region, send};
+use crate::reduce_scatter::phases::{even_segs, recv, rs_pairwise, seg_region, send};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
 
@@ -35,7 +35,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let n = a.count;
     let (rank, p) = (a.rank, a.size);
     if n == 0 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let segs = even_segs(n, p);
     let r = rank as usize;
@@ -53,7 +53,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     } else {
         send(&mut b, a.root, out, &deps[rank as usize]);
     }
-    Ok(finish(b, a))
+    Ok(b.finish())
 }
 
 #[cfg(test)]

@@ -5,9 +5,9 @@
 //! and returns the steps that later phases must wait for. Zero-length messages are never emitted
 //! (both sides compute the same length, so both skip them).
 
-use crate::args::{CollArgs, SEGMENT};
+use crate::args::CollArgs;
 use crate::blocks;
-use crate::schedule::{Buf, Order, Region, Schedule, ScheduleBuilder, StepId};
+use crate::schedule::{Buf, Order, Region, ScheduleBuilder, StepId};
 
 /// Segments of a vector: `(offset, len)` in elements, ascending and contiguous.
 pub(crate) type Segs = Vec<(u64, u64)>;
@@ -101,51 +101,6 @@ pub(crate) fn exchange_reduce(
         out.push(b.reduce(tmp, dst, order, &d));
     }
     or_deps(out, deps)
-}
-
-/// Finishes a schedule. When the call is pipelined (the registry then splits every step longer
-/// than the segment), every step first gets a direct dep on each earlier step it conflicts with
-/// (one writes what the other touches): the split keeps only piece-to-piece deps between
-/// overlapping regions, so an order that held only transitively, through steps on other data,
-/// would be lost. The added deps are already implied by the DAG, so nothing else changes.
-pub(crate) fn finish(b: ScheduleBuilder, a: &CollArgs) -> Schedule {
-    let s = b.finish();
-    match a.params.get(SEGMENT) {
-        Some(seg) if seg > 0 && s.steps().iter().any(|st| st.kind.len() > seg) => direct_deps(&s),
-        _ => s,
-    }
-}
-
-fn direct_deps(s: &Schedule) -> Schedule {
-    let mut b = ScheduleBuilder::new(s.rank, s.size);
-    for &len in &s.scratch {
-        b.scratch(len);
-    }
-    // accesses not yet covered by a later write: (region, step, writes)
-    let mut live: Vec<(Region, StepId, bool)> = Vec::new();
-    for (id, kind, deps) in s.iter() {
-        let (r, w) = (kind.reads(), kind.writes());
-        let mut d = deps.to_vec();
-        for &(reg, sid, wr) in &live {
-            let hits_w = w.is_some_and(|w| w.overlaps(&reg));
-            let hits_r = wr && r.is_some_and(|r| r.overlaps(&reg));
-            if hits_w || hits_r {
-                d.push(sid);
-            }
-        }
-        d.sort_unstable();
-        d.dedup();
-        let nid = b.push(*kind, &d);
-        debug_assert_eq!(nid, id);
-        if let Some(w) = w {
-            live.retain(|(reg, _, _)| !(reg.buf == w.buf && reg.off >= w.off && reg.end() <= w.end()));
-            live.push((w, id, true));
-        }
-        if let Some(r) = r {
-            live.push((r, id, false));
-        }
-    }
-    b.finish()
 }
 
 /// The partner masks 1, 2, …, p'/2 of the vector-halving reduce-scatter: distance doubling

@@ -12,7 +12,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::{floor_log2, Cost};
 use crate::error::Result;
-use crate::reduce_scatter::phases::{copy, finish, input_segs, recv, seg_region, send, union, Fold, Segs};
+use crate::reduce_scatter::phases::{copy, input_segs, recv, seg_region, send, union, Fold, Segs};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Order, Region, Schedule, ScheduleBuilder, StepId};
 
@@ -50,7 +50,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let (rank, p) = (a.rank, a.size);
     let out = Region::new(Buf::Recv, 0, blocks[rank as usize].1);
     if total == 0 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let fold = Fold::new(p, true);
     let input = Region::new(Buf::Send, 0, total);
@@ -58,7 +58,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         let partner = rank + 1;
         let s: Vec<StepId> = send(&mut b, partner, input, &[]).into_iter().collect();
         recv(&mut b, partner, out, &s);
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     };
     // natural layout, one segment per new rank (its group's blocks)
     let segs: Segs = (0..fold.pof2)
@@ -133,7 +133,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         let poff = res_off + if rank > first { 0 } else { blocks[rank as usize].1 };
         send(&mut b, pr, Region::new(acc, poff, blocks[pr as usize].1), &union(&[&deps, &fin]));
     }
-    Ok(finish(b, a))
+    Ok(b.finish())
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::{floor_log2, Cost};
 use crate::error::Result;
-use crate::reduce_scatter::phases::{bitrev, copy, finish, input_segs, recv, rs_halving, send, union, Fold, Segs};
+use crate::reduce_scatter::phases::{bitrev, copy, input_segs, recv, rs_halving, send, union, Fold, Segs};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Order, Region, Schedule, ScheduleBuilder, StepId};
 
@@ -52,7 +52,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let (rank, p) = (a.rank, a.size);
     let out = Region::new(Buf::Recv, 0, blocks[rank as usize].1);
     if total == 0 {
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     }
     let fold = Fold::new(p, true);
     let input = Region::new(Buf::Send, 0, total);
@@ -61,7 +61,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         let partner = rank + 1;
         let s: Vec<StepId> = send(&mut b, partner, input, &[]).into_iter().collect();
         recv(&mut b, partner, out, &s);
-        return Ok(finish(b, a));
+        return Ok(b.finish());
     };
     let bits = fold.pof2.trailing_zeros();
     // group g = the old ranks new rank g stands for; its blocks are contiguous in the input
@@ -104,7 +104,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         let poff = res_off + if mine == 1 { 0 } else { blocks[rank as usize].1 };
         send(&mut b, pr, Region::new(acc, poff, blocks[pr as usize].1), &union(&[&deps, &fin]));
     }
-    Ok(finish(b, a))
+    Ok(b.finish())
 }
 
 #[cfg(test)]
