@@ -288,23 +288,23 @@ fn rejects_undefined_data_in_result() {
 
 #[test]
 fn rejects_wrong_block_and_names_writer() {
-    // Ring allgather that puts the received block one slot off.
-    let m = err_of(verify(&CollArgs::new(Collective::Allgather, 0, 3, 2), |a| {
-        let s = ring_allgather(a);
+    // Allgather with p = 2 where rank 1 swaps the two blocks of its result.
+    let m = err_of(verify(&CollArgs::new(Collective::Allgather, 0, 2, 2), |a| {
+        let (r, peer) = (a.rank, 1 - a.rank);
+        let (own, other) = if r == 1 { (0, 2) } else { (2 * r as u64, 2 * peer as u64) };
         let mut b = ScheduleBuilder::for_args(a);
-        for (id, k, d) in s.iter() {
-            let k = match *k {
-                StepKind::Recv { peer, dst } if a.rank == 1 && id == 4 => {
-                    StepKind::Recv { peer, dst: rg(Buf::Recv, (dst.off + 2) % 6, 2) }
-                }
-                k => k,
-            };
-            b.push(k, d);
-        }
+        b.copy(rg(Buf::Send, 0, 2), rg(Buf::Recv, own, 2), &[]);
+        b.send(peer, rg(Buf::Send, 0, 2), &[]);
+        b.recv(peer, rg(Buf::Recv, other, 2), &[]);
         b.finish()
     }));
-    assert!(m.contains("rank 1"), "{m}");
-    assert!(m.contains("last written by step") || m.contains("race"), "{m}");
+    assert!(
+        m.contains(
+            "rank 1 recv[0..4] wrong: recv[0] holds index 0 from ranks {1}, expected index 0 from ranks {0} \
+             (last writers: step 0 (copy send[0..2] -> recv[0..2])); 4 of 4 element(s) wrong"
+        ),
+        "{m}"
+    );
 }
 
 #[test]
