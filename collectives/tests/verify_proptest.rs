@@ -53,7 +53,7 @@ fn args_of(alg: &Algorithm, c: &Call) -> CollArgs {
     let mut seed = c.seed;
     let mut draw = |n: usize| -> Vec<u64> {
         // A quarter of the blocks empty, the rest anywhere in 0..=count.
-        (0..n).map(|_| if lcg(&mut seed) % 4 == 0 { 0 } else { lcg(&mut seed) % (c.count + 1) }).collect()
+        (0..n).map(|_| if lcg(&mut seed).is_multiple_of(4) { 0 } else { lcg(&mut seed) % (c.count + 1) }).collect()
     };
     match alg.coll {
         Collective::Alltoallv => a = a.with_counts(draw((c.p * c.p) as usize)),
