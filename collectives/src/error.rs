@@ -26,6 +26,12 @@ pub enum Error {
     /// The simulator could not replay a job (deadlock, unmatched message, …).
     #[error("simulation failed: {0}")]
     Simulate(String),
+    /// A datatype or reduction-op name that does not exist.
+    #[error("unknown {kind} {name:?} (known: {known})")]
+    UnknownName { kind: &'static str, name: String, known: String },
+    /// A reduction cannot run: op not defined on the datatype, buffer lengths wrong, …
+    #[error("reduce {op} on {datatype}: {msg}")]
+    Reduce { op: String, datatype: &'static str, msg: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,6 +1,9 @@
-//! Algorithms of `gather`, one file each.
+//! Algorithms of `gather` and `gatherv`, one file each; each file registers one row per op.
 
 use crate::registry::Algorithm;
 
-/// The registry rows of this operation.
-pub(crate) const ALGORITHMS: &[Algorithm] = &[];
+pub(crate) mod binomial;
+mod linear;
+
+/// The registry rows of these operations.
+pub(crate) const ALGORITHMS: &[Algorithm] = &[binomial::GATHER, linear::GATHER, binomial::GATHERV, linear::GATHERV];

@@ -1,6 +1,9 @@
-//! Algorithms of `scatter`, one file each.
+//! Algorithms of `scatter` and `scatterv`, one file each; each file registers one row per op.
 
 use crate::registry::Algorithm;
 
-/// The registry rows of this operation.
-pub(crate) const ALGORITHMS: &[Algorithm] = &[];
+pub(crate) mod binomial;
+mod linear;
+
+/// The registry rows of these operations.
+pub(crate) const ALGORITHMS: &[Algorithm] = &[binomial::SCATTER, linear::SCATTER, binomial::SCATTERV, linear::SCATTERV];

@@ -1,0 +1,101 @@
+//! Recursive-doubling allgather(v): in step k rank r exchanges all blocks of its aligned group of
+//! 2^k ranks with r XOR 2^k, doubling what it holds; for p not a power of two, ranks whose partner
+//! does not exist get the missing blocks from the holders of their half by recursive halving.
+//!
+//! Cost (n = total bytes gathered, see the module convention): power of two lg p α + (p−1)/p n β;
+//! other p at most 2⌈lg p⌉ α + (p−1)/p n β (thakur's bound; the fix-up
+//! messages re-send up to half of n to the ranks that lacked a partner, not counted). Restrictions: none.
+//! Paper: thakur §4.1.1 (and MPICH's allgather recursive doubling for the non-power-of-two steps).
+
+use crate::allgather::layout::{Group, Layout};
+use crate::allgather::{copy_own, gathered_bytes, recv_layout};
+use crate::args::{CollArgs, Collective};
+use crate::cost::{ceil_log2, Cost};
+use crate::error::Result;
+use crate::registry::{Algorithm, Restrictions};
+use crate::schedule::{Schedule, ScheduleBuilder, StepId};
+
+pub(crate) const ALLGATHER: Algorithm = Algorithm {
+    coll: Collective::Allgather,
+    name: "recursive_doubling",
+    summary: "lg p pairwise exchanges of doubling size; extra halving steps for non-power-of-two p",
+    restrictions: Restrictions::NONE,
+    params: &[],
+    cost,
+    build,
+};
+
+pub(crate) const ALLGATHERV: Algorithm = Algorithm { coll: Collective::Allgatherv, ..ALLGATHER };
+
+fn cost(a: &CollArgs) -> Cost {
+    let p = a.p();
+    let busiest = gathered_bytes(a).1;
+    let steps = if p.is_power_of_two() { ceil_log2(p) } else { 2 * ceil_log2(p) };
+    Cost::new(f64::from(steps), busiest, 0.0)
+}
+
+fn build(a: &CollArgs) -> Result<Schedule> {
+    let mut b = ScheduleBuilder::for_args(a);
+    let lay = recv_layout(a)?;
+    let own = copy_own(&mut b, a, &lay);
+    phase(&mut b, &lay, &Group::rotated(a.size, 0, a.rank), &own, &[]);
+    Ok(b.finish())
+}
+
+/// Appends a recursive-doubling allgather over group `g` where position v contributes block v of
+/// `lay`: `own` are the steps that put this rank's block in place, and every write into `lay`
+/// waits for `deps`. Returns the steps created.
+pub(crate) fn phase(b: &mut ScheduleBuilder, lay: &Layout, g: &Group, own: &[StepId], deps: &[StepId]) -> Vec<StepId> {
+    let (m, me) = (g.m(), g.me);
+    let mut have = own.to_vec();
+    let mut all = Vec::new();
+    let mut mask = 1u32;
+    while mask < m {
+        let dst = me ^ mask;
+        let my_root = me & !(mask - 1);
+        let dst_root = dst & !(mask - 1);
+        if dst < m {
+            all.extend(lay.send(b, g.rank(dst), my_root, (my_root + mask).min(m), &have));
+            let r = lay.recv(b, g.rank(dst), dst_root, (dst_root + mask).min(m), deps);
+            have.extend(&r);
+            all.extend(r);
+        }
+        // Lower half of a group whose upper half is partial: the first `done` ranks of the
+        // lower half got the upper half's blocks from their partners; pass them on to the rest
+        // by recursive halving (thakur §4.1.1).
+        if dst_root > my_root && my_root + mask < m && dst_root + mask > m {
+            let done = m - my_root - mask;
+            let (lo, hi) = (my_root + mask, m);
+            let mut sub = mask >> 1;
+            while sub > 0 {
+                let peer = me ^ sub;
+                let root = me & !(2 * sub - 1);
+                if peer > me && me < root + done && peer >= root + done {
+                    all.extend(lay.send(b, g.rank(peer), lo, hi, &have));
+                } else if peer < me && peer < root + done && me >= root + done {
+                    let r = lay.recv(b, g.rank(peer), lo, hi, deps);
+                    have.extend(&r);
+                    all.extend(r);
+                }
+                sub >>= 1;
+            }
+        }
+        mask <<= 1;
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verifies_allgather() {
+        crate::allgather::testkit::sweep(&ALLGATHER, 20);
+    }
+
+    #[test]
+    fn verifies_allgatherv() {
+        crate::allgather::testkit::sweep(&ALLGATHERV, 12);
+    }
+}

@@ -1,0 +1,206 @@
+//! [`Element`] for every Rust element type: byte views (bytemuck for the padding-free types),
+//! byte encoding, and the built-in kernel of each type class.
+
+use half::{bf16, f16};
+
+use super::lanes::{self, zip};
+use crate::datatype::{sealed::Sealed, Datatype, Element, ValueIndex};
+use crate::error::Result;
+use crate::op::ReduceOp;
+
+fn unsupported<T: Element>(op: &ReduceOp) -> crate::error::Error {
+    op.error(T::DATATYPE, "no built-in kernel for this combination".to_owned())
+}
+
+/// Byte access for padding-free types, through bytemuck (zero-copy when aligned).
+macro_rules! pod_io {
+    () => {
+        fn view(bytes: &[u8]) -> Option<&[Self]> {
+            bytemuck::try_cast_slice(bytes).ok()
+        }
+
+        fn view_mut(bytes: &mut [u8]) -> Option<&mut [Self]> {
+            bytemuck::try_cast_slice_mut(bytes).ok()
+        }
+
+        fn as_bytes(vals: &[Self]) -> Option<&[u8]> {
+            Some(bytemuck::cast_slice(vals))
+        }
+
+        fn as_bytes_mut(vals: &mut [Self]) -> Option<&mut [u8]> {
+            Some(bytemuck::cast_slice_mut(vals))
+        }
+
+        fn load(bytes: &[u8], out: &mut [Self]) {
+            bytemuck::cast_slice_mut::<Self, u8>(out).copy_from_slice(bytes);
+        }
+
+        fn store(vals: &[Self], out: &mut [u8]) {
+            out.copy_from_slice(bytemuck::cast_slice(vals));
+        }
+    };
+}
+
+macro_rules! int_element {
+    ($($t:ty => $d:ident),* $(,)?) => {$(
+        impl Element for $t {
+            const DATATYPE: Datatype = Datatype::$d;
+        }
+
+        impl Sealed for $t {
+            const ZERO: Self = 0;
+
+            pod_io!();
+
+            fn apply(op: &ReduceOp, src: &[Self], dst: &mut [Self]) -> Result<()> {
+                match op {
+                    ReduceOp::Sum => zip(src, dst, |a, b| a.wrapping_add(b)),
+                    ReduceOp::Prod => zip(src, dst, |a, b| a.wrapping_mul(b)),
+                    ReduceOp::Min => zip(src, dst, |a, b| a.min(b)),
+                    ReduceOp::Max => zip(src, dst, |a, b| a.max(b)),
+                    ReduceOp::Band => zip(src, dst, |a, b| a & b),
+                    ReduceOp::Bor => zip(src, dst, |a, b| a | b),
+                    ReduceOp::Bxor => zip(src, dst, |a, b| a ^ b),
+                    ReduceOp::Land => zip(src, dst, |a, b| Self::from((a != 0) & (b != 0))),
+                    ReduceOp::Lor => zip(src, dst, |a, b| Self::from((a != 0) | (b != 0))),
+                    ReduceOp::Lxor => zip(src, dst, |a, b| Self::from((a != 0) ^ (b != 0))),
+                    _ => return Err(unsupported::<Self>(op)),
+                }
+                Ok(())
+            }
+        }
+    )*};
+}
+
+int_element!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64);
+
+macro_rules! float_element {
+    ($($t:ty => $d:ident, $min:path, $max:path);* $(;)?) => {$(
+        impl Element for $t {
+            const DATATYPE: Datatype = Datatype::$d;
+        }
+
+        impl Sealed for $t {
+            const ZERO: Self = 0.0;
+
+            pod_io!();
+
+            fn apply(op: &ReduceOp, src: &[Self], dst: &mut [Self]) -> Result<()> {
+                match op {
+                    ReduceOp::Sum => zip(src, dst, |a, b| a + b),
+                    ReduceOp::Prod => zip(src, dst, |a, b| a * b),
+                    ReduceOp::Min => zip(src, dst, $min),
+                    ReduceOp::Max => zip(src, dst, $max),
+                    _ => return Err(unsupported::<Self>(op)),
+                }
+                Ok(())
+            }
+        }
+    )*};
+}
+
+float_element!(
+    f32 => F32, lanes::minimum_f32, lanes::maximum_f32;
+    f64 => F64, lanes::minimum_f64, lanes::maximum_f64;
+);
+
+macro_rules! half_element {
+    ($($t:ty => $d:ident, $zip:path);* $(;)?) => {$(
+        impl Element for $t {
+            const DATATYPE: Datatype = Datatype::$d;
+        }
+
+        impl Sealed for $t {
+            const ZERO: Self = <$t>::ZERO;
+
+            pod_io!();
+
+            fn apply(op: &ReduceOp, src: &[Self], dst: &mut [Self]) -> Result<()> {
+                match op {
+                    ReduceOp::Sum => $zip(src, dst, |a, b| a + b),
+                    ReduceOp::Prod => $zip(src, dst, |a, b| a * b),
+                    ReduceOp::Min => $zip(src, dst, lanes::minimum_f32),
+                    ReduceOp::Max => $zip(src, dst, lanes::maximum_f32),
+                    _ => return Err(unsupported::<Self>(op)),
+                }
+                Ok(())
+            }
+        }
+    )*};
+}
+
+half_element!(
+    f16 => F16, lanes::zip_f16;
+    bf16 => BF16, lanes::zip_bf16;
+);
+
+/// The first `N` bytes of `b` as an array.
+#[inline(always)]
+fn array<const N: usize>(b: &[u8]) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[..N]);
+    a
+}
+
+macro_rules! pair_element {
+    ($($v:ty, $i:ty => $d:ident);* $(;)?) => {$(
+        impl Element for ValueIndex<$v, $i> {
+            const DATATYPE: Datatype = Datatype::$d;
+        }
+
+        /// Pairs are always encoded field by field (`F64I32` has padding, so no byte views).
+        impl Sealed for ValueIndex<$v, $i> {
+            const ZERO: Self = ValueIndex { value: 0 as $v, index: 0 };
+
+            fn view(_: &[u8]) -> Option<&[Self]> {
+                None
+            }
+
+            fn view_mut(_: &mut [u8]) -> Option<&mut [Self]> {
+                None
+            }
+
+            fn as_bytes(_: &[Self]) -> Option<&[u8]> {
+                None
+            }
+
+            fn as_bytes_mut(_: &mut [Self]) -> Option<&mut [u8]> {
+                None
+            }
+
+            fn load(bytes: &[u8], out: &mut [Self]) {
+                const V: usize = std::mem::size_of::<$v>();
+                const I: usize = std::mem::size_of::<$i>();
+                for (c, o) in bytes.chunks_exact(std::mem::size_of::<Self>()).zip(out) {
+                    o.value = <$v>::from_ne_bytes(array::<V>(c));
+                    o.index = <$i>::from_ne_bytes(array::<I>(&c[V..]));
+                }
+            }
+
+            fn store(vals: &[Self], out: &mut [u8]) {
+                const V: usize = std::mem::size_of::<$v>();
+                const I: usize = std::mem::size_of::<$i>();
+                for (v, c) in vals.iter().zip(out.chunks_exact_mut(std::mem::size_of::<Self>())) {
+                    c[..V].copy_from_slice(&v.value.to_ne_bytes());
+                    c[V..V + I].copy_from_slice(&v.index.to_ne_bytes());
+                }
+            }
+
+            fn apply(op: &ReduceOp, src: &[Self], dst: &mut [Self]) -> Result<()> {
+                match op {
+                    ReduceOp::Minloc => zip(src, dst, lanes::minloc),
+                    ReduceOp::Maxloc => zip(src, dst, lanes::maxloc),
+                    _ => return Err(unsupported::<Self>(op)),
+                }
+                Ok(())
+            }
+        }
+    )*};
+}
+
+pair_element!(
+    f32, i32 => F32I32;
+    f64, i32 => F64I32;
+    i32, i32 => I32I32;
+    i64, i64 => I64I64;
+);

@@ -1,0 +1,188 @@
+//! Element-wise loops written so LLVM vectorizes them (fixed-width lane blocks, no bounds checks
+//! in the inner loop), plus the scalar functions they apply: IEEE `minimum`/`maximum`, bf16
+//! rounding, and minloc/maxloc selection.
+
+use half::bf16;
+use half::slice::HalfFloatSliceExt;
+
+use crate::datatype::ValueIndex;
+
+/// Elements per block of the element-wise loops (a whole number of 512-bit vectors for all types).
+pub(crate) const LANES: usize = 64;
+
+/// `dst[i] ← f(src[i], dst[i])`; `src` and `dst` have the same length.
+#[inline(always)]
+pub(crate) fn zip<T: Copy>(src: &[T], dst: &mut [T], f: impl Fn(T, T) -> T) {
+    let mut s = src.chunks_exact(LANES);
+    let mut d = dst.chunks_exact_mut(LANES);
+    for (sc, dc) in (&mut s).zip(&mut d) {
+        // Always Ok (chunks_exact): converting to arrays gives LLVM the constant trip count.
+        if let (Ok(sa), Ok(da)) = (<&[T; LANES]>::try_from(sc), <&mut [T; LANES]>::try_from(dc)) {
+            for (x, y) in sa.iter().zip(da.iter_mut()) {
+                *y = f(*x, *y);
+            }
+        }
+    }
+    for (x, y) in s.remainder().iter().zip(d.into_remainder()) {
+        *y = f(*x, *y);
+    }
+}
+
+/// bf16 → f32 (exact: bf16 is the upper half of an f32).
+#[inline(always)]
+pub(crate) fn bf16_to_f32(x: bf16) -> f32 {
+    f32::from_bits(u32::from(x.to_bits()) << 16)
+}
+
+/// f32 → bf16, round to nearest even; NaN stays NaN (quieted). Same results as
+/// `half::bf16::from_f32`, written with selects only so that it vectorizes.
+#[inline(always)]
+pub(crate) fn f32_to_bf16(x: f32) -> bf16 {
+    let b = x.to_bits();
+    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16;
+    let nan = (b >> 16) | 0x0040;
+    bf16::from_bits(if x.is_nan() { nan } else { rounded } as u16)
+}
+
+/// `dst[i] ← round(f(widen(src[i]), widen(dst[i])))` for bf16, computing in f32.
+#[inline(always)]
+pub(crate) fn zip_bf16(src: &[bf16], dst: &mut [bf16], f: impl Fn(f32, f32) -> f32) {
+    zip(src, dst, |a, b| f32_to_bf16(f(bf16_to_f32(a), bf16_to_f32(b))));
+}
+
+/// The same for f16, through `half`'s slice conversions (F16C when the CPU has it).
+#[inline(always)]
+pub(crate) fn zip_f16(src: &[half::f16], dst: &mut [half::f16], f: impl Fn(f32, f32) -> f32) {
+    let mut a = [0f32; LANES];
+    let mut b = [0f32; LANES];
+    for (sc, dc) in src.chunks(LANES).zip(dst.chunks_mut(LANES)) {
+        let n = sc.len().min(dc.len());
+        let (a, b) = (&mut a[..n], &mut b[..n]);
+        sc.convert_to_f32_slice(a);
+        dc.convert_to_f32_slice(b);
+        for (x, y) in a.iter().zip(b.iter_mut()) {
+            *y = f(*x, *y);
+        }
+        dc.convert_from_f32_slice(b);
+    }
+}
+
+macro_rules! ieee_min_max {
+    ($t:ty, $min:ident, $max:ident) => {
+        /// IEEE 754-2019 `minimum`: NaN if either is NaN, −0 < +0. Commutative and associative.
+        #[inline(always)]
+        pub(crate) fn $min(a: $t, b: $t) -> $t {
+            let m = if a < b { a } else { b };
+            // Equal values differ at most in the sign of zero: OR of the bits picks −0.
+            let m = if a == b { <$t>::from_bits(a.to_bits() | b.to_bits()) } else { m };
+            // b NaN already gives m = b.
+            if a.is_nan() {
+                a
+            } else {
+                m
+            }
+        }
+
+        /// IEEE 754-2019 `maximum`: NaN if either is NaN, +0 > −0. Commutative and associative.
+        #[inline(always)]
+        pub(crate) fn $max(a: $t, b: $t) -> $t {
+            let m = if a > b { a } else { b };
+            let m = if a == b { <$t>::from_bits(a.to_bits() & b.to_bits()) } else { m };
+            if a.is_nan() {
+                a
+            } else {
+                m
+            }
+        }
+    };
+}
+
+ieee_min_max!(f32, minimum_f32, maximum_f32);
+ieee_min_max!(f64, minimum_f64, maximum_f64);
+
+/// The value half of a minloc/maxloc pair.
+pub(crate) trait PairValue: Copy + PartialOrd {
+    fn is_nan(self) -> bool;
+    /// The bit pattern, to break exact ties (−0 vs +0, NaN payloads) deterministically.
+    fn bits(self) -> u64;
+}
+
+impl PairValue for f32 {
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+
+    fn bits(self) -> u64 {
+        u64::from(self.to_bits())
+    }
+}
+
+impl PairValue for f64 {
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+
+    fn bits(self) -> u64 {
+        self.to_bits()
+    }
+}
+
+impl PairValue for i32 {
+    fn is_nan(self) -> bool {
+        false
+    }
+
+    fn bits(self) -> u64 {
+        u64::from(self as u32)
+    }
+}
+
+impl PairValue for i64 {
+    fn is_nan(self) -> bool {
+        false
+    }
+
+    fn bits(self) -> u64 {
+        self as u64
+    }
+}
+
+/// Picks `a` or `b`: a NaN value wins, then the better value, then the lower index, then (same
+/// value and index: ±0 or NaN payloads) the smaller bit pattern, so the choice is a total order
+/// and the op exactly commutative and associative.
+#[inline(always)]
+fn pick<V: PairValue, I: Ord + Copy>(
+    a: ValueIndex<V, I>,
+    b: ValueIndex<V, I>,
+    a_better: bool,
+    b_better: bool,
+) -> ValueIndex<V, I> {
+    let (an, bn) = (a.value.is_nan(), b.value.is_nan());
+    let tie = a.index < b.index || (a.index == b.index && a.value.bits() < b.value.bits());
+    let a_wins = if an || bn {
+        an && (!bn || tie)
+    } else if a_better {
+        true
+    } else if b_better {
+        false
+    } else {
+        tie
+    };
+    if a_wins {
+        a
+    } else {
+        b
+    }
+}
+
+/// MPI_MINLOC: the smaller value; on equal values the lower index.
+#[inline(always)]
+pub(crate) fn minloc<V: PairValue, I: Ord + Copy>(a: ValueIndex<V, I>, b: ValueIndex<V, I>) -> ValueIndex<V, I> {
+    pick(a, b, a.value < b.value, b.value < a.value)
+}
+
+/// MPI_MAXLOC: the larger value; on equal values the lower index.
+#[inline(always)]
+pub(crate) fn maxloc<V: PairValue, I: Ord + Copy>(a: ValueIndex<V, I>, b: ValueIndex<V, I>) -> ValueIndex<V, I> {
+    pick(a, b, a.value > b.value, b.value > a.value)
+}

@@ -1,0 +1,538 @@
+//! Phases shared by the reduction algorithms (reduce, allreduce, reduce_scatter): the
+//! non-power-of-two fold of thakur §4.4/§5.1, recursive vector halving (reduce-scatter), recursive
+//! vector doubling (allgather or binomial gather), ring and pairwise reduce-scatter, ring allgather,
+//! binomial reduce and binomial bcast. Each appends steps to a [`ScheduleBuilder`] after `deps`
+//! and returns the steps that later phases must wait for. Zero-length messages are never emitted
+//! (both sides compute the same length, so both skip them).
+
+use crate::blocks;
+use crate::schedule::{Buf, Order, Region, ScheduleBuilder, StepId};
+
+/// Segments of a vector: `(offset, len)` in elements, ascending and contiguous.
+pub(crate) type Segs = Vec<(u64, u64)>;
+
+/// The `n` near-equal blocks of a `count`-element vector (crate::blocks).
+pub(crate) fn even_segs(count: u64, n: u32) -> Segs {
+    (0..u64::from(n)).map(|i| blocks::block(count, u64::from(n), i)).collect()
+}
+
+/// The p packed input blocks of a reduce_scatter(_block) call (`counts[i]`, or `count` each).
+pub(crate) fn input_segs(a: &crate::args::CollArgs) -> Segs {
+    let mut off = 0;
+    (0..a.size)
+        .map(|i| {
+            let c = a.block_count(i);
+            off += c;
+            (off - c, c)
+        })
+        .collect()
+}
+
+/// Offset and total length of segments `lo..hi`.
+pub(crate) fn span(segs: &[(u64, u64)], lo: usize, hi: usize) -> (u64, u64) {
+    if lo >= hi {
+        return (segs.get(lo).map_or(0, |s| s.0), 0);
+    }
+    let off = segs[lo].0;
+    (off, segs[hi - 1].0 + segs[hi - 1].1 - off)
+}
+
+/// `Region` of segments `lo..hi` of `buf`.
+pub(crate) fn seg_region(buf: Buf, segs: &[(u64, u64)], lo: usize, hi: usize) -> Region {
+    let (off, len) = span(segs, lo, hi);
+    Region::new(buf, off, len)
+}
+
+/// Bit reversal of `x` within `bits` bits.
+pub(crate) fn bitrev(x: u32, bits: u32) -> u32 {
+    if bits == 0 {
+        0
+    } else {
+        x.reverse_bits() >> (32 - bits)
+    }
+}
+
+/// Sorted, deduplicated union of step lists.
+pub(crate) fn union(lists: &[&[StepId]]) -> Vec<StepId> {
+    let mut v: Vec<StepId> = lists.iter().flat_map(|l| l.iter().copied()).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Appends a send unless `src` is empty.
+pub(crate) fn send(b: &mut ScheduleBuilder, peer: u32, src: Region, deps: &[StepId]) -> Option<StepId> {
+    (src.len > 0).then(|| b.send(peer, src, deps))
+}
+
+/// Appends a receive unless `dst` is empty.
+pub(crate) fn recv(b: &mut ScheduleBuilder, peer: u32, dst: Region, deps: &[StepId]) -> Option<StepId> {
+    (dst.len > 0).then(|| b.recv(peer, dst, deps))
+}
+
+/// Appends a copy unless empty or the identity.
+pub(crate) fn copy(b: &mut ScheduleBuilder, src: Region, dst: Region, deps: &[StepId]) -> Option<StepId> {
+    (src.len > 0 && src != dst).then(|| b.copy(src, dst, deps))
+}
+
+/// `deps` if `out` is empty, else `out`.
+fn or_deps(out: Vec<StepId>, deps: &[StepId]) -> Vec<StepId> {
+    if out.is_empty() {
+        deps.to_vec()
+    } else {
+        out
+    }
+}
+
+/// One exchange-and-reduce: send `give` to `peer`, receive into `tmp`, combine `tmp` into `dst`.
+pub(crate) fn exchange_reduce(
+    b: &mut ScheduleBuilder,
+    peer: u32,
+    give: Region,
+    tmp: Region,
+    dst: Region,
+    order: Order,
+    deps: &[StepId],
+) -> Vec<StepId> {
+    let mut out: Vec<StepId> = send(b, peer, give, deps).into_iter().collect();
+    if let Some(r) = recv(b, peer, tmp, deps) {
+        let d = union(&[&[r], &out]);
+        out.push(b.reduce(tmp, dst, order, &d));
+    }
+    or_deps(out, deps)
+}
+
+/// Order of the partner distances in the vector-halving reduce-scatter.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Distance {
+    /// 1, 2, …, p'/2 (thakur §5.1): every partial result covers a contiguous range of ranks, so
+    /// it is correct for non-commutative ops; new rank i ends with segment `bitrev(i)`.
+    Doubling,
+    /// p'/2, …, 1 (thakur §4.4): new rank i ends with segment i; commutative ops only.
+    Halving,
+}
+
+impl Distance {
+    /// The masks in reduce-scatter order for `pof2` ranks.
+    pub(crate) fn masks(self, pof2: u32) -> Vec<u32> {
+        let mut m: Vec<u32> = (0..pof2.trailing_zeros()).map(|k| 1u32 << k).collect();
+        if self == Distance::Halving {
+            m.reverse();
+        }
+        m
+    }
+
+    /// The segment new rank `i` owns after the reduce-scatter.
+    pub(crate) fn owned(self, i: u32, pof2: u32) -> usize {
+        match self {
+            Distance::Doubling => bitrev(i, pof2.trailing_zeros()) as usize,
+            Distance::Halving => i as usize,
+        }
+    }
+}
+
+/// Reduction of p ranks to p' = 2^⌊lg p⌋ by pairing ranks 2i and 2i+1 for i < r = p − p'
+/// (thakur §4.4, §5.1). One rank of each pair (the survivor) takes part in the power-of-two
+/// algorithm as new rank i; ranks ≥ 2r become new rank rank − r. Every new rank stands for a
+/// contiguous range of old ranks, so rank order is kept.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Fold {
+    pub p: u32,
+    pub pof2: u32,
+    pub rem: u32,
+    odd_survives: bool,
+    /// A pair whose survivor is the other member (a root among the removed ranks).
+    flipped: Option<u32>,
+}
+
+impl Fold {
+    pub(crate) fn new(p: u32, odd_survives: bool) -> Fold {
+        let pof2 = 1u32 << (31 - p.max(1).leading_zeros());
+        Fold { p, pof2, rem: p - pof2, odd_survives, flipped: None }
+    }
+
+    /// The same fold with `root` guaranteed to survive (thakur §5.1, roles interchanged).
+    pub(crate) fn keeping(mut self, root: u32) -> Fold {
+        if root < 2 * self.rem && self.survivor(root / 2) != root {
+            self.flipped = Some(root / 2);
+        }
+        self
+    }
+
+    /// The survivor of pair i < rem.
+    pub(crate) fn survivor(&self, pair: u32) -> u32 {
+        let odd = self.odd_survives ^ (self.flipped == Some(pair));
+        2 * pair + u32::from(odd)
+    }
+
+    /// The other member of `rank`'s pair, if `rank` is in a pair.
+    pub(crate) fn partner(&self, rank: u32) -> Option<u32> {
+        (rank < 2 * self.rem).then_some(rank ^ 1)
+    }
+
+    /// New rank of `rank`, `None` if it is removed.
+    pub(crate) fn new_rank(&self, rank: u32) -> Option<u32> {
+        if rank >= 2 * self.rem {
+            Some(rank - self.rem)
+        } else if self.survivor(rank / 2) == rank {
+            Some(rank / 2)
+        } else {
+            None
+        }
+    }
+
+    /// Old rank of new rank `nr`.
+    pub(crate) fn real(&self, nr: u32) -> u32 {
+        if nr < self.rem {
+            self.survivor(nr)
+        } else {
+            nr + self.rem
+        }
+    }
+
+    /// The old ranks new rank `nr` stands for: `first..=last`.
+    pub(crate) fn group(&self, nr: u32) -> (u32, u32) {
+        if nr < self.rem {
+            (2 * nr, 2 * nr + 1)
+        } else {
+            (nr + self.rem, nr + self.rem)
+        }
+    }
+}
+
+/// Reduce-scatter by recursive vector halving among the fold's p' new ranks: `acc` (whole vector,
+/// laid out as `segs`, p' segments) holds this rank's partial data; `tmp` is a scratch of the same
+/// layout. Returns the terminal steps and the segment this rank owns (fully reduced in `acc`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rs_halving(
+    b: &mut ScheduleBuilder,
+    fold: &Fold,
+    me: u32,
+    segs: &[(u64, u64)],
+    acc: Buf,
+    tmp: Buf,
+    dist: Distance,
+    deps: Vec<StepId>,
+) -> (Vec<StepId>, usize) {
+    let (mut lo, mut hi) = (0usize, fold.pof2 as usize);
+    let mut deps = deps;
+    for m in dist.masks(fold.pof2) {
+        let peer_new = me ^ m;
+        let mid = lo + (hi - lo) / 2;
+        let (keep, give) = if me < peer_new { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
+        let order = if peer_new < me { Order::SrcFirst } else { Order::DstFirst };
+        deps = exchange_reduce(
+            b,
+            fold.real(peer_new),
+            seg_region(acc, segs, give.0, give.1),
+            seg_region(tmp, segs, keep.0, keep.1),
+            seg_region(acc, segs, keep.0, keep.1),
+            order,
+            &deps,
+        );
+        (lo, hi) = keep;
+    }
+    (deps, lo)
+}
+
+/// The reverse of [`rs_halving`] by recursive vector doubling: an allgather among the p' new ranks
+/// (`root == None`) or a binomial gather to new rank `root`. `owned` is the segment this rank
+/// holds. Returns the terminal steps (for a gather, a non-root stops after its send).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ag_doubling(
+    b: &mut ScheduleBuilder,
+    fold: &Fold,
+    me: u32,
+    segs: &[(u64, u64)],
+    acc: Buf,
+    owned: usize,
+    dist: Distance,
+    root: Option<u32>,
+    deps: Vec<StepId>,
+) -> Vec<StepId> {
+    let (mut lo, mut hi) = (owned, owned + 1);
+    let mut deps = deps;
+    for &m in dist.masks(fold.pof2).iter().rev() {
+        let peer = fold.real(me ^ m);
+        let len = hi - lo;
+        let sib = if me & m == 0 { (hi, hi + len) } else { (lo - len, lo) };
+        let mine = seg_region(acc, segs, lo, hi);
+        let theirs = seg_region(acc, segs, sib.0, sib.1);
+        let mut out = Vec::new();
+        match root {
+            Some(rt) if (me ^ rt) & m != 0 => {
+                out.extend(send(b, peer, mine, &deps));
+                return or_deps(out, &deps);
+            }
+            Some(_) => out.extend(recv(b, peer, theirs, &deps)),
+            None => {
+                out.extend(send(b, peer, mine, &deps));
+                out.extend(recv(b, peer, theirs, &deps));
+            }
+        }
+        deps = or_deps(out, &deps);
+        (lo, hi) = (lo.min(sib.0), hi.max(sib.1));
+    }
+    deps
+}
+
+/// The fold's first step with halves (thakur §5.1, Fig 12): in pair (2i, 2i+1) the even rank
+/// reduces the first half, the odd rank the second half, and the non-survivor sends its reduced
+/// half to the survivor. `acc` holds this rank's data (whole vector, `half` = element split
+/// point). Returns the terminal steps; afterwards a survivor holds the pair's reduction in `acc`.
+pub(crate) fn fold_halves(
+    b: &mut ScheduleBuilder,
+    fold: &Fold,
+    rank: u32,
+    acc: Region,
+    tmp: Region,
+    half: u64,
+    deps: Vec<StepId>,
+) -> Vec<StepId> {
+    let Some(partner) = fold.partner(rank) else { return deps };
+    let first = acc.sub(0, half);
+    let second = acc.sub(half, acc.len - half);
+    let (give, keep, order) =
+        if rank % 2 == 0 { (second, first, Order::DstFirst) } else { (first, second, Order::SrcFirst) };
+    let tmp_keep = Region::new(tmp.buf, tmp.off + (keep.off - acc.off), keep.len);
+    let ex = exchange_reduce(b, partner, give, tmp_keep, keep, order, &deps);
+    if fold.new_rank(rank).is_some() {
+        // receive the partner's half over our own (already sent) half
+        or_deps(recv(b, partner, give, &ex).into_iter().collect(), &ex)
+    } else {
+        or_deps(send(b, partner, keep, &ex).into_iter().collect(), &ex)
+    }
+}
+
+/// Tracks, per segment of one buffer, the last writers and the readers since, so that ring-style
+/// phases get exact dependencies in O(1) per step.
+pub(crate) struct SegDeps {
+    w: Vec<Vec<StepId>>,
+    r: Vec<Vec<StepId>>,
+}
+
+impl SegDeps {
+    pub(crate) fn new(n: usize, init: &[StepId]) -> SegDeps {
+        SegDeps { w: vec![init.to_vec(); n], r: vec![Vec::new(); n] }
+    }
+    pub(crate) fn for_read(&self, i: usize) -> Vec<StepId> {
+        self.w[i].clone()
+    }
+    pub(crate) fn for_write(&self, i: usize) -> Vec<StepId> {
+        union(&[&self.w[i], &self.r[i]])
+    }
+    pub(crate) fn read(&mut self, i: usize, id: StepId) {
+        self.r[i].push(id);
+    }
+    pub(crate) fn write(&mut self, i: usize, id: StepId) {
+        self.w[i] = vec![id];
+        self.r[i].clear();
+    }
+    /// Every step a later writer of any segment must wait for.
+    pub(crate) fn all(&self) -> Vec<StepId> {
+        let lists: Vec<&[StepId]> = self.w.iter().chain(self.r.iter()).map(|v| v.as_slice()).collect();
+        union(&lists)
+    }
+}
+
+/// Ring reduce-scatter among all p ranks (neighbours only; commutative ops only): `acc` holds this
+/// rank's data laid out as `segs` (p segments), `tmp` is a scratch of the same layout. At step s
+/// rank r sends segment r−s−1 to r+1 and reduces segment r−s−2 from r−1; rank r ends with
+/// segment r. Updates `sd` (over `acc`'s segments).
+pub(crate) fn rs_ring(
+    b: &mut ScheduleBuilder,
+    rank: u32,
+    p: u32,
+    segs: &[(u64, u64)],
+    acc: Buf,
+    tmp: Buf,
+    sd: &mut SegDeps,
+) {
+    let (next, prev) = ((rank + 1) % p, (rank + p - 1) % p);
+    for s in 0..p.saturating_sub(1) {
+        let sb = ((rank + 2 * p - s - 1) % p) as usize;
+        let rb = ((rank + 2 * p - s - 2) % p) as usize;
+        if let Some(id) = send(b, next, seg_region(acc, segs, sb, sb + 1), &sd.for_read(sb)) {
+            sd.read(sb, id);
+        }
+        if let Some(r) = recv(b, prev, seg_region(tmp, segs, rb, rb + 1), &[]) {
+            let d = union(&[&[r], &sd.for_write(rb)]);
+            let id =
+                b.reduce(seg_region(tmp, segs, rb, rb + 1), seg_region(acc, segs, rb, rb + 1), Order::DstFirst, &d);
+            sd.write(rb, id);
+        }
+    }
+}
+
+/// Ring allgather among the ranks `ring` (old ranks in ring order, this rank at position `q`):
+/// the rank at position j owns segment `owner(j)` of `acc`; at step s position q sends segment
+/// owner(q−s) to q+1 and receives owner(q−s−1) from q−1 into `acc`. Updates `sd`.
+pub(crate) fn ag_ring(
+    b: &mut ScheduleBuilder,
+    ring: &[u32],
+    q: usize,
+    owner: impl Fn(usize) -> usize,
+    segs: &[(u64, u64)],
+    acc: Buf,
+    sd: &mut SegDeps,
+) {
+    let m = ring.len();
+    let (next, prev) = (ring[(q + 1) % m], ring[(q + m - 1) % m]);
+    for s in 0..m.saturating_sub(1) {
+        let sb = owner((q + m - s) % m);
+        let rb = owner((q + 2 * m - s - 1) % m);
+        if let Some(id) = send(b, next, seg_region(acc, segs, sb, sb + 1), &sd.for_read(sb)) {
+            sd.read(sb, id);
+        }
+        if let Some(id) = recv(b, prev, seg_region(acc, segs, rb, rb + 1), &sd.for_write(rb)) {
+            sd.write(rb, id);
+        }
+    }
+}
+
+/// Pairwise-exchange reduce-scatter (thakur §4.4): in step i = 1..p−1 rank r sends its input block
+/// for rank r+i (block j of `src` is `segs[j]`) and receives block r's input from rank r−i. The
+/// contributions of ranks r−1, r−2, …, 0 arrive in that order and are folded from the left; those
+/// of ranks p−1, …, r+1 likewise into a second partial, so the result `out` = x_0 ⊕ … ⊕ x_{p−1`}
+/// is in rank order (non-commutative ops are fine). `out` is written by the last step only, after
+/// every read of `src`. Returns the terminal steps (including every send).
+pub(crate) fn rs_pairwise(
+    b: &mut ScheduleBuilder,
+    rank: u32,
+    p: u32,
+    src: Buf,
+    segs: &[(u64, u64)],
+    out: Region,
+    deps: &[StepId],
+) -> Vec<StepId> {
+    let r = rank as usize;
+    let n = segs[r].1;
+    let own = Region::new(src, segs[r].0, n);
+    if p == 1 {
+        return or_deps(copy(b, own, out, deps).into_iter().collect(), deps);
+    }
+    let tmp = if n > 0 { Some(b.scratch(n * u64::from(p - 1))) } else { None };
+    let slot = |i: u32| Region::new(tmp.unwrap_or(Buf::Recv), u64::from(i - 1) * n, n);
+    let mut sends = Vec::new();
+    let mut recvs = vec![None; p as usize];
+    for i in 1..p {
+        let to = (rank + i) % p;
+        let from = (rank + p - i) % p;
+        sends.extend(send(b, to, seg_region(src, segs, to as usize, to as usize + 1), deps));
+        recvs[i as usize] = recv(b, from, slot(i), deps);
+    }
+    if n == 0 {
+        return or_deps(sends, deps);
+    }
+    let dep = |x: Option<StepId>| -> Vec<StepId> { x.into_iter().collect() };
+    // left partial in slot 1: x_{r-1}, then x_{r-2} ⊕ ·, …, x_0 ⊕ ·, then · ⊕ x_r
+    let mut left: Option<StepId> = None;
+    if rank >= 1 {
+        let mut last = recvs[1];
+        for i in 2..=rank {
+            last = Some(b.reduce(slot(i), slot(1), Order::SrcFirst, &union(&[&dep(last), &dep(recvs[i as usize])])));
+        }
+        left = Some(b.reduce(own, slot(1), Order::DstFirst, &dep(last)));
+    }
+    // right partial in slot r+1: x_{p-1}, then x_{p-2} ⊕ ·, …, x_{r+1} ⊕ ·
+    let mut right: Option<StepId> = None;
+    if rank + 1 < p {
+        let mut last = recvs[r + 1];
+        for i in rank + 2..p {
+            last = Some(b.reduce(
+                slot(i),
+                slot(rank + 1),
+                Order::SrcFirst,
+                &union(&[&dep(last), &dep(recvs[i as usize])]),
+            ));
+        }
+        right = last;
+    }
+    let (res, last) = match (left, right) {
+        (Some(l), Some(rt)) => (slot(rank + 1), b.reduce(slot(1), slot(rank + 1), Order::SrcFirst, &[l, rt])),
+        (Some(l), None) => (slot(1), l),
+        (None, Some(rt)) => (slot(1), b.reduce(own, slot(1), Order::SrcFirst, &[rt])),
+        (None, None) => unreachable!("p > 1 gives a left or right partial"),
+    };
+    let fin = b.copy(res, out, &union(&[&[last], &sends]));
+    union(&[&[fin], &sends])
+}
+
+/// Binomial-tree reduce of `Send[0..count]` to `root` over virtual ranks v = (rank − root) mod p
+/// (thakur §4.5). A node's partial covers virtual ranks v..v+2^k, combined with the lower ones
+/// first, so with `root == 0` it is in rank order (non-commutative safe). The root's result goes
+/// to `out` (or scratch if `None`); other ranks use scratch. Returns the terminal steps and the
+/// region holding this rank's partial (the result on the root).
+pub(crate) fn binomial_reduce(
+    b: &mut ScheduleBuilder,
+    rank: u32,
+    p: u32,
+    root: u32,
+    count: u64,
+    out: Option<Region>,
+    deps: &[StepId],
+) -> (Vec<StepId>, Region) {
+    let v = (rank + p - root) % p;
+    let real = |x: u32| (x + root) % p;
+    let mut children = Vec::new();
+    let mut parent = None;
+    let mut m = 1u32;
+    while m < p {
+        if v & m != 0 {
+            parent = Some(v - m);
+            break;
+        }
+        if v + m < p {
+            children.push(v + m);
+        }
+        m <<= 1;
+    }
+    let input = Region::new(Buf::Send, 0, count);
+    let acc = if children.is_empty() && parent.is_some() {
+        input
+    } else {
+        match out {
+            Some(o) if parent.is_none() => o,
+            _ => Region::new(b.scratch(count), 0, count),
+        }
+    };
+    let mut last: Vec<StepId> = copy(b, input, acc, deps).into_iter().collect();
+    let recvs: Vec<(Region, Option<StepId>)> = children
+        .iter()
+        .map(|&c| {
+            let t = Region::new(b.scratch(count), 0, count);
+            (t, recv(b, real(c), t, deps))
+        })
+        .collect();
+    for (t, r) in recvs {
+        if let Some(r) = r {
+            last = vec![b.reduce(t, acc, Order::DstFirst, &union(&[&[r], &last, deps]))];
+        }
+    }
+    let last = or_deps(last, deps);
+    match parent {
+        Some(pv) => (or_deps(send(b, real(pv), acc, &last).into_iter().collect(), &last), acc),
+        None => (last, acc),
+    }
+}
+
+/// Binomial-tree broadcast of `buf` from rank 0 (every rank's `buf` is the same region).
+pub(crate) fn binomial_bcast(b: &mut ScheduleBuilder, rank: u32, p: u32, buf: Region, deps: &[StepId]) -> Vec<StepId> {
+    let mut deps = deps.to_vec();
+    let top = if rank == 0 { p.next_power_of_two() } else { rank & rank.wrapping_neg() };
+    if rank != 0 {
+        deps = or_deps(recv(b, rank - top, buf, &deps).into_iter().collect(), &deps);
+    }
+    let mut out = Vec::new();
+    let mut m = top >> 1;
+    while m > 0 {
+        if rank + m < p {
+            out.extend(send(b, rank + m, buf, &deps));
+        }
+        m >>= 1;
+    }
+    union(&[&out, &deps])
+}
+
+#[cfg(test)]
+pub(crate) mod testkit;

@@ -1,0 +1,600 @@
+//! The discrete-event engine behind [`simulate`](super::simulate) and
+//! [`simulate_symmetric`](super::simulate_symmetric): per-step state in flat arrays, a binary
+//! heap of timed events, FIFO queues per port; no allocation per step once set up.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
+
+use super::symmetric::Symmetry;
+use super::{SimConfig, SimResult};
+use crate::cost::Cost;
+use crate::error::{Error, Result};
+use crate::schedule::{Schedule, StepKind};
+
+/// Whole job, or one rank standing for all under a relabeling.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Full,
+    Symmetric(Symmetry),
+}
+
+const NONE: u32 = u32::MAX;
+
+/// Terms accumulated along a chain of steps.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+struct Terms {
+    alpha: f64,
+    beta: f64,
+    gamma: f64,
+    copy: f64,
+    msgs: u64,
+}
+
+impl Terms {
+    fn key(&self) -> [f64; 4] {
+        [self.alpha, self.beta, self.gamma, self.copy]
+    }
+}
+
+/// Whether (t2, c2) comes after (t1, c1): later time, or the same time with more α, β, γ, copy.
+fn later(t1: f64, c1: &Terms, t2: f64, c2: &Terms) -> bool {
+    match t2.total_cmp(&t1) {
+        Ordering::Greater => true,
+        Ordering::Less => false,
+        Ordering::Equal => {
+            let (k1, k2) = (c1.key(), c2.key());
+            for i in 0..4 {
+                match k2[i].total_cmp(&k1[i]) {
+                    Ordering::Greater => return true,
+                    Ordering::Less => return false,
+                    Ordering::Equal => {}
+                }
+            }
+            false
+        }
+    }
+}
+
+const CPU_DONE: u8 = 0;
+const TRANSFER_END: u8 = 1;
+const FINALIZE: u8 = 2;
+
+/// A timed event; at equal times, finalizing a transfer's cost comes after everything else so
+/// that every transfer starting at that instant is known when the f factors are decided.
+struct Event {
+    t: f64,
+    key: u64,
+    kind: u8,
+    g: u32,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Event {
+    // Reversed: BinaryHeap is a max-heap and we want the earliest event first.
+    fn cmp(&self, o: &Self) -> Ordering {
+        o.t.total_cmp(&self.t).then(o.key.cmp(&self.key))
+    }
+}
+
+/// Ports and CPU of one simulated rank.
+#[derive(Default)]
+struct RankState {
+    /// Send at the head of the send port (waiting for the receiver or transferring), or NONE.
+    send_head: u32,
+    send_q: VecDeque<u32>,
+    /// Transfer occupying the receive port, or NONE.
+    recv_cur: u32,
+    recv_q: VecDeque<u32>,
+    cpu_free: f64,
+    cpu_last: u32,
+    /// Start of the latest transfer out of / into this rank, and when the latest ends.
+    send_start: f64,
+    recv_start: f64,
+    send_until: f64,
+    recv_until: f64,
+    bytes_sent: u64,
+    bytes_recv: u64,
+    msgs: u64,
+}
+
+struct Engine<'a> {
+    scheds: &'a [&'a Schedule],
+    mode: Mode,
+    elem: u64,
+    cfg: SimConfig,
+    /// Global index of each rank's first step (len = ranks + 1).
+    base: Vec<u32>,
+    owner: Vec<u32>,
+    /// Ready time, then completion time, of each step, and the terms of the chain behind it.
+    t: Vec<f64>,
+    cp: Vec<Terms>,
+    /// Deps not yet done (+1 for a Recv's message).
+    remaining: Vec<u32>,
+    /// For a Send: the matching Recv.
+    target: Vec<u32>,
+    /// Dependents of each step (CSR).
+    dstart: Vec<u32>,
+    dlist: Vec<u32>,
+    ranks: Vec<RankState>,
+    heap: BinaryHeap<Event>,
+    seq: u64,
+    work: Vec<u32>,
+    now: f64,
+    done: u64,
+}
+
+fn sim_err(msg: String) -> Error {
+    Error::Simulate(msg)
+}
+
+/// Replays `scheds` (all ranks in `Mode::Full`, rank 0 only in `Mode::Symmetric`).
+pub(crate) fn run(scheds: &[&Schedule], mode: Mode, elem: u64, cfg: &SimConfig) -> Result<SimResult> {
+    let mut e = Engine::new(scheds, mode, elem, cfg)?;
+    e.wire()?;
+    e.match_messages()?;
+    e.replay()?;
+    Ok(e.result())
+}
+
+impl<'a> Engine<'a> {
+    fn new(scheds: &'a [&'a Schedule], mode: Mode, elem: u64, cfg: &SimConfig) -> Result<Engine<'a>> {
+        let mut base = Vec::with_capacity(scheds.len() + 1);
+        let mut total: u64 = 0;
+        for s in scheds {
+            base.push(total as u32);
+            total += s.len() as u64;
+            if total >= u64::from(NONE) {
+                return Err(sim_err(format!("job has more than {} steps; too large to replay", NONE - 1)));
+            }
+        }
+        base.push(total as u32);
+        let n = total as usize;
+        let mut owner = Vec::with_capacity(n);
+        for (r, s) in scheds.iter().enumerate() {
+            owner.extend(std::iter::repeat_n(r as u32, s.len()));
+        }
+        let ranks = (0..scheds.len())
+            .map(|_| RankState {
+                send_head: NONE,
+                recv_cur: NONE,
+                cpu_last: NONE,
+                send_start: -1.0,
+                recv_start: -1.0,
+                ..RankState::default()
+            })
+            .collect();
+        Ok(Engine {
+            scheds,
+            mode,
+            elem,
+            cfg: *cfg,
+            base,
+            owner,
+            t: vec![0.0; n],
+            cp: vec![Terms::default(); n],
+            remaining: vec![0; n],
+            target: vec![NONE; n],
+            dstart: Vec::new(),
+            dlist: Vec::new(),
+            ranks,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            work: Vec::new(),
+            now: 0.0,
+            done: 0,
+        })
+    }
+
+    fn n(&self) -> usize {
+        self.owner.len()
+    }
+
+    fn kind(&self, g: u32) -> &'a StepKind {
+        let r = self.owner[g as usize] as usize;
+        let scheds: &'a [&'a Schedule] = self.scheds;
+        scheds[r].step(g - self.base[r])
+    }
+
+    fn describe(&self, g: u32) -> String {
+        let r = self.owner[g as usize] as usize;
+        format!("rank {} step {} (`{}`)", self.scheds[r].rank, g - self.base[r], self.kind(g))
+    }
+
+    /// Dependents lists and dep counters.
+    fn wire(&mut self) -> Result<()> {
+        let n = self.n();
+        let mut count = vec![0u32; n + 1];
+        for (r, s) in self.scheds.iter().enumerate() {
+            let b = self.base[r];
+            for (id, k, deps) in s.iter() {
+                let extra = u32::from(matches!(k, StepKind::Recv { .. }));
+                self.remaining[(b + id) as usize] = deps.len() as u32 + extra;
+                for &d in deps {
+                    if d >= id {
+                        return Err(sim_err(format!("rank {} step {id} depends on later step {d}", s.rank)));
+                    }
+                    count[(b + d) as usize] += 1;
+                }
+            }
+        }
+        let mut acc = 0u32;
+        for c in count.iter_mut() {
+            let v = *c;
+            *c = acc;
+            acc += v;
+        }
+        let mut fill = count.clone();
+        let mut dlist = vec![0u32; acc as usize];
+        for (r, s) in self.scheds.iter().enumerate() {
+            let b = self.base[r];
+            for (id, _, deps) in s.iter() {
+                for &d in deps {
+                    let slot = &mut fill[(b + d) as usize];
+                    dlist[*slot as usize] = b + id;
+                    *slot += 1;
+                }
+            }
+        }
+        self.dstart = count;
+        self.dlist = dlist;
+        Ok(())
+    }
+
+    fn peer_of(&self, g: u32) -> u32 {
+        match *self.kind(g) {
+            StepKind::Send { peer, .. } | StepKind::Recv { peer, .. } => peer,
+            _ => NONE,
+        }
+    }
+
+    /// The simulated rank whose receive port a send uses.
+    fn receiver(&self, s: u32) -> usize {
+        match self.mode {
+            Mode::Full => self.peer_of(s) as usize,
+            Mode::Symmetric(_) => 0,
+        }
+    }
+
+    /// Pairs the k-th send a→b with the k-th recv on b from a (in symmetric mode: rank 0's k-th
+    /// send to x with its k-th recv from the mirror of x).
+    fn match_messages(&mut self) -> Result<()> {
+        let nr = self.scheds.len();
+        let p = self.scheds.first().map_or(0, |s| s.size);
+        // Every rank's recvs, sorted by (source, step).
+        let mut rbase = vec![0usize; nr + 1];
+        let mut recvs: Vec<u32> = Vec::new();
+        for r in 0..nr {
+            let b = self.base[r];
+            for (id, k, _) in self.scheds[r].iter() {
+                if let StepKind::Recv { peer, .. } = *k {
+                    if peer >= p || peer == self.scheds[r].rank {
+                        return Err(sim_err(format!("{}: peer out of range or self", self.describe(b + id))));
+                    }
+                    recvs.push(b + id);
+                }
+            }
+            let seg = &mut recvs[rbase[r]..];
+            seg.sort_unstable_by_key(|&g| (self.peer_of(g), g));
+            rbase[r + 1] = recvs.len();
+        }
+        let mut matched = 0usize;
+        let mut sends: Vec<(u32, u32)> = Vec::new();
+        for a in 0..nr {
+            let b0 = self.base[a];
+            let rank_a = self.scheds[a].rank;
+            sends.clear();
+            for (id, k, _) in self.scheds[a].iter() {
+                if let StepKind::Send { peer, .. } = *k {
+                    if peer >= p || peer == rank_a {
+                        return Err(sim_err(format!("{}: peer out of range or self", self.describe(b0 + id))));
+                    }
+                    sends.push((peer, b0 + id));
+                }
+            }
+            sends.sort_unstable();
+            let mut i = 0;
+            while i < sends.len() {
+                let x = sends[i].0;
+                let j = i + sends[i..].iter().take_while(|s| s.0 == x).count();
+                let (rb, src) = match self.mode {
+                    Mode::Full => (x as usize, rank_a),
+                    Mode::Symmetric(sym) => (0, sym.mirror(x, p)),
+                };
+                let seg = &recvs[rbase[rb]..rbase[rb + 1]];
+                let lo = seg.partition_point(|&g| self.peer_of(g) < src);
+                let hi = seg.partition_point(|&g| self.peer_of(g) <= src);
+                if hi - lo != j - i {
+                    return Err(sim_err(self.count_mismatch(rank_a, x, j - i, src, hi - lo)));
+                }
+                for (q, &(_, s)) in sends[i..j].iter().enumerate() {
+                    let rcv = seg[lo + q];
+                    if self.kind(s).len() != self.kind(rcv).len() {
+                        return Err(sim_err(format!(
+                            "message {} of the pair: {} sends {} elements, {} receives {}",
+                            q,
+                            self.describe(s),
+                            self.kind(s).len(),
+                            self.describe(rcv),
+                            self.kind(rcv).len()
+                        )));
+                    }
+                    self.target[s as usize] = rcv;
+                }
+                matched += j - i;
+                i = j;
+            }
+        }
+        if matched != recvs.len() {
+            // Some recv has no send: find a (receiver, source) pair with too many recvs.
+            for r in 0..nr {
+                let seg = &recvs[rbase[r]..rbase[r + 1]];
+                for &g in seg {
+                    let src = self.peer_of(g);
+                    let want = seg.iter().filter(|&&h| self.peer_of(h) == src).count();
+                    let (sender, dst) = match self.mode {
+                        Mode::Full => (src as usize, self.scheds[r].rank),
+                        Mode::Symmetric(sym) => (0, sym.mirror(src, p)),
+                    };
+                    if sender < nr {
+                        let have = self.scheds[sender]
+                            .iter()
+                            .filter(|(_, k, _)| matches!(k, StepKind::Send { peer, .. } if *peer == dst))
+                            .count();
+                        if have != want {
+                            return Err(sim_err(self.count_mismatch(self.scheds[sender].rank, dst, have, src, want)));
+                        }
+                    }
+                }
+            }
+            return Err(sim_err(format!("{} receives have no matching send", recvs.len() - matched)));
+        }
+        Ok(())
+    }
+
+    fn count_mismatch(&self, a: u32, x: u32, sent: usize, src: u32, received: usize) -> String {
+        match self.mode {
+            Mode::Full => {
+                format!("unmatched messages: rank {a} sends {sent} to rank {x}, which receives {received} from it")
+            }
+            Mode::Symmetric(sym) => format!(
+                "unmatched messages under {sym:?} symmetry: rank 0 sends {sent} to rank {x} but receives \
+                 {received} from its mirror rank {src}"
+            ),
+        }
+    }
+
+    fn push(&mut self, t: f64, kind: u8, g: u32) {
+        let class = u64::from(kind == FINALIZE) << 63;
+        self.seq += 1;
+        self.heap.push(Event { t, key: class | self.seq, kind, g });
+    }
+
+    /// Moves (t, c) into step g's state if it comes later than what g has.
+    fn offer(&mut self, g: u32, t: f64, c: Terms) {
+        let i = g as usize;
+        if later(self.t[i], &self.cp[i], t, &c) {
+            self.t[i] = t;
+            self.cp[i] = c;
+        }
+    }
+
+    fn replay(&mut self) -> Result<()> {
+        for g in 0..self.n() as u32 {
+            if self.remaining[g as usize] == 0 {
+                self.on_ready(g);
+            }
+        }
+        self.drain();
+        while let Some(ev) = self.heap.pop() {
+            self.now = ev.t;
+            match ev.kind {
+                CPU_DONE => self.work.push(ev.g),
+                TRANSFER_END => self.transfer_end(ev.g),
+                _ => self.finalize(ev.g),
+            }
+            self.drain();
+        }
+        if self.done as usize != self.n() {
+            return Err(self.deadlock());
+        }
+        Ok(())
+    }
+
+    /// Completes the steps on the work list at `now` and readies their dependents.
+    fn drain(&mut self) {
+        while let Some(g) = self.work.pop() {
+            self.done += 1;
+            let (t, c) = (self.t[g as usize], self.cp[g as usize]);
+            let (lo, hi) = (self.dstart[g as usize], self.dstart[g as usize + 1]);
+            for i in lo..hi {
+                let d = self.dlist[i as usize];
+                self.offer(d, t, c);
+                self.remaining[d as usize] -= 1;
+                if self.remaining[d as usize] == 0 {
+                    self.on_ready(d);
+                }
+            }
+        }
+    }
+
+    /// Step g's deps (and message) are done at `now`.
+    fn on_ready(&mut self, g: u32) {
+        let r = self.owner[g as usize] as usize;
+        match *self.kind(g) {
+            StepKind::Recv { .. } => self.work.push(g),
+            StepKind::Send { .. } => {
+                if self.ranks[r].send_head == NONE {
+                    self.ranks[r].send_head = g;
+                    self.request(g);
+                } else {
+                    self.ranks[r].send_q.push_back(g);
+                }
+            }
+            StepKind::Reduce { dst, .. } | StepKind::Copy { dst, .. } => {
+                let bytes = (dst.len * self.elem) as f64;
+                let last = self.ranks[r].cpu_last;
+                if last != NONE {
+                    let (t, c) = (self.ranks[r].cpu_free, self.cp[last as usize]);
+                    self.offer(g, t, c);
+                }
+                let i = g as usize;
+                let start = self.t[i];
+                if matches!(self.kind(g), StepKind::Reduce { .. }) {
+                    self.t[i] = start + bytes * self.cfg.machine.gamma;
+                    self.cp[i].gamma += bytes;
+                } else {
+                    self.t[i] = start + bytes * self.cfg.copy_beta;
+                    self.cp[i].copy += bytes;
+                }
+                self.ranks[r].cpu_free = self.t[i];
+                self.ranks[r].cpu_last = g;
+                if self.t[i] == self.now {
+                    self.work.push(g);
+                } else {
+                    self.push(self.t[i], CPU_DONE, g);
+                }
+            }
+        }
+    }
+
+    /// Send s reached the head of its send port at `now`: ask for the receiver's port.
+    fn request(&mut self, s: u32) {
+        let b = self.receiver(s);
+        if self.ranks[b].recv_cur == NONE {
+            self.start(s);
+        } else {
+            self.ranks[b].recv_q.push_back(s);
+        }
+    }
+
+    /// Send s holds both ports from `now`; its cost is decided once every start at `now` is known.
+    fn start(&mut self, s: u32) {
+        let (a, b) = (self.owner[s as usize] as usize, self.receiver(s));
+        self.ranks[b].recv_cur = s;
+        self.ranks[b].recv_start = self.now;
+        self.ranks[a].send_start = self.now;
+        self.push(self.now, FINALIZE, s);
+    }
+
+    fn finalize(&mut self, s: u32) {
+        let (a, b) = (self.owner[s as usize] as usize, self.receiver(s));
+        let now = self.now;
+        let (ra, rb) = (&self.ranks[a], &self.ranks[b]);
+        let bi = ra.recv_start == now || ra.recv_until > now || rb.send_start == now || rb.send_until > now;
+        let m = &self.cfg.machine;
+        let (fa, fb) = if bi { (m.f_alpha, m.f_beta) } else { (1.0, 1.0) };
+        let bytes = (self.kind(s).len() * self.elem) as f64;
+        let i = s as usize;
+        self.t[i] = now + fa * m.alpha + fb * bytes * m.beta;
+        let c = &mut self.cp[i];
+        c.alpha += fa;
+        c.beta += fb * bytes;
+        c.msgs += 1;
+        let end = self.t[i];
+        self.ranks[a].send_until = self.ranks[a].send_until.max(end);
+        self.ranks[b].recv_until = self.ranks[b].recv_until.max(end);
+        self.push(end, TRANSFER_END, s);
+    }
+
+    fn transfer_end(&mut self, s: u32) {
+        let (a, b) = (self.owner[s as usize] as usize, self.receiver(s));
+        let bytes = self.kind(s).len() * self.elem;
+        let (t, c) = (self.t[s as usize], self.cp[s as usize]);
+        self.ranks[a].bytes_sent += bytes;
+        self.ranks[a].msgs += 1;
+        self.ranks[b].bytes_recv += bytes;
+        // The receive port first, so a queued request keeps its place.
+        self.ranks[b].recv_cur = NONE;
+        if let Some(nx) = self.ranks[b].recv_q.pop_front() {
+            self.offer(nx, t, c);
+            self.start(nx);
+        }
+        self.ranks[a].send_head = NONE;
+        if let Some(nx) = self.ranks[a].send_q.pop_front() {
+            self.ranks[a].send_head = nx;
+            self.offer(nx, t, c);
+            self.request(nx);
+        }
+        self.work.push(s);
+        let rcv = self.target[s as usize];
+        self.offer(rcv, t, c);
+        self.remaining[rcv as usize] -= 1;
+        if self.remaining[rcv as usize] == 0 {
+            self.on_ready(rcv);
+        }
+    }
+
+    fn deadlock(&self) -> Error {
+        let mut stuck = Vec::new();
+        let mut ranks_stuck = 0;
+        for r in 0..self.scheds.len() {
+            let (lo, hi) = (self.base[r], self.base[r + 1]);
+            if let Some(g) = (lo..hi).find(|&g| self.remaining[g as usize] > 0) {
+                ranks_stuck += 1;
+                if stuck.len() < 4 {
+                    stuck.push(self.describe(g));
+                }
+            }
+        }
+        sim_err(format!(
+            "deadlock: {} of {} steps never ran; {ranks_stuck} rank(s) stuck, first waiting steps: {}",
+            self.n() as u64 - self.done,
+            self.n(),
+            stuck.join("; ")
+        ))
+    }
+
+    fn result(&self) -> SimResult {
+        let nr = self.scheds.len();
+        let mut finish = vec![0.0f64; nr];
+        let mut best: Option<u32> = None;
+        for g in 0..self.n() as u32 {
+            let i = g as usize;
+            let r = self.owner[i] as usize;
+            finish[r] = finish[r].max(self.t[i]);
+            match best {
+                Some(b) if !later(self.t[b as usize], &self.cp[b as usize], self.t[i], &self.cp[i]) => {}
+                _ => best = Some(g),
+            }
+        }
+        let cp = best.map(|b| self.cp[b as usize]).unwrap_or_default();
+        let time = best.map_or(0.0, |b| self.t[b as usize]);
+        let msgs: u64 = self.ranks.iter().map(|r| r.msgs).sum();
+        let bytes: u64 = self.ranks.iter().map(|r| r.bytes_sent).sum();
+        let max_sent = self.ranks.iter().map(|r| r.bytes_sent).max().unwrap_or(0);
+        let max_recv = self.ranks.iter().map(|r| r.bytes_recv).max().unwrap_or(0);
+        let max_msgs = self.ranks.iter().map(|r| r.msgs).max().unwrap_or(0);
+        let steps = self.n() as u64;
+        let (finish, messages, bytes, steps) = match self.mode {
+            Mode::Full => (finish, msgs, bytes, steps),
+            Mode::Symmetric(_) => {
+                let p = u64::from(self.scheds[0].size);
+                (vec![time; p as usize], msgs * p, bytes * p, steps * p)
+            }
+        };
+        SimResult {
+            time,
+            critical_path: Cost::new(cp.alpha, cp.beta, cp.gamma),
+            critical_copy_bytes: cp.copy,
+            critical_messages: cp.msgs,
+            max_bytes_sent: max_sent,
+            max_bytes_received: max_recv,
+            max_messages_sent: max_msgs,
+            finish,
+            messages,
+            bytes,
+            steps,
+            replayed_steps: self.n() as u64,
+        }
+    }
+}

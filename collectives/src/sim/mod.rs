@@ -1,0 +1,205 @@
+//! Replays a job's schedules in virtual time on a modelled network and reports the time, the
+//! α–β–γ terms of the critical path and the traffic of the busiest rank.
+//!
+//! # Model
+//!
+//! Parameters are a [`Machine`] (α, β, γ, f_α, f_β) plus [`SimConfig::copy_beta`]:
+//!
+//! - **Message.** A message of n bytes (`len × elem_size`) costs `α + n·β` on its own. Its
+//!   transfer occupies the sender's *send port* and the receiver's *receive port* for that time
+//!   (single-port, full-duplex nodes: one message out and one message in at a time, thakur §3).
+//! - **Bidirectional factors.** A transfer that starts while its sender is also receiving, or its
+//!   receiver is also sending (a transfer into the sender, or out of the receiver, is in progress
+//!   or starts at the same instant), costs `f_α·α + f_β·n·β` instead. The decision is made once,
+//!   at the transfer's start, from the ports' state at that instant (transfers that start later
+//!   do not change it). This is [`Machine`]'s convention (α, β are the unidirectional costs and
+//!   f ≥ 1 prices a node that sends and receives at once); thakur §3 / rabenseifner §3.1 write it
+//!   the other way round, with α, β bidirectional and `f = α_uni/α ≤ 1`: their machine
+//!   (α, β, f_α, f_β) is ours with `α' = f_α·α`, `β' = f_β·β`, `f' = 1/f`.
+//! - **Ports.** Sends of a rank enter its send port in the order they become ready (FIFO); the
+//!   head message holds the port from the moment it is at the head until its transfer ends, even
+//!   while it waits for the receiver's port (a single-ported NIC works on one message at a time).
+//!   A receive port serves waiting messages in the order they asked for it. Transfers are eager:
+//!   they do not wait for the matching `Recv` to be posted, and a `Recv` step completes when its
+//!   deps are done and its message has arrived.
+//! - **Computation.** `Reduce` of n bytes costs `n·γ`, `Copy` of n bytes costs
+//!   `n·copy_beta` (0 by default, as in the papers' formulas, which leave local copies out).
+//!   Both serialize on the rank's CPU in ready order; the CPU is independent of the ports, so a
+//!   rank computes while its NIC transfers.
+//! - **Completion.** A `Send` step completes when its transfer ends (its buffer may be reused),
+//!   a `Recv` when its message arrived and its deps are done.
+//!
+//! The job's time is the latest completion of any step. The **critical path** is the chain of
+//! steps, messages and port/CPU waits that determined it, and [`SimResult::critical_path`] sums
+//! its terms: α multiplied by the factor applied (1 or f_α) per message, bytes·factor (1 or f_β)
+//! per message, bytes reduced. So `critical_path.time(machine) + critical_copy_bytes·copy_beta`
+//! is the job's time, and with [`Machine::UNIT`] the terms are the paper formula's (a, b, c).
+//! Where two chains finish at the same instant the one with more α (then β, then γ) terms is
+//! taken, so results do not depend on event order.
+//!
+//! # Symmetric replay
+//!
+//! [`simulate_symmetric`] replays one rank's schedule when every rank runs the same schedule up
+//! to a relabeling of ranks ([`Symmetry`]); then every rank has the same timeline, and the k-th
+//! message rank 0 receives from q is the mirror image of the k-th message it sends to σ_q⁻¹(0).
+//! This simulates a 65,536-rank ring allreduce (≈ 4p steps per rank, ≈ 1.7·10¹⁰ for the job) in
+//! the time of one rank's schedule. [`check_symmetry`] tells whether a rank's schedule is the
+//! relabeled rank-0 schedule (same steps, lengths and deps; peers mapped; offsets may differ).
+
+mod engine;
+mod symmetric;
+#[cfg(test)]
+mod tests;
+
+use crate::args::CollArgs;
+use crate::cost::{Cost, Machine};
+use crate::error::{Error, Result};
+use crate::registry::Algorithm;
+use crate::schedule::Schedule;
+
+pub use symmetric::{check_symmetry, Symmetry};
+
+/// Model parameters: the machine plus the cost of a local copy.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct SimConfig {
+    pub machine: Machine,
+    /// Seconds per byte of a `Copy` step (0 = copies are free, as in the papers' formulas).
+    pub copy_beta: f64,
+}
+
+impl SimConfig {
+    pub fn new(machine: Machine) -> SimConfig {
+        SimConfig { machine, copy_beta: 0.0 }
+    }
+}
+
+/// What a replay found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimResult {
+    /// Virtual time at which the last step of the job completed.
+    pub time: f64,
+    /// α, β, γ terms along the critical path (α and β terms include the f factors applied).
+    pub critical_path: Cost,
+    /// Bytes copied along the critical path (they cost `copy_beta` each).
+    pub critical_copy_bytes: f64,
+    /// Messages on the critical path.
+    pub critical_messages: u64,
+    /// Bytes sent by the busiest rank.
+    pub max_bytes_sent: u64,
+    /// Bytes received by the busiest receiving rank.
+    pub max_bytes_received: u64,
+    /// Messages sent by the busiest rank.
+    pub max_messages_sent: u64,
+    /// Completion time of each rank's last step (0 for a rank with no steps).
+    pub finish: Vec<f64>,
+    /// Messages sent in the whole job.
+    pub messages: u64,
+    /// Bytes sent in the whole job.
+    pub bytes: u64,
+    /// Steps in the whole job.
+    pub steps: u64,
+    /// Steps actually replayed (one rank's for a symmetric replay).
+    pub replayed_steps: u64,
+}
+
+/// Replays a whole job: `schedules[r]` is rank r's schedule of the call `args` (any rank's
+/// arguments; `args.size` ranks, `args.elem_size` bytes per element).
+pub fn simulate(args: &CollArgs, schedules: &[Schedule], m: &Machine) -> Result<SimResult> {
+    simulate_with(args, schedules, &SimConfig::new(*m))
+}
+
+/// [`simulate`] with a full [`SimConfig`].
+pub fn simulate_with(args: &CollArgs, schedules: &[Schedule], cfg: &SimConfig) -> Result<SimResult> {
+    check_config(cfg)?;
+    let p = args.size as usize;
+    if schedules.len() != p {
+        return Err(Error::Simulate(format!("{} schedules for a job of {p} ranks", schedules.len())));
+    }
+    for (r, s) in schedules.iter().enumerate() {
+        if s.rank as usize != r || s.size as usize != p {
+            return Err(Error::Simulate(format!(
+                "schedule {r} is for rank {} of {} (expected rank {r} of {p})",
+                s.rank, s.size
+            )));
+        }
+    }
+    let refs: Vec<&Schedule> = schedules.iter().collect();
+    engine::run(&refs, engine::Mode::Full, u64::from(args.elem_size), cfg)
+}
+
+/// Builds every rank's schedule of `alg` for the call `args` and replays the job.
+pub fn simulate_alg(alg: &Algorithm, args: &CollArgs, m: &Machine) -> Result<SimResult> {
+    simulate_alg_with(alg, args, &SimConfig::new(*m))
+}
+
+/// [`simulate_alg`] with a full [`SimConfig`].
+pub fn simulate_alg_with(alg: &Algorithm, args: &CollArgs, cfg: &SimConfig) -> Result<SimResult> {
+    let schedules = build_all(alg, args)?;
+    simulate_with(args, &schedules, cfg)
+}
+
+/// Every rank's schedule of `alg` for `args`.
+pub fn build_all(alg: &Algorithm, args: &CollArgs) -> Result<Vec<Schedule>> {
+    args.validate()?;
+    (0..args.size).map(|r| alg.schedule(&args.for_rank(r))).collect()
+}
+
+/// Replays rank 0's schedule `schedule0` of a job whose ranks all run it up to the relabeling
+/// `sym` (not checked here: see [`check_symmetry`] and [`simulate_alg_symmetric`]).
+pub fn simulate_symmetric(args: &CollArgs, schedule0: &Schedule, sym: Symmetry, m: &Machine) -> Result<SimResult> {
+    simulate_symmetric_with(args, schedule0, sym, &SimConfig::new(*m))
+}
+
+/// [`simulate_symmetric`] with a full [`SimConfig`].
+pub fn simulate_symmetric_with(
+    args: &CollArgs,
+    schedule0: &Schedule,
+    sym: Symmetry,
+    cfg: &SimConfig,
+) -> Result<SimResult> {
+    check_config(cfg)?;
+    if schedule0.rank != 0 || schedule0.size != args.size {
+        return Err(Error::Simulate(format!(
+            "symmetric replay needs rank 0's schedule of {} ranks, got rank {} of {}",
+            args.size, schedule0.rank, schedule0.size
+        )));
+    }
+    sym.check_size(args.size)?;
+    engine::run(&[schedule0], engine::Mode::Symmetric(sym), u64::from(args.elem_size), cfg)
+}
+
+/// Ranks whose schedules [`simulate_alg_symmetric`] compares with rank 0's: neighbours, the
+/// middle, the last rank, and a few spread in between.
+pub fn sample_ranks(p: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = [1, 2, 3, p / 2, p / 2 + 1, p - 1, p / 3, (p / 7).wrapping_mul(5)]
+        .into_iter()
+        .filter(|&r| r > 0 && r < p)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Builds rank 0's schedule of `alg`, checks that the [`sample_ranks`] run the same schedule up to
+/// `sym` (an `Err` if not: the symmetric replay would be wrong) and replays it symmetrically.
+pub fn simulate_alg_symmetric(alg: &Algorithm, args: &CollArgs, sym: Symmetry, m: &Machine) -> Result<SimResult> {
+    args.validate()?;
+    sym.check_size(args.size)?;
+    let s0 = alg.schedule(&args.for_rank(0))?;
+    for r in sample_ranks(args.size) {
+        let sr = alg.schedule(&args.for_rank(r))?;
+        check_symmetry(&s0, &sr, sym)?;
+    }
+    simulate_symmetric(args, &s0, sym, m)
+}
+
+fn check_config(cfg: &SimConfig) -> Result<()> {
+    let m = &cfg.machine;
+    let vals = [("alpha", m.alpha), ("beta", m.beta), ("gamma", m.gamma), ("copy_beta", cfg.copy_beta)];
+    for (name, v) in vals.into_iter().chain([("f_alpha", m.f_alpha), ("f_beta", m.f_beta)]) {
+        if !v.is_finite() || v < 0.0 {
+            return Err(Error::Simulate(format!("machine parameter {name} = {v} must be finite and ≥ 0")));
+        }
+    }
+    Ok(())
+}

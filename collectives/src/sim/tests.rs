@@ -1,0 +1,332 @@
+//! Simulator tests on hand-built schedules with exact expected times.
+
+use super::*;
+use crate::args::Collective;
+use crate::blocks::block;
+use crate::cost::ceil_log2;
+use crate::schedule::{Buf, Order, Region, ScheduleBuilder, StepId};
+
+/// α = 2, β = 1/2, γ = 1/4 (exact in binary), f_α = 3/2, f_β = 2.
+const SKEW: Machine = Machine { alpha: 2.0, beta: 0.5, gamma: 0.25, f_alpha: 1.5, f_beta: 2.0 };
+
+fn job(coll: Collective, p: u32, count: u64) -> CollArgs {
+    CollArgs::new(coll, 0, p, count)
+}
+
+fn all(p: u32, f: impl Fn(u32) -> Schedule) -> Vec<Schedule> {
+    (0..p).map(f).collect()
+}
+
+/// Ring allgather of `c` elements per rank (thakur §4.1).
+fn ring_allgather(p: u32, c: u64, r: u32) -> Schedule {
+    let mut b = ScheduleBuilder::new(r, p);
+    let blk = |i: u32| Region::new(Buf::Recv, u64::from(i) * c, c);
+    let mut prev = b.copy(Region::new(Buf::Send, 0, c), blk(r), &[]);
+    let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+    for i in 0..p - 1 {
+        b.send(right, blk((r + p - i) % p), &[prev]);
+        prev = b.recv(left, blk((r + 2 * p - i - 1) % p), &[]);
+    }
+    b.finish()
+}
+
+/// Ring allreduce of `count` elements: reduce-scatter then allgather around the ring.
+fn ring_allreduce(p: u32, count: u64, r: u32) -> Schedule {
+    let mut b = ScheduleBuilder::new(r, p);
+    let (pp, rr) = (u64::from(p), u64::from(r));
+    let blk = |i: u64| {
+        let (off, len) = block(count, pp, i % pp);
+        Region::new(Buf::Recv, off, len)
+    };
+    let tmp = b.scratch(count.div_ceil(pp));
+    let mut prev = b.copy(Region::new(Buf::Send, 0, count), Region::new(Buf::Recv, 0, count), &[]);
+    let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+    for i in 0..pp - 1 {
+        b.send(right, blk(rr + pp - i), &[prev]);
+        let dst = blk(rr + 2 * pp - i - 1);
+        let v = b.recv(left, Region::new(tmp, 0, dst.len), &[prev]);
+        prev = b.reduce(Region::new(tmp, 0, dst.len), dst, Order::SrcFirst, &[v, prev]);
+    }
+    for i in 0..pp - 1 {
+        b.send(right, blk(rr + 1 + pp - i), &[prev]);
+        prev = b.recv(left, blk(rr + pp - i), &[prev]);
+    }
+    b.finish()
+}
+
+/// Recursive-doubling allgather, p a power of two (thakur §4.1.1).
+fn rd_allgather(p: u32, c: u64, r: u32) -> Schedule {
+    let mut b = ScheduleBuilder::new(r, p);
+    let mut prev = b.copy(Region::new(Buf::Send, 0, c), Region::new(Buf::Recv, u64::from(r) * c, c), &[]);
+    let mut mask = 1u32;
+    while mask < p {
+        let partner = r ^ mask;
+        let (mine, theirs) = (r / mask * mask, partner / mask * mask);
+        let len = u64::from(mask) * c;
+        b.send(partner, Region::new(Buf::Recv, u64::from(mine) * c, len), &[prev]);
+        prev = b.recv(partner, Region::new(Buf::Recv, u64::from(theirs) * c, len), &[prev]);
+        mask <<= 1;
+    }
+    b.finish()
+}
+
+/// Binomial bcast from root 0 (thakur §4.2).
+fn binomial_bcast(p: u32, count: u64, r: u32) -> Schedule {
+    let mut b = ScheduleBuilder::new(r, p);
+    let all = Region::new(Buf::Recv, 0, count);
+    let mut deps: Vec<StepId> = Vec::new();
+    let mut mask = 1u32;
+    while mask < p {
+        if r & mask != 0 {
+            deps.push(b.recv(r - mask, all, &[]));
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if r + mask < p {
+            b.send(r + mask, all, &deps);
+        }
+        mask >>= 1;
+    }
+    b.finish()
+}
+
+/// Every rank sends `c` elements to rank 0 (linear gather).
+fn linear_gather(p: u32, c: u64, r: u32) -> Schedule {
+    let mut b = ScheduleBuilder::new(r, p);
+    if r == 0 {
+        for q in 1..p {
+            b.recv(q, Region::new(Buf::Recv, u64::from(q) * c, c), &[]);
+        }
+    } else {
+        b.send(0, Region::new(Buf::Send, 0, c), &[]);
+    }
+    b.finish()
+}
+
+#[test]
+fn ring_allgather_matches_thakur() {
+    for p in [2u32, 3, 5, 8, 13] {
+        let c = 6u64;
+        let args = job(Collective::Allgather, p, c);
+        let s = all(p, |r| ring_allgather(p, c, r));
+        let res = simulate(&args, &s, &Machine::UNIT).unwrap();
+        let pm1 = f64::from(p - 1);
+        let n = (u64::from(p) * c * 4) as f64;
+        assert_eq!(res.critical_path, Cost::new(pm1, pm1 / f64::from(p) * n, 0.0), "p={p}");
+        assert_eq!(res.time, pm1 + pm1 / f64::from(p) * n);
+        assert_eq!(res.max_bytes_sent, (p as u64 - 1) * c * 4);
+        assert_eq!(res.messages, u64::from(p) * u64::from(p - 1));
+        assert_eq!(res.critical_messages, u64::from(p - 1));
+        // every transfer overlaps a receive at its sender: the bidirectional factors apply
+        let skew = simulate(&args, &s, &SKEW).unwrap();
+        let b = c as f64 * 4.0;
+        assert_eq!(skew.time, pm1 * (1.5 * 2.0 + 2.0 * b * 0.5), "p={p}");
+        assert_eq!(skew.critical_path, Cost::new(1.5 * pm1, 2.0 * b * pm1, 0.0));
+    }
+}
+
+#[test]
+fn ring_allreduce_matches_thakur() {
+    for p in [2u32, 3, 4, 7, 16] {
+        let count = u64::from(p) * 5;
+        let args = job(Collective::Allreduce, p, count);
+        let s = all(p, |r| ring_allreduce(p, count, r));
+        let res = simulate(&args, &s, &Machine::UNIT).unwrap();
+        let (pm1, n) = (f64::from(p - 1), (count * 4) as f64);
+        let want = Cost::new(2.0 * pm1, 2.0 * pm1 / f64::from(p) * n, pm1 / f64::from(p) * n);
+        assert_eq!(res.critical_path, want, "p={p}");
+        assert_eq!(res.time, want.time(&Machine::UNIT));
+    }
+}
+
+#[test]
+fn binomial_bcast_is_unidirectional() {
+    for p in [1u32, 2, 3, 6, 8, 11] {
+        let count = 10u64;
+        let args = job(Collective::Bcast, p, count);
+        let s = all(p, |r| binomial_bcast(p, count, r));
+        let lg = f64::from(ceil_log2(u64::from(p)));
+        let res = simulate(&args, &s, &Machine::UNIT).unwrap();
+        assert_eq!(res.critical_path, Cost::new(lg, lg * 40.0, 0.0), "p={p}");
+        // no node sends and receives at once: f factors never apply
+        let skew = simulate(&args, &s, &SKEW).unwrap();
+        assert_eq!(skew.time, lg * (2.0 + 40.0 * 0.5), "p={p}");
+        assert_eq!(skew.max_bytes_sent, u64::from(ceil_log2(u64::from(p))) * 40);
+    }
+}
+
+#[test]
+fn receive_port_serializes_incoming_messages() {
+    let (p, c) = (6u32, 3u64);
+    let args = job(Collective::Gather, p, c);
+    let s = all(p, |r| linear_gather(p, c, r));
+    let res = simulate(&args, &s, &Machine::UNIT).unwrap();
+    assert_eq!(res.time, 5.0 * (1.0 + 12.0));
+    assert_eq!(res.critical_path, Cost::new(5.0, 60.0, 0.0));
+    assert_eq!(res.max_bytes_received, 60);
+    assert_eq!(res.max_bytes_sent, 12);
+    let mut finish = res.finish.clone();
+    finish.sort_by(f64::total_cmp);
+    // senders finish when their own message is through the root's port
+    assert_eq!(finish, vec![13.0, 26.0, 39.0, 52.0, 65.0, 65.0]);
+}
+
+#[test]
+fn send_port_is_held_while_the_receiver_is_busy() {
+    // Rank 3 → 1 (10 elements) occupies rank 1's port over [0, 41). Rank 0 gets a 0-byte message
+    // from 2 at t = 1, then sends to 1 (waits for rank 1's port until 41, done at 46) and to 2:
+    // that one waits behind the first on rank 0's send port, over [46, 51).
+    let p = 4u32;
+    let r = |len| Region::new(Buf::Send, 0, len);
+    let mut b0 = ScheduleBuilder::new(0, p);
+    let v = b0.recv(2, r(0), &[]);
+    b0.send(1, r(1), &[v]);
+    b0.send(2, r(1), &[v]);
+    let mut b1 = ScheduleBuilder::new(1, p);
+    b1.recv(0, r(1), &[]);
+    b1.recv(3, r(10), &[]);
+    let mut b2 = ScheduleBuilder::new(2, p);
+    b2.send(0, r(0), &[]);
+    b2.recv(0, r(1), &[]);
+    let mut b3 = ScheduleBuilder::new(3, p);
+    b3.send(1, r(10), &[]);
+    let s = vec![b0.finish(), b1.finish(), b2.finish(), b3.finish()];
+    let res = simulate(&job(Collective::Alltoallv, p, 1), &s, &Machine::UNIT).unwrap();
+    assert_eq!(res.finish, vec![51.0, 46.0, 51.0, 41.0]);
+    assert_eq!(res.critical_path, Cost::new(3.0, 48.0, 0.0));
+    assert_eq!(res.critical_messages, 3);
+    assert_eq!(res.max_messages_sent, 2);
+}
+
+#[test]
+fn exchange_and_reduce_terms_are_separated() {
+    let (p, count) = (2u32, 8u64);
+    let s = all(p, |r| {
+        let mut b = ScheduleBuilder::new(r, p);
+        let t = b.scratch(count);
+        b.send(1 - r, Region::new(Buf::Send, 0, count), &[]);
+        let v = b.recv(1 - r, Region::new(t, 0, count), &[]);
+        let c = b.copy(Region::new(Buf::Send, 0, count), Region::new(Buf::Recv, 0, count), &[]);
+        b.reduce(Region::new(t, 0, count), Region::new(Buf::Recv, 0, count), Order::SrcFirst, &[v, c]);
+        b.finish()
+    });
+    let args = job(Collective::Allreduce, p, count);
+    let res = simulate(&args, &s, &SKEW).unwrap();
+    assert_eq!(res.critical_path, Cost::new(1.5, 64.0, 32.0));
+    assert_eq!(res.time, 1.5 * 2.0 + 64.0 * 0.5 + 32.0 * 0.25);
+    // copies are free by default and cost copy_beta per byte otherwise (overlapping the transfer)
+    let cfg = SimConfig { machine: Machine::UNIT, copy_beta: 10.0 };
+    let res = simulate_with(&args, &s, &cfg).unwrap();
+    assert_eq!(res.time, 320.0 + 32.0);
+    assert_eq!(res.critical_copy_bytes, 32.0);
+}
+
+#[test]
+fn deadlock_is_an_error() {
+    let p = 2u32;
+    let s = all(p, |r| {
+        let mut b = ScheduleBuilder::new(r, p);
+        let v = b.recv(1 - r, Region::new(Buf::Recv, 0, 1), &[]);
+        b.send(1 - r, Region::new(Buf::Send, 0, 1), &[v]);
+        b.finish()
+    });
+    let e = simulate(&job(Collective::Allreduce, p, 1), &s, &Machine::UNIT).unwrap_err();
+    assert!(matches!(&e, Error::Simulate(m) if m.contains("deadlock")), "{e}");
+}
+
+#[test]
+fn unmatched_and_mismatched_messages_are_errors() {
+    let p = 2u32;
+    let args = job(Collective::Allreduce, p, 4);
+    let mut b0 = ScheduleBuilder::new(0, p);
+    b0.send(1, Region::new(Buf::Send, 0, 4), &[]);
+    let lone = vec![b0.clone().finish(), ScheduleBuilder::new(1, p).finish()];
+    let e = simulate(&args, &lone, &Machine::UNIT).unwrap_err();
+    assert!(e.to_string().contains("rank 0 sends 1 to rank 1, which receives 0"), "{e}");
+    let orphan = vec![ScheduleBuilder::new(0, p).finish(), {
+        let mut b = ScheduleBuilder::new(1, p);
+        b.recv(0, Region::new(Buf::Recv, 0, 4), &[]);
+        b.finish()
+    }];
+    let e = simulate(&args, &orphan, &Machine::UNIT).unwrap_err();
+    assert!(e.to_string().contains("sends 0 to rank 1, which receives 1"), "{e}");
+    let mut b1 = ScheduleBuilder::new(1, p);
+    b1.recv(0, Region::new(Buf::Recv, 0, 3), &[]);
+    let short = vec![b0.finish(), b1.finish()];
+    let e = simulate(&args, &short, &Machine::UNIT).unwrap_err();
+    assert!(e.to_string().contains("receives 3"), "{e}");
+    // wrong number of schedules, wrong ranks, bad machine
+    assert!(simulate(&args, &short[..1], &Machine::UNIT).is_err());
+    let swapped = vec![short[1].clone(), short[0].clone()];
+    assert!(simulate(&args, &swapped, &Machine::UNIT).is_err());
+    let bad = Machine { beta: f64::NAN, ..Machine::UNIT };
+    assert!(simulate(&args, &short, &bad).is_err());
+}
+
+/// Full and symmetric replays of `f` agree exactly (time, terms, busiest rank).
+fn same_as_full(args: &CollArgs, sym: Symmetry, m: &Machine, f: impl Fn(u32) -> Schedule) {
+    let p = args.size;
+    let s = all(p, &f);
+    for r in 1..p {
+        check_symmetry(&s[0], &s[r as usize], sym).unwrap();
+    }
+    let full = simulate(args, &s, m).unwrap();
+    let sym_res = simulate_symmetric(args, &s[0], sym, m).unwrap();
+    assert_eq!(full.time, sym_res.time, "p={p} {sym:?}");
+    assert_eq!(full.critical_path, sym_res.critical_path, "p={p} {sym:?}");
+    assert_eq!(full.critical_messages, sym_res.critical_messages);
+    assert_eq!(full.max_bytes_sent, sym_res.max_bytes_sent);
+    assert_eq!(full.max_bytes_received, sym_res.max_bytes_received);
+    assert_eq!(full.messages, sym_res.messages);
+    assert_eq!(full.bytes, sym_res.bytes);
+    assert_eq!(full.steps, sym_res.steps);
+    assert!(full.finish.iter().all(|&t| t == sym_res.time));
+}
+
+#[test]
+fn symmetric_replay_equals_full_replay() {
+    for m in [Machine::UNIT, SKEW] {
+        for p in [2u32, 8, 16, 64, 100] {
+            let c = 3u64;
+            same_as_full(&job(Collective::Allgather, p, c), Symmetry::Rotation, &m, |r| ring_allgather(p, c, r));
+            let count = u64::from(p) * 2;
+            let args = job(Collective::Allreduce, p, count);
+            same_as_full(&args, Symmetry::Rotation, &m, |r| ring_allreduce(p, count, r));
+            if p.is_power_of_two() {
+                same_as_full(&job(Collective::Allgather, p, c), Symmetry::Xor, &m, |r| rd_allgather(p, c, r));
+            }
+        }
+    }
+}
+
+#[test]
+fn broken_symmetry_is_detected() {
+    let p = 8u32;
+    // the bcast tree is not rotation-symmetric
+    let e = check_symmetry(&binomial_bcast(p, 4, 0), &binomial_bcast(p, 4, 3), Symmetry::Rotation).unwrap_err();
+    assert!(e.to_string().contains("not rank 0 relabeled"), "{e}");
+    // ring is not XOR-symmetric, recursive doubling is not rotation-symmetric
+    assert!(check_symmetry(&ring_allgather(p, 2, 0), &ring_allgather(p, 2, 3), Symmetry::Xor).is_err());
+    assert!(check_symmetry(&rd_allgather(p, 2, 0), &rd_allgather(p, 2, 3), Symmetry::Rotation).is_err());
+    // uneven blocks (count not divisible by p) give ranks different lengths
+    let count = 2 * u64::from(p) + 3;
+    assert!(check_symmetry(&ring_allreduce(p, count, 0), &ring_allreduce(p, count, 5), Symmetry::Rotation).is_err());
+    // XOR needs a power of two; the mirror must send what rank 0 receives
+    let args = job(Collective::Allgather, 6, 1);
+    assert!(simulate_symmetric(&args, &ring_allgather(6, 1, 0), Symmetry::Xor, &Machine::UNIT).is_err());
+    let args = job(Collective::Bcast, p, 4);
+    let e = simulate_symmetric(&args, &binomial_bcast(p, 4, 0), Symmetry::Rotation, &Machine::UNIT).unwrap_err();
+    assert!(e.to_string().contains("mirror"), "{e}");
+}
+
+#[test]
+fn sample_ranks_are_in_range() {
+    for p in [1u32, 2, 3, 7, 65536] {
+        let s = sample_ranks(p);
+        assert!(s.iter().all(|&r| r > 0 && r < p), "{p}: {s:?}");
+        assert!(p == 1 || !s.is_empty());
+    }
+}

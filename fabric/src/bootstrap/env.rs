@@ -1,0 +1,251 @@
+//! Rank, size and the store's address from the environment conventions people already use.
+//!
+//! Read in this order (the first convention whose rank and size are both set wins):
+//! 1. ours: `FABCOLL_RANK`, `FABCOLL_SIZE`, `FABCOLL_LOCAL_RANK`, `FABCOLL_LOCAL_SIZE`;
+//! 2. torchrun: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`;
+//! 3. Slurm: `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`, `SLURM_NTASKS_PER_NODE`.
+//!
+//! The store: `FABCOLL_STORE` (`tcp://host:port`, `host:port` or `file:///dir`), else
+//! `MASTER_ADDR` with `FABCOLL_STORE_PORT`, else `MASTER_ADDR` and `MASTER_PORT + 1` (torchrun's
+//! own store already holds `MASTER_PORT`). A TCP store is served by rank 0 unless
+//! `FABCOLL_STORE_SERVER=launcher` says a launcher (fabrun) serves it. Every rank needs the same
+//! secret `FABCOLL_TOKEN` for a TCP store.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{BootstrapError, FileStore, Result, Store, TcpStore, TcpStoreServer};
+
+/// Where the job's store is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreAddr {
+    /// `host:port` of a [`TcpStoreServer`].
+    Tcp(String),
+    /// Directory of a [`FileStore`].
+    File(PathBuf),
+}
+
+impl StoreAddr {
+    pub fn parse(s: &str) -> Result<StoreAddr> {
+        if let Some(rest) = s.strip_prefix("tcp://") {
+            return Ok(StoreAddr::Tcp(rest.to_owned()));
+        }
+        if let Some(rest) = s.strip_prefix("file://") {
+            return Ok(StoreAddr::File(PathBuf::from(rest)));
+        }
+        if s.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) {
+            return Ok(StoreAddr::Tcp(s.to_owned()));
+        }
+        Err(BootstrapError::Config(format!("store address {s:?} is neither tcp://host:port nor file:///dir")))
+    }
+}
+
+impl std::fmt::Display for StoreAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreAddr::Tcp(a) => write!(f, "tcp://{a}"),
+            StoreAddr::File(d) => write!(f, "file://{}", d.display()),
+        }
+    }
+}
+
+/// This process's place in the job, as the environment describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobEnv {
+    pub rank: u32,
+    pub size: u32,
+    /// Rank among the processes of this node, when the launcher says.
+    pub local_rank: Option<u32>,
+    /// Processes on this node, when the launcher says.
+    pub local_size: Option<u32>,
+    pub store: StoreAddr,
+    /// Whether a launcher serves the TCP store (else rank 0 does).
+    pub launcher_serves: bool,
+    pub token: Option<String>,
+    /// Which convention supplied rank and size: "fabcoll", "torchrun" or "slurm".
+    pub convention: &'static str,
+}
+
+const TOKEN_HINT: &str = "set FABCOLL_TOKEN to the same secret on every rank, e.g. \
+     export FABCOLL_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') before torchrun or srun \
+     (fabrun sets it itself)";
+
+impl JobEnv {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<JobEnv> {
+        JobEnv::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the variables through `var` (for tests and embedding).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<JobEnv> {
+        let num = |k: &str| -> Result<Option<u32>> {
+            match var(k) {
+                None => Ok(None),
+                Some(v) => v
+                    .trim()
+                    .parse::<u32>()
+                    .map(Some)
+                    .map_err(|_| BootstrapError::Config(format!("{k}={v:?} is not a non-negative integer"))),
+            }
+        };
+        let conventions: [(&'static str, [&str; 4]); 3] = [
+            ("fabcoll", ["FABCOLL_RANK", "FABCOLL_SIZE", "FABCOLL_LOCAL_RANK", "FABCOLL_LOCAL_SIZE"]),
+            ("torchrun", ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"]),
+            ("slurm", ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"]),
+        ];
+        let mut found = None;
+        for (name, [r, s, lr, ls]) in conventions {
+            if let (Some(rank), Some(size)) = (num(r)?, num(s)?) {
+                found = Some((name, rank, size, num(lr)?, num(ls)?));
+                break;
+            }
+        }
+        let (convention, rank, size, local_rank, local_size) = found.ok_or_else(|| {
+            BootstrapError::Config(
+                "no rank/size in the environment: set FABCOLL_RANK and FABCOLL_SIZE, or start the job with \
+                 fabrun, torchrun (RANK, WORLD_SIZE) or srun (SLURM_PROCID, SLURM_NTASKS)"
+                    .into(),
+            )
+        })?;
+        if size == 0 || rank >= size {
+            return Err(BootstrapError::Config(format!("rank {rank} is not in 0..{size} ({convention} variables)")));
+        }
+        if let (Some(lr), Some(ls)) = (local_rank, local_size) {
+            if lr >= ls {
+                return Err(BootstrapError::Config(format!("local rank {lr} is not in 0..{ls}")));
+            }
+        }
+        let store = if let Some(s) = var("FABCOLL_STORE") {
+            StoreAddr::parse(&s)?
+        } else if let Some(host) = var("MASTER_ADDR") {
+            let port = match (num("FABCOLL_STORE_PORT")?, num("MASTER_PORT")?) {
+                (Some(p), _) => p,
+                (None, Some(p)) => p + 1,
+                (None, None) => {
+                    return Err(BootstrapError::Config(
+                        "MASTER_ADDR is set but neither MASTER_PORT nor FABCOLL_STORE_PORT".into(),
+                    ))
+                }
+            };
+            let port = u16::try_from(port).map_err(|_| BootstrapError::Config(format!("store port {port} > 65535")))?;
+            StoreAddr::Tcp(format!("{host}:{port}"))
+        } else {
+            return Err(BootstrapError::Config(
+                "no store address: set FABCOLL_STORE (tcp://host:port or file:///shared/dir) or MASTER_ADDR and \
+                 MASTER_PORT"
+                    .into(),
+            ));
+        };
+        Ok(JobEnv {
+            rank,
+            size,
+            local_rank,
+            local_size,
+            store,
+            launcher_serves: var("FABCOLL_STORE_SERVER").as_deref() == Some("launcher"),
+            token: var("FABCOLL_TOKEN").filter(|t| !t.is_empty()),
+            convention,
+        })
+    }
+
+    /// Opens the store: a file store, or a TCP store that rank 0 serves (returned alongside, to
+    /// be kept alive for the job) unless a launcher serves it.
+    pub fn open_store(&self, timeout: Duration) -> Result<(Box<dyn Store>, Option<TcpStoreServer>)> {
+        match &self.store {
+            StoreAddr::File(dir) => Ok((Box::new(FileStore::new(dir)?), None)),
+            StoreAddr::Tcp(addr) => {
+                let token = self.token.as_deref().ok_or_else(|| {
+                    BootstrapError::Config(format!("the TCP store at {addr} needs a job token: {TOKEN_HINT}"))
+                })?;
+                let server = if self.rank == 0 && !self.launcher_serves {
+                    let bind: SocketAddr = addr
+                        .to_socket_addrs()
+                        .map_err(BootstrapError::io(format!("resolving {addr}")))?
+                        .next()
+                        .ok_or_else(|| BootstrapError::Config(format!("{addr} resolves to nothing")))?;
+                    Some(TcpStoreServer::start(bind, token)?)
+                } else {
+                    None
+                };
+                let client = TcpStore::connect(addr.as_str(), token, timeout)?;
+                Ok((Box::new(client), server))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> Result<JobEnv> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        JobEnv::from_vars(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn torchrun_convention() {
+        let e = env(&[
+            ("RANK", "3"),
+            ("WORLD_SIZE", "8"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+        ])
+        .unwrap();
+        assert_eq!((e.rank, e.size, e.local_rank, e.local_size), (3, 8, Some(1), Some(2)));
+        assert_eq!(e.store, StoreAddr::Tcp("127.0.0.1:29501".into()));
+        assert_eq!(e.convention, "torchrun");
+        assert!(e.token.is_none());
+    }
+
+    #[test]
+    fn slurm_convention_with_store() {
+        let e = env(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_LOCALID", "0"),
+            ("FABCOLL_STORE", "file:///tmp/x"),
+        ])
+        .unwrap();
+        assert_eq!((e.rank, e.size, e.convention), (0, 4, "slurm"));
+        assert_eq!(e.store, StoreAddr::File("/tmp/x".into()));
+    }
+
+    #[test]
+    fn ours_win_over_torchrun() {
+        let e = env(&[
+            ("FABCOLL_RANK", "1"),
+            ("FABCOLL_SIZE", "2"),
+            ("RANK", "5"),
+            ("WORLD_SIZE", "9"),
+            ("FABCOLL_STORE", "tcp://127.0.0.1:4000"),
+            ("FABCOLL_STORE_SERVER", "launcher"),
+            ("FABCOLL_TOKEN", "t"),
+        ])
+        .unwrap();
+        assert_eq!((e.rank, e.size, e.convention), (1, 2, "fabcoll"));
+        assert!(e.launcher_serves);
+        assert_eq!(e.token.as_deref(), Some("t"));
+    }
+
+    #[test]
+    fn bad_values_are_clear_errors() {
+        assert!(env(&[]).unwrap_err().to_string().contains("FABCOLL_RANK"));
+        assert!(env(&[("RANK", "x"), ("WORLD_SIZE", "2")]).unwrap_err().to_string().contains("RANK=\"x\""));
+        let e = env(&[("RANK", "2"), ("WORLD_SIZE", "2"), ("FABCOLL_STORE", "a:1")]).unwrap_err();
+        assert!(e.to_string().contains("not in 0..2"), "{e}");
+        assert!(env(&[("RANK", "0"), ("WORLD_SIZE", "2")]).unwrap_err().to_string().contains("store"));
+        assert!(StoreAddr::parse("nonsense").is_err());
+    }
+
+    #[test]
+    fn tcp_store_without_token_is_refused_with_a_hint() {
+        let e = env(&[("RANK", "1"), ("WORLD_SIZE", "2"), ("FABCOLL_STORE", "127.0.0.1:1")]).unwrap();
+        let err = e.open_store(Duration::from_millis(10)).err().unwrap();
+        assert!(err.to_string().contains("FABCOLL_TOKEN"), "{err}");
+    }
+}

@@ -1,0 +1,461 @@
+//! The TCP store: a small server (run by rank 0 or by a launcher) and its client.
+//!
+//! Wire format (all integers little-endian):
+//! - handshake, client → server: `b"FABCOLL1"`, token length (u16), token; server → client: one
+//!   status byte (0 = accepted). A wrong token is refused, logged with the peer's address, and
+//!   the connection is closed. The handshake must arrive within [`HANDSHAKE_TIMEOUT`].
+//! - request: op (u8: 1 set, 2 get, 3 wait, 4 add), key length (u32), key, then for set a value
+//!   length (u32) and value, for wait a timeout in ms (u64), for add a delta (i64).
+//! - response: status (u8: 0 ok, 1 not found, 2 timeout, 3 error), length (u32), payload.
+//!
+//! Every length read from a peer is checked against [`MAX_KEY_LEN`] / [`MAX_VALUE_LEN`] before
+//! anything is allocated for it.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{BootstrapError, Result, Store};
+
+const MAGIC: &[u8; 8] = b"FABCOLL1";
+/// Longest key accepted.
+pub const MAX_KEY_LEN: usize = 4096;
+/// Longest value accepted.
+pub const MAX_VALUE_LEN: usize = 16 << 20;
+const MAX_TOKEN_LEN: usize = 256;
+/// Time a client has to present its token.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+const OP_SET: u8 = 1;
+const OP_GET: u8 = 2;
+const OP_WAIT: u8 = 3;
+const OP_ADD: u8 = 4;
+
+const ST_OK: u8 = 0;
+const ST_NOT_FOUND: u8 = 1;
+const ST_TIMEOUT: u8 = 2;
+const ST_ERROR: u8 = 3;
+
+#[derive(Default)]
+struct Table {
+    map: Mutex<HashMap<String, Vec<u8>>>,
+    changed: Condvar,
+}
+
+/// A running store server. Dropping it stops accepting and closes idle connections.
+pub struct TcpStoreServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl TcpStoreServer {
+    /// Binds `bind` (port 0 = any free port) and serves clients that present `token`.
+    pub fn start(bind: impl ToSocketAddrs, token: &str) -> Result<TcpStoreServer> {
+        if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+            return Err(BootstrapError::Config(format!("token must be 1..={MAX_TOKEN_LEN} bytes")));
+        }
+        let listener = TcpListener::bind(bind).map_err(BootstrapError::io("binding the store's port"))?;
+        let addr = listener.local_addr().map_err(BootstrapError::io("store address"))?;
+        listener.set_nonblocking(true).map_err(BootstrapError::io("store listener"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let table = Arc::new(Table::default());
+        let token = Arc::new(token.as_bytes().to_vec());
+        let stop2 = stop.clone();
+        let accept = std::thread::Builder::new()
+            .name("fabcoll-store".into())
+            .spawn(move || accept_loop(listener, table, token, stop2))
+            .map_err(BootstrapError::io("spawning the store thread"))?;
+        tracing::debug!(%addr, "store serving");
+        Ok(TcpStoreServer { addr, stop, accept: Some(accept) })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for TcpStoreServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn accept_loop(listener: TcpListener, table: Arc<Table>, token: Arc<Vec<u8>>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let (table, token, stop) = (table.clone(), token.clone(), stop.clone());
+                let _ = std::thread::Builder::new().name("fabcoll-store-conn".into()).spawn(move || {
+                    if let Err(e) = serve(stream, peer, &table, &token, &stop) {
+                        tracing::debug!(%peer, error = %e, "store connection ended");
+                    }
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(2)),
+            Err(e) => {
+                tracing::warn!(error = %e, "store accept failed");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn serve(mut s: TcpStream, peer: SocketAddr, table: &Table, token: &[u8], stop: &AtomicBool) -> Result<()> {
+    s.set_nonblocking(false).map_err(BootstrapError::io("store connection"))?;
+    s.set_nodelay(true).map_err(BootstrapError::io("store connection"))?;
+    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(BootstrapError::io("store connection"))?;
+    let mut magic = [0u8; 8];
+    let ok = read_exact(&mut s, &mut magic).is_ok() && &magic == MAGIC && {
+        match read_u16(&mut s) {
+            Ok(n) if (n as usize) <= MAX_TOKEN_LEN => {
+                let mut t = vec![0u8; n as usize];
+                read_exact(&mut s, &mut t).is_ok() && ct_eq(&t, token)
+            }
+            _ => false,
+        }
+    };
+    if !ok {
+        tracing::warn!(%peer, "store: refused a client without the job's token");
+        let _ = s.write_all(&[1]);
+        let _ = s.shutdown(Shutdown::Both);
+        return Err(BootstrapError::Auth(format!("client {peer} presented no valid token")));
+    }
+    s.write_all(&[0]).map_err(BootstrapError::io("store handshake"))?;
+    // Idle clients are fine; poll the stop flag once a second.
+    s.set_read_timeout(Some(Duration::from_secs(1))).map_err(BootstrapError::io("store connection"))?;
+    loop {
+        let mut op = [0u8; 1];
+        match s.read(&mut op) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                if stop.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                continue;
+            }
+            Err(e) => return Err(BootstrapError::io("store request")(e)),
+        }
+        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(BootstrapError::io("store connection"))?;
+        let key = read_bytes(&mut s, MAX_KEY_LEN, "key")?;
+        let key = String::from_utf8(key).map_err(|_| BootstrapError::Protocol("key is not UTF-8".into()))?;
+        let (status, payload) = match op[0] {
+            OP_SET => {
+                let v = read_bytes(&mut s, MAX_VALUE_LEN, "value")?;
+                table.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, v);
+                table.changed.notify_all();
+                (ST_OK, Vec::new())
+            }
+            OP_GET => match table.map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+                Some(v) => (ST_OK, v.clone()),
+                None => (ST_NOT_FOUND, Vec::new()),
+            },
+            OP_WAIT => {
+                let ms = read_u64(&mut s)?;
+                let deadline = Instant::now() + Duration::from_millis(ms.min(24 * 3600 * 1000));
+                let mut map = table.map.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if let Some(v) = map.get(&key) {
+                        break (ST_OK, v.clone());
+                    }
+                    let now = Instant::now();
+                    if now >= deadline || stop.load(Ordering::Acquire) {
+                        break (ST_TIMEOUT, Vec::new());
+                    }
+                    let step = (deadline - now).min(Duration::from_millis(500));
+                    map = table.changed.wait_timeout(map, step).unwrap_or_else(|e| e.into_inner()).0;
+                }
+            }
+            OP_ADD => {
+                let delta = read_u64(&mut s)? as i64;
+                let mut map = table.map.lock().unwrap_or_else(|e| e.into_inner());
+                let cur = match map.get(&key) {
+                    None => Ok(0i64),
+                    Some(v) => std::str::from_utf8(v).ok().and_then(|t| t.parse::<i64>().ok()).ok_or(()),
+                };
+                match cur {
+                    Ok(c) => {
+                        let n = c.wrapping_add(delta);
+                        map.insert(key, n.to_string().into_bytes());
+                        drop(map);
+                        table.changed.notify_all();
+                        (ST_OK, n.to_le_bytes().to_vec())
+                    }
+                    Err(()) => (ST_ERROR, format!("value of {key:?} is not an integer").into_bytes()),
+                }
+            }
+            other => return Err(BootstrapError::Protocol(format!("unknown store op {other} from {peer}"))),
+        };
+        let mut resp = Vec::with_capacity(5 + payload.len());
+        resp.push(status);
+        resp.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        resp.extend_from_slice(&payload);
+        s.write_all(&resp).map_err(BootstrapError::io("store response"))?;
+        s.set_read_timeout(Some(Duration::from_secs(1))).map_err(BootstrapError::io("store connection"))?;
+    }
+}
+
+fn read_exact(s: &mut TcpStream, buf: &mut [u8]) -> Result<()> {
+    s.read_exact(buf).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            BootstrapError::Timeout { what: "the store's peer to send".into(), after: HANDSHAKE_TIMEOUT }
+        }
+        _ => BootstrapError::io("store read")(e),
+    })
+}
+
+fn read_u16(s: &mut TcpStream) -> Result<u16> {
+    let mut b = [0u8; 2];
+    read_exact(s, &mut b)?;
+    Ok(u16::from_le_bytes(b))
+}
+
+fn read_u32(s: &mut TcpStream) -> Result<u32> {
+    let mut b = [0u8; 4];
+    read_exact(s, &mut b)?;
+    Ok(u32::from_le_bytes(b))
+}
+
+fn read_u64(s: &mut TcpStream) -> Result<u64> {
+    let mut b = [0u8; 8];
+    read_exact(s, &mut b)?;
+    Ok(u64::from_le_bytes(b))
+}
+
+/// Reads a length-prefixed byte string, refusing lengths above `max` before allocating.
+fn read_bytes(s: &mut TcpStream, max: usize, what: &str) -> Result<Vec<u8>> {
+    let n = read_u32(s)? as usize;
+    if n > max {
+        return Err(BootstrapError::Protocol(format!("{what} of {n} bytes exceeds the limit of {max}")));
+    }
+    let mut v = vec![0u8; n];
+    read_exact(s, &mut v)?;
+    Ok(v)
+}
+
+/// A client of a [`TcpStoreServer`].
+pub struct TcpStore {
+    addr: SocketAddr,
+    conn: Mutex<TcpStream>,
+}
+
+impl TcpStore {
+    /// Connects to the store at `addr`, retrying while it is not up yet, for at most `timeout`.
+    pub fn connect(addr: impl ToSocketAddrs, token: &str, timeout: Duration) -> Result<TcpStore> {
+        let addr = addr
+            .to_socket_addrs()
+            .map_err(BootstrapError::io("resolving the store's address"))?
+            .next()
+            .ok_or_else(|| BootstrapError::Config("store address resolves to nothing".into()))?;
+        if token.len() > MAX_TOKEN_LEN {
+            return Err(BootstrapError::Config(format!("token longer than {MAX_TOKEN_LEN} bytes")));
+        }
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_millis(5);
+        let mut s = loop {
+            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            match TcpStream::connect_timeout(&addr, left) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() + pause < deadline => {
+                    tracing::trace!(%addr, error = %e, "store not reachable yet");
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                Err(e) => {
+                    return Err(BootstrapError::Timeout {
+                        what: format!("the store at {addr} to accept a connection (last error: {e})"),
+                        after: timeout,
+                    })
+                }
+            }
+        };
+        s.set_nodelay(true).map_err(BootstrapError::io("store connection"))?;
+        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(BootstrapError::io("store connection"))?;
+        let mut hello = Vec::with_capacity(10 + token.len());
+        hello.extend_from_slice(MAGIC);
+        hello.extend_from_slice(&(token.len() as u16).to_le_bytes());
+        hello.extend_from_slice(token.as_bytes());
+        s.write_all(&hello).map_err(BootstrapError::io("store handshake"))?;
+        let mut st = [0u8; 1];
+        match s.read(&mut st) {
+            Ok(1) if st[0] == 0 => {}
+            _ => return Err(BootstrapError::Auth(format!("the store at {addr} refused our token"))),
+        }
+        Ok(TcpStore { addr, conn: Mutex::new(s) })
+    }
+
+    pub fn server_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn request(&self, op: u8, key: &str, extra: &[u8], read_timeout: Duration) -> Result<(u8, Vec<u8>)> {
+        if key.len() > MAX_KEY_LEN {
+            return Err(BootstrapError::Config(format!("key longer than {MAX_KEY_LEN} bytes")));
+        }
+        let mut req = Vec::with_capacity(5 + key.len() + extra.len());
+        req.push(op);
+        req.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        req.extend_from_slice(key.as_bytes());
+        req.extend_from_slice(extra);
+        let mut s = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        s.set_read_timeout(Some(read_timeout)).map_err(BootstrapError::io("store connection"))?;
+        s.write_all(&req).map_err(BootstrapError::io(format!("sending to the store at {}", self.addr)))?;
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                BootstrapError::Timeout { what: format!("the store at {} to answer", self.addr), after: read_timeout }
+            }
+            _ => BootstrapError::io(format!("reading from the store at {}", self.addr))(e),
+        })?;
+        let n = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        if n > MAX_VALUE_LEN {
+            return Err(BootstrapError::Protocol(format!("store answered with {n} bytes, above the limit")));
+        }
+        let mut payload = vec![0u8; n];
+        s.read_exact(&mut payload).map_err(BootstrapError::io("reading from the store"))?;
+        if head[0] == ST_ERROR {
+            return Err(BootstrapError::Protocol(String::from_utf8_lossy(&payload).into_owned()));
+        }
+        Ok((head[0], payload))
+    }
+}
+
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Store for TcpStore {
+    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        if value.len() > MAX_VALUE_LEN {
+            return Err(BootstrapError::Config(format!("value longer than {MAX_VALUE_LEN} bytes")));
+        }
+        let mut extra = Vec::with_capacity(4 + value.len());
+        extra.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        extra.extend_from_slice(value);
+        self.request(OP_SET, key, &extra, ANSWER_TIMEOUT).map(|_| ())
+    }
+
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        match self.request(OP_GET, key, &[], ANSWER_TIMEOUT)? {
+            (ST_OK, v) => Ok(Some(v)),
+            (ST_NOT_FOUND, _) => Ok(None),
+            (st, _) => Err(BootstrapError::Protocol(format!("unexpected status {st} for get"))),
+        }
+    }
+
+    fn wait(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        match self.request(OP_WAIT, key, &ms.to_le_bytes(), timeout + ANSWER_TIMEOUT)? {
+            (ST_OK, v) => Ok(v),
+            (ST_TIMEOUT, _) => Err(BootstrapError::Timeout { what: format!("key {key:?}"), after: timeout }),
+            (st, _) => Err(BootstrapError::Protocol(format!("unexpected status {st} for wait"))),
+        }
+    }
+
+    fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        match self.request(OP_ADD, key, &delta.to_le_bytes(), ANSWER_TIMEOUT)? {
+            (ST_OK, v) if v.len() == 8 => Ok(i64::from_le_bytes(v.try_into().expect("8 bytes"))),
+            (st, v) => {
+                Err(BootstrapError::Protocol(format!("unexpected answer to add: status {st}, {} bytes", v.len())))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server() -> TcpStoreServer {
+        TcpStoreServer::start("127.0.0.1:0", "secret-token").unwrap()
+    }
+
+    #[test]
+    fn set_get_wait_add() {
+        let srv = server();
+        let a = TcpStore::connect(srv.local_addr(), "secret-token", Duration::from_secs(5)).unwrap();
+        let b = TcpStore::connect(srv.local_addr(), "secret-token", Duration::from_secs(5)).unwrap();
+        assert_eq!(a.get("k").unwrap(), None);
+        a.set("k", b"v1").unwrap();
+        assert_eq!(b.get("k").unwrap().as_deref(), Some(&b"v1"[..]));
+        let h = std::thread::spawn(move || b.wait("later", Duration::from_secs(5)).unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+        a.set("later", b"x").unwrap();
+        assert_eq!(h.join().unwrap(), b"x");
+        assert_eq!(a.add("n", 3).unwrap(), 3);
+        assert_eq!(a.add("n", -1).unwrap(), 2);
+        assert!(matches!(a.add("k", 1), Err(BootstrapError::Protocol(_))));
+    }
+
+    #[test]
+    fn wrong_token_is_refused() {
+        let srv = server();
+        let e = TcpStore::connect(srv.local_addr(), "wrong", Duration::from_secs(5)).err().unwrap();
+        assert!(matches!(e, BootstrapError::Auth(_)), "{e}");
+        // A stranger speaking garbage is refused too, and the server keeps serving.
+        let mut s = TcpStream::connect(srv.local_addr()).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let mut buf = [0u8; 1];
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(s.read(&mut buf).unwrap(), 1);
+        assert_eq!(buf[0], 1);
+        assert!(TcpStore::connect(srv.local_addr(), "secret-token", Duration::from_secs(5)).is_ok());
+    }
+
+    #[test]
+    fn oversized_lengths_are_refused_without_allocating() {
+        let srv = server();
+        let mut s = TcpStream::connect(srv.local_addr()).unwrap();
+        let mut hello = MAGIC.to_vec();
+        hello.extend_from_slice(&12u16.to_le_bytes());
+        hello.extend_from_slice(b"secret-token");
+        s.write_all(&hello).unwrap();
+        let mut st = [0u8; 1];
+        s.read_exact(&mut st).unwrap();
+        assert_eq!(st[0], 0);
+        // set with a key length of 4 GiB - 1: the server must drop the connection.
+        let mut req = vec![OP_SET];
+        req.extend_from_slice(&u32::MAX.to_le_bytes());
+        s.write_all(&req).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 8];
+        assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
+    }
+
+    #[test]
+    fn wait_times_out_naming_the_key() {
+        let srv = server();
+        let a = TcpStore::connect(srv.local_addr(), "secret-token", Duration::from_secs(5)).unwrap();
+        let e = a.wait("addr/3", Duration::from_millis(100)).unwrap_err();
+        assert!(e.to_string().contains("addr/3"), "{e}");
+    }
+
+    #[test]
+    fn exchange_names_the_missing_rank() {
+        let srv = server();
+        let a = TcpStore::connect(srv.local_addr(), "secret-token", Duration::from_secs(5)).unwrap();
+        a.set("addr/1", b"one").unwrap();
+        let e = super::super::exchange(&a, "addr", 0, 3, b"zero", Duration::from_millis(200)).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("[2]") && !msg.contains("[1"), "{msg}");
+    }
+
+    #[test]
+    fn connect_to_nothing_times_out() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let e = TcpStore::connect(addr, "t", Duration::from_millis(200)).err().unwrap();
+        assert!(matches!(e, BootstrapError::Timeout { .. }), "{e}");
+    }
+}

@@ -1,0 +1,458 @@
+//! `ShmEndpoint`: the [`Endpoint`] of one process of a node group (see the `shm` module doc for
+//! the design: per-rank memfd segments, key table, SPSC queues, futex doorbell).
+
+use std::any::Any;
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::segment::{self, job_hash, Segment, KIND_CTRL, KIND_WRITE, NKEYS, PAYLOAD};
+use super::sys;
+use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
+use crate::error::{Error, Result};
+use crate::mr::{check_bounds, Access, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
+use crate::wait::{Backoff, Step, WaitPolicy};
+use crate::Config;
+
+const BLOB_MAGIC: &[u8; 8] = b"fabshmad";
+const BLOB_LEN: usize = 32;
+const HAS_FD: u64 = 1 << 8;
+
+struct Peer {
+    pid: u32,
+    seg: Arc<Segment>,
+}
+
+/// Free key-table slots of our own segment, shared with registrations (returned on drop).
+struct Keys {
+    seg: Arc<Segment>,
+    free: Mutex<Vec<u32>>,
+    timeout: Duration,
+}
+
+/// One process's shm endpoint.
+pub struct ShmEndpoint {
+    rank: usize,
+    size: usize,
+    job: u64,
+    wait: WaitPolicy,
+    caps: Caps,
+    seg: Arc<Segment>,
+    seg_fd: OwnedFd,
+    keys: Arc<Keys>,
+    peers: Vec<Peer>,
+    done: VecDeque<Completion>,
+    next: usize,
+    /// Peers' `alloc`ated (memfd) registrations mapped here, by (peer, key): writes into them are
+    /// a plain memcpy instead of a `process_vm_writev` syscall. Entries of retired keys are swept.
+    maps: HashMap<(usize, u64), sys::Mmap>,
+}
+
+/// Cached peer mappings above this count are dropped wholesale (they are re-created on demand).
+const MAX_MAPS: usize = 256;
+
+impl std::fmt::Debug for ShmEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmEndpoint").field("rank", &self.rank).field("size", &self.size).finish()
+    }
+}
+
+struct ShmMr {
+    keys: Arc<Keys>,
+    idx: u32,
+    _fd: Option<OwnedFd>,
+}
+
+impl MrBackend for ShmMr {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for ShmMr {
+    fn drop(&mut self) {
+        let Some(slot) = self.keys.seg.key(self.idx as usize) else { return };
+        if slot.retire(self.keys.timeout) {
+            if let Ok(mut free) = self.keys.free.lock() {
+                free.push(self.idx);
+            }
+        } else {
+            tracing::warn!(
+                slot = self.idx,
+                "shm deregistration: a peer's write stayed in flight past the timeout; slot leaked"
+            );
+        }
+        // `_fd` closes after the slot is retired, so `map_remote` never opens a recycled fd number
+        // under a live generation.
+    }
+}
+
+impl ShmEndpoint {
+    /// Creates this rank's segment; connect with `address` / `insert_peers`.
+    pub fn open(cfg: &Config) -> Result<ShmEndpoint> {
+        if cfg.size == 0 || cfg.rank >= cfg.size {
+            return Err(Error::invalid(format!("rank {} not in a group of size {}", cfg.rank, cfg.size)));
+        }
+        if cfg.size > u32::MAX as usize / 2 {
+            return Err(Error::invalid(format!("shm group of {} ranks is too large", cfg.size)));
+        }
+        let len = segment::segment_len(cfg.size);
+        let fd = sys::memfd(&format!("fabcoll-shm-r{}", cfg.rank), len)?;
+        let seg = Arc::new(Segment::new(sys::map_shared(fd.as_raw_fd(), len)?, cfg.size)?);
+        let h = seg.header();
+        h.job.store(job_hash(&cfg.job), Ordering::Relaxed);
+        h.pid.store(std::process::id(), Ordering::Relaxed);
+        h.rank.store(cfg.rank as u32, Ordering::Relaxed);
+        h.size.store(cfg.size as u32, Ordering::Relaxed);
+        h.magic.store(segment::MAGIC, Ordering::Release);
+        let keys = Arc::new(Keys {
+            seg: seg.clone(),
+            free: Mutex::new((0..NKEYS as u32).rev().collect()),
+            timeout: cfg.timeout,
+        });
+        let caps = Caps {
+            backend: "shm",
+            provider: "shm".into(),
+            inject_size: isize::MAX as usize,
+            max_write: isize::MAX as usize,
+            max_ctrl: PAYLOAD,
+            imm_bits: 64,
+            writes_land_without_target_poll: true,
+            ordered_writes: true,
+            inline_completion: true,
+            progress: Progress::Auto,
+            load_store: true,
+        };
+        Ok(ShmEndpoint {
+            rank: cfg.rank,
+            size: cfg.size,
+            job: job_hash(&cfg.job),
+            wait: cfg.wait,
+            caps,
+            seg,
+            seg_fd: fd,
+            keys,
+            peers: Vec::new(),
+            done: VecDeque::new(),
+            next: 0,
+            maps: HashMap::new(),
+        })
+    }
+
+    fn peer(&self, peer: usize) -> Result<&Peer> {
+        if self.peers.is_empty() {
+            return Err(Error::invalid("insert_peers has not been called on this endpoint"));
+        }
+        self.peers.get(peer).ok_or_else(|| Error::invalid(format!("peer {peer} not in a group of {}", self.size)))
+    }
+
+    fn register_slot(&mut self, addr: *mut u8, len: usize, access: Access, aux: u64) -> Result<(usize, RemoteMr)> {
+        let idx = self
+            .keys
+            .free
+            .lock()
+            .map_err(|_| Error::invalid("key table lock poisoned"))?
+            .pop()
+            .ok_or_else(|| Error::invalid(format!("too many live registrations (shm limit {NKEYS} per rank)")))?;
+        let slot = self.seg.key(idx as usize).ok_or_else(|| Error::invalid("key slot out of range"))?;
+        let key = slot.publish(idx as usize, addr as u64, len as u64, aux | u64::from(access.bits()));
+        Ok((idx as usize, RemoteMr { addr: addr as u64, len: len as u64, key, access }))
+    }
+
+    fn dead_peer(&self, peer: usize) -> Option<Error> {
+        let pid = self.peers.get(peer)?.pid;
+        (!sys::pid_alive(pid)).then(|| Error::Peer { peer, msg: format!("process {pid} is gone") })
+    }
+
+    fn any_pending(&self) -> bool {
+        !self.done.is_empty() || (0..self.size).any(|i| self.seg.queue(i).is_some_and(|q| !q.is_empty()))
+    }
+}
+
+/// Drops cached mappings of keys that are no longer live at their peer; all of them if too many.
+fn sweep(maps: &mut HashMap<(usize, u64), sys::Mmap>, peers: &[Peer]) {
+    maps.retain(|&(peer, key), _| {
+        let slot = peers.get(peer).and_then(|p| p.seg.key((key & 0xffff_ffff) as usize));
+        slot.is_some_and(|s| s.state.load(Ordering::Relaxed) >> 32 == key >> 32)
+    });
+    if maps.len() >= MAX_MAPS {
+        maps.clear();
+    }
+}
+
+impl Endpoint for ShmEndpoint {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    fn address(&self) -> Result<Vec<u8>> {
+        let mut b = BLOB_MAGIC.to_vec();
+        b.extend_from_slice(&self.job.to_le_bytes());
+        b.extend_from_slice(&std::process::id().to_le_bytes());
+        b.extend_from_slice(&(self.seg_fd.as_raw_fd() as u32).to_le_bytes());
+        b.extend_from_slice(&(self.rank as u32).to_le_bytes());
+        b.extend_from_slice(&(self.size as u32).to_le_bytes());
+        Ok(b)
+    }
+
+    fn insert_peers(&mut self, blobs: &[Vec<u8>]) -> Result<()> {
+        if !self.peers.is_empty() {
+            return Err(Error::invalid("insert_peers called twice"));
+        }
+        if blobs.len() != self.size {
+            return Err(Error::Address(format!("{} blobs for a group of {}", blobs.len(), self.size)));
+        }
+        let mut peers = Vec::with_capacity(self.size);
+        for (r, b) in blobs.iter().enumerate() {
+            if b.len() != BLOB_LEN || &b[..8] != BLOB_MAGIC {
+                return Err(Error::Address(format!("blob of rank {r} is not an shm address")));
+            }
+            let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+            let job = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+            let (pid, fd, rank, size) = (u32_at(16), u32_at(20), u32_at(24) as usize, u32_at(28) as usize);
+            if job != self.job || rank != r || size != self.size {
+                return Err(Error::Address(format!(
+                    "blob at index {r} is rank {rank} of a group of {size} (job hash {job:#x}); \
+                     expected rank {r} of {} (job hash {:#x})",
+                    self.size, self.job
+                )));
+            }
+            if r == self.rank {
+                peers.push(Peer { pid, seg: self.seg.clone() });
+                continue;
+            }
+            let pfd = sys::open_proc_fd(pid, fd).map_err(|e| Error::Peer { peer: r, msg: e.to_string() })?;
+            let len = sys::fd_len(pfd.as_raw_fd())?;
+            let seg = Segment::new(sys::map_shared(pfd.as_raw_fd(), len)?, self.size)?;
+            let h = seg.header();
+            let ok = h.magic.load(Ordering::Acquire) == segment::MAGIC
+                && h.job.load(Ordering::Relaxed) == self.job
+                && h.pid.load(Ordering::Relaxed) == pid
+                && h.rank.load(Ordering::Relaxed) as usize == r
+                && h.size.load(Ordering::Relaxed) as usize == self.size;
+            if !ok {
+                return Err(Error::Address(format!("segment of rank {r} (pid {pid}, fd {fd}) has a foreign header")));
+            }
+            peers.push(Peer { pid, seg: Arc::new(seg) });
+        }
+        self.peers = peers;
+        Ok(())
+    }
+
+    unsafe fn register(&mut self, ptr: *mut u8, len: usize, access: Access) -> Result<Mr> {
+        if ptr.is_null() && len > 0 {
+            return Err(Error::invalid("register: null pointer"));
+        }
+        let (idx, remote) = self.register_slot(ptr, len, access, 0)?;
+        let backend = Box::new(ShmMr { keys: self.keys.clone(), idx: idx as u32, _fd: None });
+        // SAFETY: the caller of `Endpoint::register` guarantees the memory's validity.
+        Ok(unsafe { Mr::from_parts(ptr, len, access, 0, remote, backend, None) })
+    }
+
+    fn alloc(&mut self, len: usize, access: Access) -> Result<Mr> {
+        let fd = sys::memfd("fabcoll-buf", len)?;
+        let map = sys::map_shared(fd.as_raw_fd(), len)?;
+        let aux = HAS_FD | (fd.as_raw_fd() as u64) << 32;
+        let (idx, remote) = self.register_slot(map.as_ptr(), len, access, aux)?;
+        let backend = Box::new(ShmMr { keys: self.keys.clone(), idx: idx as u32, _fd: Some(fd) });
+        let ptr = map.as_ptr();
+        // SAFETY: `map` (the owned allocation) keeps `[ptr, ptr+len)` mapped until after deregistration.
+        Ok(unsafe { Mr::from_parts(ptr, len, access, 0, remote, backend, Some(Box::new(map))) })
+    }
+
+    fn write(&mut self, peer: usize, src: LocalRange<'_>, dst: RemoteRange, imm: Option<u64>, ctx: u64) -> Result<()> {
+        let me = self.rank;
+        self.peer(peer)?;
+        let p = &self.peers[peer];
+        check_bounds("local source", src.off, src.len, src.mr.len())?;
+        if src.len != dst.len {
+            return Err(Error::invalid(format!("write: source length {} != destination length {}", src.len, dst.len)));
+        }
+        let queue = p.seg.queue(me).ok_or_else(|| Error::invalid("own rank has no queue at the peer"))?;
+        if imm.is_some() && queue.free() == 0 {
+            return Err(self.dead_peer(peer).unwrap_or(Error::Busy("shm notification queue full")));
+        }
+        let key = dst.mr.key;
+        let slot = p.seg.key((key & 0xffff_ffff) as usize).ok_or(Error::InvalidKey { peer, key })?;
+        if !slot.enter(key) {
+            if self.maps.remove(&(peer, key)).is_some() {
+                sweep(&mut self.maps, &self.peers);
+            }
+            return Err(Error::InvalidKey { peer, key });
+        }
+        let copied = (|| {
+            let (addr, len) = (slot.addr.load(Ordering::Relaxed), slot.len.load(Ordering::Relaxed) as usize);
+            let aux = slot.aux.load(Ordering::Relaxed);
+            let access = Access::from_bits((aux & 3) as u8)?;
+            if !access.contains(Access::REMOTE_WRITE) {
+                return Err(Error::Access(format!("key {key:#x} on rank {peer} is not remotely writable")));
+            }
+            check_bounds("remote destination", dst.off, dst.len, len)?;
+            // SAFETY: the source range is inside a live registration (bounds checked, `src.mr`
+            // borrowed for the call).
+            let s = unsafe { src.mr.as_ptr().add(src.off) };
+            if peer == me {
+                // SAFETY: our own registration, held live by the entered slot; `copy` allows overlap.
+                unsafe { std::ptr::copy(s, (addr as usize + dst.off) as *mut u8, dst.len) };
+                return Ok(());
+            }
+            if aux & HAS_FD != 0 && dst.len > 0 {
+                let base = match self.maps.get(&(peer, key)) {
+                    Some(map) => map.as_ptr(),
+                    None => {
+                        // While we are entered the slot cannot be retired, so the fd still names the
+                        // registration's memfd (deregistration retires the slot before closing it).
+                        let fd = sys::open_proc_fd(p.pid, (aux >> 32) as u32)?;
+                        let map = sys::map_shared(fd.as_raw_fd(), len)?;
+                        sweep(&mut self.maps, &self.peers);
+                        let base = map.as_ptr();
+                        self.maps.insert((peer, key), map);
+                        base
+                    }
+                };
+                // SAFETY: the mapping is `len` bytes of the registration's memfd and
+                // `dst.off + dst.len <= len` (checked); source readable (above); shared memory is
+                // written only through raw copies, ordered before the notification by its Release.
+                unsafe { std::ptr::copy_nonoverlapping(s, base.add(dst.off), dst.len) };
+                return Ok(());
+            }
+            // SAFETY: source readable (above); the kernel checks the remote range.
+            unsafe { sys::vm_write(p.pid, s, addr + dst.off as u64, dst.len, peer) }
+        })();
+        slot.leave();
+        copied?;
+        if let Some(imm) = imm {
+            let pushed = queue.push(|m| {
+                m.kind = KIND_WRITE;
+                m.len = 0;
+                m.tag = 0;
+                m.imm = imm;
+            });
+            if !pushed {
+                return Err(Error::Peer { peer, msg: "notification queue filled up under a single producer".into() });
+            }
+            p.seg.ring();
+        }
+        self.done.push_back(Completion::WriteDone { ctx });
+        Ok(())
+    }
+
+    fn send_ctrl(&mut self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
+        let me = self.rank;
+        let p = self.peer(peer)?;
+        if data.len() > PAYLOAD {
+            return Err(Error::invalid(format!("control message of {} bytes > max {PAYLOAD}", data.len())));
+        }
+        let queue = p.seg.queue(me).ok_or_else(|| Error::invalid("own rank has no queue at the peer"))?;
+        let pushed = queue.push(|m| {
+            m.kind = KIND_CTRL;
+            m.len = data.len() as u32;
+            m.tag = tag;
+            m.imm = 0;
+            m.data[..data.len()].copy_from_slice(data);
+        });
+        if !pushed {
+            return Err(self.dead_peer(peer).unwrap_or(Error::Busy("shm control queue full")));
+        }
+        p.seg.ring();
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
+        let before = out.len();
+        out.extend(self.done.drain(..));
+        for k in 0..self.size {
+            let from = (self.next + k) % self.size;
+            let Some(q) = self.seg.queue(from) else { continue };
+            while q.pop(|m| {
+                out.push(match m.kind {
+                    KIND_WRITE => Completion::WriteArrived { peer: from, imm: m.imm },
+                    _ => Completion::Ctrl {
+                        peer: from,
+                        tag: m.tag,
+                        data: m.data[..(m.len as usize).min(PAYLOAD)].to_vec(),
+                    },
+                })
+            }) {}
+        }
+        self.next = (self.next + 1) % self.size;
+        Ok(out.len() - before)
+    }
+
+    fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
+        let mut backoff = Backoff::new(self.wait, timeout);
+        loop {
+            let n = self.poll(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            match backoff.step() {
+                Step::Spin | Step::Yielded => {}
+                Step::Block(d) => {
+                    sweep(&mut self.maps, &self.peers); // idle: release mappings of retired peer keys
+                                                        // Lost-wakeup freedom: read the doorbell, announce ourselves, re-check the
+                                                        // queues, then sleep only if the doorbell is unchanged (a producer's push is
+                                                        // ordered before its bump, and it wakes when it sees a sleeper).
+                    let h = self.seg.header();
+                    let seq = h.doorbell.load(Ordering::SeqCst);
+                    h.sleepers.fetch_add(1, Ordering::SeqCst);
+                    if !self.any_pending() {
+                        sys::futex_wait(&h.doorbell, seq, d);
+                    }
+                    h.sleepers.fetch_sub(1, Ordering::SeqCst);
+                }
+                Step::TimedOut => {
+                    if let Some(e) = (0..self.peers.len()).find_map(|r| self.dead_peer(r)) {
+                        return Err(e);
+                    }
+                    return Err(Error::Timeout {
+                        after: timeout.unwrap_or_default(),
+                        what: format!("a completion on shm rank {}", self.rank),
+                    });
+                }
+            }
+        }
+    }
+
+    fn map_remote(&mut self, peer: usize, mr: &RemoteMr) -> Result<Mapping> {
+        let p = self.peer(peer)?;
+        let key = mr.key;
+        let slot = p.seg.key((key & 0xffff_ffff) as usize).ok_or(Error::InvalidKey { peer, key })?;
+        // Seqlock-style: read the slot under a live generation, map, and re-check the generation
+        // (deregistration bumps it before closing the fd, so an unchanged generation means the
+        // fd we opened was the registration's).
+        let gen = key >> 32;
+        let live = |s: u64| s >> 32 == gen && gen & 1 == 1;
+        if !live(slot.state.load(Ordering::Acquire)) {
+            return Err(Error::InvalidKey { peer, key });
+        }
+        let (aux, len) = (slot.aux.load(Ordering::Relaxed), slot.len.load(Ordering::Relaxed) as usize);
+        if aux & 3 == 0 {
+            return Err(Error::Access(format!("key {key:#x} on rank {peer} grants no remote access")));
+        }
+        if aux & HAS_FD == 0 {
+            return Err(Error::Unsupported {
+                backend: "shm",
+                what: "map_remote of memory registered with `register` (only `alloc`ated memory is shared)".into(),
+            });
+        }
+        let fd = sys::open_proc_fd(p.pid, (aux >> 32) as u32)?;
+        let map = sys::map_shared(fd.as_raw_fd(), len)?;
+        if !live(slot.state.load(Ordering::Acquire)) {
+            return Err(Error::InvalidKey { peer, key });
+        }
+        let ptr = map.as_ptr();
+        // SAFETY: `map` keeps `[ptr, ptr+len)` mapped while the Mapping lives.
+        Ok(unsafe { Mapping::from_parts(ptr, len, Box::new(map)) })
+    }
+}

@@ -1,0 +1,156 @@
+//! The few Linux calls the shm backend needs (memfd, mmap, /proc fd open, process_vm_writev,
+//! futex), each turning its return code into a typed [`Error`] — the mio `syscall!` habit.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// A shared read/write mapping, unmapped on drop.
+#[derive(Debug)]
+pub(crate) struct Mmap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a Mmap is an owned (ptr, len) of a MAP_SHARED mapping; concurrent access goes through
+// atomics or raw-pointer copies governed by the fabric contract.
+unsafe impl Send for Mmap {}
+// SAFETY: as above.
+unsafe impl Sync for Mmap {}
+
+impl Mmap {
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: `ptr/len` came from a successful mmap and are unmapped once.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+}
+
+/// A memfd of `len` bytes (zero-filled by the kernel).
+pub(crate) fn memfd(name: &str, len: usize) -> Result<OwnedFd> {
+    let cname = CString::new(name).map_err(|_| Error::invalid("memfd name contains NUL"))?;
+    // SAFETY: valid C string; flags are constants.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::last_os(format!("memfd_create({name})")));
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let off = libc::off_t::try_from(len).map_err(|_| Error::invalid(format!("memfd size {len} too large")))?;
+    // SAFETY: valid fd.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), off) } != 0 {
+        return Err(Error::last_os(format!("ftruncate(memfd {name}, {len})")));
+    }
+    Ok(fd)
+}
+
+/// Maps `len` bytes of `fd` shared, read/write.
+pub(crate) fn map_shared(fd: RawFd, len: usize) -> Result<Mmap> {
+    if len == 0 {
+        return Ok(Mmap { ptr: std::ptr::NonNull::dangling().as_ptr(), len: 0 });
+    }
+    // SAFETY: fresh mapping chosen by the kernel; fd validity is checked by the kernel.
+    let p =
+        unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(Error::last_os(format!("mmap({len} bytes, MAP_SHARED)")));
+    }
+    Ok(Mmap { ptr: p.cast(), len })
+}
+
+/// Opens another process's descriptor through `/proc/<pid>/fd/<fd>` (same user, ptrace-able).
+pub(crate) fn open_proc_fd(pid: u32, fd: u32) -> Result<OwnedFd> {
+    let path = format!("/proc/{pid}/fd/{fd}");
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map(OwnedFd::from)
+        .map_err(|source| Error::Os { op: format!("open {path} (peer's shared segment)"), source })
+}
+
+/// Size of the file behind `fd`.
+pub(crate) fn fd_len(fd: RawFd) -> Result<usize> {
+    // SAFETY: zeroed stat is a valid out-buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and out-pointer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(Error::last_os("fstat(shared segment)"));
+    }
+    usize::try_from(st.st_size).map_err(|_| Error::invalid("negative segment size"))
+}
+
+/// Copies `len` bytes from our `src` into `pid`'s address `dst`, looping over partial transfers.
+///
+/// # Safety
+/// `[src, src+len)` must be readable in this process.
+pub(crate) unsafe fn vm_write(pid: u32, src: *const u8, dst: u64, len: usize, peer: usize) -> Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        // SAFETY: caller guarantees the source range; `done < len` keeps it in bounds.
+        let local = libc::iovec { iov_base: unsafe { src.add(done) } as *mut libc::c_void, iov_len: len - done };
+        let remote = libc::iovec { iov_base: (dst as usize + done) as *mut libc::c_void, iov_len: len - done };
+        // SAFETY: one valid local iovec (caller); the remote side is checked by the kernel.
+        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            let msg = match err.raw_os_error() {
+                Some(libc::ESRCH) => format!("process {pid} is gone (process_vm_writev: {err})"),
+                Some(libc::EPERM) => format!("not allowed to write into process {pid} (ptrace permission): {err}"),
+                _ => format!("process_vm_writev into pid {pid} at {:#x}+{done}: {err}", dst),
+            };
+            return Err(Error::Peer { peer, msg });
+        }
+        if n == 0 {
+            return Err(Error::Peer { peer, msg: format!("process_vm_writev into pid {pid} made no progress") });
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// True if `pid` still exists and is not a zombie (slow path only: reads `/proc/<pid>/stat`).
+pub(crate) fn pid_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks existence/permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
+        return false;
+    }
+    // "pid (comm) S ..." — the state follows the last ')'.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()) != Some('Z'),
+        Err(_) => false,
+    }
+}
+
+/// FUTEX_WAIT on a word in shared memory while it equals `expected`, at most `timeout`.
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a valid aligned u32 for the call's duration; the non-private op works across
+    // processes mapping the same page. Spurious returns (EAGAIN, EINTR, ETIMEDOUT) are fine: the
+    // caller re-polls.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const _, 0, 0) };
+}
+
+/// FUTEX_WAKE all waiters on a shared word.
+pub(crate) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: valid aligned u32; waking has no memory effects.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0, 0, 0) };
+}

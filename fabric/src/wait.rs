@@ -1,0 +1,109 @@
+//! Waiting without burning the machine: spin a little, then `yield_now`, then block (futex,
+//! condvar) or sleep. Shared by the backends so 8 ranks on 2 cores don't collapse.
+
+use std::time::{Duration, Instant};
+
+/// How [`crate::Endpoint::wait`] waits for a completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitPolicy {
+    /// Busy polls before the first yield.
+    pub spin: u32,
+    /// `yield_now` rounds (each followed by a poll) before blocking.
+    pub yields: u32,
+    /// Longest single block/sleep; the backend re-polls after it (bounds lost-wakeup cost and lets
+    /// a manual-progress backend make progress).
+    pub max_sleep: Duration,
+}
+
+impl Default for WaitPolicy {
+    fn default() -> Self {
+        WaitPolicy { spin: 200, yields: 20, max_sleep: Duration::from_millis(1) }
+    }
+}
+
+impl WaitPolicy {
+    /// Pure busy polling (dedicated cores).
+    pub fn busy() -> Self {
+        WaitPolicy { spin: u32::MAX, yields: 0, max_sleep: Duration::from_micros(50) }
+    }
+
+    /// Oversubscribed nodes: yield almost at once.
+    pub fn oversubscribed() -> Self {
+        WaitPolicy { spin: 20, yields: 4, max_sleep: Duration::from_millis(1) }
+    }
+}
+
+/// What the waiter should do next, as decided by [`Backoff::step`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Spin once (`spin_loop` hint) and poll again.
+    Spin,
+    /// `yield_now` was done; poll again.
+    Yielded,
+    /// Block (futex/condvar) or sleep for at most this long, then poll again.
+    Block(Duration),
+    /// The deadline passed.
+    TimedOut,
+}
+
+/// Escalating backoff state of one wait call.
+#[derive(Debug)]
+pub struct Backoff {
+    policy: WaitPolicy,
+    n: u64,
+    deadline: Option<Instant>,
+}
+
+impl Backoff {
+    /// Starts a wait with an optional overall timeout.
+    pub fn new(policy: WaitPolicy, timeout: Option<Duration>) -> Self {
+        Backoff { policy, n: 0, deadline: timeout.and_then(|t| Instant::now().checked_add(t)) }
+    }
+
+    /// Next step; performs the spin hint or the yield itself, leaves blocking to the caller.
+    pub fn step(&mut self) -> Step {
+        self.n += 1;
+        let spin = u64::from(self.policy.spin);
+        if self.n <= spin {
+            if self.n & 63 == 0 && self.expired() {
+                return Step::TimedOut;
+            }
+            std::hint::spin_loop();
+            return Step::Spin;
+        }
+        let remaining = match self.deadline {
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(r) if !r.is_zero() => Some(r),
+                _ => return Step::TimedOut,
+            },
+            None => None,
+        };
+        if self.n <= spin + u64::from(self.policy.yields) {
+            std::thread::yield_now();
+            return Step::Yielded;
+        }
+        let t = remaining.map_or(self.policy.max_sleep, |r| r.min(self.policy.max_sleep));
+        Step::Block(t)
+    }
+
+    fn expired(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escalates_then_times_out() {
+        let p = WaitPolicy { spin: 2, yields: 1, max_sleep: Duration::from_millis(5) };
+        let mut b = Backoff::new(p, Some(Duration::from_millis(20)));
+        assert_eq!(b.step(), Step::Spin);
+        assert_eq!(b.step(), Step::Spin);
+        assert_eq!(b.step(), Step::Yielded);
+        assert!(matches!(b.step(), Step::Block(d) if d <= Duration::from_millis(5)));
+        std::thread::sleep(Duration::from_millis(25));
+        assert_eq!(b.step(), Step::TimedOut);
+    }
+}

@@ -1,0 +1,197 @@
+//! Backend-independent scenarios run by `local_*.rs` (threads) and `shm_*.rs` (processes): a ring
+//! of notified writes, ordered control messages both ways, and a write to a deregistered key.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use fabcoll_fabric::{Access, Completion, Endpoint, Error, RemoteMr};
+
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub const SIZES: [usize; 3] = [8, 64 * 1024, 16 * 1024 * 1024];
+
+const TAG_DESC: u64 = 1;
+const TAG_ORDER: u64 = 2;
+const TAG_DEAD: u64 = 3;
+
+/// Collects completions and hands out the first one matching a predicate.
+pub struct Inbox {
+    pending: Vec<Completion>,
+}
+
+impl Default for Inbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Inbox {
+    pub fn new() -> Self {
+        Inbox { pending: Vec::new() }
+    }
+
+    pub fn expect(
+        &mut self,
+        ep: &mut dyn Endpoint,
+        what: &str,
+        pred: impl Fn(&Completion) -> bool,
+    ) -> Result<Completion, String> {
+        loop {
+            if let Some(i) = self.pending.iter().position(&pred) {
+                return Ok(self.pending.remove(i));
+            }
+            ep.wait(&mut self.pending, Some(TIMEOUT))
+                .map_err(|e| format!("rank {} waiting for {what}: {e} (pending {:?})", ep.rank(), self.pending))?;
+        }
+    }
+
+    pub fn ctrl(&mut self, ep: &mut dyn Endpoint, from: usize, tag: u64) -> Result<Vec<u8>, String> {
+        match self.expect(
+            ep,
+            "ctrl",
+            |c| matches!(c, Completion::Ctrl { peer, tag: t, .. } if *peer == from && *t == tag),
+        )? {
+            Completion::Ctrl { data, .. } => Ok(data),
+            _ => unreachable!("matched Ctrl"),
+        }
+    }
+}
+
+pub fn pattern(rank: usize, len: usize, i: usize) -> u8 {
+    (rank.wrapping_mul(131) ^ i.wrapping_mul(7) ^ (i >> 8) ^ len) as u8
+}
+
+/// Ring: rank r writes `len` bytes into rank r+1's buffer with immediate `len ^ r`; checks data.
+/// Buffers come from `alloc`.
+pub fn ring(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize) -> Result<(), String> {
+    ring_with(ep, inbox, len, false)
+}
+
+/// `ring`, with source and destination in plain user memory (`Vec`) registered with `register`
+/// when `user_mem` (exercises e.g. shm's `process_vm_writev` path instead of mapped memfds).
+pub fn ring_with(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize, user_mem: bool) -> Result<(), String> {
+    let (r, p) = (ep.rank(), ep.size());
+    let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+    let e = |e: Error| format!("rank {r}, len {len}: {e}");
+    let (mut dst_mem, mut src_mem) = (vec![0u8; len], vec![0u8; len]);
+    let (dst, src) = if user_mem {
+        // SAFETY: both Vecs outlive the registrations (dropped at the end of this function after
+        // the Mrs, which are declared later), and are only accessed through the Mrs meanwhile.
+        unsafe {
+            (
+                ep.register(dst_mem.as_mut_ptr(), len, Access::REMOTE_WRITE).map_err(e)?,
+                ep.register(src_mem.as_mut_ptr(), len, Access::LOCAL).map_err(e)?,
+            )
+        }
+    } else {
+        (ep.alloc(len, Access::REMOTE_WRITE).map_err(e)?, ep.alloc(len, Access::LOCAL).map_err(e)?)
+    };
+    let data: Vec<u8> = (0..len).map(|i| pattern(r, len, i)).collect();
+    src.write_at(0, &data).map_err(e)?;
+    ep.send_ctrl(left, TAG_DESC, &dst.remote().to_bytes()).map_err(e)?;
+    let desc = RemoteMr::from_bytes(&inbox.ctrl(ep, right, TAG_DESC)?).map_err(e)?;
+    let ctx = 0xc0ffee ^ len as u64;
+    ep.write(right, src.range(), desc.range(), Some((len ^ r) as u64), ctx).map_err(e)?;
+    inbox.expect(ep, "WriteDone", |c| *c == Completion::WriteDone { ctx })?;
+    let imm = (len ^ left) as u64;
+    inbox.expect(ep, "WriteArrived", |c| *c == Completion::WriteArrived { peer: left, imm })?;
+    let mut got = vec![0u8; len];
+    dst.read_at(0, &mut got).map_err(e)?;
+    if let Some(i) = (0..len).find(|&i| got[i] != pattern(left, len, i)) {
+        return Err(format!("rank {r}, len {len}: byte {i} is {} expected {}", got[i], pattern(left, len, i)));
+    }
+    // Nobody may drop `dst` before the left neighbour's write is done: we received it, so fine.
+    Ok(())
+}
+
+/// Control messages both ways to both neighbours, `n` each, arriving in order.
+pub fn ctrl_both_ways(ep: &mut dyn Endpoint, inbox: &mut Inbox, n: usize) -> Result<(), String> {
+    let (r, p) = (ep.rank(), ep.size());
+    let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+    for k in 0..n {
+        for peer in [left, right] {
+            let msg: Vec<u8> = (0..(k * 37) % 3000).map(|i| (i + k + r) as u8).collect();
+            let mut m = (k as u32).to_le_bytes().to_vec();
+            m.extend(msg);
+            loop {
+                match ep.send_ctrl(peer, TAG_ORDER, &m) {
+                    Ok(()) => break,
+                    Err(e) if e.is_busy() => {
+                        let mut tmp = Vec::new();
+                        ep.poll(&mut tmp).map_err(|e| e.to_string())?;
+                        inbox.pending.extend(tmp);
+                        std::thread::yield_now();
+                    }
+                    Err(e) => return Err(format!("rank {r}: send_ctrl: {e}")),
+                }
+            }
+        }
+    }
+    let sources = if p == 1 {
+        vec![r]
+    } else if p == 2 {
+        vec![left]
+    } else {
+        vec![left, right]
+    };
+    let reps = if p <= 2 { 2 } else { 1 };
+    for from in sources {
+        for k in 0..n * reps {
+            let m = inbox.ctrl(ep, from, TAG_ORDER)?;
+            let seq = u32::from_le_bytes(m[..4].try_into().unwrap()) as usize;
+            if seq != k / reps {
+                return Err(format!("rank {r}: control message {seq} from {from} arrived as number {k}"));
+            }
+            let body_ok = m[4..].len() == (seq * 37) % 3000
+                && m[4..].iter().enumerate().all(|(i, &b)| b == (i + seq + from) as u8);
+            if !body_ok {
+                return Err(format!("rank {r}: control message {seq} from {from} corrupted"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rank r+1 registers, sends its descriptor, deregisters, says so; rank r's write must fail
+/// with `InvalidKey` and the memory must not be touched (checked on a still-live neighbour region).
+pub fn write_to_deregistered(ep: &mut dyn Endpoint, inbox: &mut Inbox) -> Result<(), String> {
+    let (r, p) = (ep.rank(), ep.size());
+    let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+    let e = |e: Error| format!("rank {r}: {e}");
+    let gone = ep.alloc(4096, Access::REMOTE_WRITE).map_err(e)?;
+    let desc = gone.remote();
+    drop(gone);
+    // Registering again must not resurrect the old key.
+    let fresh = ep.alloc(4096, Access::REMOTE_WRITE).map_err(e)?;
+    ep.send_ctrl(left, TAG_DEAD, &desc.to_bytes()).map_err(e)?;
+    let stale = RemoteMr::from_bytes(&inbox.ctrl(ep, right, TAG_DEAD)?).map_err(e)?;
+    let src = ep.alloc(64, Access::LOCAL).map_err(e)?;
+    src.write_at(0, &[0xAB; 64]).map_err(e)?;
+    match ep.write(right, src.range(), stale.slice(0, 64).map_err(e)?, Some(7), 99) {
+        Err(Error::InvalidKey { peer, key }) if peer == right && key == stale.key => {}
+        other => return Err(format!("rank {r}: write to deregistered key gave {other:?}")),
+    }
+    // The stale key must not have been aliased to the fresh registration.
+    ep.send_ctrl(right, TAG_DEAD + 1, &[]).map_err(e)?;
+    inbox.ctrl(ep, left, TAG_DEAD + 1)?;
+    let mut got = vec![0u8; 4096];
+    fresh.read_at(0, &mut got).map_err(e)?;
+    if got.iter().any(|&b| b != 0) {
+        return Err(format!("rank {r}: a write to a stale key landed in a fresh registration"));
+    }
+    if inbox.pending.iter().any(|c| matches!(c, Completion::WriteArrived { .. })) {
+        return Err(format!("rank {r}: failed write produced a notification"));
+    }
+    Ok(())
+}
+
+/// All scenarios in sequence on a connected endpoint.
+pub fn all(ep: &mut dyn Endpoint) -> Result<(), String> {
+    let mut inbox = Inbox::new();
+    for len in SIZES {
+        ring(ep, &mut inbox, len)?;
+        ring_with(ep, &mut inbox, len, true)?;
+    }
+    ctrl_both_ways(ep, &mut inbox, 100)?;
+    write_to_deregistered(ep, &mut inbox)?;
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! Multi-process test harness: one `#[test]` function is both the parent and the children.
+//!
+//! ```ignore
+//! #[test]
+//! fn ring_of_writes() {
+//!     support::ranks("ring_of_writes", 4, Duration::from_secs(60), &[], |job| { /* one rank */ });
+//! }
+//! ```
+//! Run normally, the test starts a TCP store, re-executes its own test binary once per rank with
+//! `--exact <name>` and the `FABCOLL_*` environment, and waits. In a child (`FABCOLL_TEST_CHILD`
+//! set), it runs the closure with the job's [`Job`] instead. If a rank fails, the others are
+//! killed and the test fails with every rank's output; if the job outlives the timeout, all are
+//! killed and the test fails naming the ranks still running. Nothing can hang CI.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fabcoll_fabric::bootstrap::{JobEnv, Store, TcpStoreServer};
+
+/// What a child rank gets.
+pub struct Job {
+    pub env: JobEnv,
+    pub store: Box<dyn Store>,
+}
+
+impl Job {
+    pub fn rank(&self) -> u32 {
+        self.env.rank
+    }
+
+    pub fn size(&self) -> u32 {
+        self.env.size
+    }
+
+    /// Publishes `blob` and returns every rank's blob (see `bootstrap::exchange`).
+    pub fn exchange(&self, name: &str, blob: &[u8]) -> Vec<Vec<u8>> {
+        fabcoll_fabric::bootstrap::exchange(&*self.store, name, self.rank(), self.size(), blob, Duration::from_secs(30))
+            .expect("address exchange")
+    }
+
+    /// A job-wide barrier through the store; use each name once.
+    pub fn barrier(&self, name: &str) {
+        fabcoll_fabric::bootstrap::barrier(&*self.store, name, self.size(), Duration::from_secs(30)).expect("barrier");
+    }
+}
+
+const CHILD_VAR: &str = "FABCOLL_TEST_CHILD";
+
+/// Runs `body` on `n` processes (see the module doc). `env` is added to the children's
+/// environment.
+pub fn ranks(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], body: impl FnOnce(Job)) {
+    if std::env::var(CHILD_VAR).as_deref() == Ok(name) {
+        let env = JobEnv::from_env().expect("child environment");
+        let (store, _server) = env.open_store(Duration::from_secs(30)).expect("child store");
+        body(Job { env, store });
+        return;
+    }
+    let token = format!("test-{}-{}", std::process::id(), name);
+    let server = TcpStoreServer::start("127.0.0.1:0", &token).expect("test store");
+    let exe = std::env::current_exe().expect("test binary path");
+    let mut children: Vec<(Child, Arc<Mutex<Vec<u8>>>)> = Vec::new();
+    for r in 0..n {
+        let mut cmd = Command::new(&exe);
+        cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(CHILD_VAR, name)
+            .env("FABCOLL_RANK", r.to_string())
+            .env("FABCOLL_SIZE", n.to_string())
+            .env("FABCOLL_LOCAL_RANK", r.to_string())
+            .env("FABCOLL_LOCAL_SIZE", n.to_string())
+            .env("FABCOLL_STORE", format!("tcp://{}", server.local_addr()))
+            .env("FABCOLL_STORE_SERVER", "launcher")
+            .env("FABCOLL_TOKEN", &token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawning a rank");
+        let out = Arc::new(Mutex::new(Vec::new()));
+        for pipe in [
+            child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
+            child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let out = out.clone();
+            std::thread::spawn(move || {
+                let mut pipe = pipe;
+                let mut buf = [0u8; 4096];
+                while let Ok(k) = pipe.read(&mut buf) {
+                    if k == 0 {
+                        break;
+                    }
+                    out.lock().unwrap().extend_from_slice(&buf[..k]);
+                }
+            });
+        }
+        children.push((child, out));
+    }
+    let deadline = Instant::now() + timeout;
+    let mut status: Vec<Option<std::process::ExitStatus>> = vec![None; n as usize];
+    let failure = loop {
+        for (r, (c, _)) in children.iter_mut().enumerate() {
+            if status[r].is_none() {
+                status[r] = c.try_wait().expect("waiting for a rank");
+            }
+        }
+        if let Some(r) = status.iter().position(|s| s.is_some_and(|s| !s.success())) {
+            break Some(format!("rank {r} failed ({})", status[r].unwrap()));
+        }
+        if status.iter().all(|s| s.is_some()) {
+            break None;
+        }
+        if Instant::now() >= deadline {
+            let running: Vec<usize> = (0..n as usize).filter(|&r| status[r].is_none()).collect();
+            break Some(format!("timed out after {timeout:?}; ranks still running: {running:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    if let Some(why) = failure {
+        for (c, _) in children.iter_mut() {
+            let _ = c.kill();
+        }
+        for (c, _) in children.iter_mut() {
+            let _ = c.wait();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut report = format!("{name}: {why}\n");
+        for (r, (_, out)) in children.iter().enumerate() {
+            let text = String::from_utf8_lossy(&out.lock().unwrap()).into_owned();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                report.push_str(&format!("[rank {r}] {line}\n"));
+            }
+        }
+        panic!("{report}");
+    }
+}
