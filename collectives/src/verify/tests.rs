@@ -351,3 +351,33 @@ fn rejects_inconsistent_job() {
     let big = CollArgs::new(Collective::Allreduce, 0, 300, 1);
     assert!(matches!(check(&LINEAR, &big), Err(Error::Verify(m)) if m.contains("limit of 256")));
 }
+
+/// Linear allreduce whose non-root ranks post the result's Recv without waiting for their Send:
+/// fine out of place, a race in place (the input is in Recv).
+fn build_linear_eager_recv(a: &CollArgs) -> Result<Schedule> {
+    if a.rank == 0 {
+        return Ok(linear_allreduce(a, Faults::default()));
+    }
+    let mut b = ScheduleBuilder::for_args(a);
+    b.send(0, rg(Buf::Send, 0, a.count), &[]);
+    b.recv(0, rg(Buf::Recv, 0, a.count), &[]);
+    Ok(b.finish())
+}
+
+#[test]
+fn rejects_schedule_that_breaks_in_place() {
+    let alg = Algorithm { name: "test_eager_recv", build: build_linear_eager_recv, ..LINEAR };
+    let a = allreduce(3, 2, false);
+    check(&alg, &a).unwrap();
+    let mut ip = a;
+    ip.in_place = true;
+    let m = err_of(check(&alg, &ip));
+    assert!(
+        m.contains(
+            "allreduce:test_eager_recv (p=3 count=2 noncommutative in_place): rank 1: race: step 0 \
+             (send recv[0..2] -> 0) and step 1 (recv recv[0..2] <- 0) are not ordered by deps and step 0 reads and \
+             step 1 writes recv[0..2]"
+        ),
+        "{m}"
+    );
+}
