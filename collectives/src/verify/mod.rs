@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::registry::Algorithm;
 use crate::schedule::{check_bounds, Buf, Order, Region, Schedule, StepId, StepKind};
 
-use sets::{Bits, Sets, Val, MAX_RANKS};
+use sets::{Bits, PoisonInfo, Sets, Val, MAX_RANKS};
 
 /// Builds every rank's schedule of `alg` for the job of which `args` is one rank's view and
 /// verifies the job with [`check_job`]. In place for reduce and gather(v) applies to the root only
@@ -472,12 +472,14 @@ impl<'a> Job<'a> {
                             *d = v;
                             last = Some(((first, second), v));
                         }
-                        Err(reason) => {
+                        Err(fault) => {
                             let p = *poison.get_or_insert_with(|| {
-                                self.sets.poison(format!(
-                                    "made by rank {r} step {id} ({kind}) at {}: {reason}",
-                                    dst.sub(k as u64, 1)
-                                ))
+                                self.sets.poison(PoisonInfo {
+                                    origin: format!("made by rank {r} step {id} ({kind}) at {}", dst.sub(k as u64, 1)),
+                                    fault,
+                                    first,
+                                    second,
+                                })
                             });
                             *d = Val { idx: first.idx, set: p };
                             last = None;
