@@ -1,8 +1,8 @@
 //! Every registered algorithm through the symbolic verifier over the test matrix: p = 1..=64, roots
 //! (all for p ≤ 16; 0, 1, p/2, p−1 above), counts {0, 1, p−1, p, p+1, 997}, commutative and not
 //! for reductions, in place where the algorithm and the operation allow it, uniform and irregular
-//! (with zeros, and with gaps between blocks) counts for the v-variants, and a pipelined run
-//! (`segment` = 3) of each. Restricted cases are skipped after checking that the registry refuses
+//! (with zeros, and with gaps between blocks) counts for the v-variants, and pipelined runs
+//! (`segment` = 3 and 16, p ∈ {1, 2, 3, 5, 8, 12}, counts 10 and 61) of each. Restricted cases are skipped after checking that the registry refuses
 //! them.
 //!
 //! `VERIFY_MIN_P=17`, `VERIFY_MAX_P=16` and `VERIFY_ALG=allreduce:ring` (substring of `op:name`) narrow the matrix for
@@ -148,10 +148,14 @@ fn matrix() -> Vec<Case> {
                 }
             }
         }
-        // Pipelining with tiny segments.
-        for p in [1, 2, 5, 8] {
-            for args in variants(alg, p, p - 1, 10) {
-                cases.push(Case { alg, args: args.with_param(SEGMENT, 3) });
+        // Pipelining: segments of 3 and 16 elements, counts that give partial last segments.
+        for p in [1, 2, 3, 5, 8, 12] {
+            for count in [10, 61] {
+                for seg in [3, 16] {
+                    for args in variants(alg, p, p - 1, count) {
+                        cases.push(Case { alg, args: args.with_param(SEGMENT, seg) });
+                    }
+                }
             }
         }
     }
