@@ -6,7 +6,7 @@
 //! them.
 //!
 //! `VERIFY_MIN_P=17`, `VERIFY_MAX_P=16` and `VERIFY_ALG=allreduce:ring` (substring of `op:name`) narrow the matrix for
-//! debugging; `VERIFY_THREADS` sets the worker count (default: available parallelism).
+//! debugging; `VERIFY_SEGMENT=7` pipelines every case; `VERIFY_THREADS` sets the worker count (default: available parallelism).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -137,12 +137,17 @@ fn selected(alg: &Algorithm) -> bool {
 fn matrix() -> Vec<Case> {
     let max_p = env_u32("VERIFY_MAX_P").unwrap_or(64);
     let min_p = env_u32("VERIFY_MIN_P").unwrap_or(1);
+    let seg = env_u32("VERIFY_SEGMENT").map(u64::from);
     let mut cases = Vec::new();
     for alg in registry::all().filter(|a| selected(a)) {
         for p in min_p..=max_p {
             for root in roots(alg.coll, p) {
                 for count in counts(p) {
                     for args in variants(alg, p, root, count) {
+                        let args = match seg {
+                            Some(s) => args.with_param(SEGMENT, s),
+                            None => args,
+                        };
                         cases.push(Case { alg, args });
                     }
                 }
