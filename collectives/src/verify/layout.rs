@@ -7,6 +7,7 @@
 
 use crate::args::{CollArgs, Collective};
 use crate::error::{Error, Result};
+use crate::schedule::Schedule;
 
 use super::sets::{Sets, Val};
 
@@ -17,13 +18,17 @@ fn idx(i: u64) -> Result<u32> {
     u32::try_from(i).map_err(|_| Error::Verify(format!("element index {i} too large to verify")))
 }
 
-/// Checks that the job's buffers fit the verifier (indices in u32, total memory bounded).
-pub(super) fn check_size(args: &[CollArgs]) -> Result<()> {
+/// Checks that the job's buffers, scratch included, fit the verifier (indices in u32, total
+/// memory bounded).
+pub(super) fn check_size(args: &[CollArgs], schedules: &[Schedule]) -> Result<()> {
     let mut total = 0u64;
-    for a in args {
+    for (a, s) in args.iter().zip(schedules) {
         let n = a.send_len()?.saturating_add(a.recv_len()?);
         idx(n)?;
         total = total.saturating_add(n);
+        for &l in &s.scratch {
+            total = total.saturating_add(l);
+        }
     }
     if total > MAX_ELEMENTS {
         return Err(Error::Verify(format!("job holds {total} elements, more than the verifier's {MAX_ELEMENTS}")));

@@ -131,7 +131,7 @@ fn consistency(args: &[CollArgs], schedules: &[Schedule]) -> Result<()> {
             return Err(verr(format!("args[{r}] describe a different call than args[0]: {a:?} vs {a0:?}")));
         }
     }
-    layout::check_size(args)
+    layout::check_size(args, schedules)
 }
 
 /// For every step of every rank, the matching step on the peer (`u32::MAX` for Reduce/Copy).

@@ -381,3 +381,13 @@ fn rejects_schedule_that_breaks_in_place() {
         "{m}"
     );
 }
+
+#[test]
+fn rejects_huge_scratch_without_allocating() {
+    let m = err_of(verify(&allreduce(2, 1, true), |a| {
+        let mut b = ScheduleBuilder::for_args(a);
+        b.scratch(1 << 40);
+        b.finish()
+    }));
+    assert!(m.contains("more than the verifier's"), "{m}");
+}
