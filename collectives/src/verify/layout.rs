@@ -7,6 +7,7 @@
 
 use crate::args::{CollArgs, Collective};
 use crate::error::{Error, Result};
+use crate::schedule::Schedule;
 
 use super::sets::{Sets, Val};
 
@@ -17,13 +18,17 @@ fn idx(i: u64) -> Result<u32> {
     u32::try_from(i).map_err(|_| Error::Verify(format!("element index {i} too large to verify")))
 }
 
-/// Checks that the job's buffers fit the verifier (indices in u32, total memory bounded).
-pub(super) fn check_size(args: &[CollArgs]) -> Result<()> {
+/// Checks that the job's buffers, scratch included, fit the verifier (indices in u32, total
+/// memory bounded).
+pub(super) fn check_size(args: &[CollArgs], schedules: &[Schedule]) -> Result<()> {
     let mut total = 0u64;
-    for a in args {
+    for (a, s) in args.iter().zip(schedules) {
         let n = a.send_len()?.saturating_add(a.recv_len()?);
         idx(n)?;
         total = total.saturating_add(n);
+        for &l in &s.scratch {
+            total = total.saturating_add(l);
+        }
     }
     if total > MAX_ELEMENTS {
         return Err(Error::Verify(format!("job holds {total} elements, more than the verifier's {MAX_ELEMENTS}")));
@@ -36,8 +41,9 @@ pub(super) fn initial(a: &CollArgs, sets: &mut Sets) -> Result<(Vec<Val>, Vec<Va
     let send_len = a.send_len()?;
     let recv_len = a.recv_len()?;
     let me = sets.single(a.rank);
-    let input: Vec<Val> = (0..idx(send_len)?).map(|i| Val { idx: i, set: me }).collect();
-    let mut recv = vec![Val::UNDEF; recv_len as usize];
+    let mut input = super::alloc(0);
+    input.extend((0..idx(send_len)?).map(|i| Val { idx: i, set: me }));
+    let mut recv = super::alloc(recv_len as usize);
     if a.in_place {
         let off =
             a.in_place_offset()?.ok_or_else(|| Error::Verify(format!("in-place {} has no input offset", a.coll)))?;
@@ -49,6 +55,7 @@ pub(super) fn initial(a: &CollArgs, sets: &mut Sets) -> Result<(Vec<Val>, Vec<Va
             )));
         }
         recv[off as usize..(off + send_len) as usize].copy_from_slice(&input);
+        super::release(input);
         return Ok((Vec::new(), recv));
     }
     if a.coll == Collective::Bcast && a.rank == a.root {
@@ -70,13 +77,45 @@ fn fill(out: &mut [Val], off: u64, n: u64, first: u64, set: u32) -> Result<()> {
     Ok(())
 }
 
-/// The `Recv` rank `r` must hold after the call, given every rank's arguments and `r`'s initial
-/// `Recv`.
-pub(super) fn expected(args: &[CollArgs], r: usize, init_recv: &[Val], sets: &mut Sets) -> Result<Vec<Val>> {
+/// alltoall(v): `[i][j]` = rank i's send displacement of its block for rank j (empty otherwise).
+pub(super) fn send_displs(args: &[CollArgs]) -> Result<Vec<Vec<u64>>> {
+    if !matches!(args[0].coll, Collective::Alltoall | Collective::Alltoallv) {
+        return Ok(Vec::new());
+    }
+    let p = args.len();
+    let mut out = Vec::with_capacity(p);
+    for a in args {
+        let row = match &a.displs {
+            Some(d) => d.to_vec(),
+            None => {
+                let mut packed = 0u64;
+                (0..a.size)
+                    .map(|j| {
+                        let d = packed;
+                        packed = packed.saturating_add(a.pair_count(a.rank, j));
+                        d
+                    })
+                    .collect()
+            }
+        };
+        out.push(row);
+    }
+    Ok(out)
+}
+
+/// The `Recv` rank `r` must hold after the call, given every rank's arguments, `r`'s initial
+/// `Recv` and [`send_displs`].
+pub(super) fn expected(
+    args: &[CollArgs],
+    r: usize,
+    init_recv: &[Val],
+    send_displs: &[Vec<u64>],
+    sets: &mut Sets,
+) -> Result<Vec<Val>> {
     let a = &args[r];
     let p = a.size;
     let rank = a.rank;
-    let mut out = init_recv.to_vec();
+    let mut out = super::with_pooled(init_recv);
     let n = out.len() as u64;
     match a.coll {
         Collective::Barrier => {}
@@ -100,9 +139,15 @@ pub(super) fn expected(args: &[CollArgs], r: usize, init_recv: &[Val], sets: &mu
         }
         Collective::Gather | Collective::Gatherv | Collective::Allgather | Collective::Allgatherv => {
             if n > 0 {
+                let mut packed = 0u64;
                 for i in 0..p {
                     let s = sets.single(i);
-                    fill(&mut out, a.block_displ(i)?, a.block_count(i), 0, s)?;
+                    let d = match &a.displs {
+                        Some(d) => d[i as usize],
+                        None => packed,
+                    };
+                    fill(&mut out, d, a.block_count(i), 0, s)?;
+                    packed = packed.saturating_add(a.block_count(i));
                 }
             }
         }
@@ -111,9 +156,16 @@ pub(super) fn expected(args: &[CollArgs], r: usize, init_recv: &[Val], sets: &mu
             fill(&mut out, 0, a.block_count(rank), a.block_displ(rank)?, s)?;
         }
         Collective::Alltoall | Collective::Alltoallv => {
+            let mut packed = 0u64;
             for i in 0..p {
                 let s = sets.single(i);
-                fill(&mut out, a.recv_displ(i)?, a.pair_count(i, rank), args[i as usize].send_displ(rank)?, s)?;
+                let n = a.pair_count(i, rank);
+                let d = match &a.rdispls {
+                    Some(d) => d[i as usize],
+                    None => packed,
+                };
+                packed = packed.saturating_add(n);
+                fill(&mut out, d, n, send_displs[i as usize][rank as usize], s)?;
             }
         }
         Collective::ReduceScatter | Collective::ReduceScatterBlock => {

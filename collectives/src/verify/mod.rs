@@ -33,16 +33,23 @@ use crate::error::{Error, Result};
 use crate::registry::Algorithm;
 use crate::schedule::{check_bounds, Buf, Order, Region, Schedule, StepId, StepKind};
 
-use sets::{Bits, Sets, Val, MAX_RANKS};
+use sets::{Bits, PoisonInfo, Sets, Val, MAX_RANKS};
 
 /// Builds every rank's schedule of `alg` for the job of which `args` is one rank's view and
-/// verifies the job with [`check_job`]. Errors of building (restrictions, bad arguments) are
+/// verifies the job with [`check_job`]. In place for reduce and gather(v) applies to the root only
+/// (as with MPI_IN_PLACE); elsewhere to every rank. Errors of building (restrictions, bad arguments) are
 /// returned as they are; defects found are `Error::Verify` naming the algorithm and arguments.
 pub fn check(alg: &Algorithm, args: &CollArgs) -> Result<()> {
     if args.size as usize > MAX_RANKS {
         return Err(Error::Verify(format!("p = {} exceeds the verifier's limit of {MAX_RANKS} ranks", args.size)));
     }
-    let all: Vec<CollArgs> = (0..args.size).map(|r| args.for_rank(r)).collect();
+    let mut all: Vec<CollArgs> = (0..args.size).map(|r| args.for_rank(r)).collect();
+    if args.in_place && matches!(args.coll, Collective::Reduce | Collective::Gather | Collective::Gatherv) {
+        // MPI_IN_PLACE of the rooted reductions/gathers is given at the root only.
+        for a in &mut all {
+            a.in_place = a.rank == a.root;
+        }
+    }
     let schedules = all.iter().map(|a| alg.schedule(a)).collect::<Result<Vec<_>>>()?;
     check_job(&all, &schedules).map_err(|e| match e {
         Error::Verify(msg) => Error::Verify(format!("{}:{} ({}): {msg}", alg.coll, alg.name, describe_args(args))),
@@ -119,13 +126,12 @@ fn consistency(args: &[CollArgs], schedules: &[Schedule]) -> Result<()> {
             && a.root == a0.root
             && a.count == a0.count
             && a.counts == a0.counts
-            && a.commutative == a0.commutative
-            && a.in_place == a0.in_place;
+            && a.commutative == a0.commutative;
         if !same {
             return Err(verr(format!("args[{r}] describe a different call than args[0]: {a:?} vs {a0:?}")));
         }
     }
-    layout::check_size(args)
+    layout::check_size(args, schedules)
 }
 
 /// For every step of every rank, the matching step on the peer (`u32::MAX` for Reduce/Copy).
@@ -187,18 +193,59 @@ fn match_messages(schedules: &[Schedule]) -> Result<Vec<Vec<StepId>>> {
     Ok(m)
 }
 
-/// A message in flight: the Send's data when it ran and what its sender had heard of.
+/// A message in flight: what its sender had heard of, and the Send's data as it was when the Send
+/// ran — unless the Recv was already enabled then and the data went straight into its region.
 struct Msg {
-    data: Vec<Val>,
+    data: Option<Vec<Val>>,
     heard: Bits,
+}
+
+thread_local! {
+    /// Element buffers of finished runs, reused to spare the allocator and page faults (the
+    /// matrix verifies tens of thousands of jobs of up to a few MB each).
+    static POOL: std::cell::RefCell<Vec<Vec<Val>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn alloc(len: usize) -> Vec<Val> {
+    let mut v = POOL.with(|p| p.borrow_mut().pop()).unwrap_or_default();
+    v.clear();
+    v.resize(len, Val::UNDEF);
+    v
+}
+
+fn release(v: Vec<Val>) {
+    if v.capacity() > 0 {
+        POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < 4096 {
+                p.push(v);
+            }
+        });
+    }
+}
+
+fn with_pooled(src: &[Val]) -> Vec<Val> {
+    let mut v = alloc(0);
+    v.extend_from_slice(src);
+    v
+}
+
+/// Two distinct elements of a slice, mutably.
+fn two_mut<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
+    debug_assert_ne!(a, b);
+    if a < b {
+        let (x, y) = v.split_at_mut(b);
+        (&mut x[a], &mut y[0])
+    } else {
+        let (x, y) = v.split_at_mut(a);
+        (&mut y[0], &mut x[b])
+    }
 }
 
 struct RankState {
     send: Vec<Val>,
     recv: Vec<Val>,
     scratch: Vec<Vec<Val>>,
-    /// Last step that wrote each `Recv` element (`u32::MAX`: none).
-    writer: Vec<StepId>,
     /// Unfinished deps per step.
     pending: Vec<u32>,
     /// dependents of step i: `dep_list[dep_start[i]..dep_start[i + 1]]`.
@@ -231,11 +278,8 @@ impl RankState {
         &self.buf(r.buf)[r.off as usize..r.end() as usize]
     }
 
-    fn put(&mut self, r: Region, data: &[Val], step: StepId) {
+    fn put(&mut self, r: Region, data: &[Val]) {
         self.buf_mut(r.buf)[r.off as usize..r.end() as usize].copy_from_slice(data);
-        if r.buf == Buf::Recv {
-            self.writer[r.off as usize..r.end() as usize].fill(step);
-        }
     }
 }
 
@@ -285,12 +329,10 @@ impl<'a> Job<'a> {
                     ready.push_back((s.rank, id));
                 }
             }
-            let writer = vec![u32::MAX; recv.len()];
             ranks.push(RankState {
                 send,
                 recv,
-                scratch: s.scratch.iter().map(|&l| vec![Val::UNDEF; l as usize]).collect(),
-                writer,
+                scratch: s.scratch.iter().map(|&l| alloc(l as usize)).collect(),
                 pending,
                 dep_start: count,
                 dep_list,
@@ -374,11 +416,21 @@ impl<'a> Job<'a> {
         }
         match kind {
             StepKind::Send { peer, src } => {
-                let data = self.ranks[r as usize].get(src).to_vec();
                 let rid = self.matches[r as usize][id as usize];
-                let dst = &mut self.ranks[peer as usize];
-                dst.inbox[rid as usize] = Some(Msg { data, heard });
-                if dst.pending[rid as usize] == 0 {
+                let (me, them) = two_mut(&mut self.ranks, r as usize, peer as usize);
+                let enabled = them.pending[rid as usize] == 0;
+                let data = if enabled {
+                    // The Recv may run now: deliver straight into its region (no other step can
+                    // touch it before the Recv completes, as the race check has shown).
+                    if let StepKind::Recv { dst, .. } = *self.schedules[peer as usize].step(rid) {
+                        them.put(dst, me.get(src));
+                    }
+                    None
+                } else {
+                    Some(with_pooled(me.get(src)))
+                };
+                them.inbox[rid as usize] = Some(Msg { data, heard });
+                if enabled {
                     self.ready.push_back((peer, rid));
                 }
             }
@@ -386,13 +438,16 @@ impl<'a> Job<'a> {
                 let st = &mut self.ranks[r as usize];
                 let msg = st.inbox[id as usize].take().expect("a recv runs only once its message arrived");
                 sets::or(&mut heard, &msg.heard);
-                st.put(dst, &msg.data, id);
+                if let Some(data) = msg.data {
+                    st.put(dst, &data);
+                    release(data);
+                }
             }
             StepKind::Copy { src, dst } => {
                 let st = &mut self.ranks[r as usize];
                 self.tmp.clear();
                 self.tmp.extend_from_slice(st.get(src));
-                st.put(dst, &self.tmp, id);
+                st.put(dst, &self.tmp);
             }
             StepKind::Reduce { src, dst, order } => {
                 let st = &mut self.ranks[r as usize];
@@ -417,39 +472,53 @@ impl<'a> Job<'a> {
                             *d = v;
                             last = Some(((first, second), v));
                         }
-                        Err(reason) => {
+                        Err(fault) => {
                             let p = *poison.get_or_insert_with(|| {
-                                self.sets.poison(format!(
-                                    "made by rank {r} step {id} ({kind}) at {}: {reason}",
-                                    dst.sub(k as u64, 1)
-                                ))
+                                self.sets.poison(PoisonInfo {
+                                    origin: format!("made by rank {r} step {id} ({kind}) at {}", dst.sub(k as u64, 1)),
+                                    fault,
+                                    first,
+                                    second,
+                                })
                             });
                             *d = Val { idx: first.idx, set: p };
                             last = None;
                         }
                     }
                 }
-                st.put(dst, &self.tmp, id);
+                st.put(dst, &self.tmp);
             }
         }
         self.ranks[r as usize].heard[id as usize] = heard;
     }
 
     fn check_results(&mut self, args: &[CollArgs]) -> Result<()> {
+        let send_displs = layout::send_displs(args)?;
         for r in 0..args.len() {
-            let init = layout::initial(&args[r], self.sets)?.1;
-            let want = layout::expected(args, r, &init, self.sets)?;
+            let (send, init) = layout::initial(&args[r], self.sets)?;
+            release(send);
+            let want = layout::expected(args, r, &init, &send_displs, self.sets)?;
+            release(init);
             let st = &self.ranks[r];
             let got = &st.recv;
             let bad = |i: usize| got[i] != want[i];
-            let Some(first) = (0..got.len()).find(|&i| bad(i)) else { continue };
+            let Some(first) = (0..got.len()).find(|&i| bad(i)) else {
+                release(want);
+                continue;
+            };
             let end = (first..got.len()).find(|&i| !bad(i)).unwrap_or(got.len());
             let total = (0..got.len()).filter(|&i| bad(i)).count();
-            let w = st.writer[first];
-            let writer = if w == u32::MAX {
-                " (no step wrote it)".to_string()
+            let at = Region::new(Buf::Recv, first as u64, 1);
+            let writers: Vec<String> = self.schedules[r]
+                .iter()
+                .filter(|(_, k, _)| k.writes().is_some_and(|w| w.overlaps(&at)))
+                .map(|(id, k, _)| format!("step {id} ({k})"))
+                .collect();
+            let writers = if writers.len() > 4 { writers[writers.len() - 4..].to_vec() } else { writers };
+            let writer = if writers.is_empty() {
+                " (no step writes it)".to_string()
             } else {
-                format!(" (last written by step {w}: {})", self.schedules[r].step(w))
+                format!(" (last writers: {})", writers.join(", "))
             };
             return Err(verr(format!(
                 "rank {r} recv[{first}..{end}] wrong: recv[{first}] holds {}, expected {}{writer}; {total} of {} \
@@ -461,7 +530,20 @@ impl<'a> Job<'a> {
         }
         Ok(())
     }
+}
 
+impl Drop for Job<'_> {
+    fn drop(&mut self) {
+        for st in self.ranks.drain(..) {
+            release(st.send);
+            release(st.recv);
+            st.scratch.into_iter().for_each(release);
+            st.inbox.into_iter().flatten().filter_map(|m| m.data).for_each(release);
+        }
+    }
+}
+
+impl Job<'_> {
     /// Every rank must finish only after hearing (causally) from every rank.
     fn check_barrier(&self) -> Result<()> {
         let p = self.ranks.len();

@@ -25,13 +25,23 @@ impl Ancestors {
         let n = s.len();
         let words = n.div_ceil(64).max(1);
         let mut bits = vec![0u64; n * words];
+        let mut sorted: Vec<StepId> = Vec::new();
         for (id, _, deps) in s.iter() {
             let i = id as usize;
             let (before, rest) = bits.split_at_mut(i * words);
             let mine = &mut rest[..words];
-            for &d in deps {
+            // Latest deps first: a dep that is already an ancestor adds nothing. Ancestors of d
+            // are all below d, so only words up to d's own word can be set.
+            sorted.clear();
+            sorted.extend_from_slice(deps);
+            sorted.sort_unstable_by(|a, b| b.cmp(a));
+            for &d in &sorted {
                 let d = d as usize;
-                for (m, x) in mine.iter_mut().zip(&before[d * words..(d + 1) * words]) {
+                if mine[d / 64] >> (d % 64) & 1 == 1 {
+                    continue;
+                }
+                let top = d / 64 + 1;
+                for (m, x) in mine[..top].iter_mut().zip(&before[d * words..d * words + top]) {
                     *m |= x;
                 }
                 mine[d / 64] |= 1 << (d % 64);

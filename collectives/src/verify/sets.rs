@@ -75,12 +75,30 @@ struct Info {
     contiguous: bool,
 }
 
-/// The interned rank sets of one verification run, and the reasons of poison values.
+/// What went wrong in a combination (formatted only if it reaches a result).
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Fault {
+    Undefined,
+    IndexMismatch,
+    DoubleContribution,
+    NonAdjacent,
+}
+
+/// Where and how a poison value was made: `where_` says by which step (formatted lazily by the
+/// caller's closure text), `first ⊕ second` the operands.
+pub(crate) struct PoisonInfo {
+    pub origin: String,
+    pub fault: Fault,
+    pub first: Val,
+    pub second: Val,
+}
+
+/// The interned rank sets of one verification run, and the origins of poison values.
 pub(crate) struct Sets {
     infos: Vec<Info>,
     ids: HashMap<Bits, u32>,
     unions: HashMap<(u32, u32), u32>,
-    poison: Vec<String>,
+    poison: Vec<PoisonInfo>,
 }
 
 impl Sets {
@@ -120,10 +138,38 @@ impl Sets {
         &self.infos[id as usize].bits
     }
 
-    /// Registers a poison value created for `reason`.
-    pub fn poison(&mut self, reason: String) -> u32 {
-        self.poison.push(reason);
+    /// Registers a poison value.
+    pub fn poison(&mut self, info: PoisonInfo) -> u32 {
+        self.poison.push(info);
         POISON + (self.poison.len() - 1) as u32
+    }
+
+    fn reason(&self, info: &PoisonInfo) -> String {
+        let (first, second) = (info.first, info.second);
+        let why = match info.fault {
+            Fault::Undefined => format!("combines {} with {}", self.describe(first), self.describe(second)),
+            Fault::IndexMismatch => format!("combines index {} with index {}", first.idx, second.idx),
+            Fault::DoubleContribution => {
+                let (a, b) = (self.bits(first.set), self.bits(second.set));
+                let mut both = *a;
+                for (x, y) in both.iter_mut().zip(b) {
+                    *x &= y;
+                }
+                format!(
+                    "double contribution of ranks {}: ranks {} combined with ranks {}",
+                    fmt_bits(&both),
+                    fmt_bits(a),
+                    fmt_bits(b)
+                )
+            }
+            Fault::NonAdjacent => format!(
+                "non-adjacent combination ranks {} ⊕ ranks {}: a non-commutative op may only combine adjacent \
+                 rank ranges, lower ranks first",
+                fmt_bits(self.bits(first.set)),
+                fmt_bits(self.bits(second.set))
+            ),
+        };
+        format!("{}: {why}", info.origin)
     }
 
     fn union(&mut self, a: u32, b: u32) -> u32 {
@@ -144,15 +190,15 @@ impl Sets {
         if v.set == UNDEF {
             "undefined (never written)".into()
         } else if v.set >= POISON {
-            format!("a bad value ({})", self.poison[(v.set - POISON) as usize])
+            format!("a bad value ({})", self.reason(&self.poison[(v.set - POISON) as usize]))
         } else {
             format!("index {} from ranks {}", v.idx, fmt_bits(self.bits(v.set)))
         }
     }
 
     /// `first ⊕ second` (first = lower ranks for a non-commutative op). A poison operand is
-    /// propagated; other faults return the reason, which the caller turns into a poison value.
-    pub fn combine(&mut self, first: Val, second: Val, commutative: bool) -> Result<Val, String> {
+    /// propagated; other faults are returned, and the caller turns them into a poison value.
+    pub fn combine(&mut self, first: Val, second: Val, commutative: bool) -> Result<Val, Fault> {
         if first.set >= POISON {
             return Ok(first);
         }
@@ -160,32 +206,18 @@ impl Sets {
             return Ok(second);
         }
         if first.set == UNDEF || second.set == UNDEF {
-            return Err(format!("combines {} with {}", self.describe(first), self.describe(second)));
+            return Err(Fault::Undefined);
         }
         if first.idx != second.idx {
-            return Err(format!("combines index {} with index {}", first.idx, second.idx));
+            return Err(Fault::IndexMismatch);
         }
         let (a, b) = (&self.infos[first.set as usize], &self.infos[second.set as usize]);
         if commutative {
             if a.bits.iter().zip(&b.bits).any(|(x, y)| x & y != 0) {
-                let mut both = a.bits;
-                for (x, y) in both.iter_mut().zip(&b.bits) {
-                    *x &= y;
-                }
-                return Err(format!(
-                    "double contribution of ranks {}: ranks {} combined with ranks {}",
-                    fmt_bits(&both),
-                    fmt_bits(&a.bits),
-                    fmt_bits(&b.bits)
-                ));
+                return Err(Fault::DoubleContribution);
             }
         } else if !(a.contiguous && b.contiguous && a.hi == b.lo) {
-            return Err(format!(
-                "non-adjacent combination ranks {} ⊕ ranks {}: a non-commutative op may only combine adjacent \
-                 rank ranges, lower ranks first",
-                fmt_bits(&a.bits),
-                fmt_bits(&b.bits)
-            ));
+            return Err(Fault::NonAdjacent);
         }
         Ok(Val { idx: first.idx, set: self.union(first.set, second.set) })
     }

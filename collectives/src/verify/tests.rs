@@ -288,23 +288,23 @@ fn rejects_undefined_data_in_result() {
 
 #[test]
 fn rejects_wrong_block_and_names_writer() {
-    // Ring allgather that puts the received block one slot off.
-    let m = err_of(verify(&CollArgs::new(Collective::Allgather, 0, 3, 2), |a| {
-        let s = ring_allgather(a);
+    // Allgather with p = 2 where rank 1 swaps the two blocks of its result.
+    let m = err_of(verify(&CollArgs::new(Collective::Allgather, 0, 2, 2), |a| {
+        let (r, peer) = (a.rank, 1 - a.rank);
+        let (own, other) = if r == 1 { (0, 2) } else { (2 * r as u64, 2 * peer as u64) };
         let mut b = ScheduleBuilder::for_args(a);
-        for (id, k, d) in s.iter() {
-            let k = match *k {
-                StepKind::Recv { peer, dst } if a.rank == 1 && id == 4 => {
-                    StepKind::Recv { peer, dst: rg(Buf::Recv, (dst.off + 2) % 6, 2) }
-                }
-                k => k,
-            };
-            b.push(k, d);
-        }
+        b.copy(rg(Buf::Send, 0, 2), rg(Buf::Recv, own, 2), &[]);
+        b.send(peer, rg(Buf::Send, 0, 2), &[]);
+        b.recv(peer, rg(Buf::Recv, other, 2), &[]);
         b.finish()
     }));
-    assert!(m.contains("rank 1"), "{m}");
-    assert!(m.contains("last written by step") || m.contains("race"), "{m}");
+    assert!(
+        m.contains(
+            "rank 1 recv[0..4] wrong: recv[0] holds index 0 from ranks {1}, expected index 0 from ranks {0} \
+             (last writers: step 0 (copy send[0..2] -> recv[0..2])); 4 of 4 element(s) wrong"
+        ),
+        "{m}"
+    );
 }
 
 #[test]
@@ -350,4 +350,44 @@ fn rejects_inconsistent_job() {
     assert!(check_job(&a[..2], &s).is_err());
     let big = CollArgs::new(Collective::Allreduce, 0, 300, 1);
     assert!(matches!(check(&LINEAR, &big), Err(Error::Verify(m)) if m.contains("limit of 256")));
+}
+
+/// Linear allreduce whose non-root ranks post the result's Recv without waiting for their Send:
+/// fine out of place, a race in place (the input is in Recv).
+fn build_linear_eager_recv(a: &CollArgs) -> Result<Schedule> {
+    if a.rank == 0 {
+        return Ok(linear_allreduce(a, Faults::default()));
+    }
+    let mut b = ScheduleBuilder::for_args(a);
+    b.send(0, rg(Buf::Send, 0, a.count), &[]);
+    b.recv(0, rg(Buf::Recv, 0, a.count), &[]);
+    Ok(b.finish())
+}
+
+#[test]
+fn rejects_schedule_that_breaks_in_place() {
+    let alg = Algorithm { name: "test_eager_recv", build: build_linear_eager_recv, ..LINEAR };
+    let a = allreduce(3, 2, false);
+    check(&alg, &a).unwrap();
+    let mut ip = a;
+    ip.in_place = true;
+    let m = err_of(check(&alg, &ip));
+    assert!(
+        m.contains(
+            "allreduce:test_eager_recv (p=3 count=2 noncommutative in_place): rank 1: race: step 0 \
+             (send recv[0..2] -> 0) and step 1 (recv recv[0..2] <- 0) are not ordered by deps and step 0 reads and \
+             step 1 writes recv[0..2]"
+        ),
+        "{m}"
+    );
+}
+
+#[test]
+fn rejects_huge_scratch_without_allocating() {
+    let m = err_of(verify(&allreduce(2, 1, true), |a| {
+        let mut b = ScheduleBuilder::for_args(a);
+        b.scratch(1 << 40);
+        b.finish()
+    }));
+    assert!(m.contains("more than the verifier's"), "{m}");
 }
