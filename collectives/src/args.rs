@@ -433,7 +433,9 @@ impl CollArgs {
             Collective::Reduce if self.rank == self.root => Some(0),
             Collective::Gather | Collective::Gatherv if self.rank == self.root => Some(self.block_displ(self.rank)?),
             Collective::Allgather | Collective::Allgatherv => Some(self.block_displ(self.rank)?),
-            Collective::Alltoall | Collective::ReduceScatter | Collective::ReduceScatterBlock => Some(0),
+            Collective::Alltoall => Some(0),
+            // In-place reduce_scatter reads the whole vector from a receive buffer that only has
+            // room for this rank's block in our buffer convention: not supported (the caller copies).
             _ => None,
         })
     }

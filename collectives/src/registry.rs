@@ -143,6 +143,13 @@ impl Algorithm {
     pub fn schedule(&self, args: &CollArgs) -> Result<Schedule> {
         let args = self.prepare(args)?;
         let mut s = (self.build)(&args)?;
+        // The passes below index deps; a malformed schedule must be an error, not a panic.
+        if let Some((id, k, _)) = s.iter().find(|(id, _, deps)| deps.iter().any(|d| d >= id)) {
+            return Err(Error::Verify(format!(
+                "{}:{} built step {id} ({k}) with a dep on a later step",
+                self.coll, self.name
+            )));
+        }
         if args.in_place {
             match args.in_place_offset()? {
                 Some(off) => s = s.in_place(off),
