@@ -1,0 +1,751 @@
+//! The executor: runs any algorithm's schedule over a fabric endpoint. One [`Engine`] per endpoint
+//! holds every collective in flight on every communicator that shares the endpoint, so one
+//! `progress` call advances all of them (no cross-communicator deadlock).
+//!
+//! Protocol summary (details in [`proto`], [`eager`] and [`op`]): eager messages go into
+//! per-pair slot rings with credits and are copied (once) out of the slot; larger messages are
+//! written zero-copy into destinations the receiver grants; messages for collectives this rank has
+//! not started yet are kept (slots stay occupied, control messages are queued) until it does.
+
+pub(crate) mod eager;
+pub(crate) mod mrcache;
+pub(crate) mod op;
+pub(crate) mod proto;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fabcoll_fabric::{Access, Caps, Completion, Endpoint, Mr, RemoteRange};
+
+use crate::error::{Error, Result};
+use eager::Eager;
+use mrcache::MrCache;
+use op::{Bound, Op, OpSpec};
+use proto::{GrantEntry, Imm, ImmLayout, Kind, Setup};
+
+/// Executor settings (per endpoint; all ranks of a job must use the same thresholds).
+#[derive(Clone, Debug)]
+pub struct ExecConfig {
+    /// Messages of at most this many bytes go eager (copied once out of a slot); larger ones go
+    /// zero-copy. Capped at `slot_size`.
+    pub eager_threshold: usize,
+    /// Eager slots per ordered pair of ranks (at most 64).
+    pub slots: usize,
+    /// Bytes per eager slot.
+    pub slot_size: usize,
+    /// How long a collective may wait for peers before failing with an error naming them.
+    pub timeout: Duration,
+    /// Registration cache entries for user buffers (0 disables the cache).
+    pub mr_cache: usize,
+}
+
+impl Default for ExecConfig {
+    fn default() -> ExecConfig {
+        ExecConfig { eager_threshold: 8192, slots: 16, slot_size: 8192, timeout: Duration::from_secs(60), mr_cache: 64 }
+    }
+}
+
+impl ExecConfig {
+    /// Defaults overridden by `FABCOLL_EAGER` (bytes), `FABCOLL_SLOTS`, `FABCOLL_TIMEOUT`
+    /// (seconds, fractions allowed) and `FABCOLL_MR_CACHE` (entries).
+    pub fn from_env() -> Result<ExecConfig> {
+        let mut c = ExecConfig::default();
+        let num = |k: &str| -> Result<Option<f64>> {
+            match std::env::var(k) {
+                Ok(v) => v
+                    .trim()
+                    .parse::<f64>()
+                    .map(Some)
+                    .map_err(|_| Error::InvalidArgument { coll: "config", msg: format!("{k}={v:?} is not a number") }),
+                Err(_) => Ok(None),
+            }
+        };
+        if let Some(v) = num("FABCOLL_EAGER")? {
+            c.eager_threshold = v as usize;
+            c.slot_size = c.slot_size.max(c.eager_threshold);
+        }
+        if let Some(v) = num("FABCOLL_SLOTS")? {
+            c.slots = v as usize;
+        }
+        if let Some(v) = num("FABCOLL_TIMEOUT")? {
+            c.timeout = Duration::from_secs_f64(v.max(0.001));
+        }
+        if let Some(v) = num("FABCOLL_MR_CACHE")? {
+            c.mr_cache = v as usize;
+        }
+        Ok(c)
+    }
+}
+
+/// Byte counters of one engine (all communicators on its endpoint).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Messages and bytes sent eagerly (into a slot at the receiver).
+    pub eager_msgs: u64,
+    pub eager_bytes: u64,
+    /// Bytes this rank copied out of eager slots: the transport copy of the eager path.
+    pub eager_copy_bytes: u64,
+    /// Messages and bytes written zero-copy into granted destinations.
+    pub zcopy_msgs: u64,
+    pub zcopy_bytes: u64,
+    /// Bytes the transport path copied on the zero-copy path. There is no copy on that path; the
+    /// counter exists so that tests can prove it stays 0 (every executor copy adds to a counter).
+    pub zcopy_copy_bytes: u64,
+    /// Rendezvous requests sent (eager message without a free slot) and grants sent.
+    pub rts_msgs: u64,
+    pub grants: u64,
+    /// Bytes moved by the algorithms' own Copy steps (not transport copies) and Reduce steps.
+    pub local_copy_bytes: u64,
+    pub reduce_bytes: u64,
+    /// MR cache: registrations made and lookups served from the cache.
+    pub registrations: u64,
+    pub cache_hits: u64,
+}
+
+impl Stats {
+    /// All bytes copied by the transport paths (eager + zero-copy).
+    pub fn transport_copy_bytes(&self) -> u64 {
+        self.eager_copy_bytes + self.zcopy_copy_bytes
+    }
+}
+
+/// Identity of a collective call: communicator context and sequence number.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct OpKey {
+    pub ctx: u32,
+    pub seq: u64,
+}
+
+/// Resources shared by all ops of an endpoint.
+pub(crate) struct Core {
+    pub ep: Box<dyn Endpoint>,
+    pub caps: Caps,
+    pub layout: ImmLayout,
+    pub cfg: ExecConfig,
+    pub eager: Eager,
+    writes: HashMap<u64, (OpKey, u32)>,
+    next_write: u64,
+    grants_in: HashMap<(usize, u64), (OpKey, u32)>,
+    next_gid: Vec<u64>,
+    backlog: Vec<Completion>,
+    ctrl_out: Vec<(usize, u64, Vec<u8>)>,
+    pub stats: Stats,
+    pub mrs: MrCache,
+    pool: Vec<Mr>,
+}
+
+impl Core {
+    pub fn new_write(&mut self, key: OpKey, step: u32) -> u64 {
+        self.next_write += 1;
+        self.writes.insert(self.next_write, (key, step));
+        self.next_write
+    }
+
+    pub fn new_grant(&mut self, peer: usize, key: OpKey, step: u32) -> u64 {
+        let gid = self.next_gid[peer] & self.layout.gid_mask();
+        self.next_gid[peer] = self.next_gid[peer].wrapping_add(1);
+        self.grants_in.insert((peer, gid), (key, step));
+        gid
+    }
+
+    /// A write, retried while the fabric is busy (polling meanwhile so peers can drain).
+    #[allow(clippy::too_many_arguments)]
+    pub fn write(
+        &mut self,
+        peer: usize,
+        mr: &Mr,
+        off: usize,
+        len: usize,
+        dst: RemoteRange,
+        imm: Option<u64>,
+        wid: u64,
+    ) -> Result<()> {
+        let deadline = Instant::now() + self.cfg.timeout;
+        loop {
+            match self.ep.write(peer, mr.slice(off, len)?, dst, imm, wid) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_busy() => {
+                    self.ep.poll(&mut self.backlog)?;
+                    if Instant::now() > deadline {
+                        return Err(Error::Fabric(fabcoll_fabric::Error::Peer {
+                            peer,
+                            msg: format!("write queue stayed full for {:?}", self.cfg.timeout),
+                        }));
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e) => {
+                    self.writes.remove(&wid);
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+
+    /// Queues a control message (sent by `flush_ctrl`, retried while busy).
+    pub fn ctrl(&mut self, peer: usize, tag: u64, data: Vec<u8>) {
+        self.ctrl_out.push((peer, tag, data));
+    }
+
+    fn flush_ctrl(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.cfg.timeout;
+        let mut i = 0;
+        while i < self.ctrl_out.len() {
+            let (peer, tag, ref data) = self.ctrl_out[i];
+            match self.ep.send_ctrl(peer, tag, data) {
+                Ok(()) => i += 1,
+                Err(e) if e.is_busy() => {
+                    self.ep.poll(&mut self.backlog)?;
+                    if Instant::now() > deadline {
+                        return Err(Error::Fabric(fabcoll_fabric::Error::Peer {
+                            peer,
+                            msg: format!("control queue stayed full for {:?}", self.cfg.timeout),
+                        }));
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e) => {
+                    self.ctrl_out.drain(..=i);
+                    return Err(e.into());
+                }
+            }
+        }
+        self.ctrl_out.clear();
+        Ok(())
+    }
+
+    /// We consumed an eager slot: free it, returning credits when a batch is full.
+    pub fn release_slot(&mut self, peer: usize, slot: u32) -> Result<()> {
+        if let Some(mask) = self.eager.release(peer, slot) {
+            self.ctrl(peer, proto::tag(Kind::Credit, 0, 0), mask.to_le_bytes().to_vec());
+        }
+        Ok(())
+    }
+
+    /// A registered scratch buffer of at least `bytes` from the pool.
+    fn scratch(&mut self, bytes: usize) -> Result<Mr> {
+        if let Some(i) =
+            self.pool.iter().enumerate().filter(|(_, m)| m.len() >= bytes).min_by_key(|(_, m)| m.len()).map(|(i, _)| i)
+        {
+            return Ok(self.pool.swap_remove(i));
+        }
+        let size = bytes.next_power_of_two().max(4096);
+        Ok(self.ep.alloc(size, Access::REMOTE_WRITE)?)
+    }
+
+    fn give_back(&mut self, mr: Mr) {
+        const POOL: usize = 32;
+        if self.pool.len() >= POOL {
+            if let Some(i) = self.pool.iter().enumerate().min_by_key(|(_, m)| m.len()).map(|(i, _)| i) {
+                self.pool.swap_remove(i);
+            }
+        }
+        self.pool.push(mr);
+    }
+}
+
+/// A communicator's view inside the engine.
+pub(crate) struct CtxState {
+    /// Endpoint rank → communicator rank.
+    ep_to_comm: HashMap<usize, u32>,
+    pub next_seq: u64,
+    outstanding: BTreeSet<u64>,
+    pub broken: Option<String>,
+}
+
+/// A message for a collective not started yet (or a communicator not created yet here).
+struct Early {
+    ctx: u32,
+    seq_low: u64,
+    mask: u64,
+    peer: usize,
+    what: EarlyWhat,
+}
+
+enum EarlyWhat {
+    Eager { idx: u32, slot: u32 },
+    Ctrl { kind: Kind, data: Vec<u8> },
+}
+
+/// Per-endpoint executor state.
+pub(crate) struct Engine {
+    pub core: Core,
+    ops: HashMap<OpKey, Op>,
+    ctxs: HashMap<u32, CtxState>,
+    early: Vec<Early>,
+    pub next_ctx: u32,
+    comp: Vec<Completion>,
+}
+
+fn seq_match(seq: u64, low: u64, mask: u64) -> bool {
+    seq & mask == low
+}
+
+impl Engine {
+    /// Wraps a connected endpoint: allocates the eager rings and announces them to every peer.
+    pub fn new(mut ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Engine> {
+        let caps = ep.caps().clone();
+        let layout = ImmLayout::new(caps.imm_bits);
+        let mut cfg = cfg;
+        let slot_size = cfg.slot_size.min(caps.max_write);
+        cfg.eager_threshold = cfg.eager_threshold.min(slot_size);
+        let (eager, setups) = if layout.eager_possible() {
+            Eager::new(&mut *ep, cfg.slots, slot_size)?
+        } else {
+            Eager::new(&mut *ep, 0, 0)?
+        };
+        let p = ep.size();
+        let mrs = MrCache::new(cfg.mr_cache > 0 && mrcache::cache_safe(&caps), cfg.mr_cache);
+        let core = Core {
+            ep,
+            caps,
+            layout,
+            cfg,
+            eager,
+            writes: HashMap::new(),
+            next_write: 0,
+            grants_in: HashMap::new(),
+            next_gid: vec![0; p],
+            backlog: Vec::new(),
+            ctrl_out: Vec::new(),
+            stats: Stats::default(),
+            mrs,
+            pool: Vec::new(),
+        };
+        let mut e = Engine {
+            core,
+            ops: HashMap::new(),
+            ctxs: HashMap::new(),
+            early: Vec::new(),
+            next_ctx: 1,
+            comp: Vec::new(),
+        };
+        for (q, s) in setups {
+            e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0), s.to_bytes());
+        }
+        e.core.flush_ctrl()?;
+        Ok(e)
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut s = self.core.stats.clone();
+        s.registrations = self.core.mrs.registrations;
+        s.cache_hits = self.core.mrs.hits;
+        s
+    }
+
+    /// Registers a communicator context (members = endpoint rank of each communicator rank).
+    pub fn add_ctx(&mut self, ctx: u32, members: &[u32]) -> Result<()> {
+        if ctx > proto::MAX_CTX {
+            return Err(Error::Protocol(format!("context ids exhausted ({ctx} > {})", proto::MAX_CTX)));
+        }
+        let ep_to_comm = members.iter().enumerate().map(|(c, &e)| (e as usize, c as u32)).collect();
+        self.ctxs.insert(ctx, CtxState { ep_to_comm, next_seq: 0, outstanding: BTreeSet::new(), broken: None });
+        self.next_ctx = self.next_ctx.max(ctx + 1);
+        Ok(())
+    }
+
+    pub fn remove_ctx(&mut self, ctx: u32) {
+        self.ctxs.remove(&ctx);
+    }
+
+    /// Binds a user buffer to a call (registration through the cache).
+    ///
+    /// # Safety
+    /// `[ptr, ptr+bytes)` must stay valid (and writable if `access` is remote-write) until the op
+    /// using it finished or was aborted.
+    pub unsafe fn bind_user(&mut self, ptr: *mut u8, bytes: usize, access: Access) -> Result<Bound> {
+        if bytes == 0 {
+            return Ok(Bound::empty());
+        }
+        // SAFETY: forwarded from the caller.
+        let mr = unsafe { self.core.mrs.get(&mut *self.core.ep, ptr, bytes, access)? };
+        Ok(Bound { ptr, bytes, mr: Some(mr) })
+    }
+
+    /// Starts a collective on context `ctx`; returns its key. Buffers are already bound.
+    pub fn start(
+        &mut self,
+        ctx: u32,
+        members: Arc<[u32]>,
+        spec: OpSpec,
+        send: Bound,
+        recv: Bound,
+        check: Option<op::Check>,
+    ) -> Result<OpKey> {
+        let st = self.ctxs.get_mut(&ctx).ok_or_else(|| Error::Protocol(format!("unknown context {ctx}")))?;
+        if let Some(why) = &st.broken {
+            return Err(Error::Broken(why.clone()));
+        }
+        let key = OpKey { ctx, seq: st.next_seq };
+        let window = 1u64 << self.core.layout.seq_bits.saturating_sub(1).max(1);
+        if st.outstanding.len() as u64 >= window {
+            return Err(Error::InvalidArgument {
+                coll: spec.coll.name(),
+                msg: format!("more than {window} collectives outstanding on one communicator"),
+            });
+        }
+        st.next_seq += 1;
+        st.outstanding.insert(key.seq);
+        let mut scratch = Vec::with_capacity(spec.sched.scratch.len());
+        let elem = spec.dtype.size();
+        for &len in &spec.sched.scratch {
+            let bytes = len as usize * elem;
+            if bytes == 0 {
+                scratch.push(Bound::empty());
+            } else {
+                let mr = self.core.scratch(bytes)?;
+                scratch.push(Bound { ptr: mr.as_ptr(), bytes, mr: Some(mr) });
+            }
+        }
+        let mut op = Op::new(key, spec, members, send, recv, scratch);
+        if let Some(c) = check {
+            for peer in 0..op.members.len() as u32 {
+                if peer != op.rank {
+                    let ep = op.ep(peer);
+                    self.core.ctrl(ep, proto::tag(Kind::Check, ctx, key.seq), c.mine.clone());
+                }
+            }
+            op.check = Some(c);
+        }
+        self.ops.insert(key, op);
+        // Messages that arrived before we started this collective.
+        let early: Vec<Early> = {
+            let (mine, rest): (Vec<Early>, Vec<Early>) = std::mem::take(&mut self.early)
+                .into_iter()
+                .partition(|e| e.ctx == ctx && seq_match(key.seq, e.seq_low, e.mask));
+            self.early = rest;
+            mine
+        };
+        let r = (|| {
+            for e in early {
+                self.deliver(key, e.peer, e.what)?;
+            }
+            self.maybe_begin(key)?;
+            self.flush()
+        })();
+        if let Err(e) = r {
+            self.fail(key, e);
+        }
+        Ok(key)
+    }
+
+    /// Starts the schedule once the checked-mode signatures (if any) all agree.
+    fn maybe_begin(&mut self, key: OpKey) -> Result<()> {
+        let Some(op) = self.ops.get_mut(&key) else { return Ok(()) };
+        if op.started || op.error.is_some() {
+            return Ok(());
+        }
+        if let Some(c) = &op.check {
+            if c.missing > 0 {
+                return Ok(());
+            }
+            for (r, sig) in c.got.iter().enumerate() {
+                if let Some(sig) = sig {
+                    if *sig != c.mine {
+                        let msg = format!(
+                            "collective #{} on rank {}: rank {r} called {} but this rank called {}",
+                            key.seq,
+                            op.rank,
+                            (c.describe)(sig),
+                            (c.describe)(&c.mine)
+                        );
+                        op.error = Some(Error::Mismatch(msg));
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        op.start(&mut self.core)
+    }
+
+    fn deliver(&mut self, key: OpKey, peer_ep: usize, what: EarlyWhat) -> Result<()> {
+        let ctx = self.ctxs.get(&key.ctx).ok_or_else(|| Error::Protocol(format!("unknown context {}", key.ctx)))?;
+        let peer = *ctx.ep_to_comm.get(&peer_ep).ok_or_else(|| {
+            Error::Protocol(format!("message from endpoint rank {peer_ep}, not in context {}", key.ctx))
+        })?;
+        let Some(op) = self.ops.get_mut(&key) else { return Ok(()) };
+        if op.error.is_some() {
+            return Ok(());
+        }
+        match what {
+            EarlyWhat::Eager { idx, slot } => op.on_eager(&mut self.core, peer, idx, slot),
+            EarlyWhat::Ctrl { kind: Kind::Grant, data } => {
+                op.on_grant(&mut self.core, peer, GrantEntry::parse_all(&data)?)
+            }
+            EarlyWhat::Ctrl { kind: Kind::Rts, data } => op.on_rts(&mut self.core, peer, &proto::parse_u32s(&data)?),
+            EarlyWhat::Ctrl { kind: Kind::Check, data } => {
+                if let Some(c) = op.check.as_mut() {
+                    if c.got[peer as usize].replace(data).is_none() {
+                        c.missing -= 1;
+                    }
+                }
+                self.maybe_begin(key)
+            }
+            EarlyWhat::Ctrl { kind, .. } => Err(Error::Protocol(format!("{kind:?} message routed to a collective"))),
+        }
+    }
+
+    /// Routes a message for (ctx, seq-low) to its op, or keeps it for later.
+    fn route(&mut self, ctx: u32, seq_low: u64, mask: u64, peer: usize, what: EarlyWhat) -> Result<()> {
+        let target = self.ctxs.get(&ctx).and_then(|c| {
+            if c.broken.is_some() {
+                return Some(None);
+            }
+            c.outstanding.iter().find(|&&s| seq_match(s, seq_low, mask)).map(|&s| Some(OpKey { ctx, seq: s }))
+        });
+        match target {
+            Some(Some(key)) => {
+                if let Err(e) = self.deliver(key, peer, what) {
+                    self.fail(key, e);
+                }
+                Ok(())
+            }
+            // Broken communicator: drop the message, give eager slots back.
+            Some(None) => match what {
+                EarlyWhat::Eager { slot, .. } => self.core.release_slot(peer, slot),
+                EarlyWhat::Ctrl { .. } => Ok(()),
+            },
+            None => {
+                self.early.push(Early { ctx, seq_low, mask, peer, what });
+                Ok(())
+            }
+        }
+    }
+
+    fn dispatch(&mut self, c: Completion) -> Result<()> {
+        match c {
+            Completion::WriteDone { ctx: wid } => {
+                if let Some((key, s)) = self.core.writes.remove(&wid) {
+                    if let Some(op) = self.ops.get_mut(&key) {
+                        if op.error.is_none() {
+                            if let Err(e) = op.on_write_done(&mut self.core, s) {
+                                self.fail(key, e);
+                            }
+                        }
+                    }
+                }
+            }
+            Completion::WriteError { ctx: wid, error } => {
+                if let Some((key, _)) = self.core.writes.remove(&wid) {
+                    self.fail(key, Error::Protocol(format!("write failed: {error}")));
+                }
+            }
+            Completion::WriteArrived { peer, imm } => match self.core.layout.decode(imm) {
+                Imm::Zcopy { gid } => {
+                    let Some(&(key, s)) = self.core.grants_in.get(&(peer, gid)) else {
+                        // A write for a collective that was aborted here: nothing to do.
+                        return Ok(());
+                    };
+                    if let Some(op) = self.ops.get_mut(&key) {
+                        if op.error.is_none() {
+                            if let Err(e) = op.on_arrived(&mut self.core, s) {
+                                self.fail(key, e);
+                            }
+                        }
+                    }
+                }
+                Imm::Eager { slot, ctx, seq_low, idx } => {
+                    let mask = self.core.layout.seq_mask();
+                    self.route(ctx, seq_low, mask, peer, EarlyWhat::Eager { idx, slot })?;
+                }
+            },
+            Completion::Ctrl { peer, tag, data } => {
+                let (kind, ctx, seq_low) = proto::untag(tag)?;
+                match kind {
+                    Kind::Setup => self.core.eager.on_setup(peer, Setup::from_bytes(&data)?)?,
+                    Kind::Credit => {
+                        let mask = u64::from_le_bytes(data.as_slice().try_into().map_err(|_| {
+                            Error::Protocol(format!("credit message of {} bytes from rank {peer}", data.len()))
+                        })?);
+                        self.core.eager.on_credit(peer, mask)?;
+                    }
+                    Kind::Grant | Kind::Rts | Kind::Check => {
+                        let mask = (1u64 << proto::TAG_SEQ_BITS) - 1;
+                        self.route(ctx, seq_low, mask, peer, EarlyWhat::Ctrl { kind, data })?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks an op failed (its waiter reports the error).
+    fn fail(&mut self, key: OpKey, e: Error) {
+        if let Some(op) = self.ops.get_mut(&key) {
+            if op.error.is_none() {
+                op.error = Some(e);
+            }
+        }
+    }
+
+    /// Sends the grants and RTS the ops queued, then the control queue.
+    fn flush(&mut self) -> Result<()> {
+        let max = self.core.caps.max_ctrl.clamp(GrantEntry::LEN, 4096);
+        for op in self.ops.values_mut() {
+            for peer in 0..op.grant_out.len() {
+                if !op.grant_out[peer].is_empty() {
+                    let ep = op.ep(peer as u32);
+                    let tag = proto::tag(Kind::Grant, op.key.ctx, op.key.seq);
+                    let entries = std::mem::take(&mut op.grant_out[peer]);
+                    for chunk in entries.chunks(max / GrantEntry::LEN) {
+                        let mut b = Vec::with_capacity(chunk.len() * GrantEntry::LEN);
+                        chunk.iter().for_each(|g| g.put(&mut b));
+                        self.core.ctrl(ep, tag, b);
+                    }
+                }
+                if !op.rts_out[peer].is_empty() {
+                    let ep = op.ep(peer as u32);
+                    let tag = proto::tag(Kind::Rts, op.key.ctx, op.key.seq);
+                    let idxs = std::mem::take(&mut op.rts_out[peer]);
+                    for chunk in idxs.chunks(max / 4) {
+                        self.core.ctrl(ep, tag, chunk.iter().flat_map(|i| i.to_le_bytes()).collect());
+                    }
+                }
+            }
+        }
+        self.core.flush_ctrl()
+    }
+
+    /// Polls the endpoint once and advances everything; `block` waits up to that long for a
+    /// completion first.
+    pub fn progress(&mut self, block: Option<Duration>) -> Result<()> {
+        let mut comp = std::mem::take(&mut self.comp);
+        comp.append(&mut self.core.backlog);
+        match block {
+            Some(d) if comp.is_empty() => match self.core.ep.wait(&mut comp, Some(d)) {
+                Ok(_) | Err(fabcoll_fabric::Error::Timeout { .. }) => {}
+                Err(e) => return Err(e.into()),
+            },
+            _ => {
+                self.core.ep.poll(&mut comp)?;
+            }
+        }
+        let mut r = Ok(());
+        for c in comp.drain(..) {
+            if let Err(e) = self.dispatch(c) {
+                r = Err(e);
+                break;
+            }
+        }
+        comp.clear();
+        self.comp = comp;
+        r?;
+        self.flush()
+    }
+
+    /// Whether the op finished (or failed).
+    pub fn is_finished(&self, key: OpKey) -> bool {
+        self.ops.get(&key).is_none_or(|o| o.finished())
+    }
+
+    /// Removes a finished op and returns its result. A failed op breaks its communicator.
+    pub fn take(&mut self, key: OpKey) -> Result<()> {
+        let Some(op) = self.ops.get(&key) else {
+            return Err(Error::Protocol(format!("collective #{} is unknown (already waited for?)", key.seq)));
+        };
+        if !op.finished() {
+            return Err(Error::Protocol(format!("collective #{} has not finished", key.seq)));
+        }
+        let mut op = self.ops.remove(&key).expect("present");
+        if let Some(c) = self.ctxs.get_mut(&key.ctx) {
+            c.outstanding.remove(&key.seq);
+        }
+        match op.error.take() {
+            None => {
+                for b in op.scratch.drain(..) {
+                    if let Some(mr) = b.mr {
+                        self.core.give_back(mr);
+                    }
+                }
+                Ok(())
+            }
+            Some(e) => {
+                self.abort(key, &mut op, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Cleans up after a failed op: no late write may land in memory handed back to the caller,
+    /// so its user registrations are evicted from the cache and dropped; scratch is not reused.
+    fn abort(&mut self, key: OpKey, op: &mut Op, e: &Error) {
+        if !matches!(e, Error::Mismatch(_)) || op.started {
+            if let Some(c) = self.ctxs.get_mut(&key.ctx) {
+                c.broken.get_or_insert_with(|| e.to_string());
+            }
+        }
+        for (peer, slot) in op.held_slots() {
+            let _ = self.core.release_slot(peer, slot);
+        }
+        for b in [&op.send, &op.recv] {
+            if b.bytes > 0 {
+                self.core.mrs.evict(b.ptr, b.bytes);
+            }
+        }
+        self.core.writes.retain(|_, (k, _)| *k != key);
+        self.core.grants_in.retain(|_, (k, _)| *k != key);
+        let _ = self.core.flush_ctrl();
+    }
+
+    /// Waits for `key` with the configured timeout; on expiry the error names the ranks whose
+    /// messages or grants are still missing.
+    pub fn wait(&mut self, key: OpKey) -> Result<()> {
+        let deadline = self.ops.get(&key).map(|o| o.t0).unwrap_or_else(Instant::now) + self.core.cfg.timeout;
+        self.wait_until(key, deadline)?;
+        self.take(key)
+    }
+
+    /// Progresses until `key` finished or `deadline` passed (then the op fails with a Timeout).
+    pub fn wait_until(&mut self, key: OpKey, deadline: Instant) -> Result<()> {
+        let mut spins = 0u32;
+        while !self.is_finished(key) {
+            let block = if spins < 64 { None } else { Some(Duration::from_millis(2)) };
+            spins += 1;
+            if let Err(e) = self.progress(block) {
+                self.fail(key, e);
+                break;
+            }
+            if Instant::now() >= deadline && !self.is_finished(key) {
+                self.time_out(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// Fails the op with a Timeout if its deadline passed (for `test`).
+    pub fn check_deadline(&mut self, key: OpKey) {
+        let late = self.ops.get(&key).is_some_and(|o| !o.finished() && o.t0.elapsed() >= self.core.cfg.timeout);
+        if late {
+            self.time_out(key);
+        }
+    }
+
+    pub fn has_op(&self, key: OpKey) -> bool {
+        self.ops.contains_key(&key)
+    }
+
+    fn time_out(&mut self, key: OpKey) {
+        if let Some(op) = self.ops.get_mut(&key) {
+            let e = Error::Timeout {
+                coll: op.coll,
+                seq: key.seq,
+                rank: op.rank,
+                after: op.t0.elapsed(),
+                waiting_for: op.waiting_for(),
+            };
+            op.error = Some(e);
+        }
+    }
+
+    /// Keys of ops still outstanding on `ctx`.
+    pub fn outstanding(&self, ctx: u32) -> Vec<OpKey> {
+        self.ctxs.get(&ctx).map(|c| c.outstanding.iter().map(|&seq| OpKey { ctx, seq }).collect()).unwrap_or_default()
+    }
+
+    /// The algorithm an op runs (for tests and tracing).
+    pub fn alg_of(&self, key: OpKey) -> Option<&'static str> {
+        self.ops.get(&key).map(|o| o.alg)
+    }
+}
