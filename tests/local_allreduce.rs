@@ -9,7 +9,7 @@ use fabcoll::Communicator;
 #[test]
 fn allreduce_two_algorithms_local() {
     for p in [1u32, 2, 3, 4, 5, 7, 8] {
-        let comms = Communicator::local(p as usize).unwrap();
+        let comms = Communicator::local_with(p as usize, common::cfg()).unwrap();
         common::local_job(comms, |c| {
             for alg in ["recursive_doubling", "ring"] {
                 for count in [0usize, 1, p as usize + 1, 1000, 100_003] {

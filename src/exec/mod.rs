@@ -361,7 +361,8 @@ impl Engine {
         }
         // SAFETY: forwarded from the caller.
         let mr = unsafe { self.core.mrs.get(&mut *self.core.ep, ptr, bytes, access)? };
-        Ok(Bound { ptr, bytes, mr: Some(mr) })
+        let mr_off = ptr as usize - mr.as_ptr() as usize;
+        Ok(Bound { ptr, bytes, mr: Some(mr), mr_off })
     }
 
     /// Starts a collective on context `ctx`; returns its key. Buffers are already bound.
@@ -396,7 +397,7 @@ impl Engine {
                 scratch.push(Bound::empty());
             } else {
                 let mr = self.core.scratch(bytes)?;
-                scratch.push(Bound { ptr: mr.as_ptr(), bytes, mr: Some(mr) });
+                scratch.push(Bound { ptr: mr.as_ptr(), bytes, mr: Some(mr), mr_off: 0 });
             }
         }
         let mut op = Op::new(key, spec, members, send, recv, scratch);

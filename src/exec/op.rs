@@ -30,11 +30,13 @@ pub(crate) struct Bound {
     pub ptr: *mut u8,
     pub bytes: usize,
     pub mr: Option<Mr>,
+    /// Offset of `ptr` in `mr` (a cached registration may start before the buffer).
+    pub mr_off: usize,
 }
 
 impl Bound {
     pub fn empty() -> Bound {
-        Bound { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), bytes: 0, mr: None }
+        Bound { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), bytes: 0, mr: None, mr_off: 0 }
     }
 }
 
@@ -223,8 +225,11 @@ impl Op {
         (unsafe { b.ptr.add(off) }, len)
     }
 
-    fn mr(&self, b: Buf) -> Result<&Mr> {
-        self.bound(b).mr.as_ref().ok_or_else(|| Error::Protocol(format!("{b:?} buffer is not registered")))
+    /// The registration of a buffer and the byte offset of the buffer's start in it.
+    fn mr(&self, b: Buf) -> Result<(&Mr, usize)> {
+        let bound = self.bound(b);
+        let mr = bound.mr.as_ref().ok_or_else(|| Error::Protocol(format!("{b:?} buffer is not registered")))?;
+        Ok((mr, bound.mr_off))
     }
 
     fn exec(&mut self, core: &mut Core, s: StepId) -> Result<()> {
@@ -285,9 +290,10 @@ impl Op {
         let idx = self.idx[s as usize];
         if let Some((slot, dst)) = core.eager.take_slot(ep, bytes) {
             if let Some(imm) = core.layout.encode_eager(slot, self.key.ctx, self.key.seq, idx) {
-                let mr = self.mr(src.buf)?.clone();
+                let (mr, base) = self.mr(src.buf)?;
+                let mr = mr.clone();
                 let wid = core.new_write(self.key, s);
-                core.write(ep, &mr, src.off as usize * self.elem, bytes, dst, Some(imm), wid)?;
+                core.write(ep, &mr, base + src.off as usize * self.elem, bytes, dst, Some(imm), wid)?;
                 self.pending[s as usize] = 1;
                 core.stats.eager_msgs += 1;
                 core.stats.eager_bytes += bytes as u64;
@@ -310,7 +316,8 @@ impl Op {
             )));
         }
         let ep = self.ep(peer);
-        let mr = self.mr(src.buf)?.clone();
+        let (mr, base) = self.mr(src.buf)?;
+        let mr = mr.clone();
         let seg = core.caps.max_write.max(1);
         let imm = core.layout.encode_zcopy(g.gid);
         let mut off = 0;
@@ -319,7 +326,7 @@ impl Op {
             let len = seg.min(bytes - off);
             let dst = g.mr.slice(g.off as usize + off, len)?;
             let wid = core.new_write(self.key, s);
-            core.write(ep, &mr, src.off as usize * self.elem + off, len, dst, Some(imm), wid)?;
+            core.write(ep, &mr, base + src.off as usize * self.elem + off, len, dst, Some(imm), wid)?;
             off += len;
             n += 1;
         }
@@ -332,7 +339,7 @@ impl Op {
     fn grant(&mut self, core: &mut Core, s: StepId, peer: u32, dst: Region) {
         let bytes = dst.len as usize * self.elem;
         let ep = self.ep(peer);
-        let Ok(mr) = self.mr(dst.buf).map(|m| m.remote()) else {
+        let Ok((mr, base)) = self.mr(dst.buf).map(|(m, b)| (m.remote(), b)) else {
             self.error = Some(Error::Protocol(format!("{:?} buffer is not registered for writing", dst.buf)));
             return;
         };
@@ -344,7 +351,7 @@ impl Op {
             idx: self.idx[s as usize],
             gid,
             mr,
-            off: (dst.off as usize * self.elem) as u64,
+            off: (base + dst.off as usize * self.elem) as u64,
             len: bytes as u64,
         });
     }

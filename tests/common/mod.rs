@@ -310,3 +310,8 @@ where
         Err(errs.join("\n"))
     }
 }
+
+/// Executor settings for tests: a short timeout so a failure never waits a minute.
+pub fn cfg() -> fabcoll::ExecConfig {
+    fabcoll::ExecConfig { timeout: std::time::Duration::from_secs(20), ..Default::default() }
+}
