@@ -85,16 +85,28 @@ impl Communicator {
             eps.push(Box::new(fabric.endpoint(r, fabcoll_fabric::WaitPolicy::oversubscribed())?));
         }
         let blobs = eps.iter().map(|e| e.address()).collect::<fabcoll_fabric::Result<Vec<_>>>()?;
-        eps.into_iter()
+        let comms = eps
+            .into_iter()
             .map(|mut ep| {
                 ep.insert_peers(&blobs)?;
-                Communicator::from_endpoint(ep, cfg.clone())
+                Communicator::new(ep, cfg.clone())
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        for c in &comms {
+            c.lock().await_setups()?;
+        }
+        Ok(comms)
     }
 
-    /// A communicator over an endpoint whose peers are already inserted (all its ranks).
+    /// A communicator over an endpoint whose peers are already inserted (all its ranks); waits
+    /// until every peer has announced its eager ring, so every rank must call it concurrently.
     pub fn from_endpoint(ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Communicator> {
+        let c = Communicator::new(ep, cfg)?;
+        c.lock().await_setups()?;
+        Ok(c)
+    }
+
+    fn new(ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Communicator> {
         let (rank, size) = (ep.rank() as u32, ep.size() as u32);
         let mut engine = Engine::new(ep, cfg)?;
         let members: Arc<[u32]> = (0..size).collect();

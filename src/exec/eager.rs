@@ -66,6 +66,14 @@ impl Eager {
         Ok((eager, setups))
     }
 
+    /// Peers whose ring for us is still unknown (empty when eager is off here).
+    pub fn missing_setups(&self, me: usize) -> Vec<usize> {
+        if self.ring.is_none() {
+            return Vec::new();
+        }
+        (0..self.peers.len()).filter(|&q| q != me && self.peers[q].remote.is_none()).collect()
+    }
+
     /// The peer told us where its ring for us is.
     pub fn on_setup(&mut self, peer: usize, s: Setup) -> Result<()> {
         if s.slots as usize > MAX_SLOTS || s.slots == 0 {

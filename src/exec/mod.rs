@@ -476,6 +476,10 @@ impl Engine {
                 op.on_grant(&mut self.core, peer, GrantEntry::parse_all(&data)?)
             }
             EarlyWhat::Ctrl { kind: Kind::Rts, data } => op.on_rts(&mut self.core, peer, &proto::parse_u32s(&data)?),
+            EarlyWhat::Ctrl { kind: Kind::Abort, data } => {
+                op.notices.insert(peer, proto::parse_u32s(&data)?);
+                Ok(())
+            }
             EarlyWhat::Ctrl { kind: Kind::Check, data } => {
                 if let Some(c) = op.check.as_mut() {
                     if c.got[peer as usize].replace(data).is_none() {
@@ -562,7 +566,7 @@ impl Engine {
                         })?);
                         self.core.eager.on_credit(peer, mask)?;
                     }
-                    Kind::Grant | Kind::Rts | Kind::Check => {
+                    Kind::Grant | Kind::Rts | Kind::Check | Kind::Abort => {
                         let mask = (1u64 << proto::TAG_SEQ_BITS) - 1;
                         self.route(ctx, seq_low, mask, peer, EarlyWhat::Ctrl { kind, data })?;
                     }
@@ -701,25 +705,77 @@ impl Engine {
     /// Progresses until `key` finished or `deadline` passed (then the op fails with a Timeout).
     pub fn wait_until(&mut self, key: OpKey, deadline: Instant) -> Result<()> {
         let mut spins = 0u32;
+        let grace = (self.core.cfg.timeout / 2).min(Duration::from_secs(2));
         while !self.is_finished(key) {
+            if Instant::now() >= deadline + grace + Duration::from_millis(100) {
+                self.time_out(key);
+                break;
+            }
             let block = if spins < 64 { None } else { Some(Duration::from_millis(2)) };
             spins += 1;
             if let Err(e) = self.progress(block) {
                 self.fail(key, e);
                 break;
             }
-            if Instant::now() >= deadline && !self.is_finished(key) {
-                self.time_out(key);
+            if Instant::now() >= deadline {
+                self.check_deadline(key);
             }
         }
         Ok(())
     }
 
-    /// Fails the op with a Timeout if its deadline passed (for `test`).
+    /// Waits until every peer's eager-ring setup arrived (until then small messages take the
+    /// rendezvous path, which is correct but slower).
+    pub fn await_setups(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.core.cfg.timeout;
+        let me = self.core.ep.rank();
+        loop {
+            let missing = self.core.eager.missing_setups(me);
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Fabric(fabcoll_fabric::Error::Timeout {
+                    after: self.core.cfg.timeout,
+                    what: format!("eager-ring setup from endpoint rank(s) {missing:?}"),
+                }));
+            }
+            self.progress(Some(Duration::from_millis(2)))?;
+        }
+    }
+
+    /// Handles an op's deadline: when it passes, tell every peer whom we are waiting for (abort
+    /// notice) and keep progressing for a grace period to hear theirs; then fail with a Timeout
+    /// naming the silent ranks (see `Op::suspects`).
     pub fn check_deadline(&mut self, key: OpKey) {
-        let late = self.ops.get(&key).is_some_and(|o| !o.finished() && o.t0.elapsed() >= self.core.cfg.timeout);
-        if late {
-            self.time_out(key);
+        let timeout = self.core.cfg.timeout;
+        let Some(op) = self.ops.get_mut(&key) else { return };
+        if op.finished() || op.t0.elapsed() < timeout {
+            return;
+        }
+        match op.grace_until {
+            None => {
+                let grace = (timeout / 2).min(Duration::from_secs(2));
+                op.grace_until = Some(Instant::now() + grace);
+                let waits: Vec<u8> = op.waiting_for().iter().flat_map(|r| r.to_le_bytes()).collect();
+                let tag = proto::tag(Kind::Abort, key.ctx, key.seq);
+                for peer in 0..op.members.len() as u32 {
+                    if peer != op.rank {
+                        let ep = op.ep(peer);
+                        self.core.ctrl(ep, tag, waits.clone());
+                    }
+                }
+                // Dead peers may refuse the notice; that is what we are reporting anyway.
+                if self.core.flush_ctrl().is_err() {
+                    self.core.ctrl_out.clear();
+                }
+            }
+            Some(t) => {
+                let everyone = op.notices.len() + 1 >= op.members.len();
+                if Instant::now() >= t || everyone {
+                    self.time_out(key);
+                }
+            }
         }
     }
 
@@ -734,7 +790,7 @@ impl Engine {
                 seq: key.seq,
                 rank: op.rank,
                 after: op.t0.elapsed(),
-                waiting_for: op.waiting_for(),
+                waiting_for: op.suspects(),
             };
             op.error = Some(e);
         }

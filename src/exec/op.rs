@@ -89,6 +89,10 @@ pub(crate) struct Op {
     pub started: bool,
     pub error: Option<Error>,
     pub t0: Instant,
+    /// Set when the deadline passed: abort notices were sent, waiting for peers' notices until then.
+    pub grace_until: Option<Instant>,
+    /// Peers' abort notices: who timed out here, and whom they were waiting for.
+    pub notices: HashMap<u32, Vec<u32>>,
 }
 
 // SAFETY: the raw pointers in `Bound` point into buffers lent to the call for its whole duration
@@ -168,6 +172,8 @@ impl Op {
             started: false,
             error: None,
             t0: Instant::now(),
+            grace_until: None,
+            notices: HashMap::new(),
         }
     }
 
@@ -471,6 +477,22 @@ impl Op {
         v.sort_unstable();
         v.dedup();
         v
+    }
+
+    /// The ranks to blame on timeout: those someone waited for (this rank directly, or a peer's
+    /// abort notice) that did not report a timeout themselves — the silent ones. Falls back to
+    /// this rank's direct waits.
+    pub fn suspects(&self) -> Vec<u32> {
+        let direct = self.waiting_for();
+        let mut all: Vec<u32> = direct.iter().chain(self.notices.values().flatten()).copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        all.retain(|r| *r != self.rank && !self.notices.contains_key(r));
+        if all.is_empty() {
+            direct
+        } else {
+            all
+        }
     }
 
     /// Eager slots held for receives that never ran (returned on abort).

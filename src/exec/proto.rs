@@ -121,6 +121,8 @@ pub(crate) enum Kind {
     Rts = 4,
     /// Checked mode: the sender's call signature.
     Check = 5,
+    /// The sender timed out in this collective; payload: the ranks it was waiting for (u32s).
+    Abort = 6,
 }
 
 impl Kind {
@@ -131,6 +133,7 @@ impl Kind {
             3 => Kind::Grant,
             4 => Kind::Rts,
             5 => Kind::Check,
+            6 => Kind::Abort,
             _ => return None,
         })
     }

@@ -1,0 +1,259 @@
+//! The communicator API over the local backend: nonblocking requests (several outstanding, as
+//! futures), split and dup, copy counters of both protocols, the MR cache under free-and-reuse,
+//! bad arguments, checked mode and a silent rank turning into an error that names it.
+
+mod common;
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use fabcoll::{Collectives, Communicator, Error, ExecConfig, Options, ReduceOp, Stats};
+
+fn job<R: Send>(p: usize, cfg: ExecConfig, f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
+    let comms = Communicator::local_with(p, cfg).unwrap();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let f = &f;
+                s.spawn(move || f(&c))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank panicked")).collect()
+    })
+}
+
+fn block_on<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+#[test]
+fn several_outstanding_nonblocking_and_futures() {
+    job(5, common::cfg(), |c| {
+        let p = c.size() as i64;
+        let r = c.rank() as i64;
+        let a: Vec<i64> = (0..100_003).map(|i| i + r).collect();
+        let mut ra = vec![0i64; a.len()];
+        let mut b = vec![r; 17];
+        let small = [r * 2];
+        let mut g = vec![0i64; 5];
+        let mut bc: Vec<i64> = if r == 2 { (0..5000).collect() } else { vec![0; 5000] };
+        c.scope(|s| {
+            let q1 = s.allreduce(&a, &mut ra, &ReduceOp::Sum)?;
+            let q2 = s.allreduce_in_place(&mut b, &ReduceOp::Max)?;
+            let q3 = s.allgather(&small, &mut g)?;
+            let q4 = s.bcast(&mut bc, 2)?;
+            // Complete out of order, one as a future, one by polling test().
+            q3.wait()?;
+            block_on(q1)?;
+            let mut q4 = q4;
+            let r4 = loop {
+                if let Some(r) = q4.test() {
+                    break r;
+                }
+            };
+            r4?;
+            drop(q2); // the scope finishes it
+            Ok(())
+        })
+        .unwrap();
+        let sum_r = p * (p - 1) / 2;
+        assert!(ra.iter().enumerate().all(|(i, &v)| v == p * i as i64 + sum_r));
+        assert!(b.iter().all(|&v| v == p - 1));
+        assert_eq!(g, (0..p).map(|q| q * 2).collect::<Vec<_>>());
+        assert_eq!(bc, (0..5000).collect::<Vec<i64>>());
+    });
+}
+
+#[test]
+fn split_and_dup() {
+    job(7, common::cfg(), |c| {
+        let r = c.rank();
+        // Even and odd ranks, reversed order inside each group; rank 6 opts out.
+        let color = if r == 6 { None } else { Some(r % 2) };
+        let sub = c.split(color, -(r as i32)).unwrap();
+        let d = c.dup().unwrap();
+        match sub {
+            None => assert_eq!(r, 6),
+            Some(sub) => {
+                let members: Vec<u32> = (0..6).filter(|q| q % 2 == r % 2).rev().collect();
+                assert_eq!(sub.size(), 3);
+                assert_eq!(members[sub.rank() as usize], r);
+                let mut all = vec![0u32; 3];
+                sub.allgather(&[r], &mut all).unwrap();
+                assert_eq!(all, members);
+                // Collectives on the sub-communicator and the dup interleave.
+                let mut x = vec![r as u64; 10_000];
+                sub.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+                assert!(x.iter().all(|&v| v == members.iter().map(|&m| m as u64).sum::<u64>()));
+            }
+        }
+        let mut y = [r as u64];
+        d.allreduce_in_place(&mut y, &ReduceOp::Sum).unwrap();
+        assert_eq!(y[0], 21);
+        let mut z = [r as u64];
+        c.allreduce_in_place(&mut z, &ReduceOp::Max).unwrap();
+        assert_eq!(z[0], 6);
+    });
+}
+
+fn total(stats: &[Stats]) -> Stats {
+    let mut t = Stats::default();
+    for s in stats {
+        t.eager_msgs += s.eager_msgs;
+        t.eager_bytes += s.eager_bytes;
+        t.eager_copy_bytes += s.eager_copy_bytes;
+        t.zcopy_msgs += s.zcopy_msgs;
+        t.zcopy_bytes += s.zcopy_bytes;
+        t.zcopy_copy_bytes += s.zcopy_copy_bytes;
+        t.local_copy_bytes += s.local_copy_bytes;
+        t.rts_msgs += s.rts_msgs;
+        t.grants += s.grants;
+    }
+    t
+}
+
+#[test]
+fn copy_counters_prove_zero_copy_and_single_copy_eager() {
+    let opts = Options::algorithm("recursive_doubling");
+    // Large: 4 ranks × 1 MiB of f64, zero-copy only.
+    let big = job(4, common::cfg(), |c| {
+        let x = vec![1.0f64; 131_072];
+        let mut y = vec![0.0f64; x.len()];
+        c.with(&opts).allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+        assert!(y.iter().all(|&v| v == 4.0));
+        c.stats()
+    });
+    let t = total(&big);
+    assert_eq!(t.eager_msgs, 0, "{t:?}");
+    assert_eq!(t.transport_copy_bytes(), 0, "zero-copy path copied: {t:?}");
+    assert_eq!(t.zcopy_bytes, 4 * 2 * 1_048_576, "{t:?}"); // log2(4) exchanges of the whole vector per rank
+                                                           // Small: eager only, each byte copied exactly once (out of its slot).
+    let small = job(4, common::cfg(), |c| {
+        let x = vec![1.0f64; 64];
+        let mut y = vec![0.0f64; 64];
+        c.with(&opts).allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+        assert!(y.iter().all(|&v| v == 4.0));
+        c.stats()
+    });
+    let t = total(&small);
+    assert_eq!(t.zcopy_msgs, 0, "{t:?}");
+    assert_eq!(t.eager_bytes, 4 * 2 * 512, "{t:?}");
+    assert_eq!(t.eager_copy_bytes, t.eager_bytes, "eager bytes must be copied exactly once: {t:?}");
+    assert_eq!((t.rts_msgs, t.grants), (0, 0), "{t:?}");
+}
+
+#[test]
+fn mr_cache_survives_free_and_reuse() {
+    let stats = job(3, common::cfg(), |c| {
+        let r = c.rank() as u64;
+        for round in 0..40u64 {
+            // Same size every round: the allocator hands the same addresses back.
+            let n = if round % 2 == 0 { 50_000 } else { 3_000 };
+            let x: Vec<u64> = (0..n).map(|i| i * (round + 1) + r).collect();
+            let mut y = vec![0u64; n as usize];
+            c.allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+            for (i, &v) in y.iter().enumerate() {
+                assert_eq!(v, 3 * i as u64 * (round + 1) + 3, "round {round} element {i}");
+            }
+            drop(x);
+            drop(y);
+        }
+        c.stats()
+    });
+    assert!(stats.iter().all(|s| s.cache_hits > 0), "the cache was never used: {stats:?}");
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    job(3, common::cfg(), |c| {
+        let x = [1i32; 4];
+        let mut y = [0i32; 5];
+        let e = c.allreduce(&x, &mut y, &ReduceOp::Sum).unwrap_err().to_string();
+        assert!(e.contains("allreduce") && e.contains("receive buffer has 5 elements, expected 4"), "{e}");
+        let mut b = [0u8; 3];
+        let e = c.bcast(&mut b, 3).unwrap_err().to_string();
+        assert!(e.contains("root 3 out of range 0..3"), "{e}");
+        let e = c.alltoall(&[1u8; 4], &mut [0u8; 4]).unwrap_err().to_string();
+        assert!(e.contains("not 3 equal blocks"), "{e}");
+        let e = c.gatherv(&[1u8], &mut [0u8; 3], &[1, 1], None, 0).unwrap_err().to_string();
+        assert!(e.contains("counts has 2 entries for 3 ranks"), "{e}");
+        let e = c.allreduce(&[1.0f64], &mut [0.0], &ReduceOp::Band).unwrap_err().to_string();
+        assert!(e.contains("band") && e.contains("f64"), "{e}");
+        let e = c.with(&Options::algorithm("nosuch")).barrier().unwrap_err().to_string();
+        assert!(e.contains("nosuch") && e.contains("dissemination"), "{e}");
+        let e = c.with(&Options::algorithm("ring").param("bogus", 1)).allreduce(&x, &mut [0; 4], &ReduceOp::Sum);
+        assert!(e.unwrap_err().to_string().contains("bogus"));
+        let e = c.with(&Options::algorithm("pairwise_xor")).alltoall(&[1u8; 3], &mut [0u8; 3]);
+        assert!(e.unwrap_err().to_string().contains("power-of-two"));
+        let noncomm = common::affine_op();
+        let pair = [common::pval(0, 0)];
+        let e = c.with(&Options::algorithm("ring")).allreduce(&pair, &mut [common::pval(0, 0)], &noncomm);
+        assert!(e.unwrap_err().to_string().contains("commutative"));
+        // Still usable after all that (nothing was started).
+        let mut z = [c.rank()];
+        c.allreduce_in_place(&mut z, &ReduceOp::Sum).unwrap();
+        assert_eq!(z[0], 3);
+    });
+}
+
+#[test]
+fn checked_mode_names_the_mismatching_rank() {
+    let comms = Communicator::local_with(4, common::cfg()).unwrap();
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .map(|mut c| {
+                s.spawn(move || {
+                    c.set_checked(true);
+                    let n = if c.rank() == 2 { 5 } else { 4 };
+                    let x = vec![1u32; n];
+                    let mut y = vec![0u32; n];
+                    let e = c.allreduce(&x, &mut y, &ReduceOp::Sum).unwrap_err();
+                    assert!(matches!(e, Error::Mismatch(_)), "{e}");
+                    // No data moved: the communicator is still usable.
+                    let mut z = [1u32];
+                    c.allreduce_in_place(&mut z, &ReduceOp::Sum).unwrap();
+                    assert_eq!(z[0], 4);
+                    e.to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (r, e) in errs.iter().enumerate() {
+        let culprit = if r == 2 { "rank 0" } else { "rank 2" };
+        assert!(e.contains(culprit) && e.contains("count 5") && e.contains("count 4"), "rank {r}: {e}");
+    }
+}
+
+#[test]
+fn silent_rank_becomes_an_error_naming_it() {
+    let cfg = ExecConfig { timeout: Duration::from_millis(800), ..Default::default() };
+    let t0 = Instant::now();
+    let errs = job(4, cfg, |c| {
+        if c.rank() == 3 {
+            // Alive (its memory stays registered) but never calls the collective.
+            std::thread::sleep(Duration::from_secs(3));
+            return None;
+        }
+        let mut x = vec![1u64; 100];
+        Some(c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap_err())
+    });
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    // Every survivor names rank 3, also those that only waited for it indirectly.
+    for e in errs.into_iter().flatten() {
+        match &e {
+            Error::Timeout { waiting_for, .. } => assert_eq!(waiting_for, &[3], "{e}"),
+            other => panic!("expected a timeout, got {other}"),
+        }
+    }
+}
