@@ -681,6 +681,18 @@ impl Engine {
                 c.broken.get_or_insert_with(|| e.to_string());
             }
         }
+        // Tell the peers whom we were waiting for (unless the deadline path already did), so
+        // that ranks waiting on us can name the rank that is really missing.
+        if op.started && op.grace_until.is_none() {
+            let waits: Vec<u8> = op.waiting_for().iter().flat_map(|r| r.to_le_bytes()).collect();
+            let tag = proto::tag(Kind::Abort, key.ctx, key.seq);
+            for peer in 0..op.members.len() as u32 {
+                if peer != op.rank {
+                    let ep = op.ep(peer);
+                    self.core.ctrl(ep, tag, waits.clone());
+                }
+            }
+        }
         for (peer, slot) in op.held_slots() {
             let _ = self.core.release_slot(peer, slot);
         }
@@ -691,7 +703,9 @@ impl Engine {
         }
         self.core.writes.retain(|_, (k, _)| *k != key);
         self.core.grants_in.retain(|_, (k, _)| *k != key);
-        let _ = self.core.flush_ctrl();
+        if self.core.flush_ctrl().is_err() {
+            self.core.ctrl_out.clear();
+        }
     }
 
     /// Waits for `key` with the configured timeout; on expiry the error names the ranks whose

@@ -1,0 +1,96 @@
+//! Multi-process runs over the `shm` backend (each rank a process re-executed from this test
+//! binary, see `fabric/tests/support`): every collective × algorithm against the reference, and a
+//! killed rank turning into an error that names it on every survivor.
+
+#[path = "../fabric/tests/support/mod.rs"]
+mod support;
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use fabcoll::collectives::Collective;
+use fabcoll::{Collectives, Communicator, Error, ReduceOp};
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+fn matrix_on(c: &Communicator, counts: &[usize], all_algs: bool) -> Result<usize, String> {
+    let p = c.size();
+    let mut ran = 0;
+    for coll in Collective::ALL {
+        for &count in counts {
+            for noncomm in [false, true] {
+                if noncomm && !coll.is_reduction() {
+                    continue;
+                }
+                let args = common::args_for(coll, p, count, !noncomm);
+                if all_algs {
+                    for alg in common::algorithms(&args) {
+                        common::run_one(c, coll, Some(alg), count, noncomm)?;
+                        ran += 1;
+                    }
+                }
+                common::run_one(c, coll, None, count, noncomm)?;
+                ran += 1;
+            }
+        }
+    }
+    Ok(ran)
+}
+
+fn shm_matrix(name: &str, p: u32, all_algs: bool) {
+    support::ranks(name, p, LIMIT, &[("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "30")], |_job| {
+        let c = Communicator::from_env().expect("communicator");
+        let counts = [0, 1, p as usize + 1, 100_003];
+        let ran = matrix_on(&c, &counts, all_algs).unwrap_or_else(|e| panic!("{e}"));
+        c.barrier().unwrap(); // nobody leaves while a peer may still write
+        eprintln!("rank {}: {ran} collectives verified", c.rank());
+    });
+}
+
+#[test]
+fn shm_all_algorithms_p4() {
+    shm_matrix("shm_all_algorithms_p4", 4, true);
+}
+
+#[test]
+fn shm_all_algorithms_p7() {
+    shm_matrix("shm_all_algorithms_p7", 7, true);
+}
+
+#[test]
+fn shm_default_algorithms_p2() {
+    shm_matrix("shm_default_algorithms_p2", 2, false);
+}
+
+#[test]
+fn shm_killed_rank_is_named() {
+    support::ranks(
+        "shm_killed_rank_is_named",
+        4,
+        LIMIT,
+        &[("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "3")],
+        |job| {
+            let c = Communicator::from_env().expect("communicator");
+            let mut x = vec![1u64; 1000];
+            c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+            if c.rank() == 3 {
+                std::process::exit(0); // dies between collectives
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            let t0 = Instant::now();
+            let e = c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap_err();
+            assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+            match &e {
+                Error::Timeout { waiting_for, .. } => assert_eq!(waiting_for, &[3], "rank {}: {e}", c.rank()),
+                Error::Fabric(fabcoll::fabric::Error::Peer { peer: 3, .. }) => {}
+                other => panic!("rank {}: error does not name rank 3: {other}", c.rank()),
+            }
+            eprintln!("rank {}: {e}", c.rank());
+            // The communicator is now broken, and says so.
+            assert!(matches!(c.barrier(), Err(Error::Broken(_))));
+            // Survivors leave together (a survivor that exits early would look dead to the others).
+            fabcoll::fabric::bootstrap::barrier(&*job.store, "survivors", 3, Duration::from_secs(30)).unwrap();
+        },
+    );
+}
