@@ -36,6 +36,6 @@ pub mod select;
 pub use collectives::datatype::{Datatype, Element, ValueIndex};
 pub use collectives::op::{ReduceOp, UserOp};
 pub use collectives::Params;
-pub use comm::{Call, Collectives, Communicator, Options, Request, Scope, WithOptions};
+pub use comm::{Call, Collectives, Communicator, Options, Pinned, Registered, Request, Scope, WithOptions};
 pub use error::{Error, Result};
 pub use exec::{ExecConfig, Stats};

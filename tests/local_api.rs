@@ -61,7 +61,7 @@ fn several_outstanding_nonblocking_and_futures() {
                 }
             };
             r4?;
-            drop(q2); // the scope finishes it
+            let _unfinished = q2; // the scope finishes it
             Ok(())
         })
         .unwrap();
@@ -153,6 +153,17 @@ fn copy_counters_prove_zero_copy_and_single_copy_eager() {
 
 #[test]
 fn mr_cache_survives_free_and_reuse() {
+    // Without the cache (what pinning providers get): registered per call, same results.
+    let uncached = ExecConfig { mr_cache: 0, ..common::cfg() };
+    let stats = job(3, uncached, |c| {
+        let mut x = vec![c.rank() as u64; 20_000];
+        for _ in 0..3 {
+            c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+        }
+        assert!(x.iter().all(|&v| v == 27));
+        c.stats()
+    });
+    assert!(stats.iter().all(|s| s.cache_hits == 0 && s.registrations >= 3), "{stats:?}");
     let stats = job(3, common::cfg(), |c| {
         let r = c.rank() as u64;
         for round in 0..40u64 {
@@ -256,4 +267,27 @@ fn silent_rank_becomes_an_error_naming_it() {
             other => panic!("expected a timeout, got {other}"),
         }
     }
+}
+
+#[test]
+fn pinned_buffers_bypass_the_cache() {
+    job(3, common::cfg(), |c| {
+        let r = c.rank() as f32;
+        let mut x = c.alloc::<f32>(70_000).unwrap();
+        let mut y = c.alloc::<f32>(70_000).unwrap();
+        let mut own = vec![0f32; 5000];
+        let before = c.stats();
+        for round in 0..5 {
+            x.iter_mut().enumerate().for_each(|(i, v)| *v = (i % 100) as f32 + r + round as f32);
+            c.allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+            assert!(y.iter().enumerate().all(|(i, &v)| v == 3.0 * ((i % 100) as f32 + round as f32) + 3.0));
+            let mut g = c.register(&mut own).unwrap();
+            g.fill(r);
+            c.allreduce_in_place(&mut g, &ReduceOp::Max).unwrap();
+            assert!(g.iter().all(|&v| v == 2.0));
+        }
+        let after = c.stats();
+        assert_eq!(after.registrations, before.registrations, "pinned buffers went through the cache");
+        assert_eq!(after.cache_hits, before.cache_hits);
+    });
 }

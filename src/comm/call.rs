@@ -253,7 +253,7 @@ pub trait Collectives<'b> {
     /// Allgather with this rank's block already at its place in `buf` (p equal blocks).
     fn allgather_in_place<T: Element>(&self, buf: &'b mut [T]) -> Result<Self::Out> {
         let p = self.comm().size() as usize;
-        if buf.len() % p != 0 {
+        if !buf.len().is_multiple_of(p) {
             return Err(Error::invalid(
                 Collective::Allgather,
                 format!("{} elements are not {p} equal blocks", buf.len()),
@@ -280,7 +280,7 @@ pub trait Collectives<'b> {
     /// Block j of `send` goes to rank j; block i of `recv` came from rank i.
     fn alltoall<T: Element>(&self, send: &'b [T], recv: &'b mut [T]) -> Result<Self::Out> {
         let p = self.comm().size() as usize;
-        if send.len() % p != 0 {
+        if !send.len().is_multiple_of(p) {
             return Err(Error::invalid(
                 Collective::Alltoall,
                 format!("send has {} elements, not {p} equal blocks", send.len()),

@@ -7,6 +7,7 @@
 //! progresses the collectives of all of them.
 
 mod call;
+mod pinned;
 mod request;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +20,7 @@ use fabcoll_fabric::bootstrap::{self, JobEnv, TcpStoreServer};
 use fabcoll_fabric::{Access, Backend, Config, Endpoint, LocalFabric};
 
 pub use call::{Call, Collectives, WithOptions};
+pub use pinned::{Pinned, Registered};
 pub use request::{Request, Scope};
 
 use crate::error::{Error, Result};

@@ -276,6 +276,8 @@ pub(crate) struct Engine {
     early: Vec<Early>,
     pub next_ctx: u32,
     comp: Vec<Completion>,
+    /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
+    pinned: Vec<Mr>,
 }
 
 fn seq_match(seq: u64, low: u64, mask: u64) -> bool {
@@ -320,6 +322,7 @@ impl Engine {
             early: Vec::new(),
             next_ctx: 1,
             comp: Vec::new(),
+            pinned: Vec::new(),
         };
         for (q, s) in setups {
             e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0), s.to_bytes());
@@ -359,10 +362,25 @@ impl Engine {
         if bytes == 0 {
             return Ok(Bound::empty());
         }
+        let (a, b) = (ptr as usize, ptr as usize + bytes);
+        if let Some(mr) = self.pinned.iter().find(|m| m.as_ptr() as usize <= a && b <= m.as_ptr() as usize + m.len()) {
+            let mr_off = a - mr.as_ptr() as usize;
+            return Ok(Bound { ptr, bytes, mr: Some(mr.clone()), mr_off });
+        }
         // SAFETY: forwarded from the caller.
         let mr = unsafe { self.core.mrs.get(&mut *self.core.ep, ptr, bytes, access)? };
         let mr_off = ptr as usize - mr.as_ptr() as usize;
         Ok(Bound { ptr, bytes, mr: Some(mr), mr_off })
+    }
+
+    /// Uses `mr` for buffers inside it, bypassing the cache; the cache forgets overlapping entries.
+    pub fn pin(&mut self, mr: Mr) {
+        self.core.mrs.evict(mr.as_ptr(), mr.len());
+        self.pinned.push(mr);
+    }
+
+    pub fn unpin(&mut self, mr: &Mr) {
+        self.pinned.retain(|m| !(m.as_ptr() == mr.as_ptr() && m.len() == mr.len() && m.remote() == mr.remote()));
     }
 
     /// Starts a collective on context `ctx`; returns its key. Buffers are already bound.
@@ -808,11 +826,6 @@ impl Engine {
             };
             op.error = Some(e);
         }
-    }
-
-    /// Keys of ops still outstanding on `ctx`.
-    pub fn outstanding(&self, ctx: u32) -> Vec<OpKey> {
-        self.ctxs.get(&ctx).map(|c| c.outstanding.iter().map(|&seq| OpKey { ctx, seq }).collect()).unwrap_or_default()
     }
 
     /// The algorithm an op runs (for tests and tracing).

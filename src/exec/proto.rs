@@ -167,7 +167,7 @@ pub(crate) struct Setup {
 impl Setup {
     pub const LEN: usize = RemoteMr::WIRE_LEN + 16;
 
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub fn to_bytes(self) -> Vec<u8> {
         let mut b = self.mr.to_bytes().to_vec();
         b.extend_from_slice(&self.off.to_le_bytes());
         b.extend_from_slice(&self.slots.to_le_bytes());
@@ -212,7 +212,7 @@ impl GrantEntry {
     }
 
     pub fn parse_all(b: &[u8]) -> Result<Vec<GrantEntry>> {
-        if b.len() % Self::LEN != 0 {
+        if !b.len().is_multiple_of(Self::LEN) {
             return Err(Error::Protocol(format!("grant message of {} bytes is not whole entries", b.len())));
         }
         b.chunks(Self::LEN)
@@ -233,7 +233,7 @@ impl GrantEntry {
 
 /// Message indices of a rendezvous request.
 pub(crate) fn parse_u32s(b: &[u8]) -> Result<Vec<u32>> {
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return Err(Error::Protocol(format!("index list of {} bytes", b.len())));
     }
     Ok(b.chunks(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
