@@ -210,6 +210,8 @@ pub(crate) mod sealed {
         /// The built-in kernel: `dst[i] ← src[i] ⊕ dst[i]` (built-ins are commutative). Errs on
         /// an op that is not defined on this type (callers check first) or a user op.
         fn apply(op: &ReduceOp, src: &[Self], dst: &mut [Self]) -> Result<()>;
+        /// [`Sealed::apply`] with `src` as the raw bytes (any alignment) of `dst.len()` elements.
+        fn apply_src_bytes(op: &ReduceOp, src: &[u8], dst: &mut [Self]) -> Result<()>;
     }
 }
 

@@ -1,16 +1,21 @@
 //! Reduction operators: the twelve MPI built-ins and user-defined ops with a commutative flag,
 //! and which (op, datatype) pairs are defined ([`ReduceOp::check`]).
 //!
-//! Semantics of the built-ins (all commutative and associative, so algorithms may reorder them):
+//! Semantics of the built-ins (all exactly commutative; all but float `Sum`/`Prod` also exactly
+//! associative, so for those two the result depends on the association the algorithm picks, as in
+//! MPI):
 //! - `Sum`, `Prod`: integers wrap (two's complement); floats are IEEE; `f16`/`bf16` are widened to
-//!   f32, combined, and rounded back once per element per reduction step (correctly rounded,
-//!   since f32 has more than 2p + 2 significand bits for both).
+//!   f32, combined, and rounded back to nearest-even once per element per reduction step. That is
+//!   the correctly rounded half-precision result (f32 has ≥ 2p + 2 significand bits for both), the
+//!   only exception being bf16 products that fall into f32's subnormal range. There is no f32
+//!   accumulation across steps: a p-rank reduction rounds p − 1 times, like native half math.
 //! - `Min`, `Max` on floats: NaN propagates (any NaN operand gives NaN) and −0 < +0, i.e.
 //!   IEEE 754-2019 `minimum`/`maximum`. This makes them order-independent, unlike C's `fmin`.
 //! - `Band`, `Bor`, `Bxor`: bitwise, integers only. `Land`, `Lor`, `Lxor`: nonzero is true, result
 //!   is 1 or 0, integers only.
 //! - `Minloc`, `Maxloc`: pair types only; the smaller (larger) value wins, equal values keep the
-//!   lower index (the MPI rule); a NaN value counts as the winner (lower index among NaNs).
+//!   lower index (the MPI rule); a NaN value counts as the winner (lower index among NaNs); an
+//!   exact tie (same value, same index: ±0, NaN payloads) goes to the smaller bit pattern.
 
 use std::fmt;
 use std::sync::Arc;
@@ -60,7 +65,13 @@ impl UserOp {
         T: Element,
         F: Fn(T, T) -> T + Send + Sync + 'static,
     {
-        let g = move |src: &[u8], dst: &mut [u8], _dt: Datatype, order: Order| {
+        let name: Arc<str> = Arc::from(name.into());
+        let op_name = Arc::clone(&name);
+        let g = move |src: &[u8], dst: &mut [u8], dt: Datatype, order: Order| {
+            if dt != T::DATATYPE {
+                let msg = format!("element-wise user op on {} called on {dt}", T::DATATYPE);
+                return Err(Error::Reduce { op: op_name.to_string(), datatype: dt.name(), msg });
+            }
             let combine = |s: &[T], d: &mut [T]| {
                 match order {
                     Order::SrcFirst => d.iter_mut().zip(s).for_each(|(d, s)| *d = f(*s, *d)),
@@ -70,15 +81,11 @@ impl UserOp {
             };
             crate::kernels::on_bytes::<T>(src, dst, combine)
         };
-        UserOp {
-            name: Arc::from(name.into()),
-            commutative,
-            datatypes: Some(Arc::from([T::DATATYPE].as_slice())),
-            f: Arc::new(g),
-        }
+        UserOp { name, commutative, datatypes: Some(Arc::from([T::DATATYPE].as_slice())), f: Arc::new(g) }
     }
 
-    /// Restricts the op to these datatypes ([`ReduceOp::check`] rejects the others).
+    /// Restricts the op to these datatypes ([`ReduceOp::check`] rejects the others). An
+    /// element-wise op still runs on its own type only (others are an error at run time).
     pub fn with_datatypes(mut self, datatypes: &[Datatype]) -> UserOp {
         self.datatypes = Some(Arc::from(datatypes));
         self
@@ -250,6 +257,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ops_are_send_and_sync() {
+        fn check<T: Send + Sync + Clone>() {}
+        check::<ReduceOp>();
+        check::<UserOp>();
+    }
+
+    #[test]
     fn names_round_trip() {
         for op in BUILTINS {
             assert_eq!(ReduceOp::from_name(op.name()).unwrap(), op);
@@ -303,6 +317,13 @@ mod tests {
         assert_ne!(op, other);
         let any = ReduceOp::User(UserOp::new("xor", true, |s, d, _| d.iter_mut().zip(s).for_each(|(d, s)| *d ^= s)));
         assert!(any.is_commutative());
+        // Widening an element-wise op's datatypes does not make it run on the wrong element size.
+        let wide = ReduceOp::User(
+            UserOp::elementwise::<i64, _>("add", true, |a, b| a + b).with_datatypes(&[Datatype::I64, Datatype::I8]),
+        );
+        assert!(wide.check(Datatype::I8).is_ok());
+        let e = crate::kernels::reduce(&wide, Datatype::I8, &[1; 3], &mut [2; 3], Order::SrcFirst).unwrap_err();
+        assert!(e.to_string().contains("add on i8") && e.to_string().contains("called on i8"), "{e}");
         assert!(Datatype::ALL.iter().all(|&d| any.check(d).is_ok()));
     }
 }

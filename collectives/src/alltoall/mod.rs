@@ -2,12 +2,22 @@
 //!
 //! Cost convention of every file: n = p·count·elem bytes that a rank sends (thakur §4.3); α counts
 //! messages on the critical path, β bytes through the busiest port on it; γ = 0 (no reduction;
-//! faraj-yuan's γ is contention, which the α–β model leaves out).
+//! faraj-yuan's γ is contention, which the α–β model leaves out). For alltoallv the terms are a
+//! lock-step estimate from the count matrix (busiest rank per step), not a paper formula.
+//!
+//! Shared code: `phases` (layout, in-place staging, barriers, the ring/pair phase engine),
+//! `forward` (store-and-forward of (src, dst) items for Bruck and the meshes), `mesh` (the grid).
+//! In place (alltoall only; alltoallv has no in-place form), the pair family replaces block by
+//! block through one block of scratch (MPICH's sendrecv_replace); every other algorithm first
+//! copies the input to scratch (n extra bytes) and runs as if out of place.
 
 mod forward;
+mod mesh;
 mod phases;
 
 mod bruck;
+mod mesh_2d;
+mod mesh_3d;
 mod pair_full_barrier;
 mod pair_light_barrier;
 mod pair_n_barriers;
@@ -28,6 +38,10 @@ use crate::registry::Algorithm;
 pub(crate) const ALGORITHMS: &[Algorithm] = &[
     bruck::ALLTOALL,
     bruck::ALLTOALLV,
+    mesh_2d::ALLTOALL,
+    mesh_2d::ALLTOALLV,
+    mesh_3d::ALLTOALL,
+    mesh_3d::ALLTOALLV,
     simple::ALLTOALL,
     simple::ALLTOALLV,
     spreading_simple::ALLTOALL,

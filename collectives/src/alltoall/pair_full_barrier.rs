@@ -1,5 +1,5 @@
 //! Pair alltoall(v) with a full barrier between phases: p − 1 phases exchanging with r XOR k,
-//! separated by p − 2 dissemination barriers, so the phases run in lock step.
+//! separated by p − 2 butterfly barriers (r XOR 2^j), so the phases run in lock step.
 //!
 //! Cost (n = p·count·elem bytes per rank): p a power of two: (p − 1)α + n(p − 1)/p·β +
 //! (p − 2)·lg p·α for the barriers (faraj-yuan's (p − 2)δ_h with δ_h = lg p·α), γ = 0; other p:

@@ -1,5 +1,5 @@
 //! Pair alltoall(v) with N full barriers: p − 1 phases exchanging with r XOR k, split into N + 1
-//! nearly equal groups by N dissemination barriers (parameter `barriers`, clamped to p − 2).
+//! nearly equal groups by N butterfly barriers (r XOR 2^j) (parameter `barriers`, clamped to p − 2).
 //!
 //! Cost (n = p·count·elem bytes per rank): p a power of two: (p − 1)α + n(p − 1)/p·β +
 //! min(N, p − 2)·lg p·α for the barriers (faraj-yuan's Nδ_h), γ = 0; other p: not applicable.

@@ -1,5 +1,5 @@
 //! Building blocks shared by the alltoall(v) algorithms: the buffer layout (with in-place
-//! staging), direct block exchanges, the dissemination (full) barrier and the phase engine of the
+//! staging), direct block exchanges, the full barriers (dissemination, butterfly) and the phase engine of the
 //! ring and pair families (faraj-yuan §3.1) with their light, full and N-barrier variants.
 //!
 //! In-place alltoall reads and writes the same buffer, so [`Io::new`] first copies the input to
@@ -64,12 +64,18 @@ fn displacements(
 impl<'a> Io<'a> {
     /// The layout of `args`; under in-place, also emits the staging copy into `b`.
     pub fn new(b: &mut ScheduleBuilder, args: &'a CollArgs) -> Result<Io<'a>> {
+        Io::with_staging(b, args, true)
+    }
+
+    /// The layout of `args`, staging the input under in-place only if `stage` (an algorithm that
+    /// does not stage must order every `Recv` write after the reads of the same block itself).
+    pub fn with_staging(b: &mut ScheduleBuilder, args: &'a CollArgs, stage: bool) -> Result<Io<'a>> {
         let r = args.rank;
         let sdispl = displacements(args, &args.displs, |j| args.pair_count(r, j))?;
         let rdispl = displacements(args, &args.rdispls, |i| args.pair_count(i, r))?;
         let mut io = Io { args, input: Buf::Send, sdispl, rdispl, guard: Vec::new() };
         let len = args.send_len()?;
-        if args.in_place && len > 0 {
+        if stage && args.in_place && len > 0 {
             let t = b.scratch(len);
             io.guard.push(b.copy(Region::new(Buf::Send, 0, len), Region::new(t, 0, len), &[]));
             io.input = t;
@@ -147,16 +153,21 @@ impl<'a> Io<'a> {
 /// A zero-length region for synchronization messages.
 pub(super) const EMPTY: Region = Region::new(Buf::Recv, 0, 0);
 
-/// Dissemination barrier (thakur's barrier, ⌈lg p⌉ rounds of zero-length messages): round k sends
-/// to r + 2^k and receives from r − 2^k after round k − 1's receive. Returns the steps that mark
-/// its completion on this rank.
-pub(super) fn dissemination_barrier(b: &mut ScheduleBuilder, deps: &[StepId]) -> Vec<StepId> {
+/// Full barrier of ⌈lg p⌉ rounds of zero-length messages, round k after round k − 1's receive:
+/// dissemination (round k sends to r + 2^k, receives from r − 2^k; any p) or, with `xor` (p a
+/// power of two), butterfly (round k exchanges with r XOR 2^k), which keeps the pair family's
+/// schedules XOR-symmetric. Returns the steps that mark its completion on this rank.
+pub(super) fn full_barrier(b: &mut ScheduleBuilder, xor: bool, deps: &[StepId]) -> Vec<StepId> {
     let (r, p) = (u64::from(b.rank()), u64::from(b.size()));
+    debug_assert!(!xor || p.is_power_of_two(), "butterfly barrier needs a power of two");
     let mut prev = deps.to_vec();
     let mut dist = 1u64;
     while dist < p {
-        let to = ((r + dist) % p) as u32;
-        let from = ((r + p - dist) % p) as u32;
+        let (to, from) = if xor {
+            ((r ^ dist) as u32, (r ^ dist) as u32)
+        } else {
+            (((r + dist) % p) as u32, ((r + p - dist) % p) as u32)
+        };
         let s = b.send(to, EMPTY, &prev);
         let v = b.recv(from, EMPTY, &prev);
         prev = vec![s, v];
@@ -171,16 +182,19 @@ pub(super) fn dissemination_barrier(b: &mut ScheduleBuilder, deps: &[StepId]) ->
 pub(super) struct Pattern {
     pub send: fn(u32, u32, u32) -> u32,
     pub recv: fn(u32, u32, u32) -> u32,
+    /// Whether `send == recv` (each phase is an exchange with one partner).
+    pub symmetric: bool,
 }
 
 /// Ring: phase k sends to r + k and receives from r − k (mod p).
 pub(super) const RING: Pattern = Pattern {
     send: |r, k, p| ((u64::from(r) + u64::from(k)) % u64::from(p)) as u32,
     recv: |r, k, p| ((u64::from(r) + u64::from(p) - u64::from(k)) % u64::from(p)) as u32,
+    symmetric: false,
 };
 
 /// Pair: phase k exchanges with r XOR k (p a power of two).
-pub(super) const XOR: Pattern = Pattern { send: |r, k, _| r ^ k, recv: |r, k, _| r ^ k };
+pub(super) const XOR: Pattern = Pattern { send: |r, k, _| r ^ k, recv: |r, k, _| r ^ k, symmetric: true };
 
 /// How consecutive phases are synchronized.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -191,9 +205,8 @@ pub(super) enum Sync {
     /// "ready" message from its phase-k receiver, sent when that receiver's phase k − 1 receive
     /// completed (no node ever receives two phases at once).
     Light,
-    /// Chain, plus a full dissemination barrier after some phases: N barriers split the p − 1
-    /// phases into N + 1 nearly equal groups (N is clamped to p − 2; `u64::MAX` = after every
-    /// phase).
+    /// Chain, plus a full barrier after some phases: N barriers split the p − 1 phases into
+    /// N + 1 nearly equal groups (N is clamped to p − 2; `u64::MAX` = after every phase).
     Barriers(u64),
 }
 
@@ -227,12 +240,20 @@ fn barrier_after(k: u32, n: u64, p: u32) -> bool {
 }
 
 /// Builds a phased exchange (ring or pair family): p − 1 phases, phase k sends this rank's block
-/// to `pat.send(r, k)` and receives the block from `pat.recv(r, k)`, synchronized by `sync`.
+/// to `pat.send(r, k)` and receives the block from `pat.recv(r, k)`, synchronized by `sync` (full
+/// barriers: dissemination for the ring, butterfly for the symmetric pair pattern).
 /// Empty blocks are not sent (both sides know every count).
+///
+/// In place, a symmetric pattern replaces blocks as MPICH's sendrecv_replace does: phase k
+/// receives into a one-block scratch and copies it over the block it just sent; other patterns
+/// stage the whole input ([`Io::new`]).
 pub(super) fn phased(args: &CollArgs, pat: Pattern, sync: Sync) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(args);
-    let io = Io::new(&mut b, args)?;
     let (r, p) = (args.rank, args.size);
+    let replace = args.in_place && pat.symmetric;
+    let io = Io::with_staging(&mut b, args, !replace)?;
+    let block = (0..p).filter(|&j| j != r).map(|j| io.count(j, r)).max().unwrap_or(0);
+    let tmp = (replace && block > 0).then(|| b.scratch(block));
     io.own_copy(&mut b);
     let barriers = io.any_data();
     // `prev`: the steps phase k waits for (phase k − 1's, or the barrier after it).
@@ -245,7 +266,19 @@ pub(super) fn phased(args: &CollArgs, pat: Pattern, sync: Sync) -> Result<Schedu
             send_deps.push(b.recv(to, EMPTY, &[]));
         }
         let s = io.send_to(&mut b, to, &send_deps);
-        let v = io.recv_from(&mut b, from, &prev);
+        let (v, landed) = match tmp {
+            Some(t) if io.count(from, r) > 0 => {
+                let len = io.count(from, r);
+                let v = b.recv(from, Region::new(t, 0, len), &prev);
+                // Over the block just sent to the same partner: after the send and the receive.
+                let deps: Vec<StepId> = s.into_iter().chain([v]).collect();
+                (Some(v), Some(b.copy(Region::new(t, 0, len), io.recv_block(from), &deps)))
+            }
+            _ => {
+                let v = io.recv_from(&mut b, from, &prev);
+                (v, v)
+            }
+        };
         if sync == Sync::Light && k + 1 < p {
             // Tell our phase-(k + 1) sender that our phase-k receive is done.
             let next_from = (pat.recv)(r, k + 1, p);
@@ -254,12 +287,12 @@ pub(super) fn phased(args: &CollArgs, pat: Pattern, sync: Sync) -> Result<Schedu
                 b.send(next_from, EMPTY, &deps);
             }
         }
-        if s.is_some() || v.is_some() {
-            prev = s.into_iter().chain(v).collect();
+        if s.is_some() || landed.is_some() {
+            prev = s.into_iter().chain(landed).collect();
         }
         if let Sync::Barriers(n) = sync {
             if barriers && k + 1 < p && barrier_after(k, n, p) {
-                prev = dissemination_barrier(&mut b, &prev);
+                prev = full_barrier(&mut b, pat.symmetric, &prev);
             }
         }
     }

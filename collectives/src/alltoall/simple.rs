@@ -3,8 +3,12 @@
 //!
 //! Cost (n = p·count·elem bytes per rank, thakur's convention; the own block is a local copy):
 //! any p, power of two or not: (p − 1)α + n(p − 1)/p·β, γ = 0 (thakur §4.3 counts it as
-//! (p − 1)α + nβ). alltoallv: α = the most non-empty messages of any rank, β = the most bytes any
-//! rank sends or receives. Restrictions: none. Paper: thakur §4.3 (isend/irecv), faraj-yuan §3.1.
+//! (p − 1)α + nβ, n including the own block). alltoallv: α = the most non-empty messages of any
+//! rank, β = the most bytes any rank sends or receives. Rank order makes all ranks hit rank 0
+//! first (faraj-yuan's contention γ): the simulator's single-ported receivers give ≈ (2p − 3)
+//! (α + count·elem·β) for it.
+//! Restrictions: none. Paper: faraj-yuan §3.1 ("simple", LAM's order); thakur §4.3 describes the
+//! same post-everything scheme (MPICH's isend/irecv) with the spreading order.
 
 use super::phases::{elem, Io};
 use crate::args::{CollArgs, Collective};

@@ -190,7 +190,7 @@ fn applicable(alg: &Algorithm, p: u32) -> bool {
 #[test]
 fn every_row_is_correct_for_alltoall() {
     for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
-        for p in 1..=13u32 {
+        for p in (1..=13u32).chain([16, 18, 20]) {
             for count in [0u64, 1, 2, u64::from(p) + 1] {
                 for in_place in [false, true] {
                     let mut args = CollArgs::new(Collective::Alltoall, 0, p, count);
@@ -212,7 +212,7 @@ fn every_row_is_correct_for_alltoall() {
 #[test]
 fn every_row_is_correct_for_alltoallv() {
     for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoallv) {
-        for p in (1..=11u32).filter(|&p| applicable(alg, p)) {
+        for p in (1..=11u32).chain([12, 16, 18]).filter(|&p| applicable(alg, p)) {
             for seed in 0..3 {
                 let args = CollArgs::new(Collective::Alltoallv, 0, p, 0).with_counts(matrix(p, seed));
                 if let Err(e) = run(alg, &args) {
@@ -255,5 +255,163 @@ fn message_counts_match_the_cost_alpha_for_uniform_counts() {
                 _ => assert!(sends as f64 >= cost.alpha * 0.5, "{} p={p}", alg.name),
             }
         }
+    }
+}
+
+/// The crate verifier over p = 1..=20, counts {0, 1, p − 1, p, p + 1, 997}, in place or not, and
+/// alltoallv with irregular matrices (with zeros, an all-zero one and one with a single sender).
+#[test]
+fn verifier_sweep() {
+    use crate::verify::check;
+    for alg in ALGORITHMS {
+        for p in (1..=20u32).filter(|&p| applicable(alg, p)) {
+            let p64 = u64::from(p);
+            if alg.coll == Collective::Alltoall {
+                for count in [0, 1, p64 - 1, p64, p64 + 1, 997] {
+                    for in_place in [false, true] {
+                        let mut args = CollArgs::new(Collective::Alltoall, 0, p, count);
+                        args.in_place = in_place;
+                        check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
+                    }
+                }
+                let mut seg = CollArgs::new(Collective::Alltoall, 0, p, 5).with_param("segment", 2);
+                check(alg, &seg).unwrap_or_else(|e| panic!("{e}"));
+                seg.in_place = true;
+                check(alg, &seg).unwrap_or_else(|e| panic!("{e}"));
+            } else {
+                let mut single = vec![0u64; (p * p) as usize];
+                single[(p as usize - 1) * p as usize] = 3;
+                let mats =
+                    [matrix(p, 7), matrix(p, 8).iter().map(|c| c * 50).collect(), vec![0; (p * p) as usize], single];
+                for m in mats {
+                    let args = CollArgs::new(Collective::Alltoallv, 0, p, 0).with_counts(m);
+                    check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
+                }
+                // Displacements with gaps, send blocks in reverse order (valid for every rank).
+                let m = matrix(p, 9);
+                let w = m.iter().copied().max().unwrap_or(0) + 1;
+                let mut args = CollArgs::new(Collective::Alltoallv, 0, p, 0).with_counts(m);
+                args.displs = Some((0..p64).map(|j| (p64 - 1 - j) * w).collect());
+                args.rdispls = Some((0..p64).map(|i| i * (w + 1) + 1).collect());
+                check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
+            }
+            if alg.name.ends_with("n_barriers") {
+                for n in [1u64, 2, p64 / 2 + 1, 1000] {
+                    let args = CollArgs::new(alg.coll, 0, p, 2).with_param("barriers", n);
+                    let args = if alg.coll == Collective::Alltoallv { args.with_counts(matrix(p, n)) } else { args };
+                    check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
+                }
+            }
+        }
+    }
+}
+
+/// For alltoall the registry's cost terms are exactly the simulated critical path on the unit
+/// machine, except simple's: its rank order makes every rank send to rank 0 first, and the
+/// simulator's single-ported receivers serialize that contention (faraj-yuan's γ term).
+#[test]
+fn alltoall_cost_is_the_simulated_critical_path() {
+    use crate::cost::Machine;
+    use crate::sim::simulate_alg;
+    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+        for p in [1u32, 2, 3, 5, 6, 8, 9, 12, 16] {
+            if !applicable(alg, p) {
+                continue;
+            }
+            for count in [0u64, 3] {
+                let args = CollArgs::new(alg.coll, 0, p, count);
+                let c = alg.cost_of(&args).unwrap();
+                let s = simulate_alg(alg, &args, &Machine::UNIT).unwrap().critical_path;
+                if alg.name == "simple" && p > 2 && count > 0 {
+                    assert!(s.alpha > c.alpha && s.beta > c.beta, "simple p={p}: {c:?} vs {s:?}");
+                } else {
+                    assert_eq!((c.alpha, c.beta), (s.alpha, s.beta), "{} p={p} count={count}", alg.name);
+                }
+            }
+        }
+    }
+}
+
+/// Schedule generation stays near-linear in p: one rank's schedule at p = 16,384 for every row.
+#[test]
+fn large_p_builds_quickly() {
+    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+        let t = std::time::Instant::now();
+        let s = alg.schedule(&CollArgs::new(Collective::Alltoall, 77, 16_384, 2)).unwrap();
+        let dt = t.elapsed();
+        assert!(s.len() >= 2, "{}", alg.name);
+        assert!(dt.as_secs_f64() < 5.0, "{}: {dt:?}", alg.name);
+    }
+}
+
+/// In place, the pair family replaces block by block (one block of scratch); the others stage
+/// the whole input once.
+#[test]
+fn in_place_scratch() {
+    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+        let mut args = CollArgs::new(Collective::Alltoall, 3, 8, 5);
+        args.in_place = true;
+        let s = alg.schedule(&args).unwrap();
+        if alg.restrictions.pow2 {
+            assert_eq!(s.scratch, vec![5], "{}", alg.name);
+        } else {
+            assert_eq!(s.scratch.first(), Some(&40), "{}", alg.name);
+        }
+    }
+}
+
+/// The verifier at larger p (up to 64: cubes, squares, primes, powers of two).
+#[test]
+fn verifier_sweep_large_p() {
+    use crate::verify::check;
+    for alg in ALGORITHMS {
+        for p in [21u32, 24, 27, 30, 31, 32, 33, 36, 48, 60, 64].into_iter().filter(|&p| applicable(alg, p)) {
+            let args = if alg.coll == Collective::Alltoall {
+                CollArgs::new(Collective::Alltoall, 0, p, 3)
+            } else {
+                CollArgs::new(Collective::Alltoallv, 0, p, 0).with_counts(matrix(p, u64::from(p)))
+            };
+            check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
+            if alg.coll == Collective::Alltoall {
+                let mut args = args.clone();
+                args.in_place = true;
+                check(alg, &args).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    }
+}
+
+/// The ring-like rows are every rank's rank-0 schedule rotated, the pair rows XOR-relabeled, so
+/// the simulator can replay them symmetrically at large p.
+#[test]
+fn schedules_are_symmetric() {
+    use crate::sim::{check_symmetry, Symmetry};
+    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+        let sym = match alg.name {
+            "simple" | "mesh_2d" | "mesh_3d" => continue,
+            _ if alg.restrictions.pow2 => Symmetry::Xor,
+            _ => Symmetry::Rotation,
+        };
+        for p in [2u32, 4, 5, 6, 8, 12, 16].into_iter().filter(|&p| applicable(alg, p)) {
+            let args = CollArgs::new(Collective::Alltoall, 0, p, 3);
+            let s0 = alg.schedule(&args).unwrap();
+            for r in 1..p {
+                let sr = alg.schedule(&args.for_rank(r)).unwrap();
+                check_symmetry(&s0, &sr, sym).unwrap_or_else(|e| panic!("{} p={p}: {e}", alg.name));
+            }
+        }
+    }
+}
+
+/// Costs and schedules of huge counts neither overflow nor panic.
+#[test]
+fn huge_counts() {
+    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+        let args = CollArgs::new(Collective::Alltoall, 1, 8, u64::MAX / 16);
+        let c = alg.cost_of(&args).unwrap();
+        assert!(c.beta.is_finite() && c.beta > 0.0, "{}", alg.name);
+        alg.schedule(&args).unwrap();
+        let too_big = CollArgs::new(Collective::Alltoall, 1, 8, u64::MAX / 4);
+        assert!(alg.schedule(&too_big).is_err(), "{}", alg.name);
     }
 }

@@ -3,7 +3,8 @@
 
 use half::{bf16, f16};
 
-use super::lanes::{self, zip};
+use super::lanes::{self, array, zip};
+use super::TILE;
 use crate::datatype::{sealed::Sealed, Datatype, Element, ValueIndex};
 use crate::error::Result;
 use crate::op::ReduceOp;
@@ -41,6 +42,26 @@ macro_rules! pod_io {
     };
 }
 
+/// The integer ops as `$zip(src, dst, f)` calls (`$zip` = over slices or over source bytes).
+macro_rules! int_ops {
+    ($op:expr, $zip:path, $src:expr, $dst:expr) => {{
+        match $op {
+            ReduceOp::Sum => $zip($src, $dst, |a: Self, b: Self| a.wrapping_add(b)),
+            ReduceOp::Prod => $zip($src, $dst, |a: Self, b: Self| a.wrapping_mul(b)),
+            ReduceOp::Min => $zip($src, $dst, |a: Self, b: Self| a.min(b)),
+            ReduceOp::Max => $zip($src, $dst, |a: Self, b: Self| a.max(b)),
+            ReduceOp::Band => $zip($src, $dst, |a: Self, b: Self| a & b),
+            ReduceOp::Bor => $zip($src, $dst, |a: Self, b: Self| a | b),
+            ReduceOp::Bxor => $zip($src, $dst, |a: Self, b: Self| a ^ b),
+            ReduceOp::Land => $zip($src, $dst, |a: Self, b: Self| Self::from((a != 0) & (b != 0))),
+            ReduceOp::Lor => $zip($src, $dst, |a: Self, b: Self| Self::from((a != 0) | (b != 0))),
+            ReduceOp::Lxor => $zip($src, $dst, |a: Self, b: Self| Self::from((a != 0) ^ (b != 0))),
+            _ => return Err(unsupported::<Self>($op)),
+        }
+        Ok(())
+    }};
+}
+
 macro_rules! int_element {
     ($($t:ty => $d:ident),* $(,)?) => {$(
         impl Element for $t {
@@ -53,26 +74,31 @@ macro_rules! int_element {
             pod_io!();
 
             fn apply(op: &ReduceOp, src: &[Self], dst: &mut [Self]) -> Result<()> {
-                match op {
-                    ReduceOp::Sum => zip(src, dst, |a, b| a.wrapping_add(b)),
-                    ReduceOp::Prod => zip(src, dst, |a, b| a.wrapping_mul(b)),
-                    ReduceOp::Min => zip(src, dst, |a, b| a.min(b)),
-                    ReduceOp::Max => zip(src, dst, |a, b| a.max(b)),
-                    ReduceOp::Band => zip(src, dst, |a, b| a & b),
-                    ReduceOp::Bor => zip(src, dst, |a, b| a | b),
-                    ReduceOp::Bxor => zip(src, dst, |a, b| a ^ b),
-                    ReduceOp::Land => zip(src, dst, |a, b| Self::from((a != 0) & (b != 0))),
-                    ReduceOp::Lor => zip(src, dst, |a, b| Self::from((a != 0) | (b != 0))),
-                    ReduceOp::Lxor => zip(src, dst, |a, b| Self::from((a != 0) ^ (b != 0))),
-                    _ => return Err(unsupported::<Self>(op)),
-                }
-                Ok(())
+                int_ops!(op, zip, src, dst)
+            }
+
+            fn apply_src_bytes(op: &ReduceOp, src: &[u8], dst: &mut [Self]) -> Result<()> {
+                int_ops!(op, lanes::zip_bytes, src, dst)
             }
         }
     )*};
 }
 
 int_element!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64);
+
+/// The float ops as `$zip(src, dst, f)` calls, computing in `$w` (the type or f32 for halves).
+macro_rules! float_ops {
+    ($op:expr, $zip:path, $src:expr, $dst:expr, $w:ty, $min:path, $max:path) => {{
+        match $op {
+            ReduceOp::Sum => $zip($src, $dst, |a: $w, b: $w| a + b),
+            ReduceOp::Prod => $zip($src, $dst, |a: $w, b: $w| a * b),
+            ReduceOp::Min => $zip($src, $dst, $min),
+            ReduceOp::Max => $zip($src, $dst, $max),
+            _ => return Err(unsupported::<Self>($op)),
+        }
+        Ok(())
+    }};
+}
 
 macro_rules! float_element {
     ($($t:ty => $d:ident, $min:path, $max:path);* $(;)?) => {$(
@@ -86,14 +112,11 @@ macro_rules! float_element {
             pod_io!();
 
             fn apply(op: &ReduceOp, src: &[Self], dst: &mut [Self]) -> Result<()> {
-                match op {
-                    ReduceOp::Sum => zip(src, dst, |a, b| a + b),
-                    ReduceOp::Prod => zip(src, dst, |a, b| a * b),
-                    ReduceOp::Min => zip(src, dst, $min),
-                    ReduceOp::Max => zip(src, dst, $max),
-                    _ => return Err(unsupported::<Self>(op)),
-                }
-                Ok(())
+                float_ops!(op, zip, src, dst, $t, $min, $max)
+            }
+
+            fn apply_src_bytes(op: &ReduceOp, src: &[u8], dst: &mut [Self]) -> Result<()> {
+                float_ops!(op, lanes::zip_bytes, src, dst, $t, $min, $max)
             }
         }
     )*};
@@ -105,7 +128,7 @@ float_element!(
 );
 
 macro_rules! half_element {
-    ($($t:ty => $d:ident, $zip:path);* $(;)?) => {$(
+    ($($t:ty => $d:ident, $zip:path, $zipb:path);* $(;)?) => {$(
         impl Element for $t {
             const DATATYPE: Datatype = Datatype::$d;
         }
@@ -116,31 +139,20 @@ macro_rules! half_element {
             pod_io!();
 
             fn apply(op: &ReduceOp, src: &[Self], dst: &mut [Self]) -> Result<()> {
-                match op {
-                    ReduceOp::Sum => $zip(src, dst, |a, b| a + b),
-                    ReduceOp::Prod => $zip(src, dst, |a, b| a * b),
-                    ReduceOp::Min => $zip(src, dst, lanes::minimum_f32),
-                    ReduceOp::Max => $zip(src, dst, lanes::maximum_f32),
-                    _ => return Err(unsupported::<Self>(op)),
-                }
-                Ok(())
+                float_ops!(op, $zip, src, dst, f32, lanes::minimum_f32, lanes::maximum_f32)
+            }
+
+            fn apply_src_bytes(op: &ReduceOp, src: &[u8], dst: &mut [Self]) -> Result<()> {
+                float_ops!(op, $zipb, src, dst, f32, lanes::minimum_f32, lanes::maximum_f32)
             }
         }
     )*};
 }
 
 half_element!(
-    f16 => F16, lanes::zip_f16;
-    bf16 => BF16, lanes::zip_bf16;
+    f16 => F16, lanes::zip_f16, lanes::zip_f16_bytes;
+    bf16 => BF16, lanes::zip_bf16, lanes::zip_bf16_bytes;
 );
-
-/// The first `N` bytes of `b` as an array.
-#[inline(always)]
-fn array<const N: usize>(b: &[u8]) -> [u8; N] {
-    let mut a = [0u8; N];
-    a.copy_from_slice(&b[..N]);
-    a
-}
 
 macro_rules! pair_element {
     ($($v:ty, $i:ty => $d:ident);* $(;)?) => {$(
@@ -184,6 +196,17 @@ macro_rules! pair_element {
                     c[..V].copy_from_slice(&v.value.to_ne_bytes());
                     c[V..V + I].copy_from_slice(&v.index.to_ne_bytes());
                 }
+            }
+
+            /// Pairs are decoded into an aligned stack tile first.
+            fn apply_src_bytes(op: &ReduceOp, src: &[u8], dst: &mut [Self]) -> Result<()> {
+                let mut ts = [Self::ZERO; TILE];
+                for (sb, d) in src.chunks(TILE * std::mem::size_of::<Self>()).zip(dst.chunks_mut(TILE)) {
+                    let s = &mut ts[..d.len()];
+                    Self::load(sb, s);
+                    Self::apply(op, s, d)?;
+                }
+                Ok(())
             }
 
             fn apply(op: &ReduceOp, src: &[Self], dst: &mut [Self]) -> Result<()> {

@@ -28,26 +28,101 @@ pub(crate) fn zip<T: Copy>(src: &[T], dst: &mut [T], f: impl Fn(T, T) -> T) {
     }
 }
 
+/// A padding-free element read from native-endian bytes at any alignment.
+pub(crate) trait FromNe: Copy {
+    const SIZE: usize;
+    /// Reads the element from the first `SIZE` bytes of `b`.
+    fn read(b: &[u8]) -> Self;
+}
+
+/// The first `N` bytes of `b` as an array.
+#[inline(always)]
+pub(crate) fn array<const N: usize>(b: &[u8]) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[..N]);
+    a
+}
+
+macro_rules! from_ne {
+    ($($t:ty),*) => {$(
+        impl FromNe for $t {
+            const SIZE: usize = std::mem::size_of::<$t>();
+
+            #[inline(always)]
+            fn read(b: &[u8]) -> Self {
+                <$t>::from_ne_bytes(array(b))
+            }
+        }
+    )*};
+}
+
+from_ne!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
+
+impl FromNe for bf16 {
+    const SIZE: usize = 2;
+
+    #[inline(always)]
+    fn read(b: &[u8]) -> Self {
+        bf16::from_bits(u16::from_ne_bytes(array(b)))
+    }
+}
+
+impl FromNe for half::f16 {
+    const SIZE: usize = 2;
+
+    #[inline(always)]
+    fn read(b: &[u8]) -> Self {
+        half::f16::from_bits(u16::from_ne_bytes(array(b)))
+    }
+}
+
+/// `dst[i] ← f(src[i], dst[i])` with `src` the raw bytes of as many elements as `dst` has, at
+/// any alignment: the element reads become unaligned vector loads, no staging copy.
+#[inline(always)]
+pub(crate) fn zip_bytes<T: FromNe>(src: &[u8], dst: &mut [T], f: impl Fn(T, T) -> T) {
+    let mut s = src.chunks_exact(LANES * T::SIZE);
+    let mut d = dst.chunks_exact_mut(LANES);
+    for (sc, dc) in (&mut s).zip(&mut d) {
+        if let Ok(da) = <&mut [T; LANES]>::try_from(dc) {
+            for (c, y) in sc.chunks_exact(T::SIZE).zip(da.iter_mut()) {
+                *y = f(T::read(c), *y);
+            }
+        }
+    }
+    for (c, y) in s.remainder().chunks_exact(T::SIZE).zip(d.into_remainder()) {
+        *y = f(T::read(c), *y);
+    }
+}
+
 /// bf16 → f32 (exact: bf16 is the upper half of an f32).
 #[inline(always)]
 pub(crate) fn bf16_to_f32(x: bf16) -> f32 {
     f32::from_bits(u32::from(x.to_bits()) << 16)
 }
 
-/// f32 → bf16, round to nearest even; NaN stays NaN (quieted). Same results as
-/// `half::bf16::from_f32`, written with selects only so that it vectorizes.
+/// f32 → bf16, round to nearest even, for results of `+ * min max` on widened bf16 values only:
+/// their NaNs have zero low 16 bits (a NaN result is an input NaN or the preferred NaN, Rust's
+/// float semantics, RFC 3514), so rounding cannot carry a NaN into infinity and the NaN select of
+/// a general conversion is not needed. The arithmetic right shift lets SSE2 pack with `packssdw`.
+/// Same results as `half::bf16::from_f32` on every such input (tested).
 #[inline(always)]
-pub(crate) fn f32_to_bf16(x: f32) -> bf16 {
+pub(crate) fn round_widened_to_bf16(x: f32) -> bf16 {
     let b = x.to_bits();
-    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16;
-    let nan = (b >> 16) | 0x0040;
-    bf16::from_bits(if x.is_nan() { nan } else { rounded } as u16)
+    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1));
+    bf16::from_bits(((rounded as i32) >> 16) as u16)
 }
 
-/// `dst[i] ← round(f(widen(src[i]), widen(dst[i])))` for bf16, computing in f32.
+/// `dst[i] ← round(f(widen(src[i]), widen(dst[i])))` for bf16, computing in f32. `f` must be
+/// one of `+ * min max` (see [`round_widened_to_bf16`]).
 #[inline(always)]
 pub(crate) fn zip_bf16(src: &[bf16], dst: &mut [bf16], f: impl Fn(f32, f32) -> f32) {
-    zip(src, dst, |a, b| f32_to_bf16(f(bf16_to_f32(a), bf16_to_f32(b))));
+    zip(src, dst, |a, b| round_widened_to_bf16(f(bf16_to_f32(a), bf16_to_f32(b))));
+}
+
+/// [`zip_bf16`] with `src` as raw bytes at any alignment.
+#[inline(always)]
+pub(crate) fn zip_bf16_bytes(src: &[u8], dst: &mut [bf16], f: impl Fn(f32, f32) -> f32) {
+    zip_bytes(src, dst, |a, b| round_widened_to_bf16(f(bf16_to_f32(a), bf16_to_f32(b))));
 }
 
 /// The same for f16, through `half`'s slice conversions (F16C when the CPU has it).
@@ -64,6 +139,19 @@ pub(crate) fn zip_f16(src: &[half::f16], dst: &mut [half::f16], f: impl Fn(f32, 
             *y = f(*x, *y);
         }
         dc.convert_from_f32_slice(b);
+    }
+}
+
+/// [`zip_f16`] with `src` as raw bytes at any alignment (decoded a block of lanes at a time).
+#[inline(always)]
+pub(crate) fn zip_f16_bytes(src: &[u8], dst: &mut [half::f16], f: impl Fn(f32, f32) -> f32) {
+    let mut h = [half::f16::ZERO; LANES];
+    for (sc, dc) in src.chunks(LANES * 2).zip(dst.chunks_mut(LANES)) {
+        let h = &mut h[..dc.len()];
+        for (c, x) in sc.chunks_exact(2).zip(h.iter_mut()) {
+            *x = <half::f16 as FromNe>::read(c);
+        }
+        zip_f16(h, dc, &f);
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Cost: one pass reading `src` and `dst` and writing `dst` (γ per byte of `dst`); see the
 //! `kernels` bench for GB/s next to memcpy. Bytes may be unaligned: aligned buffers are viewed
-//! in place (bytemuck), unaligned ones go through aligned stack tiles of [`TILE`] elements.
+//! in place (bytemuck), an unaligned source is read with unaligned loads, an unaligned
+//! destination is staged through an aligned stack tile of [`TILE`] elements.
 //! Built-in ops are commutative, so their kernels ignore [`Order`]; user ops honour it.
 
 mod impls;
@@ -16,8 +17,8 @@ use crate::error::Result;
 use crate::op::ReduceOp;
 use crate::schedule::Order;
 
-/// Elements per stack tile on the unaligned path.
-pub const TILE: usize = 256;
+/// Elements per aligned stack tile when the destination bytes are unaligned.
+pub const TILE: usize = 512;
 
 /// Combines `src` into `dst` element-wise: `dst ← src ⊕ dst` for [`Order::SrcFirst`] (src holds
 /// the lower ranks' contribution), `dst ← dst ⊕ src` for [`Order::DstFirst`].
@@ -78,33 +79,57 @@ fn check_lengths(op: &ReduceOp, dtype: Datatype, src: usize, dst: usize) -> Resu
     if src != dst {
         return Err(op.error(dtype, format!("source is {src} bytes but destination is {dst} bytes")));
     }
-    if dst % size != 0 {
+    if dst.checked_rem(size) != Some(0) {
         return Err(op.error(dtype, format!("{dst} bytes is not a whole number of {size}-byte elements")));
     }
     Ok(())
 }
 
+/// A built-in op on bytes: typed views when aligned; an unaligned `src` is read in place with
+/// unaligned loads; an unaligned `dst` is staged through an aligned stack tile.
 fn builtin<T: Element>(op: &ReduceOp, src: &[u8], dst: &mut [u8]) -> Result<()> {
-    on_bytes::<T>(src, dst, |s, d| T::apply(op, s, d))
+    if let Some(d) = T::view_mut(dst) {
+        return match T::view(src) {
+            Some(s) => T::apply(op, s, d),
+            None => T::apply_src_bytes(op, src, d),
+        };
+    }
+    let size = T::DATATYPE.size();
+    let mut td = [T::ZERO; TILE];
+    for (sb, db) in src.chunks(TILE * size).zip(dst.chunks_mut(TILE * size)) {
+        let d = &mut td[..db.len() / size];
+        T::load(db, d);
+        T::apply_src_bytes(op, sb, d)?;
+        T::store(d, db);
+    }
+    Ok(())
 }
 
 /// Runs a typed kernel `f(src, dst)` over byte slices holding whole elements of `T`: in place when
-/// both are aligned (and `T` has no padding), else tile by tile through aligned stack arrays.
+/// both are aligned (and `T` has no padding); with only `src` staged through an aligned stack tile
+/// when just `dst` is aligned (the executor's usual case: a network slot into a user buffer); else
+/// tile by tile for both.
 pub(crate) fn on_bytes<T: Element>(
     src: &[u8],
     dst: &mut [u8],
     mut f: impl FnMut(&[T], &mut [T]) -> Result<()>,
 ) -> Result<()> {
-    if let Some(s) = T::view(src) {
-        if let Some(d) = T::view_mut(dst) {
+    let size = T::DATATYPE.size();
+    let mut ts = [T::ZERO; TILE];
+    if let Some(d) = T::view_mut(dst) {
+        if let Some(s) = T::view(src) {
             return f(s, d);
         }
+        for (sb, d) in src.chunks(TILE * size).zip(d.chunks_mut(TILE)) {
+            let s = &mut ts[..d.len()];
+            T::load(sb, s);
+            f(s, d)?;
+        }
+        return Ok(());
     }
-    let mut ts = [T::ZERO; TILE];
     let mut td = [T::ZERO; TILE];
-    let tile_bytes = TILE * T::DATATYPE.size();
-    for (sb, db) in src.chunks(tile_bytes).zip(dst.chunks_mut(tile_bytes)) {
-        let n = sb.len() / T::DATATYPE.size();
+    for (sb, db) in src.chunks(TILE * size).zip(dst.chunks_mut(TILE * size)) {
+        let n = sb.len() / size;
         let (s, d) = (&mut ts[..n], &mut td[..n]);
         T::load(sb, s);
         T::load(db, d);
