@@ -291,3 +291,42 @@ fn pinned_buffers_bypass_the_cache() {
         assert_eq!(after.cache_hits, before.cache_hits);
     });
 }
+
+#[test]
+fn segmented_pipelines_through_the_executor() {
+    job(5, common::cfg(), |c| {
+        for (alg, coll) in [
+            ("ring", fabcoll::collectives::Collective::Allreduce),
+            ("binomial", fabcoll::collectives::Collective::Bcast),
+            ("scatter_ring_allgather", fabcoll::collectives::Collective::Bcast),
+            ("binomial", fabcoll::collectives::Collective::Reduce),
+        ] {
+            let opts = Options::algorithm(alg).param("segment", 1000);
+            let count = 100_003usize;
+            let root = 2;
+            let r = c.rank();
+            let want: Vec<i64> = (0..count).map(|i| common::val(root, i)).collect();
+            match coll {
+                fabcoll::collectives::Collective::Bcast => {
+                    let mut b = if r == root { want.clone() } else { vec![0; count] };
+                    c.with(&opts).bcast(&mut b, root).unwrap();
+                    assert_eq!(b, want, "{alg}");
+                }
+                _ => {
+                    let x: Vec<i64> = (0..count).map(|i| common::val(r, i)).collect();
+                    let mut y = vec![0i64; count];
+                    let sum: Vec<i64> = (0..count).map(|i| (0..5).map(|q| common::val(q, i)).sum()).collect();
+                    if coll == fabcoll::collectives::Collective::Reduce {
+                        c.with(&opts).reduce(&x, &mut y, &ReduceOp::Sum, root).unwrap();
+                        if r == root {
+                            assert_eq!(y, sum, "{alg}");
+                        }
+                    } else {
+                        c.with(&opts).allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+                        assert_eq!(y, sum, "{alg}");
+                    }
+                }
+            }
+        }
+    });
+}
