@@ -86,7 +86,7 @@ fn ofi_tcp_killed_rank_is_named() {
         assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
         let named = match &e {
             Error::Timeout { waiting_for, .. } => waiting_for == &[3],
-            Error::Fabric(fabcoll::fabric::Error::Peer { peer, .. }) => *peer == 3,
+            Error::PeerLost { peers, .. } => peers == &[3],
             _ => false,
         };
         assert!(named, "rank {}: error does not name rank 3: {e}", c.rank());

@@ -83,7 +83,7 @@ fn shm_killed_rank_is_named() {
             assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
             match &e {
                 Error::Timeout { waiting_for, .. } => assert_eq!(waiting_for, &[3], "rank {}: {e}", c.rank()),
-                Error::Fabric(fabcoll::fabric::Error::Peer { peer: 3, .. }) => {}
+                Error::PeerLost { peers, .. } => assert_eq!(peers, &[3], "rank {}: {e}", c.rank()),
                 other => panic!("rank {}: error does not name rank 3: {other}", c.rank()),
             }
             eprintln!("rank {}: {e}", c.rank());

@@ -561,8 +561,13 @@ impl Engine {
                 }
             }
             Completion::WriteError { ctx: wid, error } => {
-                if let Some((key, _)) = self.core.writes.remove(&wid) {
-                    self.fail(key, Error::Protocol(format!("write failed: {error}")));
+                if let Some((key, s)) = self.core.writes.remove(&wid) {
+                    let ep = self.ops.get(&key).and_then(|o| o.step_peer(s).map(|p| o.ep(p)));
+                    let e = match ep {
+                        Some(peer) => Error::Fabric(fabcoll_fabric::Error::Peer { peer, msg: error }),
+                        None => Error::Protocol(format!("write failed: {error}")),
+                    };
+                    self.fail(key, e);
                 }
             }
             Completion::WriteArrived { peer, imm } => match self.core.layout.decode(imm) {
@@ -604,13 +609,54 @@ impl Engine {
         Ok(())
     }
 
-    /// Marks an op failed (its waiter reports the error).
+    /// Marks an op failed (its waiter reports the error). A failure to reach a peer first opens
+    /// the grace period of `check_deadline` so that the final error can name the rank that really
+    /// left (the peer we failed to reach may itself only have given up because of it).
     fn fail(&mut self, key: OpKey, e: Error) {
-        if let Some(op) = self.ops.get_mut(&key) {
-            if op.error.is_none() {
-                op.error = Some(e);
+        let Some(op) = self.ops.get_mut(&key) else { return };
+        if op.error.is_some() || op.lost.is_some() {
+            return;
+        }
+        let ep_peer = match &e {
+            Error::Fabric(fabcoll_fabric::Error::Peer { peer, .. })
+            | Error::Fabric(fabcoll_fabric::Error::InvalidKey { peer, .. }) => Some(*peer),
+            _ => None,
+        };
+        match ep_peer.and_then(|p| op.comm_rank(p)) {
+            Some(peer) if op.started && op.grace_until.is_none() => {
+                op.lost = Some((peer, e.to_string()));
+                self.begin_grace(key);
+            }
+            _ => op.error = Some(e),
+        }
+    }
+
+    /// Sends abort notices (whom we wait for) to every peer and opens the grace period.
+    fn begin_grace(&mut self, key: OpKey) {
+        let timeout = self.core.cfg.timeout;
+        let Some(op) = self.ops.get_mut(&key) else { return };
+        let grace = (timeout / 2).min(Duration::from_secs(2));
+        op.grace_until = Some(Instant::now() + grace);
+        let waits: Vec<u8> = op.waiting_for().iter().flat_map(|r| r.to_le_bytes()).collect();
+        let tag = proto::tag(Kind::Abort, key.ctx, key.seq);
+        for peer in 0..op.members.len() as u32 {
+            if peer != op.rank {
+                let ep = op.ep(peer);
+                self.core.ctrl(ep, tag, waits.clone());
             }
         }
+        // Dead peers may refuse the notice; that is what we are reporting anyway.
+        self.flush_ctrl_lossy();
+    }
+
+    /// Sends queued control messages, dropping those to unreachable peers.
+    fn flush_ctrl_lossy(&mut self) {
+        for _ in 0..self.core.ctrl_out.len() + 1 {
+            if self.core.flush_ctrl().is_ok() {
+                return;
+            }
+        }
+        self.core.ctrl_out.clear();
     }
 
     /// Sends the grants and RTS the ops queued, then the control queue.
@@ -756,10 +802,10 @@ impl Engine {
             let block = if spins < 64 { None } else { Some(Duration::from_millis(2)) };
             spins += 1;
             if let Err(e) = self.progress(block) {
+                // Ends the op, possibly after the grace period of a lost peer.
                 self.fail(key, e);
-                break;
             }
-            if Instant::now() >= deadline {
+            if Instant::now() >= deadline || self.ops.get(&key).is_some_and(|o| o.lost.is_some()) {
                 self.check_deadline(key);
             }
         }
@@ -792,26 +838,11 @@ impl Engine {
     pub fn check_deadline(&mut self, key: OpKey) {
         let timeout = self.core.cfg.timeout;
         let Some(op) = self.ops.get_mut(&key) else { return };
-        if op.finished() || op.t0.elapsed() < timeout {
+        if op.finished() || (op.t0.elapsed() < timeout && op.lost.is_none()) {
             return;
         }
         match op.grace_until {
-            None => {
-                let grace = (timeout / 2).min(Duration::from_secs(2));
-                op.grace_until = Some(Instant::now() + grace);
-                let waits: Vec<u8> = op.waiting_for().iter().flat_map(|r| r.to_le_bytes()).collect();
-                let tag = proto::tag(Kind::Abort, key.ctx, key.seq);
-                for peer in 0..op.members.len() as u32 {
-                    if peer != op.rank {
-                        let ep = op.ep(peer);
-                        self.core.ctrl(ep, tag, waits.clone());
-                    }
-                }
-                // Dead peers may refuse the notice; that is what we are reporting anyway.
-                if self.core.flush_ctrl().is_err() {
-                    self.core.ctrl_out.clear();
-                }
-            }
+            None => self.begin_grace(key),
             Some(t) => {
                 let everyone = op.notices.len() + 1 >= op.members.len();
                 if Instant::now() >= t || everyone {
@@ -827,12 +858,21 @@ impl Engine {
 
     fn time_out(&mut self, key: OpKey) {
         if let Some(op) = self.ops.get_mut(&key) {
-            let e = Error::Timeout {
-                coll: op.coll,
-                seq: key.seq,
-                rank: op.rank,
-                after: op.t0.elapsed(),
-                waiting_for: op.suspects(),
+            let e = match &op.lost {
+                Some((_, cause)) => Error::PeerLost {
+                    coll: op.coll,
+                    seq: key.seq,
+                    rank: op.rank,
+                    peers: op.suspects(),
+                    cause: cause.clone(),
+                },
+                None => Error::Timeout {
+                    coll: op.coll,
+                    seq: key.seq,
+                    rank: op.rank,
+                    after: op.t0.elapsed(),
+                    waiting_for: op.suspects(),
+                },
             };
             op.error = Some(e);
         }
