@@ -452,6 +452,11 @@ impl Engine {
                 self.deliver(key, e.peer, e.what)?;
             }
             self.maybe_begin(key)?;
+            let react =
+                self.ops.get(&key).is_some_and(|o| o.started && !o.notices.is_empty() && o.grace_until.is_none());
+            if react {
+                self.begin_grace(key);
+            }
             self.flush()
         })();
         if let Err(e) = r {
@@ -505,7 +510,14 @@ impl Engine {
             }
             EarlyWhat::Ctrl { kind: Kind::Rts, data } => op.on_rts(&mut self.core, peer, &proto::parse_u32s(&data)?),
             EarlyWhat::Ctrl { kind: Kind::Abort, data } => {
+                // A peer gave up on this collective: report whom we wait for at once, so that
+                // every live rank is heard within the grace period and only silent ranks are
+                // blamed. The op may still finish normally if it does not need the lost rank.
                 op.notices.insert(peer, proto::parse_u32s(&data)?);
+                let react = op.grace_until.is_none() && op.started && !op.finished();
+                if react {
+                    self.begin_grace(key);
+                }
                 Ok(())
             }
             EarlyWhat::Ctrl { kind: Kind::Check, data } => {
@@ -623,9 +635,11 @@ impl Engine {
             _ => None,
         };
         match ep_peer.and_then(|p| op.comm_rank(p)) {
-            Some(peer) if op.started && op.grace_until.is_none() => {
+            Some(peer) if op.started => {
                 op.lost = Some((peer, e.to_string()));
-                self.begin_grace(key);
+                if op.grace_until.is_none() {
+                    self.begin_grace(key);
+                }
             }
             _ => op.error = Some(e),
         }
@@ -805,7 +819,7 @@ impl Engine {
                 // Ends the op, possibly after the grace period of a lost peer.
                 self.fail(key, e);
             }
-            if Instant::now() >= deadline || self.ops.get(&key).is_some_and(|o| o.lost.is_some()) {
+            if Instant::now() >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
                 self.check_deadline(key);
             }
         }
@@ -838,7 +852,7 @@ impl Engine {
     pub fn check_deadline(&mut self, key: OpKey) {
         let timeout = self.core.cfg.timeout;
         let Some(op) = self.ops.get_mut(&key) else { return };
-        if op.finished() || (op.t0.elapsed() < timeout && op.lost.is_none()) {
+        if op.finished() || (op.t0.elapsed() < timeout && op.grace_until.is_none()) {
             return;
         }
         match op.grace_until {
