@@ -330,3 +330,9 @@ fn segmented_pipelines_through_the_executor() {
         }
     });
 }
+
+#[test]
+fn communicator_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Communicator>();
+}
