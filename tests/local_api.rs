@@ -336,3 +336,22 @@ fn communicator_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Communicator>();
 }
+
+#[test]
+fn early_messages_and_full_rings_fall_back_to_rendezvous() {
+    let stats = job(3, common::cfg(), |c| {
+        if c.rank() != 0 {
+            // The root runs far ahead: its eager messages for future bcasts wait in our slots
+            // until the rings are full, then it must use rendezvous.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        for round in 0..100u32 {
+            let mut b: Vec<u32> = if c.rank() == 0 { (0..25).map(|i| i * round).collect() } else { vec![0; 25] };
+            c.with(&Options::algorithm("binomial")).bcast(&mut b, 0).unwrap();
+            assert!(b.iter().enumerate().all(|(i, &v)| v == i as u32 * round), "round {round}");
+        }
+        c.stats()
+    });
+    assert!(stats[0].rts_msgs > 0, "the root never ran out of slots: {:?}", stats[0]);
+    assert!(stats[0].eager_msgs > 0);
+}
