@@ -355,3 +355,21 @@ fn early_messages_and_full_rings_fall_back_to_rendezvous() {
     assert!(stats[0].rts_msgs > 0, "the root never ran out of slots: {:?}", stats[0]);
     assert!(stats[0].eager_msgs > 0);
 }
+
+#[test]
+fn two_threads_on_dup_communicators_share_the_endpoint() {
+    job(3, common::cfg(), |c| {
+        let d = c.dup().unwrap();
+        std::thread::scope(|s| {
+            for (k, comm) in [(1u64, c), (2u64, &d)] {
+                s.spawn(move || {
+                    for round in 0..30u64 {
+                        let mut x = vec![k * round; 3000];
+                        comm.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+                        assert!(x.iter().all(|&v| v == 3 * k * round));
+                    }
+                });
+            }
+        });
+    });
+}

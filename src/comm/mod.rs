@@ -223,8 +223,16 @@ impl Communicator {
         eng.start(self.ctx, self.members.clone(), spec, send, recv, check)
     }
 
+    /// Waits for `key`, releasing the engine between rounds so that other threads using
+    /// communicators on the same endpoint (dup/split) can start and progress theirs.
     fn wait_key(&self, key: OpKey) -> Result<()> {
-        self.lock().wait(key)
+        let mut spins = 0;
+        loop {
+            let mut eng = self.lock();
+            if eng.wait_step(key, &mut spins) {
+                return eng.take(key);
+            }
+        }
     }
 
     /// A blocking call.

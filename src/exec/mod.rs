@@ -796,34 +796,31 @@ impl Engine {
         }
     }
 
-    /// Waits for `key` with the configured timeout; on expiry the error names the ranks whose
-    /// messages or grants are still missing.
-    pub fn wait(&mut self, key: OpKey) -> Result<()> {
-        let deadline = self.ops.get(&key).map(|o| o.t0).unwrap_or_else(Instant::now) + self.core.cfg.timeout;
-        self.wait_until(key, deadline)?;
-        self.take(key)
-    }
-
-    /// Progresses until `key` finished or `deadline` passed (then the op fails with a Timeout).
-    pub fn wait_until(&mut self, key: OpKey, deadline: Instant) -> Result<()> {
-        let mut spins = 0u32;
-        let grace = (self.core.cfg.timeout / 2).min(Duration::from_secs(2));
-        while !self.is_finished(key) {
-            if Instant::now() >= deadline + grace + Duration::from_millis(100) {
-                self.time_out(key);
-                break;
-            }
-            let block = if spins < 64 { None } else { Some(Duration::from_millis(2)) };
-            spins += 1;
-            if let Err(e) = self.progress(block) {
-                // Ends the op, possibly after the grace period of a lost peer.
-                self.fail(key, e);
-            }
-            if Instant::now() >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
-                self.check_deadline(key);
-            }
+    /// One round of waiting for `key`: progress (blocking briefly after a few rounds), deadline
+    /// and grace handling (on expiry the error names the ranks still missing). Returns whether
+    /// the op has finished. Callers that share the engine with other threads release it between
+    /// rounds.
+    pub fn wait_step(&mut self, key: OpKey, spins: &mut u32) -> bool {
+        if self.is_finished(key) {
+            return true;
         }
-        Ok(())
+        let timeout = self.core.cfg.timeout;
+        let deadline = self.ops.get(&key).map(|o| o.t0).unwrap_or_else(Instant::now) + timeout;
+        let grace = (timeout / 2).min(Duration::from_secs(2));
+        if Instant::now() >= deadline + grace + Duration::from_millis(100) {
+            self.time_out(key);
+            return true;
+        }
+        let block = if *spins < 64 { None } else { Some(Duration::from_millis(1)) };
+        *spins += 1;
+        if let Err(e) = self.progress(block) {
+            // Ends the op, possibly after the grace period of a lost peer.
+            self.fail(key, e);
+        }
+        if Instant::now() >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
+            self.check_deadline(key);
+        }
+        self.is_finished(key)
     }
 
     /// Waits until every peer's eager-ring setup arrived (until then small messages take the
