@@ -71,6 +71,11 @@ pub(crate) struct Engine {
     pinned: Vec<Mr>,
 }
 
+/// An abort notice's payload: the awaited ranks, as many as fit one control message.
+fn notice(waits: Vec<u32>, max_ctrl: usize) -> Vec<u8> {
+    waits.iter().take(max_ctrl.min(4096) / 4).flat_map(|r| r.to_le_bytes()).collect()
+}
+
 fn seq_match(seq: u64, low: u64, mask: u64) -> bool {
     seq & mask == low
 }
@@ -432,7 +437,7 @@ impl Engine {
         let Some(op) = self.ops.get_mut(&key) else { return };
         let grace = (timeout / 2).min(Duration::from_secs(2));
         op.grace_until = Some(Instant::now() + grace);
-        let waits: Vec<u8> = op.waiting_for().iter().flat_map(|r| r.to_le_bytes()).collect();
+        let waits = notice(op.waiting_for(), self.core.caps.max_ctrl);
         let tag = proto::tag(Kind::Abort, key.ctx, key.seq);
         for peer in 0..op.members.len() as u32 {
             if peer != op.rank {
@@ -553,7 +558,7 @@ impl Engine {
         // Tell the peers whom we were waiting for (unless the deadline path already did), so
         // that ranks waiting on us can name the rank that is really missing.
         if op.started && op.grace_until.is_none() {
-            let waits: Vec<u8> = op.waiting_for().iter().flat_map(|r| r.to_le_bytes()).collect();
+            let waits = notice(op.waiting_for(), self.core.caps.max_ctrl);
             let tag = proto::tag(Kind::Abort, key.ctx, key.seq);
             for peer in 0..op.members.len() as u32 {
                 if peer != op.rank {
