@@ -373,3 +373,38 @@ fn two_threads_on_dup_communicators_share_the_endpoint() {
         });
     });
 }
+
+#[test]
+fn in_place_variants() {
+    job(5, common::cfg(), |c| {
+        let r = c.rank() as i64;
+        let op = ReduceOp::Sum;
+        let mut a = vec![r + 1; 1000];
+        c.allreduce_in_place(&mut a, &op).unwrap();
+        assert!(a.iter().all(|&v| v == 15));
+        let mut s = vec![r + 1; 1000];
+        c.scan_in_place(&mut s, &op).unwrap();
+        assert!(s.iter().all(|&v| v == (r + 1) * (r + 2) / 2));
+        let mut e = vec![r + 1; 1000];
+        c.exscan_in_place(&mut e, &op).unwrap();
+        let want = if r == 0 { 1 } else { r * (r + 1) / 2 };
+        assert!(e.iter().all(|&v| v == want), "exscan rank {r}: {}", e[0]);
+        let mut red = vec![r + 1; 1000];
+        c.reduce_in_place(&mut red, &op, 3).unwrap();
+        if r == 3 {
+            assert!(red.iter().all(|&v| v == 15));
+        }
+        let mut ag = vec![-1i64; 5 * 7];
+        ag[r as usize * 7..(r as usize + 1) * 7].fill(r);
+        c.allgather_in_place(&mut ag).unwrap();
+        assert!(ag.iter().enumerate().all(|(i, &v)| v == (i / 7) as i64));
+        let mut g = if r == 1 { vec![-1i64; 5 * 7] } else { vec![r; 7] };
+        if r == 1 {
+            g[7..14].fill(1);
+        }
+        c.gather_in_place(&mut g, 7, 1).unwrap();
+        if r == 1 {
+            assert!(g.iter().enumerate().all(|(i, &v)| v == (i / 7) as i64));
+        }
+    });
+}
