@@ -143,3 +143,37 @@ fn in_place_every_algorithm() {
         .unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+/// The narrow immediate layout of 32-bit backends (5 context, 6 sequence, 14 index bits): every
+/// collective with its default algorithm, plus a pipelined allreduce with more than 2^14
+/// messages per peer, whose eager messages beyond the index range take the rendezvous path.
+#[test]
+fn narrow_immediates() {
+    use fabcoll::{Collectives, Options, ReduceOp};
+    let cfg = fabcoll::ExecConfig { imm_bits: 32, ..common::cfg() };
+    for p in [3u32, 4] {
+        let comms = Communicator::local_with(p as usize, cfg.clone()).unwrap();
+        let stats = std::sync::Mutex::new(Vec::new());
+        common::local_job(comms, |c| {
+            for coll in Collective::ALL {
+                for count in [0usize, 1, p as usize + 1, 100_003] {
+                    common::run_one(c, coll, None, count, false)?;
+                }
+            }
+            // ring with segment = 1 element: 2(p-1)·count/p messages to the next rank.
+            let opts = Options::algorithm("ring").param("segment", 1);
+            let n = 30_000;
+            let x = vec![1u32; n];
+            let mut y = vec![0u32; n];
+            c.with(&opts).allreduce(&x, &mut y, &ReduceOp::Sum).map_err(|e| e.to_string())?;
+            if y.iter().any(|&v| v != p) {
+                return Err("pipelined allreduce with narrow immediates is wrong".into());
+            }
+            stats.lock().unwrap().push(c.stats());
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let s = stats.into_inner().unwrap();
+        assert!(s.iter().all(|s| s.rts_msgs > 0 && s.eager_msgs > 0), "{s:?}");
+    }
+}

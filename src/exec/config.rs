@@ -18,6 +18,9 @@ pub struct ExecConfig {
     pub timeout: Duration,
     /// Registration cache entries for user buffers (0 disables the cache).
     pub mr_cache: usize,
+    /// Use at most this many immediate bits even if the backend carries more (tests the narrow
+    /// layouts of verbs-like backends on any backend). All ranks must agree.
+    pub imm_bits: u32,
 }
 
 /// Defaults measured with `tests/shm_bench.rs` (2 processes, allreduce recursive doubling, shm,
@@ -32,6 +35,7 @@ impl Default for ExecConfig {
             slot_size: 16384,
             timeout: Duration::from_secs(60),
             mr_cache: 64,
+            imm_bits: 64,
         }
     }
 }

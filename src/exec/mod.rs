@@ -84,7 +84,7 @@ impl Engine {
     /// Wraps a connected endpoint: allocates the eager rings and announces them to every peer.
     pub fn new(mut ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Engine> {
         let caps = ep.caps().clone();
-        let layout = ImmLayout::new(caps.imm_bits);
+        let layout = ImmLayout::new(caps.imm_bits.min(cfg.imm_bits));
         let mut cfg = cfg;
         let slot_size = cfg.slot_size.min(caps.max_write);
         cfg.eager_threshold = cfg.eager_threshold.min(slot_size);
