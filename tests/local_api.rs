@@ -111,6 +111,7 @@ fn total(stats: &[Stats]) -> Stats {
         t.eager_msgs += s.eager_msgs;
         t.eager_bytes += s.eager_bytes;
         t.eager_copy_bytes += s.eager_copy_bytes;
+        t.eager_fused_bytes += s.eager_fused_bytes;
         t.zcopy_msgs += s.zcopy_msgs;
         t.zcopy_bytes += s.zcopy_bytes;
         t.zcopy_copy_bytes += s.zcopy_copy_bytes;
@@ -147,7 +148,21 @@ fn copy_counters_prove_zero_copy_and_single_copy_eager() {
     let t = total(&small);
     assert_eq!(t.zcopy_msgs, 0, "{t:?}");
     assert_eq!(t.eager_bytes, 4 * 2 * 512, "{t:?}");
+    // Recursive doubling reduces every received block into recv: fused, reduced straight out of
+    // the slot, so not even the one eager copy happens.
+    assert_eq!(t.eager_fused_bytes, t.eager_bytes, "{t:?}");
+    assert_eq!(t.eager_copy_bytes, 0, "{t:?}");
+    // Bcast has no reduction: every eager byte is copied out of its slot exactly once.
+    let bc = job(4, common::cfg(), |c| {
+        let mut b = if c.rank() == 0 { vec![7u8; 1000] } else { vec![0u8; 1000] };
+        c.with(&Options::algorithm("binomial")).bcast(&mut b, 0).unwrap();
+        assert!(b.iter().all(|&v| v == 7));
+        c.stats()
+    });
+    let t = total(&bc);
+    assert_eq!(t.eager_bytes, 3 * 1000, "{t:?}");
     assert_eq!(t.eager_copy_bytes, t.eager_bytes, "eager bytes must be copied exactly once: {t:?}");
+    assert_eq!(t.transport_copy_bytes(), t.eager_bytes);
     assert_eq!((t.rts_msgs, t.grants), (0, 0), "{t:?}");
 }
 

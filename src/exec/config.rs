@@ -80,6 +80,8 @@ pub struct Stats {
     pub eager_bytes: u64,
     /// Bytes this rank copied out of eager slots: the transport copy of the eager path.
     pub eager_copy_bytes: u64,
+    /// Bytes reduced straight out of eager slots (a Reduce fused with its Recv: no copy).
+    pub eager_fused_bytes: u64,
     /// Messages and bytes written zero-copy into granted destinations.
     pub zcopy_msgs: u64,
     pub zcopy_bytes: u64,
