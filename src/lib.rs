@@ -6,7 +6,36 @@
 //! - [`fabric`]: the thin RMA layer — libfabric, node shared memory, in-process ranks — and the
 //!   bootstrap store.
 //!
-//! The communicator and executor that run schedules over a fabric come on top of these.
+//! On top: [`Communicator`] (typed collectives, blocking and nonblocking, split/dup), the executor
+//! that runs any algorithm's schedule over a fabric endpoint (eager slots with credits for small
+//! messages, zero-copy writes into granted destinations for large ones, an MR cache), and the
+//! default algorithm selection ([`select`]).
+//!
+//! ```no_run
+//! use fabcoll::{Collectives, Communicator, ReduceOp};
+//! let comms = Communicator::local(4).unwrap();
+//! std::thread::scope(|s| {
+//!     for c in comms {
+//!         s.spawn(move || {
+//!             let x = vec![c.rank() as f64; 1000];
+//!             let mut y = vec![0.0; 1000];
+//!             c.allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+//!         });
+//!     }
+//! });
+//! ```
 
 pub use fabcoll_collectives as collectives;
 pub use fabcoll_fabric as fabric;
+
+mod comm;
+pub mod error;
+mod exec;
+pub mod select;
+
+pub use collectives::datatype::{Datatype, Element, ValueIndex};
+pub use collectives::op::{ReduceOp, UserOp};
+pub use collectives::Params;
+pub use comm::{Call, Collectives, Communicator, Options, Pinned, Registered, Request, Scope, WithOptions};
+pub use error::{Error, Result};
+pub use exec::{ExecConfig, Stats};

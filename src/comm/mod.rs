@@ -1,0 +1,339 @@
+//! The [`Communicator`]: a group of ranks that call collectives together. Every collective is a
+//! schedule from the registry run by the executor; blocking calls are nonblocking calls plus wait.
+//!
+//! Communicators made by [`Communicator::dup`] and [`Communicator::split`] share their parent's
+//! endpoint and engine and get a context id of their own (agreed on with a collective over the
+//! parent), which separates their messages in control tags and eager immediates; one engine
+//! progresses the collectives of all of them.
+
+mod call;
+mod pinned;
+mod request;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use fabcoll_collectives::op::ReduceOp;
+use fabcoll_collectives::registry;
+use fabcoll_collectives::{CollArgs, Params};
+use fabcoll_fabric::bootstrap::{self, JobEnv, TcpStoreServer};
+use fabcoll_fabric::{Access, Backend, Config, Endpoint, LocalFabric};
+
+pub use call::{Call, Collectives, WithOptions};
+pub use pinned::{Pinned, Registered};
+pub use request::{Request, Scope};
+
+use crate::error::{Error, Result};
+use crate::exec::op::{Check, OpSpec};
+use crate::exec::{Engine, ExecConfig, OpKey, Stats};
+use crate::select::{self, Features, Table};
+
+/// Per-call options: force an algorithm by name and set its parameters (see the registry's
+/// `ParamSpec`s, plus `segment` for pipelining in elements). All ranks must pass the same options.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub algorithm: Option<String>,
+    pub params: Params,
+}
+
+impl Options {
+    pub fn algorithm(name: &str) -> Options {
+        Options { algorithm: Some(name.to_owned()), params: Params::default() }
+    }
+
+    pub fn param(mut self, name: &str, value: u64) -> Options {
+        self.params.set(name, value);
+        self
+    }
+}
+
+/// A group of ranks that call collectives together (see the module doc).
+pub struct Communicator {
+    engine: Arc<Mutex<Engine>>,
+    ctx: u32,
+    rank: u32,
+    size: u32,
+    members: Arc<[u32]>,
+    check: bool,
+    _server: Option<Arc<TcpStoreServer>>,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("ctx", &self.ctx)
+            .finish()
+    }
+}
+
+fn env_check() -> bool {
+    matches!(std::env::var("FABCOLL_CHECK").as_deref(), Ok("1") | Ok("true") | Ok("yes"))
+}
+
+impl Communicator {
+    /// `p` communicators over the in-process `local` backend, one per rank (move each to its own
+    /// thread). Settings from the environment (see [`ExecConfig::from_env`]).
+    pub fn local(p: usize) -> Result<Vec<Communicator>> {
+        Communicator::local_with(p, ExecConfig::from_env()?)
+    }
+
+    /// [`Communicator::local`] with explicit executor settings.
+    pub fn local_with(p: usize, cfg: ExecConfig) -> Result<Vec<Communicator>> {
+        let fabric = LocalFabric::new(p)?;
+        let mut eps: Vec<Box<dyn Endpoint>> = Vec::with_capacity(p);
+        for r in 0..p {
+            eps.push(Box::new(fabric.endpoint(r, fabcoll_fabric::WaitPolicy::oversubscribed())?));
+        }
+        let blobs = eps.iter().map(|e| e.address()).collect::<fabcoll_fabric::Result<Vec<_>>>()?;
+        let comms = eps
+            .into_iter()
+            .map(|mut ep| {
+                ep.insert_peers(&blobs)?;
+                Communicator::new(ep, cfg.clone())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for c in &comms {
+            c.lock().await_setups()?;
+        }
+        Ok(comms)
+    }
+
+    /// A communicator over an endpoint whose peers are already inserted (all its ranks); waits
+    /// until every peer has announced its eager ring, so every rank must call it concurrently.
+    pub fn from_endpoint(ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Communicator> {
+        let c = Communicator::new(ep, cfg)?;
+        c.lock().await_setups()?;
+        Ok(c)
+    }
+
+    fn new(ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Communicator> {
+        let (rank, size) = (ep.rank() as u32, ep.size() as u32);
+        let mut engine = Engine::new(ep, cfg)?;
+        let members: Arc<[u32]> = (0..size).collect();
+        engine.add_ctx(0, &members)?;
+        Ok(Communicator {
+            engine: Arc::new(Mutex::new(engine)),
+            ctx: 0,
+            rank,
+            size,
+            members,
+            check: env_check(),
+            _server: None,
+        })
+    }
+
+    /// Joins the job the environment describes (fabrun, torchrun, Slurm or `FABCOLL_*`, see
+    /// `fabric::bootstrap::JobEnv`): opens the store, the fabric (`FABCOLL_FABRIC` = `shm`,
+    /// `ofi:tcp`, …; default shm when every rank is on this node, else `ofi:tcp`), exchanges
+    /// addresses and sets up the eager rings.
+    pub fn from_env() -> Result<Communicator> {
+        let cfg = ExecConfig::from_env()?;
+        let env = JobEnv::from_env()?;
+        let (store, server) = env.open_store(cfg.timeout)?;
+        let backend: Backend = match std::env::var("FABCOLL_FABRIC") {
+            Ok(s) => s.parse()?,
+            Err(_) if env.local_size == Some(env.size) => Backend::Shm,
+            Err(_) => Backend::Ofi { provider: "tcp".into() },
+        };
+        let job = format!("fabcoll-{}", env.store);
+        let mut fcfg = Config::new(backend, env.rank as usize, env.size as usize, job);
+        fcfg.timeout = cfg.timeout;
+        let mut ep = fabcoll_fabric::open(&fcfg)?;
+        let blobs = bootstrap::exchange(&*store, "fabcoll/addr", env.rank, env.size, &ep.address()?, cfg.timeout)?;
+        ep.insert_peers(&blobs)?;
+        let mut c = Communicator::from_endpoint(ep, cfg)?;
+        c._server = server.map(Arc::new);
+        Ok(c)
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// Turns checked mode on or off for this communicator (default: `FABCOLL_CHECK=1`). In checked
+    /// mode every rank sends its call's signature (operation, count(s), root, datatype, op,
+    /// algorithm) to every other rank before any data moves; a difference is an
+    /// [`Error::Mismatch`] naming the first differing rank, on every rank, and the communicator
+    /// stays usable.
+    pub fn set_checked(&mut self, on: bool) {
+        self.check = on;
+    }
+
+    /// Executor counters of the endpoint this communicator runs on (shared with dup/split).
+    pub fn stats(&self) -> Stats {
+        self.lock().stats()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Engine> {
+        // A panic while holding the lock leaves consistent-enough state to report errors.
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Chooses the algorithm and builds this rank's schedule for a call.
+    fn plan(&self, call: &Call<'_>, opts: &Options) -> Result<(OpSpec, CollArgs)> {
+        let mut args = call.args.clone();
+        args.params = opts.params.clone();
+        let coll = args.coll;
+        // A per-call choice is strict (its restrictions must hold); a FABCOLL_ALGO choice applies
+        // where its restrictions hold and leaves the other calls to the default selection.
+        let forced = match &opts.algorithm {
+            Some(n) => Some(registry::find(coll, n)?),
+            None => match select::env_overrides()?.iter().find(|(c, _)| *c == coll) {
+                Some((_, n)) => Some(registry::find(coll, n)?).filter(|a| a.restrictions.violated(&args).is_none()),
+                None => None,
+            },
+        };
+        let alg = match forced {
+            Some(a) => a,
+            None => {
+                let es = call.dtype.size() as u64;
+                let p = u64::from(self.size);
+                let total = args.total_count()? * es;
+                let msg = if coll.is_vector() { total / p.max(1) } else { args.count * es };
+                let total = if coll.is_vector() { total } else { msg * p };
+                let f = Features { msg, total, p: self.size, commutative: args.commutative };
+                Table::defaults().choose(&args, &f)?
+            }
+        };
+        let sched = alg.schedule(&args)?;
+        let spec = OpSpec { coll, alg: alg.name, sched, dtype: call.dtype, rop: call.op.clone() };
+        Ok((spec, args))
+    }
+
+    /// Starts a call; the buffers behind `call` must stay lent until the op is waited for.
+    fn start(&self, call: Call<'_>, opts: &Options) -> Result<OpKey> {
+        let (spec, args) = self.plan(&call, opts)?;
+        let check = self.check.then(|| {
+            let mine = call.signature(&args, spec.alg).into_bytes();
+            Check {
+                mine,
+                got: vec![None; self.size as usize],
+                missing: self.size as usize - 1,
+                describe: |b| String::from_utf8_lossy(b).into_owned(),
+            }
+        });
+        let mut eng = self.lock();
+        // SAFETY: the buffers are lent to this call by `Call`'s lifetime: blocking calls wait
+        // before returning, nonblocking ones live in a `Scope` that waits for them before the
+        // borrows end. Send is only read (LOCAL), Recv may be written by peers (REMOTE_WRITE).
+        let send = unsafe { eng.bind_user(call.send.0, call.send.1, Access::LOCAL)? };
+        // SAFETY: as above.
+        let recv = unsafe { eng.bind_user(call.recv.0, call.recv.1, Access::REMOTE_WRITE)? };
+        eng.start(self.ctx, self.members.clone(), spec, send, recv, check)
+    }
+
+    /// Waits for `key`, releasing the engine between rounds so that other threads using
+    /// communicators on the same endpoint (dup/split) can start and progress theirs.
+    fn wait_key(&self, key: OpKey) -> Result<()> {
+        let mut spins = 0;
+        loop {
+            let mut eng = self.lock();
+            if eng.wait_step(key, &mut spins) {
+                return eng.take(key);
+            }
+        }
+    }
+
+    /// A blocking call.
+    fn run(&self, call: Call<'_>, opts: &Options) -> Result<()> {
+        let key = self.start(call, opts)?;
+        self.wait_key(key)
+    }
+
+    /// The algorithm the default selection (or `FABCOLL_ALGO`) would run for `call`.
+    pub fn algorithm_for(&self, call: &Call<'_>) -> Result<&'static str> {
+        Ok(self.plan(call, &Options::default())?.0.alg)
+    }
+
+    /// A new communicator with the same ranks and a new context.
+    pub fn dup(&self) -> Result<Communicator> {
+        let mine = self.lock().next_ctx;
+        let mut all = vec![0u32; self.size as usize];
+        self.allgather(&[mine], &mut all)?;
+        let ctx = all.iter().copied().max().unwrap_or(mine);
+        self.derive(ctx, self.members.clone(), self.rank)
+    }
+
+    /// MPI_Comm_split: ranks with the same `color` form a communicator, ordered by (`key`, old
+    /// rank); `color = None` takes part but gets no communicator.
+    pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
+        let next = self.lock().next_ctx;
+        let me = [color.map_or(-1, i64::from), i64::from(key), i64::from(next)];
+        let mut all = vec![0i64; 3 * self.size as usize];
+        self.allgather(&me, &mut all)?;
+        let ctx = all.chunks(3).map(|c| c[2]).max().unwrap_or(i64::from(next)) as u32;
+        let Some(color) = color else {
+            let mut e = self.lock();
+            e.next_ctx = e.next_ctx.max(ctx + 1);
+            return Ok(None);
+        };
+        let mut group: Vec<(i64, u32)> = all
+            .chunks(3)
+            .enumerate()
+            .filter(|(_, c)| c[0] == i64::from(color))
+            .map(|(r, c)| (c[1], r as u32))
+            .collect();
+        group.sort_unstable();
+        let members: Arc<[u32]> = group.iter().map(|&(_, r)| self.members[r as usize]).collect();
+        let rank = group.iter().position(|&(_, r)| r == self.rank).unwrap_or(0) as u32;
+        self.derive(ctx, members, rank).map(Some)
+    }
+
+    fn derive(&self, ctx: u32, members: Arc<[u32]>, rank: u32) -> Result<Communicator> {
+        self.lock().add_ctx(ctx, &members)?;
+        Ok(Communicator {
+            engine: self.engine.clone(),
+            ctx,
+            rank,
+            size: members.len() as u32,
+            members,
+            check: self.check,
+            _server: self._server.clone(),
+        })
+    }
+
+    /// Runs `f` with a [`Scope`] in which collectives are started without waiting; every request
+    /// started in the scope is finished when `scope` returns (like `std::thread::scope`), so the
+    /// buffers lent to them are safe even if a `Request` is leaked.
+    pub fn scope<'env, F, R>(&'env self, f: F) -> Result<R>
+    where
+        F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
+    {
+        request::run_scope(self, f)
+    }
+
+    /// This communicator with per-call options applied to every collective called through the
+    /// returned view.
+    pub fn with<'a>(&'a self, opts: &'a Options) -> WithOptions<'a> {
+        WithOptions { comm: self, opts }
+    }
+
+    /// The reduction op check shared by the typed calls.
+    fn check_op(
+        &self,
+        coll: fabcoll_collectives::Collective,
+        op: &ReduceOp,
+        dtype: fabcoll_collectives::datatype::Datatype,
+    ) -> Result<()> {
+        op.check(dtype).map_err(|e| Error::invalid(coll, e.to_string()))
+    }
+
+    /// The timeout of collectives on this communicator's engine.
+    pub fn timeout(&self) -> Duration {
+        self.lock().core.cfg.timeout
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if self.ctx != 0 {
+            self.lock().remove_ctx(self.ctx);
+        }
+    }
+}

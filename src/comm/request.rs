@@ -1,0 +1,153 @@
+//! Nonblocking collectives: a [`Scope`] lends buffers to collectives started without waiting and
+//! finishes all of them before it returns (so a leaked [`Request`] can never leave a peer writing
+//! into returned memory); a [`Request`] is tested, waited for, or awaited as a `Future`.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use super::call::{Call, Collectives};
+use super::{Communicator, Options};
+use crate::error::{Error, Result};
+use crate::exec::OpKey;
+
+/// Collectives started in a scope run concurrently (several outstanding on one communicator);
+/// see [`Communicator::scope`].
+pub struct Scope<'scope, 'env: 'scope> {
+    comm: &'env Communicator,
+    opts: RefCell<Options>,
+    keys: RefCell<Vec<OpKey>>,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+}
+
+/// A collective in flight. Finish it with [`Request::wait`], poll it with [`Request::test`], or
+/// `.await` it (each poll drives progress; no runtime needed). Dropping it unfinished is fine:
+/// the scope finishes it.
+pub struct Request<'scope> {
+    comm: &'scope Communicator,
+    key: OpKey,
+    done: bool,
+}
+
+impl<'scope, 'env> Scope<'scope, 'env> {
+    /// Options for the collectives started after this call in the scope.
+    pub fn set_options(&self, opts: Options) {
+        *self.opts.borrow_mut() = opts;
+    }
+
+    /// The algorithm a started request runs (for tests and tracing).
+    pub fn algorithm_of(&self, r: &Request<'_>) -> Option<&'static str> {
+        self.comm.lock().alg_of(r.key)
+    }
+}
+
+impl<'scope> Collectives<'scope> for Scope<'scope, '_> {
+    type Out = Request<'scope>;
+
+    fn comm(&self) -> &Communicator {
+        self.comm
+    }
+
+    fn submit(&self, call: Call<'scope>) -> Result<Request<'scope>> {
+        let key = self.comm.start(call, &self.opts.borrow())?;
+        self.keys.borrow_mut().push(key);
+        Ok(Request { comm: self.comm, key, done: false })
+    }
+}
+
+impl Request<'_> {
+    /// Polls progress once; `Some(result)` when the collective has finished.
+    pub fn test(&mut self) -> Option<Result<()>> {
+        if self.done {
+            return Some(Err(Error::Protocol("request already completed".into())));
+        }
+        let mut eng = self.comm.lock();
+        if let Err(e) = eng.progress(None) {
+            return Some(Err(e));
+        }
+        eng.check_deadline(self.key);
+        if !eng.is_finished(self.key) {
+            return None;
+        }
+        let r = eng.take(self.key);
+        self.done = true;
+        Some(r)
+    }
+
+    /// Waits until the collective has finished (or failed, or timed out naming the missing ranks).
+    pub fn wait(mut self) -> Result<()> {
+        self.finish_blocking()
+    }
+
+    fn finish_blocking(&mut self) -> Result<()> {
+        if self.done {
+            return Err(Error::Protocol("request already completed".into()));
+        }
+        self.done = true;
+        self.comm.wait_key(self.key)
+    }
+}
+
+impl Future for Request<'_> {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        match this.test() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                // Progress is driven by polling: ask to be polled again.
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// Finishes every request of the scope, also when the closure panics.
+struct Finish<'a> {
+    comm: &'a Communicator,
+    keys: &'a RefCell<Vec<OpKey>>,
+}
+
+impl Finish<'_> {
+    fn all(&self) -> Result<()> {
+        let keys = std::mem::take(&mut *self.keys.borrow_mut());
+        let mut first = Ok(());
+        for k in keys {
+            // Requests already waited for are gone from the engine.
+            if !self.comm.lock().has_op(k) {
+                continue;
+            }
+            if let Err(e) = self.comm.wait_key(k) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        let _ = self.all();
+    }
+}
+
+pub(super) fn run_scope<'env, F, R>(comm: &'env Communicator, f: F) -> Result<R>
+where
+    F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
+{
+    let scope =
+        Scope { comm, opts: RefCell::new(Options::default()), keys: RefCell::new(Vec::new()), _scope: PhantomData };
+    let finish = Finish { comm, keys: &scope.keys };
+    let r = f(&scope);
+    let rest = finish.all();
+    drop(finish);
+    let out = r?;
+    rest?;
+    Ok(out)
+}

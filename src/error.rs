@@ -1,0 +1,52 @@
+//! Errors of the communicator and executor: bad arguments, algorithm and fabric failures, timeouts
+//! that name the ranks still awaited, and checked-mode mismatches. Nothing in `src/` panics on bad input.
+
+use std::time::Duration;
+
+use fabcoll_collectives::Collective;
+
+/// Everything a collective call can report.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An argument is wrong (buffer length, root out of range, counts of the wrong length, …).
+    #[error("{coll}: {msg}")]
+    InvalidArgument { coll: &'static str, msg: String },
+    /// The collective core refused the call (unknown algorithm, restriction, parameter, …).
+    #[error(transparent)]
+    Collectives(#[from] fabcoll_collectives::Error),
+    /// The fabric layer failed.
+    #[error("fabric: {0}")]
+    Fabric(#[from] fabcoll_fabric::Error),
+    /// Bootstrapping failed (environment, store).
+    #[error("bootstrap: {0}")]
+    Bootstrap(#[from] fabcoll_fabric::bootstrap::BootstrapError),
+    /// A collective did not finish in time; `waiting_for` are the ranks (of this communicator)
+    /// whose messages or grants were still missing — dead or silent peers.
+    #[error(
+        "{coll} (collective #{seq}) timed out after {after:?} on rank {rank}, waiting for rank(s) {waiting_for:?}"
+    )]
+    Timeout { coll: Collective, seq: u64, rank: u32, after: Duration, waiting_for: Vec<u32> },
+    /// A peer failed or left during a collective (a write to it failed); `peers` are the ranks
+    /// to blame after hearing the other survivors (see `Timeout`), `cause` the fabric's report.
+    #[error("{coll} (collective #{seq}) failed on rank {rank}: rank(s) {peers:?} failed or left ({cause})")]
+    PeerLost { coll: Collective, seq: u64, rank: u32, peers: Vec<u32>, cause: String },
+    /// A peer violated the protocol (malformed control message, unknown grant, …).
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// Checked mode (`FABCOLL_CHECK=1`): ranks called different collectives or with different
+    /// arguments.
+    #[error("checked mode: {0}")]
+    Mismatch(String),
+    /// An earlier error left the communicator unusable (peers may be in an unknown state).
+    #[error("communicator is broken by an earlier error: {0}")]
+    Broken(String),
+}
+
+impl Error {
+    pub(crate) fn invalid(coll: Collective, msg: impl Into<String>) -> Error {
+        Error::InvalidArgument { coll: coll.name(), msg: msg.into() }
+    }
+}
+
+/// Result alias of the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

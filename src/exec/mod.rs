@@ -1,0 +1,682 @@
+//! The executor: runs any algorithm's schedule over a fabric endpoint. One [`Engine`] per endpoint
+//! holds every collective in flight on every communicator that shares the endpoint, so one
+//! `progress` call advances all of them (no cross-communicator deadlock).
+//!
+//! Protocol summary (details in [`proto`], [`eager`] and [`op`]): eager messages go into
+//! per-pair slot rings with credits and are copied (once) out of the slot; larger messages are
+//! written zero-copy into destinations the receiver grants; messages for collectives this rank has
+//! not started yet are kept (slots stay occupied, control messages are queued) until it does.
+
+mod config;
+mod core;
+pub(crate) mod eager;
+pub(crate) mod mrcache;
+pub(crate) mod op;
+pub(crate) mod proto;
+
+pub use config::{ExecConfig, Stats};
+pub(crate) use core::Core;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fabcoll_fabric::{Access, Completion, Endpoint, Mr};
+
+use crate::error::{Error, Result};
+use eager::Eager;
+use mrcache::MrCache;
+use op::{Bound, Op, OpSpec};
+use proto::{GrantEntry, Imm, ImmLayout, Kind, Setup};
+
+/// Identity of a collective call: communicator context and sequence number.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct OpKey {
+    pub ctx: u32,
+    pub seq: u64,
+}
+
+/// A communicator's view inside the engine.
+pub(crate) struct CtxState {
+    /// Endpoint rank → communicator rank.
+    ep_to_comm: HashMap<usize, u32>,
+    pub next_seq: u64,
+    outstanding: BTreeSet<u64>,
+    pub broken: Option<String>,
+}
+
+/// A message for a collective not started yet (or a communicator not created yet here).
+struct Early {
+    ctx: u32,
+    seq_low: u64,
+    mask: u64,
+    peer: usize,
+    what: EarlyWhat,
+}
+
+enum EarlyWhat {
+    Eager { idx: u32, slot: u32 },
+    Ctrl { kind: Kind, data: Vec<u8> },
+}
+
+/// Per-endpoint executor state.
+pub(crate) struct Engine {
+    pub core: Core,
+    ops: HashMap<OpKey, Op>,
+    ctxs: HashMap<u32, CtxState>,
+    early: Vec<Early>,
+    pub next_ctx: u32,
+    comp: Vec<Completion>,
+    /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
+    pinned: Vec<Mr>,
+}
+
+/// An abort notice's payload: the awaited ranks, as many as fit one control message.
+fn notice(waits: Vec<u32>, max_ctrl: usize) -> Vec<u8> {
+    waits.iter().take(max_ctrl.min(4096) / 4).flat_map(|r| r.to_le_bytes()).collect()
+}
+
+fn seq_match(seq: u64, low: u64, mask: u64) -> bool {
+    seq & mask == low
+}
+
+impl Engine {
+    /// Wraps a connected endpoint: allocates the eager rings and announces them to every peer.
+    pub fn new(mut ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Engine> {
+        let caps = ep.caps().clone();
+        let layout = ImmLayout::new(caps.imm_bits.min(cfg.imm_bits));
+        let mut cfg = cfg;
+        let slot_size = cfg.slot_size.min(caps.max_write);
+        cfg.eager_threshold = cfg.eager_threshold.min(slot_size);
+        let (eager, setups) = if layout.eager_possible() {
+            Eager::new(&mut *ep, cfg.slots, slot_size)?
+        } else {
+            Eager::new(&mut *ep, 0, 0)?
+        };
+        let p = ep.size();
+        let mrs = MrCache::new(cfg.mr_cache > 0 && mrcache::cache_safe(&caps), cfg.mr_cache);
+        let core = Core {
+            ep,
+            caps,
+            layout,
+            cfg,
+            eager,
+            writes: HashMap::new(),
+            next_write: 0,
+            grants_in: HashMap::new(),
+            next_gid: vec![0; p],
+            backlog: Vec::new(),
+            ctrl_out: Vec::new(),
+            stats: Stats::default(),
+            mrs,
+            pool: Vec::new(),
+        };
+        let mut e = Engine {
+            core,
+            ops: HashMap::new(),
+            ctxs: HashMap::new(),
+            early: Vec::new(),
+            next_ctx: 1,
+            comp: Vec::new(),
+            pinned: Vec::new(),
+        };
+        for (q, s) in setups {
+            e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0), s.to_bytes());
+        }
+        e.core.flush_ctrl()?;
+        Ok(e)
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut s = self.core.stats.clone();
+        s.registrations = self.core.mrs.registrations;
+        s.cache_hits = self.core.mrs.hits;
+        s
+    }
+
+    /// Registers a communicator context (members = endpoint rank of each communicator rank).
+    pub fn add_ctx(&mut self, ctx: u32, members: &[u32]) -> Result<()> {
+        if ctx > proto::MAX_CTX {
+            return Err(Error::Protocol(format!("context ids exhausted ({ctx} > {})", proto::MAX_CTX)));
+        }
+        let ep_to_comm = members.iter().enumerate().map(|(c, &e)| (e as usize, c as u32)).collect();
+        self.ctxs.insert(ctx, CtxState { ep_to_comm, next_seq: 0, outstanding: BTreeSet::new(), broken: None });
+        self.next_ctx = self.next_ctx.max(ctx + 1);
+        Ok(())
+    }
+
+    pub fn remove_ctx(&mut self, ctx: u32) {
+        self.ctxs.remove(&ctx);
+    }
+
+    /// Binds a user buffer to a call (registration through the cache).
+    ///
+    /// # Safety
+    /// `[ptr, ptr+bytes)` must stay valid (and writable if `access` is remote-write) until the op
+    /// using it finished or was aborted.
+    pub unsafe fn bind_user(&mut self, ptr: *mut u8, bytes: usize, access: Access) -> Result<Bound> {
+        if bytes == 0 {
+            return Ok(Bound::empty());
+        }
+        let (a, b) = (ptr as usize, ptr as usize + bytes);
+        if let Some(mr) = self.pinned.iter().find(|m| m.as_ptr() as usize <= a && b <= m.as_ptr() as usize + m.len()) {
+            let mr_off = a - mr.as_ptr() as usize;
+            return Ok(Bound { ptr, bytes, mr: Some(mr.clone()), mr_off });
+        }
+        // SAFETY: forwarded from the caller.
+        let mr = unsafe { self.core.mrs.get(&mut *self.core.ep, ptr, bytes, access)? };
+        let mr_off = ptr as usize - mr.as_ptr() as usize;
+        Ok(Bound { ptr, bytes, mr: Some(mr), mr_off })
+    }
+
+    /// Uses `mr` for buffers inside it, bypassing the cache; the cache forgets overlapping entries.
+    pub fn pin(&mut self, mr: Mr) {
+        self.core.mrs.evict(mr.as_ptr(), mr.len());
+        self.pinned.push(mr);
+    }
+
+    pub fn unpin(&mut self, mr: &Mr) {
+        self.pinned.retain(|m| !(m.as_ptr() == mr.as_ptr() && m.len() == mr.len() && m.remote() == mr.remote()));
+    }
+
+    /// Starts a collective on context `ctx`; returns its key. Buffers are already bound.
+    pub fn start(
+        &mut self,
+        ctx: u32,
+        members: Arc<[u32]>,
+        spec: OpSpec,
+        send: Bound,
+        recv: Bound,
+        check: Option<op::Check>,
+    ) -> Result<OpKey> {
+        let st = self.ctxs.get_mut(&ctx).ok_or_else(|| Error::Protocol(format!("unknown context {ctx}")))?;
+        if let Some(why) = &st.broken {
+            return Err(Error::Broken(why.clone()));
+        }
+        let key = OpKey { ctx, seq: st.next_seq };
+        let window = 1u64 << self.core.layout.seq_bits.saturating_sub(1).max(1);
+        if st.outstanding.len() as u64 >= window {
+            return Err(Error::InvalidArgument {
+                coll: spec.coll.name(),
+                msg: format!("more than {window} collectives outstanding on one communicator"),
+            });
+        }
+        st.next_seq += 1;
+        st.outstanding.insert(key.seq);
+        let mut scratch = Vec::with_capacity(spec.sched.scratch.len());
+        let elem = spec.dtype.size();
+        for &len in &spec.sched.scratch {
+            let bytes = len as usize * elem;
+            if bytes == 0 {
+                scratch.push(Bound::empty());
+            } else {
+                let mr = self.core.scratch(bytes)?;
+                scratch.push(Bound { ptr: mr.as_ptr(), bytes, mr: Some(mr), mr_off: 0 });
+            }
+        }
+        let mut op = Op::new(key, spec, members, send, recv, scratch);
+        if let Some(c) = check {
+            for peer in 0..op.members.len() as u32 {
+                if peer != op.rank {
+                    let ep = op.ep(peer);
+                    self.core.ctrl(ep, proto::tag(Kind::Check, ctx, key.seq), c.mine.clone());
+                }
+            }
+            op.check = Some(c);
+        }
+        self.ops.insert(key, op);
+        // Messages that arrived before we started this collective.
+        let early: Vec<Early> = {
+            let (mine, rest): (Vec<Early>, Vec<Early>) = std::mem::take(&mut self.early)
+                .into_iter()
+                .partition(|e| e.ctx == ctx && seq_match(key.seq, e.seq_low, e.mask));
+            self.early = rest;
+            mine
+        };
+        let r = (|| {
+            for e in early {
+                self.deliver(key, e.peer, e.what)?;
+            }
+            self.maybe_begin(key)?;
+            let react =
+                self.ops.get(&key).is_some_and(|o| o.started && !o.notices.is_empty() && o.grace_until.is_none());
+            if react {
+                self.begin_grace(key);
+            }
+            self.flush()
+        })();
+        if let Err(e) = r {
+            self.fail(key, e);
+        }
+        Ok(key)
+    }
+
+    /// Starts the schedule once the checked-mode signatures (if any) all agree.
+    fn maybe_begin(&mut self, key: OpKey) -> Result<()> {
+        let Some(op) = self.ops.get_mut(&key) else { return Ok(()) };
+        if op.started || op.error.is_some() {
+            return Ok(());
+        }
+        if let Some(c) = &op.check {
+            if c.missing > 0 {
+                return Ok(());
+            }
+            for (r, sig) in c.got.iter().enumerate() {
+                if let Some(sig) = sig {
+                    if *sig != c.mine {
+                        let msg = format!(
+                            "collective #{} on rank {}: rank {r} called {} but this rank called {}",
+                            key.seq,
+                            op.rank,
+                            (c.describe)(sig),
+                            (c.describe)(&c.mine)
+                        );
+                        op.error = Some(Error::Mismatch(msg));
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        op.start(&mut self.core)
+    }
+
+    fn deliver(&mut self, key: OpKey, peer_ep: usize, what: EarlyWhat) -> Result<()> {
+        let ctx = self.ctxs.get(&key.ctx).ok_or_else(|| Error::Protocol(format!("unknown context {}", key.ctx)))?;
+        let peer = *ctx.ep_to_comm.get(&peer_ep).ok_or_else(|| {
+            Error::Protocol(format!("message from endpoint rank {peer_ep}, not in context {}", key.ctx))
+        })?;
+        let Some(op) = self.ops.get_mut(&key) else { return Ok(()) };
+        if op.error.is_some() {
+            return Ok(());
+        }
+        match what {
+            EarlyWhat::Eager { idx, slot } => op.on_eager(&mut self.core, peer, idx, slot),
+            EarlyWhat::Ctrl { kind: Kind::Grant, data } => {
+                op.on_grant(&mut self.core, peer, GrantEntry::parse_all(&data)?)
+            }
+            EarlyWhat::Ctrl { kind: Kind::Rts, data } => op.on_rts(&mut self.core, peer, &proto::parse_u32s(&data)?),
+            EarlyWhat::Ctrl { kind: Kind::Abort, data } => {
+                // A peer gave up on this collective: report whom we wait for at once, so that
+                // every live rank is heard within the grace period and only silent ranks are
+                // blamed. The op may still finish normally if it does not need the lost rank.
+                op.notices.insert(peer, proto::parse_u32s(&data)?);
+                let react = op.grace_until.is_none() && op.started && !op.finished();
+                if react {
+                    self.begin_grace(key);
+                }
+                Ok(())
+            }
+            EarlyWhat::Ctrl { kind: Kind::Check, data } => {
+                if let Some(c) = op.check.as_mut() {
+                    if c.got[peer as usize].replace(data).is_none() {
+                        c.missing -= 1;
+                    }
+                }
+                self.maybe_begin(key)
+            }
+            EarlyWhat::Ctrl { kind, .. } => Err(Error::Protocol(format!("{kind:?} message routed to a collective"))),
+        }
+    }
+
+    /// Routes a message for (ctx, seq-low) to its op, or keeps it for later.
+    fn route(&mut self, ctx: u32, seq_low: u64, mask: u64, peer: usize, what: EarlyWhat) -> Result<()> {
+        let target = self.ctxs.get(&ctx).and_then(|c| {
+            if c.broken.is_some() {
+                return Some(None);
+            }
+            c.outstanding.iter().find(|&&s| seq_match(s, seq_low, mask)).map(|&s| Some(OpKey { ctx, seq: s }))
+        });
+        match target {
+            Some(Some(key)) => {
+                if let Err(e) = self.deliver(key, peer, what) {
+                    self.fail(key, e);
+                }
+                Ok(())
+            }
+            // Broken communicator: drop the message, give eager slots back.
+            Some(None) => match what {
+                EarlyWhat::Eager { slot, .. } => self.core.release_slot(peer, slot),
+                EarlyWhat::Ctrl { .. } => Ok(()),
+            },
+            None => {
+                self.early.push(Early { ctx, seq_low, mask, peer, what });
+                Ok(())
+            }
+        }
+    }
+
+    fn dispatch(&mut self, c: Completion) -> Result<()> {
+        match c {
+            Completion::WriteDone { ctx: wid } => {
+                if let Some((key, s)) = self.core.writes.remove(&wid) {
+                    if let Some(op) = self.ops.get_mut(&key) {
+                        if op.error.is_none() {
+                            if let Err(e) = op.on_write_done(&mut self.core, s) {
+                                self.fail(key, e);
+                            }
+                        }
+                    }
+                }
+            }
+            Completion::WriteError { ctx: wid, error } => {
+                if let Some((key, s)) = self.core.writes.remove(&wid) {
+                    let ep = self.ops.get(&key).and_then(|o| o.step_peer(s).map(|p| o.ep(p)));
+                    let e = match ep {
+                        Some(peer) => Error::Fabric(fabcoll_fabric::Error::Peer { peer, msg: error }),
+                        None => Error::Protocol(format!("write failed: {error}")),
+                    };
+                    self.fail(key, e);
+                }
+            }
+            Completion::WriteArrived { peer, imm } => match self.core.layout.decode(imm) {
+                Imm::Zcopy { gid } => {
+                    let Some(&(key, s)) = self.core.grants_in.get(&(peer, gid)) else {
+                        // A write for a collective that was aborted here: nothing to do.
+                        return Ok(());
+                    };
+                    if let Some(op) = self.ops.get_mut(&key) {
+                        if op.error.is_none() {
+                            if let Err(e) = op.on_arrived(&mut self.core, s) {
+                                self.fail(key, e);
+                            }
+                        }
+                    }
+                }
+                Imm::Eager { slot, ctx, seq_low, idx } => {
+                    let mask = self.core.layout.seq_mask();
+                    self.route(ctx, seq_low, mask, peer, EarlyWhat::Eager { idx, slot })?;
+                }
+            },
+            Completion::Ctrl { peer, tag, data } => {
+                let (kind, ctx, seq_low) = proto::untag(tag)?;
+                match kind {
+                    Kind::Setup => self.core.eager.on_setup(peer, Setup::from_bytes(&data)?)?,
+                    Kind::Credit => {
+                        let mask = u64::from_le_bytes(data.as_slice().try_into().map_err(|_| {
+                            Error::Protocol(format!("credit message of {} bytes from rank {peer}", data.len()))
+                        })?);
+                        self.core.eager.on_credit(peer, mask)?;
+                    }
+                    Kind::Grant | Kind::Rts | Kind::Check | Kind::Abort => {
+                        let mask = (1u64 << proto::TAG_SEQ_BITS) - 1;
+                        self.route(ctx, seq_low, mask, peer, EarlyWhat::Ctrl { kind, data })?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks an op failed (its waiter reports the error). A failure to reach a peer first opens
+    /// the grace period of `check_deadline` so that the final error can name the rank that really
+    /// left (the peer we failed to reach may itself only have given up because of it).
+    fn fail(&mut self, key: OpKey, e: Error) {
+        let Some(op) = self.ops.get_mut(&key) else { return };
+        if op.error.is_some() || op.lost.is_some() {
+            return;
+        }
+        let ep_peer = match &e {
+            Error::Fabric(fabcoll_fabric::Error::Peer { peer, .. })
+            | Error::Fabric(fabcoll_fabric::Error::InvalidKey { peer, .. }) => Some(*peer),
+            _ => None,
+        };
+        match ep_peer.and_then(|p| op.comm_rank(p)) {
+            Some(peer) if op.started => {
+                op.lost = Some((peer, e.to_string()));
+                if op.grace_until.is_none() {
+                    self.begin_grace(key);
+                }
+            }
+            _ => op.error = Some(e),
+        }
+    }
+
+    /// Sends abort notices (whom we wait for) to every peer and opens the grace period.
+    fn begin_grace(&mut self, key: OpKey) {
+        let timeout = self.core.cfg.timeout;
+        let Some(op) = self.ops.get_mut(&key) else { return };
+        let grace = (timeout / 2).min(Duration::from_secs(2));
+        op.grace_until = Some(Instant::now() + grace);
+        let waits = notice(op.waiting_for(), self.core.caps.max_ctrl);
+        let tag = proto::tag(Kind::Abort, key.ctx, key.seq);
+        for peer in 0..op.members.len() as u32 {
+            if peer != op.rank {
+                let ep = op.ep(peer);
+                self.core.ctrl(ep, tag, waits.clone());
+            }
+        }
+        // Dead peers may refuse the notice; that is what we are reporting anyway.
+        self.flush_ctrl_lossy();
+    }
+
+    /// Sends queued control messages, dropping those to unreachable peers.
+    fn flush_ctrl_lossy(&mut self) {
+        for _ in 0..self.core.ctrl_out.len() + 1 {
+            if self.core.flush_ctrl().is_ok() {
+                return;
+            }
+        }
+        self.core.ctrl_out.clear();
+    }
+
+    /// Sends the grants and RTS the ops queued, then the control queue.
+    fn flush(&mut self) -> Result<()> {
+        let max = self.core.caps.max_ctrl.clamp(GrantEntry::LEN, 4096);
+        for op in self.ops.values_mut() {
+            for peer in 0..op.grant_out.len() {
+                if !op.grant_out[peer].is_empty() {
+                    let ep = op.ep(peer as u32);
+                    let tag = proto::tag(Kind::Grant, op.key.ctx, op.key.seq);
+                    let entries = std::mem::take(&mut op.grant_out[peer]);
+                    for chunk in entries.chunks(max / GrantEntry::LEN) {
+                        let mut b = Vec::with_capacity(chunk.len() * GrantEntry::LEN);
+                        chunk.iter().for_each(|g| g.put(&mut b));
+                        self.core.ctrl(ep, tag, b);
+                    }
+                }
+                if !op.rts_out[peer].is_empty() {
+                    let ep = op.ep(peer as u32);
+                    let tag = proto::tag(Kind::Rts, op.key.ctx, op.key.seq);
+                    let idxs = std::mem::take(&mut op.rts_out[peer]);
+                    for chunk in idxs.chunks(max / 4) {
+                        self.core.ctrl(ep, tag, chunk.iter().flat_map(|i| i.to_le_bytes()).collect());
+                    }
+                }
+            }
+        }
+        self.core.flush_ctrl()
+    }
+
+    /// Polls the endpoint once and advances everything; `block` waits up to that long for a
+    /// completion first.
+    pub fn progress(&mut self, block: Option<Duration>) -> Result<()> {
+        let mut comp = std::mem::take(&mut self.comp);
+        comp.append(&mut self.core.backlog);
+        match block {
+            Some(d) if comp.is_empty() => match self.core.ep.wait(&mut comp, Some(d)) {
+                Ok(_) | Err(fabcoll_fabric::Error::Timeout { .. }) => {}
+                Err(e) => return Err(e.into()),
+            },
+            _ => {
+                self.core.ep.poll(&mut comp)?;
+            }
+        }
+        let mut r = Ok(());
+        for c in comp.drain(..) {
+            if let Err(e) = self.dispatch(c) {
+                r = Err(e);
+                break;
+            }
+        }
+        comp.clear();
+        self.comp = comp;
+        r?;
+        self.flush()
+    }
+
+    /// Whether the op finished (or failed).
+    pub fn is_finished(&self, key: OpKey) -> bool {
+        self.ops.get(&key).is_none_or(|o| o.finished())
+    }
+
+    /// Removes a finished op and returns its result. A failed op breaks its communicator.
+    pub fn take(&mut self, key: OpKey) -> Result<()> {
+        let Some(op) = self.ops.get(&key) else {
+            return Err(Error::Protocol(format!("collective #{} is unknown (already waited for?)", key.seq)));
+        };
+        if !op.finished() {
+            return Err(Error::Protocol(format!("collective #{} has not finished", key.seq)));
+        }
+        let mut op = self.ops.remove(&key).expect("present");
+        if let Some(c) = self.ctxs.get_mut(&key.ctx) {
+            c.outstanding.remove(&key.seq);
+        }
+        match op.error.take() {
+            None => {
+                for b in op.scratch.drain(..) {
+                    if let Some(mr) = b.mr {
+                        self.core.give_back(mr);
+                    }
+                }
+                Ok(())
+            }
+            Some(e) => {
+                self.abort(key, &mut op, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Cleans up after a failed op: no late write may land in memory handed back to the caller,
+    /// so its user registrations are evicted from the cache and dropped; scratch is not reused.
+    fn abort(&mut self, key: OpKey, op: &mut Op, e: &Error) {
+        if !matches!(e, Error::Mismatch(_)) || op.started {
+            if let Some(c) = self.ctxs.get_mut(&key.ctx) {
+                c.broken.get_or_insert_with(|| e.to_string());
+            }
+        }
+        // Tell the peers whom we were waiting for (unless the deadline path already did), so
+        // that ranks waiting on us can name the rank that is really missing.
+        if op.started && op.grace_until.is_none() {
+            let waits = notice(op.waiting_for(), self.core.caps.max_ctrl);
+            let tag = proto::tag(Kind::Abort, key.ctx, key.seq);
+            for peer in 0..op.members.len() as u32 {
+                if peer != op.rank {
+                    let ep = op.ep(peer);
+                    self.core.ctrl(ep, tag, waits.clone());
+                }
+            }
+        }
+        for (peer, slot) in op.held_slots() {
+            let _ = self.core.release_slot(peer, slot);
+        }
+        for b in [&op.send, &op.recv] {
+            if b.bytes > 0 {
+                self.core.mrs.evict(b.ptr, b.bytes);
+            }
+        }
+        self.core.writes.retain(|_, (k, _)| *k != key);
+        self.core.grants_in.retain(|_, (k, _)| *k != key);
+        if self.core.flush_ctrl().is_err() {
+            self.core.ctrl_out.clear();
+        }
+    }
+
+    /// One round of waiting for `key`: progress (blocking briefly after a few rounds), deadline
+    /// and grace handling (on expiry the error names the ranks still missing). Returns whether
+    /// the op has finished. Callers that share the engine with other threads release it between
+    /// rounds.
+    pub fn wait_step(&mut self, key: OpKey, spins: &mut u32) -> bool {
+        if self.is_finished(key) {
+            return true;
+        }
+        let timeout = self.core.cfg.timeout;
+        let deadline = self.ops.get(&key).map(|o| o.t0).unwrap_or_else(Instant::now) + timeout;
+        let grace = (timeout / 2).min(Duration::from_secs(2));
+        if Instant::now() >= deadline + grace + Duration::from_millis(100) {
+            self.time_out(key);
+            return true;
+        }
+        let block = if *spins < 64 { None } else { Some(Duration::from_millis(1)) };
+        *spins += 1;
+        if let Err(e) = self.progress(block) {
+            // Ends the op, possibly after the grace period of a lost peer.
+            self.fail(key, e);
+        }
+        if Instant::now() >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
+            self.check_deadline(key);
+        }
+        self.is_finished(key)
+    }
+
+    /// Waits until every peer's eager-ring setup arrived (until then small messages take the
+    /// rendezvous path, which is correct but slower).
+    pub fn await_setups(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.core.cfg.timeout;
+        let me = self.core.ep.rank();
+        loop {
+            let missing = self.core.eager.missing_setups(me);
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Fabric(fabcoll_fabric::Error::Timeout {
+                    after: self.core.cfg.timeout,
+                    what: format!("eager-ring setup from endpoint rank(s) {missing:?}"),
+                }));
+            }
+            self.progress(Some(Duration::from_millis(2)))?;
+        }
+    }
+
+    /// Handles an op's deadline: when it passes, tell every peer whom we are waiting for (abort
+    /// notice) and keep progressing for a grace period to hear theirs; then fail with a Timeout
+    /// naming the silent ranks (see `Op::suspects`).
+    pub fn check_deadline(&mut self, key: OpKey) {
+        let timeout = self.core.cfg.timeout;
+        let Some(op) = self.ops.get_mut(&key) else { return };
+        if op.finished() || (op.t0.elapsed() < timeout && op.grace_until.is_none()) {
+            return;
+        }
+        match op.grace_until {
+            None => self.begin_grace(key),
+            Some(t) => {
+                let everyone = op.notices.len() + 1 >= op.members.len();
+                if Instant::now() >= t || everyone {
+                    self.time_out(key);
+                }
+            }
+        }
+    }
+
+    pub fn has_op(&self, key: OpKey) -> bool {
+        self.ops.contains_key(&key)
+    }
+
+    fn time_out(&mut self, key: OpKey) {
+        if let Some(op) = self.ops.get_mut(&key) {
+            let e = match &op.lost {
+                Some((_, cause)) => Error::PeerLost {
+                    coll: op.coll,
+                    seq: key.seq,
+                    rank: op.rank,
+                    peers: op.suspects(),
+                    cause: cause.clone(),
+                },
+                None => Error::Timeout {
+                    coll: op.coll,
+                    seq: key.seq,
+                    rank: op.rank,
+                    after: op.t0.elapsed(),
+                    waiting_for: op.suspects(),
+                },
+            };
+            op.error = Some(e);
+        }
+    }
+
+    /// The algorithm an op runs (for tests and tracing).
+    pub fn alg_of(&self, key: OpKey) -> Option<&'static str> {
+        self.ops.get(&key).map(|o| o.alg)
+    }
+}

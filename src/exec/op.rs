@@ -1,0 +1,587 @@
+//! One collective call in flight: the schedule, the bound buffers and the state of every step.
+//! Steps whose deps are done are issued at once; completions from the fabric finish them.
+//!
+//! Per message (the k-th Send a→b matches the k-th Recv of b from a; k is the message index):
+//! - bytes ≤ eager threshold: the sender writes straight from its buffer into a free slot of its
+//!   ring at the receiver (immediate = slot, ctx, seq, k); the receiver copies the slot into the
+//!   Recv region when the Recv step is ready (the one copy) and frees the slot. Without a free
+//!   slot the sender sends an RTS and proceeds as below.
+//! - otherwise (zero-copy): the receiver grants the Recv region when the Recv step is ready (at
+//!   the collective's start for Recvs without deps: one Grant message per peer), the sender writes
+//!   its Send region into it with immediate = grant id, split at `Caps::max_write`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use fabcoll_collectives::datatype::Datatype;
+use fabcoll_collectives::kernels;
+use fabcoll_collectives::op::ReduceOp;
+use fabcoll_collectives::schedule::{Buf, Region, Schedule, StepId, StepKind};
+use fabcoll_collectives::Collective;
+use fabcoll_fabric::Mr;
+
+use super::proto::GrantEntry;
+use super::{Core, OpKey};
+use crate::error::{Error, Result};
+
+/// A user or scratch buffer bound to the call.
+pub(crate) struct Bound {
+    pub ptr: *mut u8,
+    pub bytes: usize,
+    pub mr: Option<Mr>,
+    /// Offset of `ptr` in `mr` (a cached registration may start before the buffer).
+    pub mr_off: usize,
+}
+
+impl Bound {
+    pub fn empty() -> Bound {
+        Bound { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), bytes: 0, mr: None, mr_off: 0 }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum St {
+    /// Deps not done.
+    Blocked,
+    /// Issued; waiting for the fabric (arrival, grant, write completion).
+    Waiting,
+    Done,
+}
+
+/// The checked-mode exchange of call signatures.
+pub(crate) struct Check {
+    pub mine: Vec<u8>,
+    pub got: Vec<Option<Vec<u8>>>,
+    pub missing: usize,
+    pub describe: fn(&[u8]) -> String,
+}
+
+pub(crate) struct Op {
+    pub key: OpKey,
+    pub coll: Collective,
+    pub alg: &'static str,
+    pub rank: u32,
+    sched: Schedule,
+    elem: usize,
+    dtype: Datatype,
+    rop: Option<ReduceOp>,
+    pub send: Bound,
+    pub recv: Bound,
+    pub scratch: Vec<Bound>,
+    pub members: Arc<[u32]>,
+    deps_left: Vec<u32>,
+    dependents: Vec<Vec<StepId>>,
+    idx: Vec<u32>,
+    st: Vec<St>,
+    pending: Vec<u32>,
+    recv_of: HashMap<(u32, u32), StepId>,
+    send_of: HashMap<(u32, u32), StepId>,
+    grants: HashMap<(u32, u32), GrantEntry>,
+    eager_in: HashMap<(u32, u32), u32>,
+    rts_in: HashSet<(u32, u32)>,
+    /// Recv step → the Reduce that alone consumes its region (fusable: reduce straight out of
+    /// the eager slot, the Recv region is never written).
+    fuse: HashMap<StepId, StepId>,
+    /// Reduce step → its fused Recv step.
+    fused_from: HashMap<StepId, StepId>,
+    /// Fused Recv steps done whose message still sits in a slot: (endpoint peer, slot).
+    fused_slot: HashMap<StepId, (usize, u32)>,
+    work: Vec<StepId>,
+    done: usize,
+    /// Grants and RTS to flush, per peer (communicator rank).
+    pub grant_out: Vec<Vec<GrantEntry>>,
+    pub rts_out: Vec<Vec<u32>>,
+    pub check: Option<Check>,
+    pub started: bool,
+    pub error: Option<Error>,
+    pub t0: Instant,
+    /// Set when the deadline passed: abort notices were sent, waiting for peers' notices until then.
+    pub grace_until: Option<Instant>,
+    /// Peers' abort notices: who timed out here, and whom they were waiting for.
+    pub notices: HashMap<u32, Vec<u32>>,
+    /// A peer a write to failed (communicator rank) and the fabric's text: the op is in its grace
+    /// period and ends with `Error::PeerLost`.
+    pub lost: Option<(u32, String)>,
+}
+
+// SAFETY: the raw pointers in `Bound` point into buffers lent to the call for its whole duration
+// (the Request/Scope lifetime or the blocking call); they are only dereferenced by the engine under
+// its mutex, by one thread at a time.
+unsafe impl Send for Op {}
+
+pub(crate) struct OpSpec {
+    pub coll: Collective,
+    pub alg: &'static str,
+    pub sched: Schedule,
+    pub dtype: Datatype,
+    pub rop: Option<ReduceOp>,
+}
+
+impl Op {
+    pub fn new(key: OpKey, spec: OpSpec, members: Arc<[u32]>, send: Bound, recv: Bound, scratch: Vec<Bound>) -> Op {
+        let s = &spec.sched;
+        let n = s.len();
+        let mut deps_left = vec![0u32; n];
+        let mut dependents = vec![Vec::new(); n];
+        let mut idx = vec![0u32; n];
+        let mut sent: HashMap<u32, u32> = HashMap::new();
+        let mut recvd: HashMap<u32, u32> = HashMap::new();
+        let mut recv_of = HashMap::new();
+        let mut send_of = HashMap::new();
+        for (id, k, deps) in s.iter() {
+            deps_left[id as usize] = deps.len() as u32;
+            for &d in deps {
+                dependents[d as usize].push(id);
+            }
+            match *k {
+                StepKind::Send { peer, .. } => {
+                    let c = sent.entry(peer).or_default();
+                    idx[id as usize] = *c;
+                    send_of.insert((peer, *c), id);
+                    *c += 1;
+                }
+                StepKind::Recv { peer, .. } => {
+                    let c = recvd.entry(peer).or_default();
+                    idx[id as usize] = *c;
+                    recv_of.insert((peer, *c), id);
+                    *c += 1;
+                }
+                _ => {}
+            }
+        }
+        let (fuse, fused_from) = fusable(s, &dependents);
+        let p = members.len();
+        Op {
+            key,
+            coll: spec.coll,
+            alg: spec.alg,
+            rank: s.rank,
+            elem: spec.dtype.size(),
+            dtype: spec.dtype,
+            rop: spec.rop,
+            sched: spec.sched,
+            send,
+            recv,
+            scratch,
+            members,
+            deps_left,
+            dependents,
+            idx,
+            st: vec![St::Blocked; n],
+            pending: vec![0; n],
+            recv_of,
+            send_of,
+            grants: HashMap::new(),
+            eager_in: HashMap::new(),
+            rts_in: HashSet::new(),
+            fuse,
+            fused_from,
+            fused_slot: HashMap::new(),
+            work: Vec::new(),
+            done: 0,
+            grant_out: vec![Vec::new(); p],
+            rts_out: vec![Vec::new(); p],
+            check: None,
+            started: false,
+            error: None,
+            t0: Instant::now(),
+            grace_until: None,
+            notices: HashMap::new(),
+            lost: None,
+        }
+    }
+
+    pub fn finished(&self) -> bool {
+        self.error.is_some() || (self.started && self.done == self.st.len())
+    }
+
+    pub fn ep(&self, peer: u32) -> usize {
+        self.members[peer as usize] as usize
+    }
+
+    /// Issues every step without deps.
+    pub fn start(&mut self, core: &mut Core) -> Result<()> {
+        self.started = true;
+        self.work = (0..self.st.len() as StepId).rev().filter(|&i| self.deps_left[i as usize] == 0).collect();
+        self.run(core)
+    }
+
+    /// Runs the work list until nothing more can be issued.
+    pub fn run(&mut self, core: &mut Core) -> Result<()> {
+        while let Some(s) = self.work.pop() {
+            self.exec(core, s)?;
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, s: StepId) {
+        debug_assert_ne!(self.st[s as usize], St::Done);
+        self.st[s as usize] = St::Done;
+        self.done += 1;
+        for i in 0..self.dependents[s as usize].len() {
+            let d = self.dependents[s as usize][i];
+            self.deps_left[d as usize] -= 1;
+            if self.deps_left[d as usize] == 0 {
+                self.work.push(d);
+            }
+        }
+    }
+
+    fn bound(&self, b: Buf) -> &Bound {
+        match b {
+            Buf::Send => &self.send,
+            Buf::Recv => &self.recv,
+            Buf::Scratch(i) => &self.scratch[i as usize],
+        }
+    }
+
+    /// Start pointer and byte length of a region (bounds were checked when the schedule was built
+    /// against the same buffer lengths).
+    fn raw(&self, r: Region) -> (*mut u8, usize) {
+        let b = self.bound(r.buf);
+        let (off, len) = (r.off as usize * self.elem, r.len as usize * self.elem);
+        debug_assert!(off + len <= b.bytes);
+        // SAFETY: `off + len <= b.bytes` (schedule bounds checked against the bound lengths).
+        (unsafe { b.ptr.add(off) }, len)
+    }
+
+    /// The registration of a buffer and the byte offset of the buffer's start in it.
+    fn mr(&self, b: Buf) -> Result<(&Mr, usize)> {
+        let bound = self.bound(b);
+        let mr = bound.mr.as_ref().ok_or_else(|| Error::Protocol(format!("{b:?} buffer is not registered")))?;
+        Ok((mr, bound.mr_off))
+    }
+
+    fn exec(&mut self, core: &mut Core, s: StepId) -> Result<()> {
+        self.st[s as usize] = St::Waiting;
+        let kind = *self.sched.step(s);
+        let bytes = kind.len() as usize * self.elem;
+        match kind {
+            StepKind::Send { peer, src } => {
+                if bytes == 0 {
+                    self.complete(s);
+                } else if let Some(e) = self.grants.remove(&(peer, self.idx[s as usize])) {
+                    self.zcopy(core, s, peer, src, e)?;
+                } else if bytes <= core.cfg.eager_threshold {
+                    self.eager_send(core, s, peer, src, bytes)?;
+                }
+                // else: wait for the receiver's grant.
+            }
+            StepKind::Recv { peer, dst } => {
+                let key = (peer, self.idx[s as usize]);
+                if bytes == 0 {
+                    self.complete(s);
+                } else if let Some(slot) = self.eager_in.remove(&key) {
+                    self.eager_copy(core, s, peer, slot, dst)?;
+                } else if bytes > core.cfg.eager_threshold || self.rts_in.remove(&key) {
+                    self.grant(core, s, peer, dst);
+                }
+                // else: wait for the eager message or an RTS.
+            }
+            StepKind::Reduce { src, dst, order } => {
+                let (mut sp, n) = self.raw(src);
+                let (dp, _) = self.raw(dst);
+                let fused = self.fused_from.get(&s).and_then(|r| self.fused_slot.remove(r));
+                if let Some((ep, slot)) = fused {
+                    // The Recv left its message in the slot: reduce straight out of it.
+                    sp = core.eager.slot_ptr(ep, slot, n)?.cast_mut();
+                }
+                let rop = self.rop.as_ref().ok_or_else(|| Error::Protocol("reduce step without an op".into()))?;
+                if n > 0 {
+                    // SAFETY: both regions lie in buffers bound to this call (bounds checked); they
+                    // do not overlap (check_bounds refuses overlapping Reduce); no peer writes them
+                    // now: peers only write granted Recv regions of pending Recv steps, and the
+                    // schedule orders every such Recv before any step touching its region.
+                    let (a, b) = unsafe { (std::slice::from_raw_parts(sp, n), std::slice::from_raw_parts_mut(dp, n)) };
+                    kernels::reduce(rop, self.dtype, a, b, order)?;
+                }
+                core.stats.reduce_bytes += n as u64;
+                if let Some((ep, slot)) = fused {
+                    core.release_slot(ep, slot)?;
+                }
+                self.complete(s);
+            }
+            StepKind::Copy { src, dst } => {
+                let (sp, n) = self.raw(src);
+                let (dp, _) = self.raw(dst);
+                // SAFETY: as for Reduce: bound, in bounds, non-overlapping, quiet regions.
+                unsafe { std::ptr::copy_nonoverlapping(sp, dp, n) };
+                core.stats.local_copy_bytes += n as u64;
+                self.complete(s);
+            }
+        }
+        Ok(())
+    }
+
+    fn eager_send(&mut self, core: &mut Core, s: StepId, peer: u32, src: Region, bytes: usize) -> Result<()> {
+        let ep = self.ep(peer);
+        let idx = self.idx[s as usize];
+        if let Some((slot, dst)) = core.eager.take_slot(ep, bytes) {
+            if let Some(imm) = core.layout.encode_eager(slot, self.key.ctx, self.key.seq, idx) {
+                let (mr, base) = self.mr(src.buf)?;
+                let mr = mr.clone();
+                let wid = core.new_write(self.key, s);
+                core.write(ep, &mr, base + src.off as usize * self.elem, bytes, dst, Some(imm), wid)?;
+                self.pending[s as usize] = 1;
+                core.stats.eager_msgs += 1;
+                core.stats.eager_bytes += bytes as u64;
+                return Ok(());
+            }
+            // The identity does not fit the immediate: give the slot back, use rendezvous.
+            core.eager.on_credit(ep, 1u64 << slot)?;
+        }
+        core.stats.rts_msgs += 1;
+        self.rts_out[peer as usize].push(idx);
+        Ok(())
+    }
+
+    fn zcopy(&mut self, core: &mut Core, s: StepId, peer: u32, src: Region, g: GrantEntry) -> Result<()> {
+        let bytes = src.len as usize * self.elem;
+        if g.len as usize != bytes {
+            return Err(Error::Protocol(format!(
+                "{} #{}: rank {peer} granted {} bytes for message {} but this rank sends {bytes}",
+                self.coll, self.key.seq, g.len, g.idx
+            )));
+        }
+        let ep = self.ep(peer);
+        let (mr, base) = self.mr(src.buf)?;
+        let mr = mr.clone();
+        let seg = core.caps.max_write.max(1);
+        let imm = core.layout.encode_zcopy(g.gid);
+        let mut off = 0;
+        let mut n = 0;
+        while off < bytes {
+            let len = seg.min(bytes - off);
+            let dst = g.mr.slice(g.off as usize + off, len)?;
+            let wid = core.new_write(self.key, s);
+            core.write(ep, &mr, base + src.off as usize * self.elem + off, len, dst, Some(imm), wid)?;
+            off += len;
+            n += 1;
+        }
+        self.pending[s as usize] = n;
+        core.stats.zcopy_msgs += 1;
+        core.stats.zcopy_bytes += bytes as u64;
+        Ok(())
+    }
+
+    fn grant(&mut self, core: &mut Core, s: StepId, peer: u32, dst: Region) {
+        let bytes = dst.len as usize * self.elem;
+        let ep = self.ep(peer);
+        let Ok((mr, base)) = self.mr(dst.buf).map(|(m, b)| (m.remote(), b)) else {
+            self.error = Some(Error::Protocol(format!("{:?} buffer is not registered for writing", dst.buf)));
+            return;
+        };
+        let segs = bytes.div_ceil(core.caps.max_write.max(1)) as u32;
+        let gid = core.new_grant(ep, self.key, s);
+        self.pending[s as usize] = segs;
+        core.stats.grants += 1;
+        self.grant_out[peer as usize].push(GrantEntry {
+            idx: self.idx[s as usize],
+            gid,
+            mr,
+            off: (base + dst.off as usize * self.elem) as u64,
+            len: bytes as u64,
+        });
+    }
+
+    fn eager_copy(&mut self, core: &mut Core, s: StepId, peer: u32, slot: u32, dst: Region) -> Result<()> {
+        let ep = self.ep(peer);
+        let (dp, n) = self.raw(dst);
+        if self.fuse.contains_key(&s) {
+            // Its only consumer reduces straight out of the slot (no copy at all).
+            core.eager.slot_ptr(ep, slot, n)?;
+            self.fused_slot.insert(s, (ep, slot));
+            core.stats.eager_fused_bytes += n as u64;
+            self.complete(s);
+            return Ok(());
+        }
+        let sp = core.eager.slot_ptr(ep, slot, n)?;
+        // SAFETY: the slot holds a complete message (its WriteArrived was seen) and nobody writes it
+        // until we return it; the destination is a bound, quiet Recv region; they are different
+        // allocations.
+        unsafe { std::ptr::copy_nonoverlapping(sp, dp, n) };
+        core.stats.eager_copy_bytes += n as u64;
+        core.release_slot(ep, slot)?;
+        self.complete(s);
+        Ok(())
+    }
+
+    // ---- events -------------------------------------------------------------------------------
+
+    /// One of our writes for step `s` finished locally.
+    pub fn on_write_done(&mut self, core: &mut Core, s: StepId) -> Result<()> {
+        self.segment_done(core, s)
+    }
+
+    /// One zero-copy segment for Recv step `s` arrived.
+    pub fn on_arrived(&mut self, core: &mut Core, s: StepId) -> Result<()> {
+        self.segment_done(core, s)
+    }
+
+    fn segment_done(&mut self, core: &mut Core, s: StepId) -> Result<()> {
+        let p = &mut self.pending[s as usize];
+        if *p == 0 || self.st[s as usize] != St::Waiting {
+            return Err(Error::Protocol(format!(
+                "{} #{}: unexpected completion for step {s}",
+                self.coll, self.key.seq
+            )));
+        }
+        *p -= 1;
+        if *p == 0 {
+            self.complete(s);
+            self.run(core)?;
+        }
+        Ok(())
+    }
+
+    /// An eager message from `peer` (communicator rank) sits in `slot`.
+    pub fn on_eager(&mut self, core: &mut Core, peer: u32, idx: u32, slot: u32) -> Result<()> {
+        let Some(&s) = self.recv_of.get(&(peer, idx)) else {
+            return Err(Error::Protocol(format!(
+                "{} #{}: eager message {idx} from rank {peer} matches no receive",
+                self.coll, self.key.seq
+            )));
+        };
+        if self.st[s as usize] == St::Waiting && self.pending[s as usize] == 0 {
+            let StepKind::Recv { dst, .. } = *self.sched.step(s) else { unreachable!("recv_of holds Recv steps") };
+            self.eager_copy(core, s, peer, slot, dst)?;
+            self.run(core)
+        } else {
+            self.eager_in.insert((peer, idx), slot);
+            Ok(())
+        }
+    }
+
+    /// `peer` has messages `idxs` for us but no eager slot.
+    pub fn on_rts(&mut self, core: &mut Core, peer: u32, idxs: &[u32]) -> Result<()> {
+        for &idx in idxs {
+            let Some(&s) = self.recv_of.get(&(peer, idx)) else {
+                return Err(Error::Protocol(format!(
+                    "{} #{}: RTS {idx} from rank {peer} matches no receive",
+                    self.coll, self.key.seq
+                )));
+            };
+            if self.st[s as usize] == St::Waiting && self.pending[s as usize] == 0 {
+                let StepKind::Recv { dst, .. } = *self.sched.step(s) else { unreachable!("recv_of holds Recv steps") };
+                self.grant(core, s, peer, dst);
+            } else {
+                self.rts_in.insert((peer, idx));
+            }
+        }
+        Ok(())
+    }
+
+    /// `peer` granted destinations for our messages.
+    pub fn on_grant(&mut self, core: &mut Core, peer: u32, entries: Vec<GrantEntry>) -> Result<()> {
+        for g in entries {
+            let Some(&s) = self.send_of.get(&(peer, g.idx)) else {
+                return Err(Error::Protocol(format!(
+                    "{} #{}: grant {} from rank {peer} matches no send",
+                    self.coll, self.key.seq, g.idx
+                )));
+            };
+            if self.st[s as usize] == St::Waiting && self.pending[s as usize] == 0 {
+                let StepKind::Send { src, .. } = *self.sched.step(s) else { unreachable!("send_of holds Send steps") };
+                self.zcopy(core, s, peer, src, g)?;
+            } else {
+                self.grants.insert((peer, g.idx), g);
+            }
+        }
+        self.run(core)
+    }
+
+    /// Communicator ranks this op is waiting for (for timeout errors).
+    pub fn waiting_for(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.lost.iter().map(|l| l.0).collect();
+        if let Some(c) = &self.check {
+            v.extend((0..c.got.len() as u32).filter(|&r| r != self.rank && c.got[r as usize].is_none()));
+        }
+        for (i, st) in self.st.iter().enumerate() {
+            if *st == St::Waiting {
+                match *self.sched.step(i as StepId) {
+                    StepKind::Send { peer, .. } | StepKind::Recv { peer, .. } => v.push(peer),
+                    _ => {}
+                }
+            }
+        }
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The ranks to blame on timeout: those someone waited for (this rank directly, or a peer's
+    /// abort notice) that did not report a timeout themselves — the silent ones. Falls back to
+    /// this rank's direct waits.
+    pub fn suspects(&self) -> Vec<u32> {
+        let direct = self.waiting_for();
+        let mut all: Vec<u32> = direct.iter().chain(self.notices.values().flatten()).copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        all.retain(|r| *r != self.rank && !self.notices.contains_key(r));
+        if all.is_empty() {
+            direct
+        } else {
+            all
+        }
+    }
+
+    /// The communicator rank of endpoint rank `ep`.
+    pub fn comm_rank(&self, ep: usize) -> Option<u32> {
+        self.members.iter().position(|&m| m as usize == ep).map(|r| r as u32)
+    }
+
+    /// The peer (communicator rank) of a Send/Recv step.
+    pub fn step_peer(&self, s: StepId) -> Option<u32> {
+        match *self.sched.step(s) {
+            StepKind::Send { peer, .. } | StepKind::Recv { peer, .. } => Some(peer),
+            _ => None,
+        }
+    }
+
+    /// Eager slots held for receives that never ran (returned on abort).
+    pub fn held_slots(&self) -> Vec<(usize, u32)> {
+        let waiting = self.eager_in.iter().map(|(&(peer, _), &slot)| (self.ep(peer), slot));
+        waiting.chain(self.fused_slot.values().copied()).collect()
+    }
+}
+
+/// Recv steps whose region is consumed by exactly one Reduce (as its source, its only direct
+/// dependent): their eager messages can be reduced straight out of the slot and the region is
+/// never written. Safe when every other step touching the region is itself such a (Recv, Reduce)
+/// pair on exactly that region (e.g. recursive doubling reusing one scratch block per round): by
+/// race freedom each pair's Recv → Reduce window excludes the other pairs' steps. Only for
+/// schedules of up to 512 steps (the check is quadratic); longer (pipelined) ones copy as usual.
+fn fusable(s: &Schedule, dependents: &[Vec<StepId>]) -> (HashMap<StepId, StepId>, HashMap<StepId, StepId>) {
+    let (mut fuse, mut from) = (HashMap::new(), HashMap::new());
+    if s.len() > 512 {
+        return (fuse, from);
+    }
+    // Candidate pairs and the region each of their steps stands for.
+    let mut pair_region: HashMap<StepId, Region> = HashMap::new();
+    let mut pairs = Vec::new();
+    for (r, k, _) in s.iter() {
+        let StepKind::Recv { dst, .. } = *k else { continue };
+        let [d] = dependents[r as usize][..] else { continue };
+        let StepKind::Reduce { src, .. } = *s.step(d) else { continue };
+        if src == dst && dst.len > 0 {
+            pairs.push((r, d, dst));
+            pair_region.insert(r, dst);
+            pair_region.insert(d, dst);
+        }
+    }
+    for (r, d, g) in pairs {
+        let ok = s.iter().all(|(i, k, _)| {
+            if i == r || i == d {
+                return true;
+            }
+            let touches = [k.reads(), k.writes()].into_iter().flatten().any(|x| x.overlaps(&g));
+            !touches || pair_region.get(&i) == Some(&g)
+        });
+        if ok {
+            fuse.insert(r, d);
+            from.insert(d, r);
+        }
+    }
+    (fuse, from)
+}

@@ -1,0 +1,292 @@
+//! Wire formats of the executor: the immediate value of a write, the tag of a control message and
+//! the payloads of control messages (eager-ring setup, credits, grants, rendezvous requests).
+//!
+//! # Immediate (`Caps::imm_bits` = B: 64 on local/shm, 64 − ⌈log2 p⌉ on ofi, 32 on verbs)
+//! - top bit 1 — **zero-copy**: the low B−1 bits are a grant id the receiver chose when it granted
+//!   the destination; the receiver maps (sender, grant id) back to (communicator, collective,
+//!   step), so the immediate needs no collective identity at all.
+//! - top bit 0 — **eager**: `slot | ctx | seq | idx` (B = 64: 6 | 16 | 16 | 25 bits; 48 ≤ B < 64:
+//!   6 | 12 | 12 | rest; B = 32: 6 | 5 | 6 | 14 bits): the slot of the sender's ring at the receiver, the communicator's context
+//!   id, the collective's sequence number modulo 2^seq and the message index (k-th message of that
+//!   sender to this receiver in that collective). A message whose context or index does not fit
+//!   goes by rendezvous (RTS, then grant) instead, which needs no field in the immediate.
+//!   The receiver resolves `seq` to the one outstanding collective of that communicator with those
+//!   low bits (at most 2^(seq−1) may be outstanding; an eager message can only be ahead of the
+//!   receiver by as many collectives as the sender's credits allow, ≤ 64 here).
+//!
+//! # Control tag (64 bits): `kind (8) | ctx (24) | seq mod 2^32 (32)`.
+
+use fabcoll_fabric::RemoteMr;
+
+use crate::error::{Error, Result};
+
+/// Slot-number bits of an eager immediate (rings have at most 64 slots).
+pub(crate) const SLOT_BITS: u32 = 6;
+/// Most slots per ring (the credit message is a 64-bit mask).
+pub(crate) const MAX_SLOTS: usize = 1 << SLOT_BITS;
+
+/// How an immediate value is split, from the backend's `imm_bits`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ImmLayout {
+    pub bits: u32,
+    pub ctx_bits: u32,
+    pub seq_bits: u32,
+    pub idx_bits: u32,
+}
+
+/// A decoded immediate.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Imm {
+    Eager { slot: u32, ctx: u32, seq_low: u64, idx: u32 },
+    Zcopy { gid: u64 },
+}
+
+fn mask(bits: u32) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+impl ImmLayout {
+    /// The layout for a backend carrying `bits` bits (ofi carries 64 minus the bits it uses for
+    /// the sender's rank, e.g. 61): 64 → 16/16/25 bits of ctx/seq/idx; 48..63 → 12/12/rest;
+    /// 32..47 → 5/6/rest; below 32 no eager identity (every small message goes by rendezvous).
+    pub fn new(bits: u32) -> ImmLayout {
+        let bits = bits.min(64);
+        let avail = bits.saturating_sub(1 + SLOT_BITS);
+        let (ctx_bits, seq_bits, idx_bits) = if bits == 64 {
+            (16, 16, 25)
+        } else if bits >= 48 {
+            (12, 12, avail - 24)
+        } else if bits >= 32 {
+            (5, 6, avail - 11)
+        } else {
+            (0, 0, 0)
+        };
+        ImmLayout { bits: bits.max(2), ctx_bits, seq_bits, idx_bits }
+    }
+
+    /// Whether eager messages can be identified at all.
+    pub fn eager_possible(&self) -> bool {
+        self.idx_bits > 0
+    }
+
+    /// Mask of the sequence-number bits carried by an eager immediate.
+    pub fn seq_mask(&self) -> u64 {
+        mask(self.seq_bits)
+    }
+
+    pub fn encode_eager(&self, slot: u32, ctx: u32, seq: u64, idx: u32) -> Option<u64> {
+        if !self.eager_possible()
+            || u64::from(slot) > mask(SLOT_BITS)
+            || u64::from(ctx) > mask(self.ctx_bits)
+            || u64::from(idx) > mask(self.idx_bits)
+        {
+            return None;
+        }
+        let mut v = u64::from(slot);
+        v = (v << self.ctx_bits) | u64::from(ctx);
+        v = (v << self.seq_bits) | (seq & mask(self.seq_bits));
+        v = (v << self.idx_bits) | u64::from(idx);
+        Some(v)
+    }
+
+    pub fn encode_zcopy(&self, gid: u64) -> u64 {
+        (1u64 << (self.bits - 1)) | (gid & mask(self.bits - 1))
+    }
+
+    /// Grant ids wrap at this value.
+    pub fn gid_mask(&self) -> u64 {
+        mask(self.bits - 1)
+    }
+
+    pub fn decode(&self, imm: u64) -> Imm {
+        if imm >> (self.bits - 1) & 1 == 1 {
+            return Imm::Zcopy { gid: imm & mask(self.bits - 1) };
+        }
+        let idx = (imm & mask(self.idx_bits)) as u32;
+        let v = imm >> self.idx_bits;
+        let seq_low = v & mask(self.seq_bits);
+        let v = v >> self.seq_bits;
+        let ctx = (v & mask(self.ctx_bits)) as u32;
+        let slot = ((v >> self.ctx_bits) & mask(SLOT_BITS)) as u32;
+        Imm::Eager { slot, ctx, seq_low, idx }
+    }
+}
+
+/// Kinds of control messages.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Kind {
+    /// The sender's eager ring for us: where to write, how many slots of what size.
+    Setup = 1,
+    /// Slots of our ring at the sender that are free again (64-bit mask).
+    Credit = 2,
+    /// Destinations for zero-copy writes: (message index, grant id, remote range) entries.
+    Grant = 3,
+    /// Rendezvous request: the sender has these messages for us but no eager slot.
+    Rts = 4,
+    /// Checked mode: the sender's call signature.
+    Check = 5,
+    /// The sender timed out in this collective; payload: the ranks it was waiting for (u32s).
+    Abort = 6,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Setup,
+            2 => Kind::Credit,
+            3 => Kind::Grant,
+            4 => Kind::Rts,
+            5 => Kind::Check,
+            6 => Kind::Abort,
+            _ => return None,
+        })
+    }
+}
+
+/// Sequence bits carried by a control tag.
+pub(crate) const TAG_SEQ_BITS: u32 = 32;
+
+pub(crate) fn tag(kind: Kind, ctx: u32, seq: u64) -> u64 {
+    (u64::from(kind as u8) << 56) | ((u64::from(ctx) & mask(24)) << 32) | (seq & mask(TAG_SEQ_BITS))
+}
+
+pub(crate) fn untag(tag: u64) -> Result<(Kind, u32, u64)> {
+    let kind = Kind::from_u8((tag >> 56) as u8)
+        .ok_or_else(|| Error::Protocol(format!("control message with unknown kind in tag {tag:#018x}")))?;
+    Ok((kind, ((tag >> 32) & mask(24)) as u32, tag & mask(TAG_SEQ_BITS)))
+}
+
+/// Contexts must fit the control tag.
+pub(crate) const MAX_CTX: u32 = (1 << 24) - 1;
+
+/// Eager-ring setup: our ring for the receiving peer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Setup {
+    pub mr: RemoteMr,
+    pub off: u64,
+    pub slots: u32,
+    pub slot_size: u32,
+}
+
+impl Setup {
+    pub const LEN: usize = RemoteMr::WIRE_LEN + 16;
+
+    pub fn to_bytes(self) -> Vec<u8> {
+        let mut b = self.mr.to_bytes().to_vec();
+        b.extend_from_slice(&self.off.to_le_bytes());
+        b.extend_from_slice(&self.slots.to_le_bytes());
+        b.extend_from_slice(&self.slot_size.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Result<Setup> {
+        if b.len() != Self::LEN {
+            return Err(Error::Protocol(format!("setup message of {} bytes, expected {}", b.len(), Self::LEN)));
+        }
+        let mr = RemoteMr::from_bytes(&b[..RemoteMr::WIRE_LEN])?;
+        let r = &b[RemoteMr::WIRE_LEN..];
+        Ok(Setup {
+            mr,
+            off: u64::from_le_bytes(r[0..8].try_into().expect("8 bytes")),
+            slots: u32::from_le_bytes(r[8..12].try_into().expect("4 bytes")),
+            slot_size: u32::from_le_bytes(r[12..16].try_into().expect("4 bytes")),
+        })
+    }
+}
+
+/// One granted destination.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GrantEntry {
+    pub idx: u32,
+    pub gid: u64,
+    pub mr: RemoteMr,
+    pub off: u64,
+    pub len: u64,
+}
+
+impl GrantEntry {
+    pub const LEN: usize = 4 + 8 + RemoteMr::WIRE_LEN + 16;
+
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.idx.to_le_bytes());
+        out.extend_from_slice(&self.gid.to_le_bytes());
+        out.extend_from_slice(&self.mr.to_bytes());
+        out.extend_from_slice(&self.off.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+    }
+
+    pub fn parse_all(b: &[u8]) -> Result<Vec<GrantEntry>> {
+        if !b.len().is_multiple_of(Self::LEN) {
+            return Err(Error::Protocol(format!("grant message of {} bytes is not whole entries", b.len())));
+        }
+        b.chunks(Self::LEN)
+            .map(|c| {
+                let u = |i: usize| u64::from_le_bytes(c[i..i + 8].try_into().expect("8 bytes"));
+                let m = 12 + RemoteMr::WIRE_LEN;
+                Ok(GrantEntry {
+                    idx: u32::from_le_bytes(c[0..4].try_into().expect("4 bytes")),
+                    gid: u(4),
+                    mr: RemoteMr::from_bytes(&c[12..m])?,
+                    off: u(m),
+                    len: u(m + 8),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Message indices of a rendezvous request.
+pub(crate) fn parse_u32s(b: &[u8]) -> Result<Vec<u32>> {
+    if !b.len().is_multiple_of(4) {
+        return Err(Error::Protocol(format!("index list of {} bytes", b.len())));
+    }
+    Ok(b.chunks(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabcoll_fabric::Access;
+
+    #[test]
+    fn imm_round_trips_in_both_widths() {
+        for bits in [64, 61, 48, 32] {
+            let l = ImmLayout::new(bits);
+            assert_eq!(1 + SLOT_BITS + l.ctx_bits + l.seq_bits + l.idx_bits, bits);
+            let max_ctx = (1u32 << l.ctx_bits) - 1;
+            let max_idx = (1u32 << l.idx_bits) - 1;
+            for (slot, ctx, seq, idx) in [(0, 0, 0, 0), (63, max_ctx, 12345, max_idx), (5, 1, 7, 3)] {
+                let v = l.encode_eager(slot, ctx, seq, idx).unwrap();
+                assert!(bits == 64 || v < 1 << bits);
+                let want = Imm::Eager { slot, ctx, seq_low: seq & l.seq_mask(), idx };
+                assert_eq!(l.decode(v), want);
+            }
+            assert!(l.encode_eager(0, max_ctx + 1, 0, 0).is_none());
+            assert!(l.encode_eager(0, 0, 0, max_idx + 1).is_none());
+            let z = l.encode_zcopy(l.gid_mask() + 5);
+            assert!(bits == 64 || z < 1 << bits);
+            assert_eq!(l.decode(z), Imm::Zcopy { gid: 4 });
+        }
+    }
+
+    #[test]
+    fn tags_and_payloads_round_trip() {
+        let t = tag(Kind::Grant, 77, (1 << 40) + 9);
+        assert_eq!(untag(t).unwrap(), (Kind::Grant, 77, 9));
+        assert!(untag(0).is_err());
+        let mr = RemoteMr { addr: 1 << 33, len: 4096, key: 42, access: Access::REMOTE_WRITE };
+        let s = Setup { mr, off: 128, slots: 16, slot_size: 8192 };
+        assert_eq!(Setup::from_bytes(&s.to_bytes()).unwrap(), s);
+        let g = GrantEntry { idx: 3, gid: 1 << 35, mr, off: 8, len: 800 };
+        let mut b = Vec::new();
+        g.put(&mut b);
+        g.put(&mut b);
+        assert_eq!(GrantEntry::parse_all(&b).unwrap(), vec![g, g]);
+        assert!(GrantEntry::parse_all(&b[1..]).is_err());
+    }
+}

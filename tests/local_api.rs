@@ -1,0 +1,425 @@
+//! The communicator API over the local backend: nonblocking requests (several outstanding, as
+//! futures), split and dup, copy counters of both protocols, the MR cache under free-and-reuse,
+//! bad arguments, checked mode and a silent rank turning into an error that names it.
+
+mod common;
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use fabcoll::{Collectives, Communicator, Error, ExecConfig, Options, ReduceOp, Stats};
+
+fn job<R: Send>(p: usize, cfg: ExecConfig, f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
+    let comms = Communicator::local_with(p, cfg).unwrap();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let f = &f;
+                s.spawn(move || f(&c))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank panicked")).collect()
+    })
+}
+
+fn block_on<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+#[test]
+fn several_outstanding_nonblocking_and_futures() {
+    job(5, common::cfg(), |c| {
+        let p = c.size() as i64;
+        let r = c.rank() as i64;
+        let a: Vec<i64> = (0..100_003).map(|i| i + r).collect();
+        let mut ra = vec![0i64; a.len()];
+        let mut b = vec![r; 17];
+        let small = [r * 2];
+        let mut g = vec![0i64; 5];
+        let mut bc: Vec<i64> = if r == 2 { (0..5000).collect() } else { vec![0; 5000] };
+        c.scope(|s| {
+            let q1 = s.allreduce(&a, &mut ra, &ReduceOp::Sum)?;
+            let q2 = s.allreduce_in_place(&mut b, &ReduceOp::Max)?;
+            let q3 = s.allgather(&small, &mut g)?;
+            let q4 = s.bcast(&mut bc, 2)?;
+            // Complete out of order, one as a future, one by polling test().
+            q3.wait()?;
+            block_on(q1)?;
+            let mut q4 = q4;
+            let r4 = loop {
+                if let Some(r) = q4.test() {
+                    break r;
+                }
+            };
+            r4?;
+            let _unfinished = q2; // the scope finishes it
+            Ok(())
+        })
+        .unwrap();
+        let sum_r = p * (p - 1) / 2;
+        assert!(ra.iter().enumerate().all(|(i, &v)| v == p * i as i64 + sum_r));
+        assert!(b.iter().all(|&v| v == p - 1));
+        assert_eq!(g, (0..p).map(|q| q * 2).collect::<Vec<_>>());
+        assert_eq!(bc, (0..5000).collect::<Vec<i64>>());
+    });
+}
+
+#[test]
+fn split_and_dup() {
+    job(7, common::cfg(), |c| {
+        let r = c.rank();
+        // Even and odd ranks, reversed order inside each group; rank 6 opts out.
+        let color = if r == 6 { None } else { Some(r % 2) };
+        let sub = c.split(color, -(r as i32)).unwrap();
+        let d = c.dup().unwrap();
+        match sub {
+            None => assert_eq!(r, 6),
+            Some(sub) => {
+                let members: Vec<u32> = (0..6).filter(|q| q % 2 == r % 2).rev().collect();
+                assert_eq!(sub.size(), 3);
+                assert_eq!(members[sub.rank() as usize], r);
+                let mut all = vec![0u32; 3];
+                sub.allgather(&[r], &mut all).unwrap();
+                assert_eq!(all, members);
+                // Collectives on the sub-communicator and the dup interleave.
+                let mut x = vec![r as u64; 10_000];
+                sub.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+                assert!(x.iter().all(|&v| v == members.iter().map(|&m| m as u64).sum::<u64>()));
+            }
+        }
+        let mut y = [r as u64];
+        d.allreduce_in_place(&mut y, &ReduceOp::Sum).unwrap();
+        assert_eq!(y[0], 21);
+        let mut z = [r as u64];
+        c.allreduce_in_place(&mut z, &ReduceOp::Max).unwrap();
+        assert_eq!(z[0], 6);
+    });
+}
+
+fn total(stats: &[Stats]) -> Stats {
+    let mut t = Stats::default();
+    for s in stats {
+        t.eager_msgs += s.eager_msgs;
+        t.eager_bytes += s.eager_bytes;
+        t.eager_copy_bytes += s.eager_copy_bytes;
+        t.eager_fused_bytes += s.eager_fused_bytes;
+        t.zcopy_msgs += s.zcopy_msgs;
+        t.zcopy_bytes += s.zcopy_bytes;
+        t.zcopy_copy_bytes += s.zcopy_copy_bytes;
+        t.local_copy_bytes += s.local_copy_bytes;
+        t.rts_msgs += s.rts_msgs;
+        t.grants += s.grants;
+    }
+    t
+}
+
+#[test]
+fn copy_counters_prove_zero_copy_and_single_copy_eager() {
+    let opts = Options::algorithm("recursive_doubling");
+    // Large: 4 ranks × 1 MiB of f64, zero-copy only.
+    let big = job(4, common::cfg(), |c| {
+        let x = vec![1.0f64; 131_072];
+        let mut y = vec![0.0f64; x.len()];
+        c.with(&opts).allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+        assert!(y.iter().all(|&v| v == 4.0));
+        c.stats()
+    });
+    let t = total(&big);
+    assert_eq!(t.eager_msgs, 0, "{t:?}");
+    assert_eq!(t.transport_copy_bytes(), 0, "zero-copy path copied: {t:?}");
+    assert_eq!(t.zcopy_bytes, 4 * 2 * 1_048_576, "{t:?}"); // log2(4) exchanges of the whole vector per rank
+                                                           // Small: eager only, each byte copied exactly once (out of its slot).
+    let small = job(4, common::cfg(), |c| {
+        let x = vec![1.0f64; 64];
+        let mut y = vec![0.0f64; 64];
+        c.with(&opts).allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+        assert!(y.iter().all(|&v| v == 4.0));
+        c.stats()
+    });
+    let t = total(&small);
+    assert_eq!(t.zcopy_msgs, 0, "{t:?}");
+    assert_eq!(t.eager_bytes, 4 * 2 * 512, "{t:?}");
+    // Recursive doubling reduces every received block into recv: fused, reduced straight out of
+    // the slot, so not even the one eager copy happens.
+    assert_eq!(t.eager_fused_bytes, t.eager_bytes, "{t:?}");
+    assert_eq!(t.eager_copy_bytes, 0, "{t:?}");
+    // Bcast has no reduction: every eager byte is copied out of its slot exactly once.
+    let bc = job(4, common::cfg(), |c| {
+        let mut b = if c.rank() == 0 { vec![7u8; 1000] } else { vec![0u8; 1000] };
+        c.with(&Options::algorithm("binomial")).bcast(&mut b, 0).unwrap();
+        assert!(b.iter().all(|&v| v == 7));
+        c.stats()
+    });
+    let t = total(&bc);
+    assert_eq!(t.eager_bytes, 3 * 1000, "{t:?}");
+    assert_eq!(t.eager_copy_bytes, t.eager_bytes, "eager bytes must be copied exactly once: {t:?}");
+    assert_eq!(t.transport_copy_bytes(), t.eager_bytes);
+    assert_eq!((t.rts_msgs, t.grants), (0, 0), "{t:?}");
+}
+
+#[test]
+fn mr_cache_survives_free_and_reuse() {
+    // Without the cache (what pinning providers get): registered per call, same results.
+    let uncached = ExecConfig { mr_cache: 0, ..common::cfg() };
+    let stats = job(3, uncached, |c| {
+        let mut x = vec![c.rank() as u64; 20_000];
+        for _ in 0..3 {
+            c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+        }
+        assert!(x.iter().all(|&v| v == 27));
+        c.stats()
+    });
+    assert!(stats.iter().all(|s| s.cache_hits == 0 && s.registrations >= 3), "{stats:?}");
+    let stats = job(3, common::cfg(), |c| {
+        let r = c.rank() as u64;
+        for round in 0..40u64 {
+            // Same size every round: the allocator hands the same addresses back.
+            let n = if round % 2 == 0 { 50_000 } else { 3_000 };
+            let x: Vec<u64> = (0..n).map(|i| i * (round + 1) + r).collect();
+            let mut y = vec![0u64; n as usize];
+            c.allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+            for (i, &v) in y.iter().enumerate() {
+                assert_eq!(v, 3 * i as u64 * (round + 1) + 3, "round {round} element {i}");
+            }
+            drop(x);
+            drop(y);
+        }
+        c.stats()
+    });
+    assert!(stats.iter().all(|s| s.cache_hits > 0), "the cache was never used: {stats:?}");
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    job(3, common::cfg(), |c| {
+        let x = [1i32; 4];
+        let mut y = [0i32; 5];
+        let e = c.allreduce(&x, &mut y, &ReduceOp::Sum).unwrap_err().to_string();
+        assert!(e.contains("allreduce") && e.contains("receive buffer has 5 elements, expected 4"), "{e}");
+        let mut b = [0u8; 3];
+        let e = c.bcast(&mut b, 3).unwrap_err().to_string();
+        assert!(e.contains("root 3 out of range 0..3"), "{e}");
+        let e = c.alltoall(&[1u8; 4], &mut [0u8; 4]).unwrap_err().to_string();
+        assert!(e.contains("not 3 equal blocks"), "{e}");
+        let e = c.gatherv(&[1u8], &mut [0u8; 3], &[1, 1], None, 0).unwrap_err().to_string();
+        assert!(e.contains("counts has 2 entries for 3 ranks"), "{e}");
+        let e = c.allreduce(&[1.0f64], &mut [0.0], &ReduceOp::Band).unwrap_err().to_string();
+        assert!(e.contains("band") && e.contains("f64"), "{e}");
+        let e = c.with(&Options::algorithm("nosuch")).barrier().unwrap_err().to_string();
+        assert!(e.contains("nosuch") && e.contains("dissemination"), "{e}");
+        let e = c.with(&Options::algorithm("ring").param("bogus", 1)).allreduce(&x, &mut [0; 4], &ReduceOp::Sum);
+        assert!(e.unwrap_err().to_string().contains("bogus"));
+        let e = c.with(&Options::algorithm("pairwise_xor")).alltoall(&[1u8; 3], &mut [0u8; 3]);
+        assert!(e.unwrap_err().to_string().contains("power-of-two"));
+        let noncomm = common::affine_op();
+        let pair = [common::pval(0, 0)];
+        let e = c.with(&Options::algorithm("ring")).allreduce(&pair, &mut [common::pval(0, 0)], &noncomm);
+        assert!(e.unwrap_err().to_string().contains("commutative"));
+        // Still usable after all that (nothing was started).
+        let mut z = [c.rank()];
+        c.allreduce_in_place(&mut z, &ReduceOp::Sum).unwrap();
+        assert_eq!(z[0], 3);
+    });
+}
+
+#[test]
+fn checked_mode_names_the_mismatching_rank() {
+    let comms = Communicator::local_with(4, common::cfg()).unwrap();
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .map(|mut c| {
+                s.spawn(move || {
+                    c.set_checked(true);
+                    let n = if c.rank() == 2 { 5 } else { 4 };
+                    let x = vec![1u32; n];
+                    let mut y = vec![0u32; n];
+                    let e = c.allreduce(&x, &mut y, &ReduceOp::Sum).unwrap_err();
+                    assert!(matches!(e, Error::Mismatch(_)), "{e}");
+                    // No data moved: the communicator is still usable.
+                    let mut z = [1u32];
+                    c.allreduce_in_place(&mut z, &ReduceOp::Sum).unwrap();
+                    assert_eq!(z[0], 4);
+                    e.to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (r, e) in errs.iter().enumerate() {
+        let culprit = if r == 2 { "rank 0" } else { "rank 2" };
+        assert!(e.contains(culprit) && e.contains("count 5") && e.contains("count 4"), "rank {r}: {e}");
+    }
+}
+
+#[test]
+fn silent_rank_becomes_an_error_naming_it() {
+    let cfg = ExecConfig { timeout: Duration::from_millis(800), ..Default::default() };
+    let t0 = Instant::now();
+    let errs = job(4, cfg, |c| {
+        if c.rank() == 3 {
+            // Alive (its memory stays registered) but never calls the collective.
+            std::thread::sleep(Duration::from_secs(3));
+            return None;
+        }
+        let mut x = vec![1u64; 100];
+        Some(c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap_err())
+    });
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    // Every survivor names rank 3, also those that only waited for it indirectly.
+    for e in errs.into_iter().flatten() {
+        match &e {
+            Error::Timeout { waiting_for, .. } => assert_eq!(waiting_for, &[3], "{e}"),
+            other => panic!("expected a timeout, got {other}"),
+        }
+    }
+}
+
+#[test]
+fn pinned_buffers_bypass_the_cache() {
+    job(3, common::cfg(), |c| {
+        let r = c.rank() as f32;
+        let mut x = c.alloc::<f32>(70_000).unwrap();
+        let mut y = c.alloc::<f32>(70_000).unwrap();
+        let mut own = vec![0f32; 5000];
+        let before = c.stats();
+        for round in 0..5 {
+            x.iter_mut().enumerate().for_each(|(i, v)| *v = (i % 100) as f32 + r + round as f32);
+            c.allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+            assert!(y.iter().enumerate().all(|(i, &v)| v == 3.0 * ((i % 100) as f32 + round as f32) + 3.0));
+            let mut g = c.register(&mut own).unwrap();
+            g.fill(r);
+            c.allreduce_in_place(&mut g, &ReduceOp::Max).unwrap();
+            assert!(g.iter().all(|&v| v == 2.0));
+        }
+        let after = c.stats();
+        assert_eq!(after.registrations, before.registrations, "pinned buffers went through the cache");
+        assert_eq!(after.cache_hits, before.cache_hits);
+    });
+}
+
+#[test]
+fn segmented_pipelines_through_the_executor() {
+    job(5, common::cfg(), |c| {
+        for (alg, coll) in [
+            ("ring", fabcoll::collectives::Collective::Allreduce),
+            ("binomial", fabcoll::collectives::Collective::Bcast),
+            ("scatter_ring_allgather", fabcoll::collectives::Collective::Bcast),
+            ("binomial", fabcoll::collectives::Collective::Reduce),
+        ] {
+            let opts = Options::algorithm(alg).param("segment", 1000);
+            let count = 100_003usize;
+            let root = 2;
+            let r = c.rank();
+            let want: Vec<i64> = (0..count).map(|i| common::val(root, i)).collect();
+            match coll {
+                fabcoll::collectives::Collective::Bcast => {
+                    let mut b = if r == root { want.clone() } else { vec![0; count] };
+                    c.with(&opts).bcast(&mut b, root).unwrap();
+                    assert_eq!(b, want, "{alg}");
+                }
+                _ => {
+                    let x: Vec<i64> = (0..count).map(|i| common::val(r, i)).collect();
+                    let mut y = vec![0i64; count];
+                    let sum: Vec<i64> = (0..count).map(|i| (0..5).map(|q| common::val(q, i)).sum()).collect();
+                    if coll == fabcoll::collectives::Collective::Reduce {
+                        c.with(&opts).reduce(&x, &mut y, &ReduceOp::Sum, root).unwrap();
+                        if r == root {
+                            assert_eq!(y, sum, "{alg}");
+                        }
+                    } else {
+                        c.with(&opts).allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+                        assert_eq!(y, sum, "{alg}");
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn communicator_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Communicator>();
+}
+
+#[test]
+fn early_messages_and_full_rings_fall_back_to_rendezvous() {
+    let stats = job(3, common::cfg(), |c| {
+        if c.rank() != 0 {
+            // The root runs far ahead: its eager messages for future bcasts wait in our slots
+            // until the rings are full, then it must use rendezvous.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        for round in 0..100u32 {
+            let mut b: Vec<u32> = if c.rank() == 0 { (0..25).map(|i| i * round).collect() } else { vec![0; 25] };
+            c.with(&Options::algorithm("binomial")).bcast(&mut b, 0).unwrap();
+            assert!(b.iter().enumerate().all(|(i, &v)| v == i as u32 * round), "round {round}");
+        }
+        c.stats()
+    });
+    assert!(stats[0].rts_msgs > 0, "the root never ran out of slots: {:?}", stats[0]);
+    assert!(stats[0].eager_msgs > 0);
+}
+
+#[test]
+fn two_threads_on_dup_communicators_share_the_endpoint() {
+    job(3, common::cfg(), |c| {
+        let d = c.dup().unwrap();
+        std::thread::scope(|s| {
+            for (k, comm) in [(1u64, c), (2u64, &d)] {
+                s.spawn(move || {
+                    for round in 0..30u64 {
+                        let mut x = vec![k * round; 3000];
+                        comm.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+                        assert!(x.iter().all(|&v| v == 3 * k * round));
+                    }
+                });
+            }
+        });
+    });
+}
+
+#[test]
+fn in_place_variants() {
+    job(5, common::cfg(), |c| {
+        let r = c.rank() as i64;
+        let op = ReduceOp::Sum;
+        let mut a = vec![r + 1; 1000];
+        c.allreduce_in_place(&mut a, &op).unwrap();
+        assert!(a.iter().all(|&v| v == 15));
+        let mut s = vec![r + 1; 1000];
+        c.scan_in_place(&mut s, &op).unwrap();
+        assert!(s.iter().all(|&v| v == (r + 1) * (r + 2) / 2));
+        let mut e = vec![r + 1; 1000];
+        c.exscan_in_place(&mut e, &op).unwrap();
+        let want = if r == 0 { 1 } else { r * (r + 1) / 2 };
+        assert!(e.iter().all(|&v| v == want), "exscan rank {r}: {}", e[0]);
+        let mut red = vec![r + 1; 1000];
+        c.reduce_in_place(&mut red, &op, 3).unwrap();
+        if r == 3 {
+            assert!(red.iter().all(|&v| v == 15));
+        }
+        let mut ag = vec![-1i64; 5 * 7];
+        ag[r as usize * 7..(r as usize + 1) * 7].fill(r);
+        c.allgather_in_place(&mut ag).unwrap();
+        assert!(ag.iter().enumerate().all(|(i, &v)| v == (i / 7) as i64));
+        let mut g = if r == 1 { vec![-1i64; 5 * 7] } else { vec![r; 7] };
+        if r == 1 {
+            g[7..14].fill(1);
+        }
+        c.gather_in_place(&mut g, 7, 1).unwrap();
+        if r == 1 {
+            assert!(g.iter().enumerate().all(|(i, &v)| v == (i / 7) as i64));
+        }
+    });
+}
