@@ -221,7 +221,7 @@ mod tests {
             t.choose(&args, &f).unwrap().name
         };
         assert_eq!(pick(Collective::Allreduce, 8, 256, true), "recursive_doubling");
-        assert_eq!(pick(Collective::Allreduce, 8, 1 << 20, true), "ring");
+        assert_eq!(pick(Collective::Allreduce, 8, 1 << 20, true), "rabenseifner");
         assert_eq!(pick(Collective::Bcast, 4, 1 << 20, true), "binomial");
         assert_eq!(pick(Collective::Bcast, 16, 1 << 14, true), "scatter_recursive_doubling_allgather");
         assert_eq!(pick(Collective::Bcast, 12, 1 << 14, true), "scatter_ring_allgather");
