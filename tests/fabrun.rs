@@ -134,6 +134,17 @@ fn a_failing_rank_stops_the_job_with_its_code() {
 }
 
 #[test]
+fn ranks_ignoring_sigterm_are_killed_and_the_first_code_stays() {
+    // Rank 0 fails; the others ignore SIGTERM, so the timeout (before the grace ends) kills them.
+    let script = "if [ $FABCOLL_RANK = 0 ]; then exit 5; fi; trap '' TERM; sleep 40";
+    let o = fabrun(&["-n", "3", "--timeout", "1.5", "--grace", "30", "sh", "-c", script], LIMIT);
+    assert_eq!(o.status.code(), Some(5), "{}", o.stderr);
+    assert!(o.took < Duration::from_secs(15), "took {:?}", o.took);
+    assert!(o.stderr.contains("rank 0 exited with code 5; stopping rank(s) 1, 2"), "{}", o.stderr);
+    assert!(o.stderr.contains("rank(s) still running: 1, 2"), "{}", o.stderr);
+}
+
+#[test]
 fn a_rank_killed_by_a_signal_gives_128_plus_the_signal() {
     let o = fabrun(&["-n", "2", "sh", "-c", "if [ $FABCOLL_RANK = 1 ]; then kill -9 $$; fi; sleep 40"], LIMIT);
     assert_eq!(o.status.code(), Some(128 + 9), "{}", o.stderr);

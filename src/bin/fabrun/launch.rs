@@ -114,6 +114,8 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
             .env("FABCOLL_STORE_SERVER", "launcher")
             .env("FABCOLL_TOKEN", &token)
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
+            // Each rank leads its own process group (signals reach its children too); a process
+            // outside the terminal's foreground group must not read the terminal, so no stdin.
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -209,7 +211,8 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
                     t.as_secs_f64(),
                     list(&running)
                 );
-                code = Some(TIMEOUT_CODE);
+                // A rank that failed first keeps its exit code.
+                code.get_or_insert(TIMEOUT_CODE);
                 for &r in &running {
                     signal(&children[r], Signal::KILL);
                 }
