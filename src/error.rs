@@ -26,6 +26,10 @@ pub enum Error {
         "{coll} (collective #{seq}) timed out after {after:?} on rank {rank}, waiting for rank(s) {waiting_for:?}"
     )]
     Timeout { coll: Collective, seq: u64, rank: u32, after: Duration, waiting_for: Vec<u32> },
+    /// A peer failed or left during a collective (a write to it failed); `peers` are the ranks
+    /// to blame after hearing the other survivors (see `Timeout`), `cause` the fabric's report.
+    #[error("{coll} (collective #{seq}) failed on rank {rank}: rank(s) {peers:?} failed or left ({cause})")]
+    PeerLost { coll: Collective, seq: u64, rank: u32, peers: Vec<u32>, cause: String },
     /// A peer violated the protocol (malformed control message, unknown grant, …).
     #[error("protocol error: {0}")]
     Protocol(String),

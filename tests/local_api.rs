@@ -291,3 +291,67 @@ fn pinned_buffers_bypass_the_cache() {
         assert_eq!(after.cache_hits, before.cache_hits);
     });
 }
+
+#[test]
+fn segmented_pipelines_through_the_executor() {
+    job(5, common::cfg(), |c| {
+        for (alg, coll) in [
+            ("ring", fabcoll::collectives::Collective::Allreduce),
+            ("binomial", fabcoll::collectives::Collective::Bcast),
+            ("scatter_ring_allgather", fabcoll::collectives::Collective::Bcast),
+            ("binomial", fabcoll::collectives::Collective::Reduce),
+        ] {
+            let opts = Options::algorithm(alg).param("segment", 1000);
+            let count = 100_003usize;
+            let root = 2;
+            let r = c.rank();
+            let want: Vec<i64> = (0..count).map(|i| common::val(root, i)).collect();
+            match coll {
+                fabcoll::collectives::Collective::Bcast => {
+                    let mut b = if r == root { want.clone() } else { vec![0; count] };
+                    c.with(&opts).bcast(&mut b, root).unwrap();
+                    assert_eq!(b, want, "{alg}");
+                }
+                _ => {
+                    let x: Vec<i64> = (0..count).map(|i| common::val(r, i)).collect();
+                    let mut y = vec![0i64; count];
+                    let sum: Vec<i64> = (0..count).map(|i| (0..5).map(|q| common::val(q, i)).sum()).collect();
+                    if coll == fabcoll::collectives::Collective::Reduce {
+                        c.with(&opts).reduce(&x, &mut y, &ReduceOp::Sum, root).unwrap();
+                        if r == root {
+                            assert_eq!(y, sum, "{alg}");
+                        }
+                    } else {
+                        c.with(&opts).allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+                        assert_eq!(y, sum, "{alg}");
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn communicator_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Communicator>();
+}
+
+#[test]
+fn early_messages_and_full_rings_fall_back_to_rendezvous() {
+    let stats = job(3, common::cfg(), |c| {
+        if c.rank() != 0 {
+            // The root runs far ahead: its eager messages for future bcasts wait in our slots
+            // until the rings are full, then it must use rendezvous.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        for round in 0..100u32 {
+            let mut b: Vec<u32> = if c.rank() == 0 { (0..25).map(|i| i * round).collect() } else { vec![0; 25] };
+            c.with(&Options::algorithm("binomial")).bcast(&mut b, 0).unwrap();
+            assert!(b.iter().enumerate().all(|(i, &v)| v == i as u32 * round), "round {round}");
+        }
+        c.stats()
+    });
+    assert!(stats[0].rts_msgs > 0, "the root never ran out of slots: {:?}", stats[0]);
+    assert!(stats[0].eager_msgs > 0);
+}

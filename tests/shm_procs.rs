@@ -39,13 +39,25 @@ fn matrix_on(c: &Communicator, counts: &[usize], all_algs: bool) -> Result<usize
 }
 
 fn shm_matrix(name: &str, p: u32, all_algs: bool) {
-    support::ranks(name, p, LIMIT, &[("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "30")], |_job| {
+    // Rank 0 leaves a mark so the parent knows the children really ran the matrix.
+    let mark = std::env::var("FABCOLL_TEST_MARK")
+        .unwrap_or_else(|_| format!("{}/fabcoll-{name}-{}", std::env::temp_dir().display(), std::process::id()));
+    let env = [("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "30"), ("FABCOLL_TEST_MARK", mark.as_str())];
+    support::ranks(name, p, LIMIT, &env, |_job| {
         let c = Communicator::from_env().expect("communicator");
         let counts = [0, 1, p as usize + 1, 100_003];
         let ran = matrix_on(&c, &counts, all_algs).unwrap_or_else(|e| panic!("{e}"));
         c.barrier().unwrap(); // nobody leaves while a peer may still write
-        eprintln!("rank {}: {ran} collectives verified", c.rank());
+        if c.rank() == 0 {
+            std::fs::write(&mark, ran.to_string()).unwrap();
+        }
     });
+    if std::env::var("FABCOLL_TEST_CHILD").is_err() {
+        let ran: usize = std::fs::read_to_string(&mark).expect("children left no mark").parse().unwrap();
+        let _ = std::fs::remove_file(&mark);
+        assert!(ran >= 60, "only {ran} collectives ran");
+        eprintln!("{name}: {ran} collectives verified per rank");
+    }
 }
 
 #[test]
@@ -61,6 +73,26 @@ fn shm_all_algorithms_p7() {
 #[test]
 fn shm_default_algorithms_p2() {
     shm_matrix("shm_default_algorithms_p2", 2, false);
+}
+
+#[test]
+fn shm_all_algorithms_p1() {
+    shm_matrix("shm_all_algorithms_p1", 1, true);
+}
+
+#[test]
+fn shm_all_algorithms_p3() {
+    shm_matrix("shm_all_algorithms_p3", 3, true);
+}
+
+#[test]
+fn shm_all_algorithms_p5() {
+    shm_matrix("shm_all_algorithms_p5", 5, true);
+}
+
+#[test]
+fn shm_all_algorithms_p8() {
+    shm_matrix("shm_all_algorithms_p8", 8, true);
 }
 
 #[test]
@@ -83,7 +115,7 @@ fn shm_killed_rank_is_named() {
             assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
             match &e {
                 Error::Timeout { waiting_for, .. } => assert_eq!(waiting_for, &[3], "rank {}: {e}", c.rank()),
-                Error::Fabric(fabcoll::fabric::Error::Peer { peer: 3, .. }) => {}
+                Error::PeerLost { peers, .. } => assert_eq!(peers, &[3], "rank {}: {e}", c.rank()),
                 other => panic!("rank {}: error does not name rank 3: {other}", c.rank()),
             }
             eprintln!("rank {}: {e}", c.rank());

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 pub use endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
 pub use error::{Error, Result};
-pub use mr::{Access, LocalRange, Mr, RemoteMr, RemoteRange};
 pub use local::LocalFabric;
+pub use mr::{Access, LocalRange, Mr, RemoteMr, RemoteRange};
 pub use wait::WaitPolicy;
 
 /// Which backend to open.
@@ -126,9 +126,11 @@ fn open_ofi(cfg: &Config, provider: &str) -> Result<Box<dyn Endpoint>> {
 fn open_ofi(_cfg: &Config, provider: &str) -> Result<Box<dyn Endpoint>> {
     Err(Error::Unavailable {
         backend: format!("ofi:{provider}"),
-        reason: "built without libfabric: install libfabric-dev (Debian/Ubuntu) or libfabric-devel (Fedora/RHEL) \
-                 and libclang (for bindgen), then rebuild"
-            .into(),
+        reason: format!(
+            "built without libfabric: install libfabric-dev (Debian/Ubuntu) or libfabric-devel (Fedora/RHEL) \
+             and libclang (for bindgen), then rebuild (build.rs said: {})",
+            option_env!("FABCOLL_OFI_MISSING").unwrap_or("nothing")
+        ),
     })
 }
 

@@ -197,7 +197,7 @@ pub trait Collectives<'b> {
         self.submit(c.sized()?)
     }
 
-    /// Rank i's `send` (counts[i] elements) lands at displs[i] (packed if `None`) of the root's recv.
+    /// Rank i's `send` (`counts[i]` elements) lands at `displs[i]` (packed if `None`) of the root's recv.
     fn gatherv<T: Element>(
         &self,
         send: &'b [T],
@@ -344,7 +344,7 @@ pub trait Collectives<'b> {
         self.submit(c.sized()?)
     }
 
-    /// Element-wise reduction of `send` (Σ counts) over all ranks; rank r gets block r (counts[r]).
+    /// Element-wise reduction of `send` (Σ counts) over all ranks; rank r gets block r (`counts[r]` elements).
     fn reduce_scatter<T: Element>(
         &self,
         send: &'b [T],

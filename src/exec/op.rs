@@ -93,6 +93,9 @@ pub(crate) struct Op {
     pub grace_until: Option<Instant>,
     /// Peers' abort notices: who timed out here, and whom they were waiting for.
     pub notices: HashMap<u32, Vec<u32>>,
+    /// A peer a write to failed (communicator rank) and the fabric's text: the op is in its grace
+    /// period and ends with `Error::PeerLost`.
+    pub lost: Option<(u32, String)>,
 }
 
 // SAFETY: the raw pointers in `Bound` point into buffers lent to the call for its whole duration
@@ -174,6 +177,7 @@ impl Op {
             t0: Instant::now(),
             grace_until: None,
             notices: HashMap::new(),
+            lost: None,
         }
     }
 
@@ -462,7 +466,7 @@ impl Op {
 
     /// Communicator ranks this op is waiting for (for timeout errors).
     pub fn waiting_for(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = Vec::new();
+        let mut v: Vec<u32> = self.lost.iter().map(|l| l.0).collect();
         if let Some(c) = &self.check {
             v.extend((0..c.got.len() as u32).filter(|&r| r != self.rank && c.got[r as usize].is_none()));
         }
@@ -492,6 +496,19 @@ impl Op {
             direct
         } else {
             all
+        }
+    }
+
+    /// The communicator rank of endpoint rank `ep`.
+    pub fn comm_rank(&self, ep: usize) -> Option<u32> {
+        self.members.iter().position(|&m| m as usize == ep).map(|r| r as u32)
+    }
+
+    /// The peer (communicator rank) of a Send/Recv step.
+    pub fn step_peer(&self, s: StepId) -> Option<u32> {
+        match *self.sched.step(s) {
+            StepKind::Send { peer, .. } | StepKind::Recv { peer, .. } => Some(peer),
+            _ => None,
         }
     }
 

@@ -3,10 +3,10 @@
 //! heap of timed events, FIFO queues per port; no allocation per step once set up.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 
 use super::symmetric::Symmetry;
-use super::{SimConfig, SimResult};
+use super::{ChainLink, SimConfig, SimResult};
 use crate::cost::Cost;
 use crate::error::{Error, Result};
 use crate::schedule::{Schedule, StepKind};
@@ -55,12 +55,35 @@ fn later(t1: f64, c1: &Terms, t2: f64, c2: &Terms) -> bool {
     }
 }
 
+// Event kinds. At one instant, events run in classes: completions first, then the send ports and
+// CPUs pick their next step, then the receive ports pick among every request of the instant, and
+// last the transfers that started get their cost (so every transfer starting at that instant is
+// known when the f factors are decided). Arbitration therefore never depends on event order.
 const CPU_DONE: u8 = 0;
 const TRANSFER_END: u8 = 1;
-const FINALIZE: u8 = 2;
+const GRANT_SEND: u8 = 2;
+const GRANT_CPU: u8 = 3;
+const GRANT_RECV: u8 = 4;
+const FINALIZE: u8 = 5;
 
-/// A timed event; at equal times, finalizing a transfer's cost comes after everything else so
-/// that every transfer starting at that instant is known when the f factors are decided.
+fn class(kind: u8) -> u64 {
+    match kind {
+        CPU_DONE | TRANSFER_END => 0,
+        GRANT_SEND | GRANT_CPU => 1,
+        GRANT_RECV => 2,
+        _ => 3,
+    }
+}
+
+/// A waiting request: earliest time first, then the lower key (rank), then the lower step id.
+type Waiting = std::cmp::Reverse<(u64, u32, u32)>;
+
+fn waiting(t: f64, key: u32, g: u32) -> Waiting {
+    // times are ≥ 0, where the bit pattern orders like the value
+    std::cmp::Reverse((t.to_bits(), key, g))
+}
+
+/// A timed event (`g` is a step, or a rank for the grants).
 struct Event {
     t: f64,
     key: u64,
@@ -86,17 +109,26 @@ impl Ord for Event {
     }
 }
 
-/// Ports and CPU of one simulated rank.
+/// Ports and CPU of one simulated rank. Each serves its waiting steps earliest first (ties: lower
+/// step id; for the receive port, lower sender rank first) and remembers the last step it served,
+/// whose completion a step that waited for it inherits.
 #[derive(Default)]
 struct RankState {
     /// Send at the head of the send port (waiting for the receiver or transferring), or NONE.
     send_head: u32,
-    send_q: VecDeque<u32>,
+    send_last: u32,
+    send_q: BinaryHeap<Waiting>,
+    send_grant: bool,
     /// Transfer occupying the receive port, or NONE.
     recv_cur: u32,
-    recv_q: VecDeque<u32>,
-    cpu_free: f64,
+    recv_last: u32,
+    recv_q: BinaryHeap<Waiting>,
+    recv_grant: bool,
+    /// Computation running on the CPU, or NONE.
+    cpu_cur: u32,
     cpu_last: u32,
+    cpu_q: BinaryHeap<Waiting>,
+    cpu_grant: bool,
     /// Start of the latest transfer out of / into this rank, and when the latest ends.
     send_start: f64,
     recv_start: f64,
@@ -118,6 +150,8 @@ struct Engine<'a> {
     /// Ready time, then completion time, of each step, and the terms of the chain behind it.
     t: Vec<f64>,
     cp: Vec<Terms>,
+    /// The step whose completion (or port/CPU release) set `t` and `cp`, or NONE.
+    pred: Vec<u32>,
     /// Deps not yet done (+1 for a Recv's message).
     remaining: Vec<u32>,
     /// For a Send: the matching Recv.
@@ -128,6 +162,8 @@ struct Engine<'a> {
     ranks: Vec<RankState>,
     heap: BinaryHeap<Event>,
     seq: u64,
+    /// Events at `now`, by class (completions, send/CPU grants, receive grants, finalizes).
+    lists: [Vec<(u8, u32)>; 4],
     work: Vec<u32>,
     now: f64,
     done: u64,
@@ -166,7 +202,10 @@ impl<'a> Engine<'a> {
         let ranks = (0..scheds.len())
             .map(|_| RankState {
                 send_head: NONE,
+                send_last: NONE,
                 recv_cur: NONE,
+                recv_last: NONE,
+                cpu_cur: NONE,
                 cpu_last: NONE,
                 send_start: -1.0,
                 recv_start: -1.0,
@@ -182,6 +221,7 @@ impl<'a> Engine<'a> {
             owner,
             t: vec![0.0; n],
             cp: vec![Terms::default(); n],
+            pred: vec![NONE; n],
             remaining: vec![0; n],
             target: vec![NONE; n],
             dstart: Vec::new(),
@@ -189,6 +229,7 @@ impl<'a> Engine<'a> {
             ranks,
             heap: BinaryHeap::new(),
             seq: 0,
+            lists: Default::default(),
             work: Vec::new(),
             now: 0.0,
             done: 0,
@@ -272,7 +313,7 @@ impl<'a> Engine<'a> {
         let p = self.scheds.first().map_or(0, |s| s.size);
         // Every rank's recvs, sorted by (source, step).
         let mut rbase = vec![0usize; nr + 1];
-        let mut recvs: Vec<u32> = Vec::new();
+        let mut recvs: Vec<(u32, u32)> = Vec::new();
         for r in 0..nr {
             let b = self.base[r];
             for (id, k, _) in self.scheds[r].iter() {
@@ -280,11 +321,10 @@ impl<'a> Engine<'a> {
                     if peer >= p || peer == self.scheds[r].rank {
                         return Err(sim_err(format!("{}: peer out of range or self", self.describe(b + id))));
                     }
-                    recvs.push(b + id);
+                    recvs.push((peer, b + id));
                 }
             }
-            let seg = &mut recvs[rbase[r]..];
-            seg.sort_unstable_by_key(|&g| (self.peer_of(g), g));
+            recvs[rbase[r]..].sort_unstable();
             rbase[r + 1] = recvs.len();
         }
         let mut matched = 0usize;
@@ -311,13 +351,13 @@ impl<'a> Engine<'a> {
                     Mode::Symmetric(sym) => (0, sym.mirror(x, p)),
                 };
                 let seg = &recvs[rbase[rb]..rbase[rb + 1]];
-                let lo = seg.partition_point(|&g| self.peer_of(g) < src);
-                let hi = seg.partition_point(|&g| self.peer_of(g) <= src);
+                let lo = seg.partition_point(|&(q, _)| q < src);
+                let hi = seg.partition_point(|&(q, _)| q <= src);
                 if hi - lo != j - i {
                     return Err(sim_err(self.count_mismatch(rank_a, x, j - i, src, hi - lo)));
                 }
                 for (q, &(_, s)) in sends[i..j].iter().enumerate() {
-                    let rcv = seg[lo + q];
+                    let rcv = seg[lo + q].1;
                     if self.kind(s).len() != self.kind(rcv).len() {
                         return Err(sim_err(format!(
                             "message {} of the pair: {} sends {} elements, {} receives {}",
@@ -338,9 +378,8 @@ impl<'a> Engine<'a> {
             // Some recv has no send: find a (receiver, source) pair with too many recvs.
             for r in 0..nr {
                 let seg = &recvs[rbase[r]..rbase[r + 1]];
-                for &g in seg {
-                    let src = self.peer_of(g);
-                    let want = seg.iter().filter(|&&h| self.peer_of(h) == src).count();
+                for &(src, _) in seg {
+                    let want = seg.iter().filter(|&&(q, _)| q == src).count();
                     let (sender, dst) = match self.mode {
                         Mode::Full => (src as usize, self.scheds[r].rank),
                         Mode::Symmetric(sym) => (0, sym.mirror(src, p)),
@@ -373,18 +412,23 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Schedules an event at `t` (at `now`, it joins the list of its class instead of the heap).
     fn push(&mut self, t: f64, kind: u8, g: u32) {
-        let class = u64::from(kind == FINALIZE) << 63;
+        if t == self.now {
+            self.lists[class(kind) as usize].push((kind, g));
+            return;
+        }
         self.seq += 1;
-        self.heap.push(Event { t, key: class | self.seq, kind, g });
+        self.heap.push(Event { t, key: class(kind) << 62 | self.seq, kind, g });
     }
 
     /// Moves (t, c) into step g's state if it comes later than what g has.
-    fn offer(&mut self, g: u32, t: f64, c: Terms) {
+    fn offer(&mut self, g: u32, t: f64, c: Terms, from: u32) {
         let i = g as usize;
         if later(self.t[i], &self.cp[i], t, &c) {
             self.t[i] = t;
             self.cp[i] = c;
+            self.pred[i] = from;
         }
     }
 
@@ -395,12 +439,32 @@ impl<'a> Engine<'a> {
             }
         }
         self.drain();
-        while let Some(ev) = self.heap.pop() {
-            self.now = ev.t;
-            match ev.kind {
-                CPU_DONE => self.work.push(ev.g),
-                TRANSFER_END => self.transfer_end(ev.g),
-                _ => self.finalize(ev.g),
+        // Events at `now` wait in one list per class; the heap holds later ones. The lowest
+        // non-empty class runs first, and every event may add to any class at `now`.
+        loop {
+            // heap events are completions (class 0): those at `now` go before the grants
+            let heap_now = self.heap.peek().is_some_and(|e| e.t == self.now);
+            let ev = match self.lists.iter().position(|l| !l.is_empty()) {
+                Some(c) if c == 0 || !heap_now => self.lists[c].pop(),
+                _ => None,
+            };
+            let (kind, g) = match ev {
+                Some(e) => e,
+                None => match self.heap.pop() {
+                    Some(e) => {
+                        self.now = e.t;
+                        (e.kind, e.g)
+                    }
+                    None => break,
+                },
+            };
+            match kind {
+                CPU_DONE => self.cpu_done(g),
+                TRANSFER_END => self.transfer_end(g),
+                GRANT_SEND => self.grant_send(g as usize),
+                GRANT_CPU => self.grant_cpu(g as usize),
+                GRANT_RECV => self.grant_recv(g as usize),
+                _ => self.finalize(g),
             }
             self.drain();
         }
@@ -418,7 +482,7 @@ impl<'a> Engine<'a> {
             let (lo, hi) = (self.dstart[g as usize], self.dstart[g as usize + 1]);
             for i in lo..hi {
                 let d = self.dlist[i as usize];
-                self.offer(d, t, c);
+                self.offer(d, t, c, g);
                 self.remaining[d as usize] -= 1;
                 if self.remaining[d as usize] == 0 {
                     self.on_ready(d);
@@ -433,57 +497,101 @@ impl<'a> Engine<'a> {
         match *self.kind(g) {
             StepKind::Recv { .. } => self.work.push(g),
             StepKind::Send { .. } => {
-                if self.ranks[r].send_head == NONE {
-                    self.ranks[r].send_head = g;
-                    self.request(g);
-                } else {
-                    self.ranks[r].send_q.push_back(g);
-                }
+                self.ranks[r].send_q.push(waiting(self.now, 0, g));
+                self.wake(GRANT_SEND, r);
             }
-            StepKind::Reduce { dst, .. } | StepKind::Copy { dst, .. } => {
-                let bytes = (dst.len * self.elem) as f64;
-                let last = self.ranks[r].cpu_last;
-                if last != NONE {
-                    let (t, c) = (self.ranks[r].cpu_free, self.cp[last as usize]);
-                    self.offer(g, t, c);
-                }
-                let i = g as usize;
-                let start = self.t[i];
-                if matches!(self.kind(g), StepKind::Reduce { .. }) {
-                    self.t[i] = start + bytes * self.cfg.machine.gamma;
-                    self.cp[i].gamma += bytes;
-                } else {
-                    self.t[i] = start + bytes * self.cfg.copy_beta;
-                    self.cp[i].copy += bytes;
-                }
-                self.ranks[r].cpu_free = self.t[i];
-                self.ranks[r].cpu_last = g;
-                if self.t[i] == self.now {
-                    self.work.push(g);
-                } else {
-                    self.push(self.t[i], CPU_DONE, g);
-                }
+            StepKind::Reduce { .. } | StepKind::Copy { .. } => {
+                self.ranks[r].cpu_q.push(waiting(self.now, 0, g));
+                self.wake(GRANT_CPU, r);
             }
         }
     }
 
-    /// Send s reached the head of its send port at `now`: ask for the receiver's port.
-    fn request(&mut self, s: u32) {
+    /// Schedules a grant of rank r's send port, CPU or receive port at `now` if it is idle and
+    /// has waiting steps.
+    fn wake(&mut self, kind: u8, r: usize) {
+        let st = &mut self.ranks[r];
+        let (idle, flag) = match kind {
+            GRANT_SEND => (st.send_head == NONE && !st.send_q.is_empty(), &mut st.send_grant),
+            GRANT_CPU => (st.cpu_cur == NONE && !st.cpu_q.is_empty(), &mut st.cpu_grant),
+            _ => (st.recv_cur == NONE && !st.recv_q.is_empty(), &mut st.recv_grant),
+        };
+        if idle && !*flag {
+            *flag = true;
+            let class = if kind == GRANT_RECV { 2 } else { 1 };
+            self.lists[class].push((kind, r as u32));
+        }
+    }
+
+    /// Step g waited for the port or CPU whose last user was `last`: it starts no earlier.
+    fn after(&mut self, g: u32, last: u32) {
+        if last != NONE {
+            let (t, c) = (self.t[last as usize], self.cp[last as usize]);
+            self.offer(g, t, c, last);
+        }
+    }
+
+    /// The send port is idle: the next send becomes its head and asks for the receiver's port.
+    fn grant_send(&mut self, a: usize) {
+        self.ranks[a].send_grant = false;
+        if self.ranks[a].send_head != NONE {
+            return;
+        }
+        let Some(std::cmp::Reverse((_, _, s))) = self.ranks[a].send_q.pop() else { return };
+        self.ranks[a].send_head = s;
+        self.after(s, self.ranks[a].send_last);
         let b = self.receiver(s);
-        if self.ranks[b].recv_cur == NONE {
-            self.start(s);
-        } else {
-            self.ranks[b].recv_q.push_back(s);
-        }
+        let from = match self.mode {
+            Mode::Full => self.scheds[a].rank,
+            Mode::Symmetric(sym) => sym.mirror(self.peer_of(s), self.scheds[0].size),
+        };
+        self.ranks[b].recv_q.push(waiting(self.t[s as usize], from, s));
+        self.wake(GRANT_RECV, b);
     }
 
-    /// Send s holds both ports from `now`; its cost is decided once every start at `now` is known.
-    fn start(&mut self, s: u32) {
-        let (a, b) = (self.owner[s as usize] as usize, self.receiver(s));
+    /// The receive port is idle: the earliest request (lowest sender rank on a tie) starts; its
+    /// cost is decided once every start at `now` is known.
+    fn grant_recv(&mut self, b: usize) {
+        self.ranks[b].recv_grant = false;
+        if self.ranks[b].recv_cur != NONE {
+            return;
+        }
+        let Some(std::cmp::Reverse((_, _, s))) = self.ranks[b].recv_q.pop() else { return };
+        self.after(s, self.ranks[b].recv_last);
+        let a = self.owner[s as usize] as usize;
         self.ranks[b].recv_cur = s;
         self.ranks[b].recv_start = self.now;
         self.ranks[a].send_start = self.now;
-        self.push(self.now, FINALIZE, s);
+        self.lists[3].push((FINALIZE, s));
+    }
+
+    /// The CPU is idle: the next computation runs.
+    fn grant_cpu(&mut self, r: usize) {
+        self.ranks[r].cpu_grant = false;
+        if self.ranks[r].cpu_cur != NONE {
+            return;
+        }
+        let Some(std::cmp::Reverse((_, _, g))) = self.ranks[r].cpu_q.pop() else { return };
+        self.after(g, self.ranks[r].cpu_last);
+        let i = g as usize;
+        let bytes = (self.kind(g).len() * self.elem) as f64;
+        if matches!(self.kind(g), StepKind::Reduce { .. }) {
+            self.t[i] += bytes * self.cfg.machine.gamma;
+            self.cp[i].gamma += bytes;
+        } else {
+            self.t[i] += bytes * self.cfg.copy_beta;
+            self.cp[i].copy += bytes;
+        }
+        self.ranks[r].cpu_cur = g;
+        self.push(self.t[i], CPU_DONE, g);
+    }
+
+    fn cpu_done(&mut self, g: u32) {
+        let r = self.owner[g as usize] as usize;
+        self.ranks[r].cpu_cur = NONE;
+        self.ranks[r].cpu_last = g;
+        self.work.push(g);
+        self.wake(GRANT_CPU, r);
     }
 
     fn finalize(&mut self, s: u32) {
@@ -513,21 +621,15 @@ impl<'a> Engine<'a> {
         self.ranks[a].bytes_sent += bytes;
         self.ranks[a].msgs += 1;
         self.ranks[b].bytes_recv += bytes;
-        // The receive port first, so a queued request keeps its place.
         self.ranks[b].recv_cur = NONE;
-        if let Some(nx) = self.ranks[b].recv_q.pop_front() {
-            self.offer(nx, t, c);
-            self.start(nx);
-        }
+        self.ranks[b].recv_last = s;
+        self.wake(GRANT_RECV, b);
         self.ranks[a].send_head = NONE;
-        if let Some(nx) = self.ranks[a].send_q.pop_front() {
-            self.ranks[a].send_head = nx;
-            self.offer(nx, t, c);
-            self.request(nx);
-        }
+        self.ranks[a].send_last = s;
+        self.wake(GRANT_SEND, a);
         self.work.push(s);
         let rcv = self.target[s as usize];
-        self.offer(rcv, t, c);
+        self.offer(rcv, t, c, s);
         self.remaining[rcv as usize] -= 1;
         if self.remaining[rcv as usize] == 0 {
             self.on_ready(rcv);
@@ -568,6 +670,14 @@ impl<'a> Engine<'a> {
             }
         }
         let cp = best.map(|b| self.cp[b as usize]).unwrap_or_default();
+        let mut chain = Vec::new();
+        let mut g = best.unwrap_or(NONE);
+        while g != NONE {
+            let r = self.owner[g as usize] as usize;
+            chain.push(ChainLink { rank: self.scheds[r].rank, step: g - self.base[r], finish: self.t[g as usize] });
+            g = self.pred[g as usize];
+        }
+        chain.reverse();
         let time = best.map_or(0.0, |b| self.t[b as usize]);
         let msgs: u64 = self.ranks.iter().map(|r| r.msgs).sum();
         let bytes: u64 = self.ranks.iter().map(|r| r.bytes_sent).sum();
@@ -587,6 +697,7 @@ impl<'a> Engine<'a> {
             critical_path: Cost::new(cp.alpha, cp.beta, cp.gamma),
             critical_copy_bytes: cp.copy,
             critical_messages: cp.msgs,
+            critical_chain: chain,
             max_bytes_sent: max_sent,
             max_bytes_received: max_recv,
             max_messages_sent: max_msgs,

@@ -16,16 +16,20 @@
 //!   f ≥ 1 prices a node that sends and receives at once); thakur §3 / rabenseifner §3.1 write it
 //!   the other way round, with α, β bidirectional and `f = α_uni/α ≤ 1`: their machine
 //!   (α, β, f_α, f_β) is ours with `α' = f_α·α`, `β' = f_β·β`, `f' = 1/f`.
-//! - **Ports.** Sends of a rank enter its send port in the order they become ready (FIFO); the
-//!   head message holds the port from the moment it is at the head until its transfer ends, even
-//!   while it waits for the receiver's port (a single-ported NIC works on one message at a time).
-//!   A receive port serves waiting messages in the order they asked for it. Transfers are eager:
-//!   they do not wait for the matching `Recv` to be posted, and a `Recv` step completes when its
-//!   deps are done and its message has arrived.
+//! - **Ports.** Sends of a rank enter its send port in the order they become ready (ties: lower
+//!   step id); the head message holds the port from the moment it is at the head until its
+//!   transfer ends, even while it waits for the receiver's port (a single-ported NIC works on one
+//!   message at a time). A receive port serves waiting messages in the order they asked for it
+//!   (ties: lower sender rank, then lower step id). Transfers are eager: they do not wait for the
+//!   matching `Recv` to be posted, and a `Recv` step completes when its deps are done and its
+//!   message has arrived.
 //! - **Computation.** `Reduce` of n bytes costs `n·γ`, `Copy` of n bytes costs
 //!   `n·copy_beta` (0 by default, as in the papers' formulas, which leave local copies out).
-//!   Both serialize on the rank's CPU in ready order; the CPU is independent of the ports, so a
-//!   rank computes while its NIC transfers.
+//!   Both serialize on the rank's CPU in ready order (ties: lower step id); the CPU is
+//!   independent of the ports, so a rank computes while its NIC transfers.
+//! - **Instants.** Everything that happens at one virtual instant is arbitrated after all of it is
+//!   known (completions, then send ports and CPUs, then receive ports, then the f decision), so
+//!   results never depend on the order in which the engine processes simultaneous events.
 //! - **Completion.** A `Send` step completes when its transfer ends (its buffer may be reused),
 //!   a `Recv` when its message arrived and its deps are done.
 //!
@@ -33,7 +37,8 @@
 //! steps, messages and port/CPU waits that determined it, and [`SimResult::critical_path`] sums
 //! its terms: α multiplied by the factor applied (1 or f_α) per message, bytes·factor (1 or f_β)
 //! per message, bytes reduced. So `critical_path.time(machine) + critical_copy_bytes·copy_beta`
-//! is the job's time, and with [`Machine::UNIT`] the terms are the paper formula's (a, b, c).
+//! is the job's time, and with [`Machine::UNIT`] the terms are the (a, b, c) that the papers'
+//! formulas predict.
 //! Where two chains finish at the same instant the one with more α (then β, then γ) terms is
 //! taken, so results do not depend on event order.
 //!
@@ -42,7 +47,7 @@
 //! [`simulate_symmetric`] replays one rank's schedule when every rank runs the same schedule up
 //! to a relabeling of ranks ([`Symmetry`]); then every rank has the same timeline, and the k-th
 //! message rank 0 receives from q is the mirror image of the k-th message it sends to σ_q⁻¹(0).
-//! This simulates a 65,536-rank ring allreduce (≈ 4p steps per rank, ≈ 1.7·10¹⁰ for the job) in
+//! This simulates a 65,536-rank ring allreduce (≈ 5p steps per rank, ≈ 2·10¹⁰ for the job) in
 //! the time of one rank's schedule. [`check_symmetry`] tells whether a rank's schedule is the
 //! relabeled rank-0 schedule (same steps, lengths and deps; peers mapped; offsets may differ).
 
@@ -84,6 +89,10 @@ pub struct SimResult {
     pub critical_copy_bytes: f64,
     /// Messages on the critical path.
     pub critical_messages: u64,
+    /// The critical path, first step to last: each step and the step that held it back (a dep, the
+    /// message's send, the previous transfer on a port or the previous computation on the CPU).
+    /// In a symmetric replay every rank is rank 0.
+    pub critical_chain: Vec<ChainLink>,
     /// Bytes sent by the busiest rank.
     pub max_bytes_sent: u64,
     /// Bytes received by the busiest receiving rank.
@@ -100,6 +109,28 @@ pub struct SimResult {
     pub steps: u64,
     /// Steps actually replayed (one rank's for a symmetric replay).
     pub replayed_steps: u64,
+}
+
+/// One step of the critical path.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct ChainLink {
+    pub rank: u32,
+    pub step: crate::schedule::StepId,
+    /// When the step completed.
+    pub finish: f64,
+}
+
+impl SimResult {
+    /// The critical path as text, one step per line (`rank r step s (kind) done at t`).
+    pub fn describe_critical_path(&self, schedules: &[Schedule]) -> String {
+        let mut out = String::new();
+        for l in &self.critical_chain {
+            let kind = schedules.get(l.rank as usize).filter(|s| (l.step as usize) < s.len()).map(|s| s.step(l.step));
+            let kind = kind.map_or_else(|| "?".to_string(), |k| k.to_string());
+            out.push_str(&format!("rank {} step {} ({kind}) done at {}\n", l.rank, l.step, l.finish));
+        }
+        out
+    }
 }
 
 /// Replays a whole job: `schedules[r]` is rank r's schedule of the call `args` (any rank's
@@ -141,7 +172,13 @@ pub fn simulate_alg_with(alg: &Algorithm, args: &CollArgs, cfg: &SimConfig) -> R
 /// Every rank's schedule of `alg` for `args`.
 pub fn build_all(alg: &Algorithm, args: &CollArgs) -> Result<Vec<Schedule>> {
     args.validate()?;
-    (0..args.size).map(|r| alg.schedule(&args.for_rank(r))).collect()
+    (0..args.size).map(|r| alg.schedule(&args.for_rank(r)).map(compact)).collect()
+}
+
+/// The schedule without the builder's spare capacity (a clone allocates exactly what it holds):
+/// about an eighth less memory for a large job.
+fn compact(s: Schedule) -> Schedule {
+    s.clone()
 }
 
 /// Replays rank 0's schedule `schedule0` of a job whose ranks all run it up to the relabeling

@@ -1,0 +1,333 @@
+//! ofi backend (through the fabric contract, `fabcoll_fabric::open`) vs raw libfabric between 2 processes on
+//! loopback (tcp, shm): 8 B latency (ping-pong of notified writes, half round trip) and streaming bandwidth of
+//! 1 MiB / 16 MiB notified writes (window 8, end ack). On tcp the contract's default delivery-complete mode is
+//! measured, and transmit-complete (`FABCOLL_OFI_DELIVERY_COMPLETE=0`, what the raw program uses) as `fabcoll-tc`.
+//! The raw baseline runs the same protocol in `benches/ofi_raw.c` (compiled here with `cc -O2 -lfabric`), and
+//! `fi_pingpong` (send/recv) from libfabric-bin is printed for reference. `cargo bench -p fabcoll-fabric --bench ofi`.
+
+#[cfg(not(fabcoll_ofi))]
+fn main() {
+    let cfg = fabcoll_fabric::Config::new(fabcoll_fabric::Backend::Ofi { provider: "tcp".into() }, 0, 1, "bench");
+    match fabcoll_fabric::open(&cfg) {
+        Err(e) => eprintln!("ofi bench skipped: {e}"),
+        Ok(_) => eprintln!("ofi bench skipped: built without cfg fabcoll_ofi"),
+    }
+}
+
+#[cfg(fabcoll_ofi)]
+fn main() {
+    bench::main()
+}
+
+#[cfg(fabcoll_ofi)]
+mod bench {
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use fabcoll_fabric::{open, Access, Backend, Completion, Config, Endpoint, Mr, RemoteMr};
+
+    const LAT_WARM: usize = 200;
+    const LAT_ITERS: usize = 1000;
+    const WINDOW: usize = 8;
+    const BW_SIZES: [usize; 2] = [1 << 20, 16 << 20];
+    /// Bytes streamed per bandwidth measurement.
+    const BW_TOTAL: usize = 128 << 20;
+
+    pub fn main() {
+        if let Ok(role) = std::env::var("FABCOLL_BENCH_RANK") {
+            let dir = PathBuf::from(std::env::var("FABCOLL_BENCH_DIR").unwrap());
+            let prov = std::env::var("FABCOLL_BENCH_PROV").unwrap();
+            run_rank(&prov, role.parse().unwrap(), &dir);
+            return;
+        }
+        let raw = build_raw();
+        if let Err(e) = &raw {
+            eprintln!("raw baseline unavailable: {e}");
+        }
+        let reps: usize = std::env::var("FABCOLL_BENCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+        let me = std::env::current_exe().unwrap();
+        println!("best of {reps} alternating runs (min latency, max bandwidth); ratio = fabcoll / raw C");
+        println!(
+            "{:<6} {:<16} {:>12} {:>12} {:>12} {:>8}",
+            "prov", "metric", "fabcoll", "fabcoll-tc", "raw C", "ratio"
+        );
+        for prov in ["tcp", "shm"] {
+            let (mut ours, mut tc, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..reps {
+                best(&mut ours, pair(&me, &[], prov, &[]));
+                if prov == "tcp" {
+                    best(&mut tc, pair(&me, &[], prov, &[("FABCOLL_OFI_DELIVERY_COMPLETE", "0")]));
+                }
+                if let Ok(exe) = &raw {
+                    best(&mut theirs, pair(exe, &[prov.to_string()], prov, &[]));
+                }
+            }
+            let get = |v: &Vec<(String, f64)>, name: &str| v.iter().find(|(n, _)| n == name).map(|(_, x)| *x);
+            let show = |x: Option<f64>| x.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
+            for (name, v) in &ours {
+                let r = get(&theirs, name);
+                let ratio = r.map(|r| format!("{:.2}", v / r)).unwrap_or_else(|| "-".into());
+                println!("{prov:<6} {name:<16} {v:>12.2} {:>12} {:>12} {ratio:>8}", show(get(&tc, name)), show(r));
+            }
+            fi_pingpong(prov);
+        }
+    }
+
+    /// Keeps the best value per metric: the minimum for latencies (`*_us`), the maximum otherwise.
+    fn best(acc: &mut Vec<(String, f64)>, run: Vec<(String, f64)>) {
+        for (name, v) in run {
+            match acc.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, b)) => *b = if name.ends_with("_us") { b.min(v) } else { b.max(v) },
+                None => acc.push((name, v)),
+            }
+        }
+    }
+
+    /// Runs ranks 0 and 1 of `exe` (this bench or the raw C program) and parses rank 0's `name value` lines.
+    fn pair(exe: &Path, args: &[String], prov: &str, env: &[(&str, &str)]) -> Vec<(String, f64)> {
+        let dir = std::env::temp_dir().join(format!("fabcoll-ofi-bench-{}-{prov}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // Bind tcp to loopback; shm takes no node.
+        let node: &[(&str, &str)] = if prov == "shm" { &[] } else { &[("FABCOLL_OFI_NODE", "127.0.0.1")] };
+        let spawn = |rank: usize| {
+            Command::new(exe)
+                .args(args)
+                .env("FABCOLL_BENCH_RANK", rank.to_string())
+                .env("FABCOLL_BENCH_DIR", &dir)
+                .env("FABCOLL_BENCH_PROV", prov)
+                .env("FI_TCP_IFACE", "lo")
+                .envs(node.iter().copied())
+                .envs(env.iter().copied())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn bench rank")
+        };
+        let (mut c0, mut c1) = (spawn(0), spawn(1));
+        let start = Instant::now();
+        let out = loop {
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = c1.kill();
+                let _ = c0.kill();
+                let _ = c0.wait();
+                eprintln!("{} {prov}: timed out", exe.display());
+                break None;
+            }
+            if c1.try_wait().unwrap().is_some() {
+                break Some(c0.wait_with_output().unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let _ = c1.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        let Some(out) = out else { return Vec::new() };
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                Some((it.next()?.to_string(), it.next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
+    fn build_raw() -> Result<PathBuf, String> {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/ofi_raw.c");
+        let exe = std::env::temp_dir().join(format!("fabcoll-ofi-raw-{}", std::process::id()));
+        let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-O2", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .arg("-lfabric")
+            .status()
+            .map_err(|e| format!("cannot run cc: {e}"))?;
+        if st.success() {
+            Ok(exe)
+        } else {
+            Err(format!("cc failed on {}", src.display()))
+        }
+    }
+
+    /// `fi_pingpong` (send/recv ping-pong, its own timing) for 8 B and 1 MiB, for reference.
+    fn fi_pingpong(prov: &str) {
+        for size in ["8", "1048576"] {
+            let args = ["-p", prov, "-e", "rdm", "-I", "1000", "-S", size];
+            let server = Command::new("fi_pingpong")
+                .args(args)
+                .args(["-B", "47599"])
+                .env("FI_TCP_IFACE", "lo")
+                .stdout(Stdio::null())
+                .spawn();
+            let Ok(mut server) = server else {
+                eprintln!("fi_pingpong not found (libfabric-bin)");
+                return;
+            };
+            std::thread::sleep(Duration::from_millis(1000));
+            let out = Command::new("timeout")
+                .arg("20")
+                .arg("fi_pingpong")
+                .args(args)
+                .args(["-P", "47599", "127.0.0.1"])
+                .env("FI_TCP_IFACE", "lo")
+                .output();
+            let _ = server.kill();
+            let _ = server.wait();
+            if let Ok(o) = &out {
+                if !String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim_start().starts_with(char::is_numeric)) {
+                    eprintln!("fi_pingpong {prov} {size}: no result ({})", String::from_utf8_lossy(&o.stderr).trim());
+                }
+            }
+            if let Ok(o) = out {
+                for l in
+                    String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.trim_start().starts_with(char::is_numeric))
+                {
+                    println!("{prov:<6} fi_pingpong send/recv: {}", l.split_whitespace().collect::<Vec<_>>().join(" "));
+                }
+            }
+        }
+    }
+
+    struct Rank {
+        ep: Box<dyn Endpoint>,
+        peer: usize,
+        remote: RemoteMr,
+        events: Vec<Completion>,
+        writes_out: usize,
+        arrived: usize,
+    }
+
+    impl Rank {
+        /// Polls until one remote write has arrived (counting our own completions on the way).
+        fn wait_remote(&mut self) {
+            while self.arrived == 0 {
+                self.poll_once();
+            }
+            self.arrived -= 1;
+        }
+
+        /// One poll; returns the remote writes that arrived (also added to `arrived`).
+        fn poll_once(&mut self) -> usize {
+            let mut remote = 0;
+            self.ep.poll(&mut self.events).unwrap();
+            for e in self.events.drain(..) {
+                match e {
+                    Completion::WriteArrived { .. } => remote += 1,
+                    Completion::WriteDone { .. } => self.writes_out -= 1,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            self.arrived += remote;
+            remote
+        }
+
+        fn write(&mut self, mr: &Mr, len: usize) {
+            let (src, dst) = (mr.slice(0, len).unwrap(), self.remote.slice(0, len).unwrap());
+            loop {
+                match self.ep.write(self.peer, src, dst, Some(len as u64), 0) {
+                    Ok(()) => break,
+                    Err(e) if e.is_busy() => {
+                        self.poll_once();
+                    }
+                    Err(e) => panic!("write: {e}"),
+                }
+            }
+            self.writes_out += 1;
+        }
+    }
+
+    fn run_rank(prov: &str, rank: usize, dir: &Path) {
+        let mut ep = open(&Config::new(Backend::Ofi { provider: prov.into() }, rank, 2, "bench")).unwrap();
+        std::fs::write(dir.join(format!("addr.{rank}.tmp")), ep.address().unwrap()).unwrap();
+        std::fs::rename(dir.join(format!("addr.{rank}.tmp")), dir.join(format!("addr.{rank}"))).unwrap();
+        let peer = 1 - rank;
+        let mut addrs = vec![Vec::new(), Vec::new()];
+        addrs[rank] = ep.address().unwrap();
+        let t = Instant::now();
+        addrs[peer] = loop {
+            if let Ok(a) = std::fs::read(dir.join(format!("addr.{peer}"))) {
+                break a;
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "peer address missing");
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        ep.insert_peers(&addrs).unwrap();
+        let max = *BW_SIZES.iter().max().unwrap();
+        let src = ep.alloc(max, Access::LOCAL).unwrap();
+        let dst = ep.alloc(max, Access::REMOTE_WRITE).unwrap();
+        // Touch every page on both sides, as the raw program does.
+        src.write_at(0, &vec![1u8; max]).unwrap();
+        dst.write_at(0, &vec![2u8; max]).unwrap();
+        ep.send_ctrl(peer, 1, &dst.remote().to_bytes()).unwrap();
+        let mut events = Vec::new();
+        let remote = loop {
+            ep.wait(&mut events, Some(Duration::from_secs(20))).unwrap();
+            if let Some(Completion::Ctrl { data, .. }) = events.iter().find(|c| matches!(c, Completion::Ctrl { .. })) {
+                break RemoteMr::from_bytes(data).unwrap();
+            }
+        };
+        // The peer may already have started writing: keep arrivals that came with its descriptor.
+        let early = events.iter().filter(|c| matches!(c, Completion::WriteArrived { .. })).count();
+        let mut r = Rank { ep, peer, remote, events: Vec::new(), writes_out: 0, arrived: early };
+        let debug = std::env::var_os("FABCOLL_BENCH_DEBUG").is_some();
+        if debug {
+            eprintln!("rank {rank}: connected");
+        }
+
+        // Latency: 8 B notified-write ping-pong.
+        let mut t0 = Instant::now();
+        for i in 0..LAT_WARM + LAT_ITERS {
+            if i == LAT_WARM {
+                t0 = Instant::now();
+            }
+            if debug && i % 500 == 0 {
+                eprintln!("rank {rank}: ping-pong {i}");
+            }
+            if rank == 0 {
+                r.write(&src, 8);
+                r.wait_remote();
+            } else {
+                r.wait_remote();
+                r.write(&src, 8);
+            }
+        }
+        let half_rtt_us = t0.elapsed().as_secs_f64() * 1e6 / LAT_ITERS as f64 / 2.0;
+        if rank == 0 {
+            println!("lat_8B_us {half_rtt_us:.3}");
+        }
+        // Bandwidth: rank 0 streams with a window, rank 1 acks after the last arrival with one 8 B write.
+        for &size in &BW_SIZES {
+            let n = (BW_TOTAL / size).max(8);
+            if rank == 0 {
+                let t0 = Instant::now();
+                let mut posted = 0;
+                let mut acked = 0;
+                while acked == 0 {
+                    while posted < n && r.writes_out < WINDOW {
+                        r.write(&src, size);
+                        posted += 1;
+                    }
+                    acked += r.poll_once();
+                }
+                r.arrived -= 1;
+                let secs = t0.elapsed().as_secs_f64();
+                println!("bw_{}MiB_MBps {:.1}", size >> 20, (n * size) as f64 / secs / 1e6);
+            } else {
+                while r.arrived < n {
+                    r.poll_once();
+                }
+                r.arrived -= n;
+                r.write(&src, 8);
+            }
+            while r.writes_out > 0 {
+                r.poll_once();
+            }
+        }
+        // Let the peer's last completions drain before closing.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(100) {
+            r.poll_once();
+        }
+        drop(r);
+        drop((src, dst));
+    }
+}

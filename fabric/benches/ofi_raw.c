@@ -1,0 +1,221 @@
+/* Raw libfabric baseline for benches/ofi.rs: the same protocol (8 B fi_writedata ping-pong; 1 MiB / 16 MiB
+ * fi_writedata streams with window 8 and an 8 B ack) straight on libfabric, one CQ, FI_CQ_FORMAT_DATA.
+ * Usage: ofi_raw <provider>, with FABCOLL_BENCH_RANK (0|1) and FABCOLL_BENCH_DIR (address files) set.
+ * Prints "name value" lines on rank 0. */
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHK(x)                                                                                              \
+	do {                                                                                                \
+		long _r = (long)(x);                                                                        \
+		if (_r < 0) {                                                                               \
+			fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, fi_strerror((int)-_r));  \
+			exit(1);                                                                            \
+		}                                                                                           \
+	} while (0)
+
+#define LAT_WARM 1000
+#define LAT_ITERS 10000
+#define WINDOW 8
+#define BW_TOTAL (512UL << 20)
+#define MAXSZ (16UL << 20)
+
+static struct fid_ep *ep;
+static struct fid_cq *cq;
+static fi_addr_t peer;
+static uint64_t rkey, raddr;
+static void *desc;
+static long outstanding, arrived;
+static struct fi_context2 ctx[WINDOW + 1];
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void poll_once(void)
+{
+	struct fi_cq_data_entry e[16];
+	ssize_t n = fi_cq_read(cq, e, 16);
+	if (n == -FI_EAGAIN)
+		return;
+	if (n == -FI_EAVAIL) {
+		struct fi_cq_err_entry err = {0};
+		fi_cq_readerr(cq, &err, 0);
+		fprintf(stderr, "cq error %s\n", fi_strerror(err.err));
+		exit(1);
+	}
+	CHK(n);
+	for (ssize_t i = 0; i < n; i++) {
+		if (e[i].flags & FI_REMOTE_CQ_DATA)
+			arrived++;
+		else
+			outstanding--;
+	}
+}
+
+static void write_(char *buf, size_t len)
+{
+	ssize_t r;
+	while ((r = fi_writedata(ep, buf, len, desc, len, peer, raddr, rkey, &ctx[outstanding % WINDOW])) ==
+	       -FI_EAGAIN)
+		poll_once();
+	CHK(r);
+	outstanding++;
+}
+
+static void wait_remote(void)
+{
+	while (arrived == 0)
+		poll_once();
+	arrived--;
+}
+
+int main(int argc, char **argv)
+{
+	const char *prov = argc > 1 ? argv[1] : "tcp";
+	int rank = atoi(getenv("FABCOLL_BENCH_RANK"));
+	const char *dir = getenv("FABCOLL_BENCH_DIR");
+	struct fi_info *hints = fi_allocinfo(), *info;
+	hints->caps = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_RECV | FI_WRITE | FI_READ | FI_REMOTE_WRITE |
+		      FI_REMOTE_READ;
+	hints->mode = FI_CONTEXT | FI_CONTEXT2;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->domain_attr->mr_mode =
+		FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+	hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+	hints->domain_attr->control_progress = FI_PROGRESS_MANUAL;
+	hints->fabric_attr->prov_name = strdup(prov);
+	int shm = !strcmp(prov, "shm");
+	CHK(fi_getinfo(FI_VERSION(1, 17), shm ? NULL : "127.0.0.1", NULL, shm ? 0 : FI_SOURCE, hints, &info));
+	struct fid_fabric *fab;
+	struct fid_domain *dom;
+	struct fid_av *av;
+	CHK(fi_fabric(info->fabric_attr, &fab, NULL));
+	CHK(fi_domain(fab, info, &dom, NULL));
+	struct fi_cq_attr cqa = {.size = 1024, .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE};
+	CHK(fi_cq_open(dom, &cqa, &cq, NULL));
+	struct fi_av_attr ava = {.type = FI_AV_TABLE, .count = 2};
+	CHK(fi_av_open(dom, &ava, &av, NULL));
+	CHK(fi_endpoint(dom, info, &ep, NULL));
+	CHK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
+	CHK(fi_ep_bind(ep, &av->fid, 0));
+	CHK(fi_enable(ep));
+
+	char *src = malloc(MAXSZ), *dst = malloc(MAXSZ);
+	/* Touch every page (as the Rust side does): untouched calloc pages would all read the shared zero page. */
+	memset(src, 1, MAXSZ);
+	memset(dst, 2, MAXSZ);
+	struct fid_mr *smr, *dmr;
+	int mr_mode = info->domain_attr->mr_mode;
+	CHK(fi_mr_reg(dom, src, MAXSZ, FI_WRITE | FI_REMOTE_WRITE, 0, 100 + rank * 2, 0, &smr, NULL));
+	CHK(fi_mr_reg(dom, dst, MAXSZ, FI_WRITE | FI_REMOTE_WRITE, 0, 101 + rank * 2, 0, &dmr, NULL));
+	if (mr_mode & FI_MR_ENDPOINT) {
+		CHK(fi_mr_bind(smr, &ep->fid, 0));
+		CHK(fi_mr_enable(smr));
+		CHK(fi_mr_bind(dmr, &ep->fid, 0));
+		CHK(fi_mr_enable(dmr));
+	}
+	desc = fi_mr_desc(smr);
+
+	/* Publish: addrlen, addr, key, base. */
+	char name[256], path[4096], tmp[4096];
+	size_t len = sizeof(name);
+	CHK(fi_getname(&ep->fid, name, &len));
+	uint64_t key = fi_mr_key(dmr), base = (mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)dst : 0;
+	snprintf(tmp, sizeof(tmp), "%s/raw.%d.tmp", dir, rank);
+	snprintf(path, sizeof(path), "%s/raw.%d", dir, rank);
+	FILE *f = fopen(tmp, "wb");
+	fwrite(&len, sizeof(len), 1, f);
+	fwrite(name, 1, len, f);
+	fwrite(&key, 8, 1, f);
+	fwrite(&base, 8, 1, f);
+	fclose(f);
+	rename(tmp, path);
+	snprintf(path, sizeof(path), "%s/raw.%d", dir, 1 - rank);
+	for (int i = 0; (f = fopen(path, "rb")) == NULL; i++) {
+		if (i > 20000) {
+			fprintf(stderr, "peer address missing\n");
+			return 1;
+		}
+		usleep(1000);
+	}
+	char pname[256];
+	size_t plen;
+	if (fread(&plen, sizeof(plen), 1, f) != 1 || fread(pname, 1, plen, f) != plen || fread(&rkey, 8, 1, f) != 1 ||
+	    fread(&raddr, 8, 1, f) != 1) {
+		fprintf(stderr, "short address file\n");
+		return 1;
+	}
+	fclose(f);
+	if (fi_av_insert(av, pname, 1, &peer, 0, NULL) != 1) {
+		fprintf(stderr, "fi_av_insert failed\n");
+		return 1;
+	}
+
+	double t0 = now();
+	for (int i = 0; i < LAT_WARM + LAT_ITERS; i++) {
+		if (i == LAT_WARM)
+			t0 = now();
+		if (rank == 0) {
+			write_(src, 8);
+			wait_remote();
+		} else {
+			wait_remote();
+			write_(src, 8);
+		}
+	}
+	if (rank == 0)
+		printf("lat_8B_us %.3f\n", (now() - t0) * 1e6 / LAT_ITERS / 2);
+	size_t sizes[2] = {1UL << 20, 16UL << 20};
+	for (int s = 0; s < 2; s++) {
+		size_t size = sizes[s], n = BW_TOTAL / size < 8 ? 8 : BW_TOTAL / size;
+		if (rank == 0) {
+			double t = now();
+			size_t posted = 0;
+			while (arrived == 0) {
+				while (posted < n && outstanding < WINDOW) {
+					write_(src, size);
+					posted++;
+				}
+				poll_once();
+			}
+			arrived--;
+			printf("bw_%zuMiB_MBps %.1f\n", size >> 20, (double)(n * size) / (now() - t) / 1e6);
+		} else {
+			while ((size_t)arrived < n)
+				poll_once();
+			arrived -= n;
+			write_(src, 8);
+		}
+		while (outstanding > 0)
+			poll_once();
+	}
+	fflush(stdout);
+	t0 = now();
+	while (now() - t0 < 0.1)
+		poll_once();
+	fi_close(&smr->fid);
+	fi_close(&dmr->fid);
+	fi_close(&ep->fid);
+	fi_close(&av->fid);
+	fi_close(&cq->fid);
+	fi_close(&dom->fid);
+	fi_close(&fab->fid);
+	fi_freeinfo(info);
+	fi_freeinfo(hints);
+	return 0;
+}

@@ -1,0 +1,340 @@
+//! The fabric contract ([`crate::Endpoint`]) over an [`OfiEndpoint`]: ranks, registrations as [`crate::Mr`],
+//! notified writes whose immediate carries the initiator's rank in its top bits, tagged control messages.
+//!
+//! Provider facts this adapter relies on or reports (libfabric 1.17, measured): tcp (`tcp;ofi_rxm`), net and shm
+//! use manual data progress — a write lands only when the target polls (`writes_land_without_target_poll` is
+//! false). A write to a deregistered key never touches the target's memory on any of them, but only tcp with
+//! delivery-complete semantics (the default here for tcp) reports it to the initiator (`WriteError`); shm and
+//! net drop it silently and report `WriteDone` (shm hangs the completion under delivery-complete, so it keeps
+//! transmit-complete). Writes are not ordered with respect to each other or to control messages (shm gives no
+//! write-after-write order), so `ordered_writes` is false: protocols learn arrival from immediates.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::endpoint::{OfiConfig, OfiEndpoint, OfiEvent, OfiMr, RemoteRegion};
+use super::error::OfiError;
+use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
+use crate::error::{Error, Result};
+use crate::mr::{check_bounds, Access, AlignedBuf, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
+use crate::wait::{Backoff, Step, WaitPolicy};
+use crate::Config;
+
+/// Opens an ofi endpoint for `cfg` on `provider` (`tcp`, `shm`, `net`, `verbs`, `efa`, …). The local address to
+/// bind comes from `FABCOLL_OFI_NODE` (e.g. `127.0.0.1`; ignored for shm), delivery-complete from
+/// `FABCOLL_OFI_DELIVERY_COMPLETE` (default: on for tcp, where it makes stale keys and dead peers fail at the
+/// initiator).
+pub fn open(cfg: &Config, provider: &str) -> Result<Box<dyn Endpoint>> {
+    let mut oc = OfiConfig::from_env().provider(provider);
+    if provider == "shm" {
+        // shm has no network address; a node given for tcp/net would make fi_getinfo fail or hang.
+        oc.node = None;
+    }
+    if std::env::var_os("FABCOLL_OFI_DELIVERY_COMPLETE").is_none() {
+        oc.delivery_complete = provider == "tcp";
+    }
+    oc.timeout = cfg.timeout;
+    Ok(Box::new(OfiBackend::open(&oc, cfg.rank, cfg.size, cfg.wait)?))
+}
+
+/// Bits of the immediate that carry the initiator's rank (enough for `size` ranks).
+fn rank_bits(size: usize) -> u32 {
+    usize::BITS - (size.max(1) - 1).leading_zeros()
+}
+
+struct InFlight {
+    ctx: u64,
+    peer: usize,
+    key: u64,
+    // Keeps the source registration alive until the write completes (contract: backends hold a clone).
+    _src: Mr,
+}
+
+/// An ofi endpoint implementing the fabric contract.
+pub struct OfiBackend {
+    ep: OfiEndpoint,
+    caps: Caps,
+    size: usize,
+    rank_bits: u32,
+    wait: WaitPolicy,
+    inserted: bool,
+    inflight: HashMap<u64, InFlight>,
+    events: Vec<OfiEvent>,
+    // Zero-length registrations share this 1-byte registration (providers reject 0-byte MRs).
+    null_mr: OfiMr,
+    _null_buf: Box<[u8; 1]>,
+}
+
+impl OfiBackend {
+    /// Opens the endpoint (see [`open`]).
+    pub fn open(oc: &OfiConfig, rank: usize, size: usize, wait: WaitPolicy) -> Result<OfiBackend> {
+        if size == 0 || rank >= size {
+            return Err(Error::invalid(format!("rank {rank} not in a group of size {size}")));
+        }
+        let provider = oc.provider.clone().unwrap_or_default();
+        let ep = OfiEndpoint::open(oc, rank as u64, size).map_err(|e| to_error(&provider, e))?;
+        let a = ep.attrs().clone();
+        let rank_bits = rank_bits(size);
+        let data_bits = (a.cq_data_size.min(8) * 8) as u32;
+        if data_bits <= rank_bits {
+            return Err(Error::Unsupported {
+                backend: "ofi",
+                what: format!("{} carries {data_bits} bits of CQ data, too few for {size} ranks", a.prov_name),
+            });
+        }
+        let caps = Caps {
+            backend: "ofi",
+            provider: a.prov_name.clone(),
+            inject_size: 0,
+            max_write: a.max_msg_size,
+            max_ctrl: ep.max_ctrl(),
+            imm_bits: data_bits - rank_bits,
+            writes_land_without_target_poll: !a.manual_progress,
+            ordered_writes: false,
+            inline_completion: false,
+            progress: if a.manual_progress { Progress::Manual } else { Progress::Auto },
+            load_store: false,
+        };
+        let null_buf = Box::new([0u8; 1]);
+        // SAFETY: null_buf is a field dropped after null_mr (declaration order).
+        let null_mr = unsafe { ep.register(null_buf.as_ptr(), 1) }.map_err(|e| to_error(&provider, e))?;
+        Ok(OfiBackend {
+            ep,
+            caps,
+            size,
+            rank_bits,
+            wait,
+            inserted: false,
+            inflight: HashMap::new(),
+            events: Vec::new(),
+            null_mr,
+            _null_buf: null_buf,
+        })
+    }
+
+    fn err(&self, e: OfiError) -> Error {
+        to_error(&self.caps.provider, e)
+    }
+
+    fn check_peer(&self, peer: usize) -> Result<()> {
+        if !self.inserted {
+            return Err(Error::invalid("insert_peers must be called before data operations"));
+        }
+        if peer >= self.size {
+            return Err(Error::invalid(format!("peer {peer} out of range for size {}", self.size)));
+        }
+        Ok(())
+    }
+
+    fn translate(&mut self, out: &mut Vec<Completion>) -> usize {
+        let n0 = out.len();
+        let imm_bits = self.caps.imm_bits;
+        for ev in self.events.drain(..) {
+            out.push(match ev {
+                OfiEvent::WriteDone(op) => match self.inflight.remove(&op.0) {
+                    Some(f) => Completion::WriteDone { ctx: f.ctx },
+                    None => {
+                        tracing::warn!(op = op.0, "ofi: completion of an unknown write ignored");
+                        continue;
+                    }
+                },
+                OfiEvent::WriteFailed(op, e) => {
+                    let Some(f) = self.inflight.remove(&op.0) else {
+                        tracing::warn!(op = op.0, "ofi: failure of an unknown write ignored: {e}");
+                        continue;
+                    };
+                    Completion::WriteError {
+                        ctx: f.ctx,
+                        error: format!("write to rank {} (key {:#x}) failed: {e}", f.peer, f.key),
+                    }
+                }
+                OfiEvent::RemoteWrite { imm, .. } => {
+                    let (peer, imm) = if self.rank_bits == 0 {
+                        (0, imm)
+                    } else {
+                        ((imm >> imm_bits) as usize, imm & ((1u64 << imm_bits) - 1))
+                    };
+                    Completion::WriteArrived { peer, imm }
+                }
+                OfiEvent::Ctrl { from, tag, data } => Completion::Ctrl { peer: from as usize, tag, data },
+            });
+        }
+        out.len() - n0
+    }
+}
+
+/// The ofi part of a [`Mr`]: the registration (deregistered on drop), or nothing for zero-length regions.
+struct OfiMrBackend {
+    mr: Option<OfiMr>,
+}
+
+impl MrBackend for OfiMrBackend {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Endpoint for OfiBackend {
+    fn rank(&self) -> usize {
+        self.ep.rank() as usize
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    fn address(&self) -> Result<Vec<u8>> {
+        self.ep.address().map_err(|e| self.err(e))
+    }
+
+    fn insert_peers(&mut self, blobs: &[Vec<u8>]) -> Result<()> {
+        if self.inserted {
+            return Err(Error::invalid("insert_peers called twice"));
+        }
+        if blobs.len() != self.size {
+            return Err(Error::Address(format!("{} address blobs for a group of {}", blobs.len(), self.size)));
+        }
+        self.ep.insert_peers(blobs).map_err(|e| match e {
+            OfiError::Unsupported(m) | OfiError::Invalid(m) => Error::Address(m),
+            other => to_error(&self.caps.provider, other),
+        })?;
+        self.inserted = true;
+        Ok(())
+    }
+
+    unsafe fn register(&mut self, ptr: *mut u8, len: usize, access: Access) -> Result<Mr> {
+        // SAFETY: forwarded caller guarantee.
+        let (backend, remote, desc) = unsafe { self.register_parts(ptr, len, access)? };
+        // SAFETY: the caller guarantees [ptr, ptr+len) stays valid while the Mr lives.
+        Ok(unsafe { Mr::from_parts(ptr, len, access, desc, remote, Box::new(backend), None) })
+    }
+
+    fn alloc(&mut self, len: usize, access: Access) -> Result<Mr> {
+        let buf = AlignedBuf::zeroed(len)?;
+        let ptr = buf.as_ptr();
+        // SAFETY: `buf` is valid for len bytes and becomes the Mr's owned memory, dropped after the registration.
+        let (backend, remote, desc) = unsafe { self.register_parts(ptr, len, access)? };
+        // SAFETY: as above.
+        Ok(unsafe { Mr::from_parts(ptr, len, access, desc, remote, Box::new(backend), Some(Box::new(buf))) })
+    }
+
+    fn write(&mut self, peer: usize, src: LocalRange<'_>, dst: RemoteRange, imm: Option<u64>, ctx: u64) -> Result<()> {
+        self.check_peer(peer)?;
+        if src.len != dst.len {
+            return Err(Error::invalid(format!(
+                "write of {} source bytes into {} destination bytes",
+                src.len, dst.len
+            )));
+        }
+        check_bounds("local source", src.off, src.len, src.mr.len())?;
+        check_bounds("remote destination", dst.off, dst.len, dst.mr.len as usize)?;
+        if !dst.mr.access.contains(Access::REMOTE_WRITE) {
+            return Err(Error::Access(format!(
+                "rank {peer}'s registration (key {:#x}) grants no remote write",
+                dst.mr.key
+            )));
+        }
+        let imm = match imm {
+            Some(v) if self.caps.imm_bits < 64 && v >> self.caps.imm_bits != 0 => {
+                return Err(Error::invalid(format!("immediate {v:#x} does not fit in {} bits", self.caps.imm_bits)));
+            }
+            Some(v) if self.rank_bits > 0 => Some(((self.ep.rank()) << self.caps.imm_bits) | v),
+            other => other,
+        };
+        let backend = src
+            .mr
+            .backend()
+            .as_any()
+            .downcast_ref::<OfiMrBackend>()
+            .ok_or_else(|| Error::invalid("write source is not an ofi registration of this endpoint"))?;
+        let local: &OfiMr = backend.mr.as_ref().unwrap_or(&self.null_mr);
+        let remote = RemoteRegion { addr: dst.mr.addr, key: dst.mr.key, len: dst.mr.len.max(1) };
+        let (off, len) = if src.len == 0 { (0, 0) } else { (src.off, src.len) };
+        // SAFETY: `InFlight` keeps a clone of the source Mr (and so its memory, per the register contract) until
+        // the write's completion is translated.
+        let op =
+            unsafe { self.ep.write(local, off, len, peer, &remote, dst.off as u64, imm) }.map_err(|e| self.err(e))?;
+        self.inflight.insert(op.0, InFlight { ctx, peer, key: dst.mr.key, _src: src.mr.clone() });
+        Ok(())
+    }
+
+    fn send_ctrl(&mut self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
+        self.check_peer(peer)?;
+        self.ep.send_ctrl(peer, tag, data).map_err(|e| self.err(e))
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
+        self.ep.poll(&mut self.events).map_err(|e| to_error(&self.caps.provider, e))?;
+        Ok(self.translate(out))
+    }
+
+    fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
+        let mut b = Backoff::new(self.wait, timeout);
+        loop {
+            let n = self.poll(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            match b.step() {
+                Step::Spin | Step::Yielded => {}
+                // No fi_wait object: sleep briefly, then poll (which drives manual progress).
+                Step::Block(d) => std::thread::sleep(d.min(Duration::from_micros(200))),
+                Step::TimedOut => {
+                    return Err(Error::Timeout {
+                        after: timeout.unwrap_or_default(),
+                        what: format!("a completion on ofi:{} rank {}", self.caps.provider, self.rank()),
+                    })
+                }
+            }
+        }
+    }
+
+    fn map_remote(&mut self, _peer: usize, _mr: &RemoteMr) -> Result<Mapping> {
+        Err(Error::Unsupported { backend: "ofi", what: "direct load/store of a peer's registration".into() })
+    }
+}
+
+impl OfiBackend {
+    /// Registers `[ptr, ptr+len)` (zero-length regions share the endpoint's 1-byte null registration).
+    ///
+    /// # Safety
+    /// As for [`Endpoint::register`].
+    unsafe fn register_parts(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<(OfiMrBackend, RemoteMr, u64)> {
+        if len == 0 {
+            let r = self.null_mr.remote();
+            return Ok((OfiMrBackend { mr: None }, RemoteMr { addr: r.addr, len: 0, key: r.key, access }, 0));
+        }
+        let (w, r) = (access.contains(Access::REMOTE_WRITE), access.contains(Access::REMOTE_READ));
+        // SAFETY: forwarded caller guarantee.
+        let m = unsafe { self.ep.register_with(ptr, len, w, r) }.map_err(|e| self.err(e))?;
+        let (rr, desc) = (m.remote(), m.local_desc());
+        Ok((OfiMrBackend { mr: Some(m) }, RemoteMr { addr: rr.addr, len: len as u64, key: rr.key, access }, desc))
+    }
+}
+
+/// Turns a backend error into the contract's error type.
+pub(crate) fn to_error(provider: &str, e: OfiError) -> Error {
+    match e {
+        OfiError::Call { op, code, text } => {
+            Error::Provider { provider: provider.to_string(), op: op.to_string(), code: -(code as i64), text }
+        }
+        OfiError::Completion { op, code, text, .. } => {
+            Error::Provider { provider: provider.to_string(), op: op.to_string(), code: -(code as i64), text }
+        }
+        OfiError::Unsupported(what) => Error::Unsupported { backend: "ofi", what },
+        OfiError::Invalid(m) => Error::InvalidArgument(m),
+        OfiError::Busy(m) => Error::Busy(m),
+        OfiError::Timeout(what) => Error::Timeout { after: Duration::ZERO, what },
+        OfiError::Peer { peer, source } => Error::Peer { peer, msg: format!("ofi:{provider}: {source}") },
+    }
+}
