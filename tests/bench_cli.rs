@@ -134,6 +134,21 @@ fn shm_allreduce_csv_under_fabrun() {
 }
 
 #[test]
+fn ofi_tcp_allreduce_csv_under_fabrun() {
+    let (_, info, _) = run(FABCOLL, &["info", "--fabric", "ofi:tcp"]);
+    if !info.contains("ofi:tcp    available") {
+        // Built without libfabric (scripts/install-deps.sh installs it); `info` says why.
+        eprintln!("skipping: {info}");
+        return;
+    }
+    let mut args = vec!["-n", "2", "--timeout", "100", "--fabric", "ofi:tcp", "--no-prefix", FABCOLL, "bench"];
+    args.extend_from_slice(SWEEP);
+    let (ok, out, err) = run(FABRUN, &args);
+    assert!(ok, "{err}");
+    check_allreduce_rows(&parse_csv(&out), 2, "ofi:tcp");
+}
+
+#[test]
 fn shm_output_file_and_json() {
     let dir = std::env::temp_dir().join(format!("fabcoll-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
