@@ -111,6 +111,7 @@ fn total(stats: &[Stats]) -> Stats {
         t.eager_msgs += s.eager_msgs;
         t.eager_bytes += s.eager_bytes;
         t.eager_copy_bytes += s.eager_copy_bytes;
+        t.eager_fused_bytes += s.eager_fused_bytes;
         t.zcopy_msgs += s.zcopy_msgs;
         t.zcopy_bytes += s.zcopy_bytes;
         t.zcopy_copy_bytes += s.zcopy_copy_bytes;
@@ -147,7 +148,21 @@ fn copy_counters_prove_zero_copy_and_single_copy_eager() {
     let t = total(&small);
     assert_eq!(t.zcopy_msgs, 0, "{t:?}");
     assert_eq!(t.eager_bytes, 4 * 2 * 512, "{t:?}");
+    // Recursive doubling reduces every received block into recv: fused, reduced straight out of
+    // the slot, so not even the one eager copy happens.
+    assert_eq!(t.eager_fused_bytes, t.eager_bytes, "{t:?}");
+    assert_eq!(t.eager_copy_bytes, 0, "{t:?}");
+    // Bcast has no reduction: every eager byte is copied out of its slot exactly once.
+    let bc = job(4, common::cfg(), |c| {
+        let mut b = if c.rank() == 0 { vec![7u8; 1000] } else { vec![0u8; 1000] };
+        c.with(&Options::algorithm("binomial")).bcast(&mut b, 0).unwrap();
+        assert!(b.iter().all(|&v| v == 7));
+        c.stats()
+    });
+    let t = total(&bc);
+    assert_eq!(t.eager_bytes, 3 * 1000, "{t:?}");
     assert_eq!(t.eager_copy_bytes, t.eager_bytes, "eager bytes must be copied exactly once: {t:?}");
+    assert_eq!(t.transport_copy_bytes(), t.eager_bytes);
     assert_eq!((t.rts_msgs, t.grants), (0, 0), "{t:?}");
 }
 
@@ -354,4 +369,57 @@ fn early_messages_and_full_rings_fall_back_to_rendezvous() {
     });
     assert!(stats[0].rts_msgs > 0, "the root never ran out of slots: {:?}", stats[0]);
     assert!(stats[0].eager_msgs > 0);
+}
+
+#[test]
+fn two_threads_on_dup_communicators_share_the_endpoint() {
+    job(3, common::cfg(), |c| {
+        let d = c.dup().unwrap();
+        std::thread::scope(|s| {
+            for (k, comm) in [(1u64, c), (2u64, &d)] {
+                s.spawn(move || {
+                    for round in 0..30u64 {
+                        let mut x = vec![k * round; 3000];
+                        comm.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+                        assert!(x.iter().all(|&v| v == 3 * k * round));
+                    }
+                });
+            }
+        });
+    });
+}
+
+#[test]
+fn in_place_variants() {
+    job(5, common::cfg(), |c| {
+        let r = c.rank() as i64;
+        let op = ReduceOp::Sum;
+        let mut a = vec![r + 1; 1000];
+        c.allreduce_in_place(&mut a, &op).unwrap();
+        assert!(a.iter().all(|&v| v == 15));
+        let mut s = vec![r + 1; 1000];
+        c.scan_in_place(&mut s, &op).unwrap();
+        assert!(s.iter().all(|&v| v == (r + 1) * (r + 2) / 2));
+        let mut e = vec![r + 1; 1000];
+        c.exscan_in_place(&mut e, &op).unwrap();
+        let want = if r == 0 { 1 } else { r * (r + 1) / 2 };
+        assert!(e.iter().all(|&v| v == want), "exscan rank {r}: {}", e[0]);
+        let mut red = vec![r + 1; 1000];
+        c.reduce_in_place(&mut red, &op, 3).unwrap();
+        if r == 3 {
+            assert!(red.iter().all(|&v| v == 15));
+        }
+        let mut ag = vec![-1i64; 5 * 7];
+        ag[r as usize * 7..(r as usize + 1) * 7].fill(r);
+        c.allgather_in_place(&mut ag).unwrap();
+        assert!(ag.iter().enumerate().all(|(i, &v)| v == (i / 7) as i64));
+        let mut g = if r == 1 { vec![-1i64; 5 * 7] } else { vec![r; 7] };
+        if r == 1 {
+            g[7..14].fill(1);
+        }
+        c.gather_in_place(&mut g, 7, 1).unwrap();
+        if r == 1 {
+            assert!(g.iter().enumerate().all(|(i, &v)| v == (i / 7) as i64));
+        }
+    });
 }

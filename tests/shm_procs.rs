@@ -126,3 +126,33 @@ fn shm_killed_rank_is_named() {
         },
     );
 }
+
+#[test]
+fn shm_env_algorithm_override_and_checked_mode() {
+    let env =
+        [("FABCOLL_FABRIC", "shm"), ("FABCOLL_ALGO", "allreduce:ring,alltoall:pairwise_xor"), ("FABCOLL_CHECK", "1")];
+    support::ranks("shm_env_algorithm_override_and_checked_mode", 3, LIMIT, &env, |_job| {
+        let c = Communicator::from_env().expect("communicator");
+        let x = [c.rank() as i32; 10];
+        let mut y = [0i32; 10];
+        let send = [c.rank() as i32; 3];
+        let mut recv = [0i32; 3];
+        c.scope(|s| {
+            let a = s.allreduce(&x, &mut y, &ReduceOp::Sum)?;
+            assert_eq!(s.algorithm_of(&a), Some("ring"));
+            // pairwise_xor needs a power of two: the override does not apply at p = 3.
+            let b = s.alltoall(&send, &mut recv)?;
+            assert_ne!(s.algorithm_of(&b), Some("pairwise_xor"));
+            a.wait()?;
+            b.wait()
+        })
+        .unwrap();
+        assert_eq!(y, [3; 10]);
+        assert_eq!(recv, [0, 1, 2]);
+        // Checked mode is on from the environment: a mismatch is reported, not run.
+        let n = if c.rank() == 1 { 2 } else { 1 };
+        let e = c.bcast(&mut vec![0u8; n], 0).unwrap_err();
+        assert!(matches!(e, Error::Mismatch(_)), "{e}");
+        c.barrier().unwrap();
+    });
+}

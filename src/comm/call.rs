@@ -197,6 +197,20 @@ pub trait Collectives<'b> {
         self.submit(c.sized()?)
     }
 
+    /// Gather with the root's own block already in place in `buf` (p blocks of `count`); other
+    /// ranks pass their `count` elements in `buf`.
+    fn gather_in_place<T: Element>(&self, buf: &'b mut [T], count: usize, root: u32) -> Result<Self::Out> {
+        let comm = self.comm();
+        let mut c = Call::new::<T>(comm, Collective::Gather, count).root(root)?;
+        if comm.rank() == root {
+            c.recv = rbuf(buf);
+            c = c.in_place();
+        } else {
+            c.send = sbuf(buf);
+        }
+        self.submit(c.sized()?)
+    }
+
     /// Rank i's `send` (`counts[i]` elements) lands at `displs[i]` (packed if `None`) of the root's recv.
     fn gatherv<T: Element>(
         &self,
@@ -380,6 +394,14 @@ pub trait Collectives<'b> {
     fn scan_in_place<T: Element>(&self, buf: &'b mut [T], op: &ReduceOp) -> Result<Self::Out> {
         let comm = self.comm();
         let mut c = Call::new::<T>(comm, Collective::Scan, buf.len()).reduce_op(comm, op)?.in_place();
+        c.recv = rbuf(buf);
+        self.submit(c.sized()?)
+    }
+
+    /// [`Collectives::exscan`] with the input in `buf` (rank 0's `buf` is left as it was).
+    fn exscan_in_place<T: Element>(&self, buf: &'b mut [T], op: &ReduceOp) -> Result<Self::Out> {
+        let comm = self.comm();
+        let mut c = Call::new::<T>(comm, Collective::Exscan, buf.len()).reduce_op(comm, op)?.in_place();
         c.recv = rbuf(buf);
         self.submit(c.sized()?)
     }

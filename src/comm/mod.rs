@@ -180,12 +180,17 @@ impl Communicator {
         let mut args = call.args.clone();
         args.params = opts.params.clone();
         let coll = args.coll;
+        // A per-call choice is strict (its restrictions must hold); a FABCOLL_ALGO choice applies
+        // where its restrictions hold and leaves the other calls to the default selection.
         let forced = match &opts.algorithm {
-            Some(n) => Some(n.clone()),
-            None => select::env_overrides()?.iter().find(|(c, _)| *c == coll).map(|(_, n)| n.clone()),
+            Some(n) => Some(registry::find(coll, n)?),
+            None => match select::env_overrides()?.iter().find(|(c, _)| *c == coll) {
+                Some((_, n)) => Some(registry::find(coll, n)?).filter(|a| a.restrictions.violated(&args).is_none()),
+                None => None,
+            },
         };
         let alg = match forced {
-            Some(name) => registry::find(coll, &name)?,
+            Some(a) => a,
             None => {
                 let es = call.dtype.size() as u64;
                 let p = u64::from(self.size);
@@ -223,8 +228,16 @@ impl Communicator {
         eng.start(self.ctx, self.members.clone(), spec, send, recv, check)
     }
 
+    /// Waits for `key`, releasing the engine between rounds so that other threads using
+    /// communicators on the same endpoint (dup/split) can start and progress theirs.
     fn wait_key(&self, key: OpKey) -> Result<()> {
-        self.lock().wait(key)
+        let mut spins = 0;
+        loop {
+            let mut eng = self.lock();
+            if eng.wait_step(key, &mut spins) {
+                return eng.take(key);
+            }
+        }
     }
 
     /// A blocking call.

@@ -7,16 +7,21 @@
 //! written zero-copy into destinations the receiver grants; messages for collectives this rank has
 //! not started yet are kept (slots stay occupied, control messages are queued) until it does.
 
+mod config;
+mod core;
 pub(crate) mod eager;
 pub(crate) mod mrcache;
 pub(crate) mod op;
 pub(crate) mod proto;
 
+pub use config::{ExecConfig, Stats};
+pub(crate) use core::Core;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fabcoll_fabric::{Access, Caps, Completion, Endpoint, Mr, RemoteRange};
+use fabcoll_fabric::{Access, Completion, Endpoint, Mr};
 
 use crate::error::{Error, Result};
 use eager::Eager;
@@ -24,235 +29,11 @@ use mrcache::MrCache;
 use op::{Bound, Op, OpSpec};
 use proto::{GrantEntry, Imm, ImmLayout, Kind, Setup};
 
-/// Executor settings (per endpoint; all ranks of a job must use the same thresholds).
-#[derive(Clone, Debug)]
-pub struct ExecConfig {
-    /// Messages of at most this many bytes go eager (copied once out of a slot); larger ones go
-    /// zero-copy. Capped at `slot_size`.
-    pub eager_threshold: usize,
-    /// Eager slots per ordered pair of ranks (at most 64).
-    pub slots: usize,
-    /// Bytes per eager slot.
-    pub slot_size: usize,
-    /// How long a collective may wait for peers before failing with an error naming them.
-    pub timeout: Duration,
-    /// Registration cache entries for user buffers (0 disables the cache).
-    pub mr_cache: usize,
-}
-
-/// Defaults measured with `tests/shm_bench.rs` (2 processes, allreduce recursive doubling, shm,
-/// 2 oversubscribed cores): all-eager beat all-zero-copy at every size up to 32 KiB (e.g. 4 KiB:
-/// 22–69 µs vs 112–137 µs; 16 KiB: 66–76 µs vs 92–118 µs) and tied around 64 KiB, because
-/// zero-copy pays the grant's round trip. 16 KiB keeps the rings at p·16·16 KiB per rank.
-impl Default for ExecConfig {
-    fn default() -> ExecConfig {
-        ExecConfig {
-            eager_threshold: 16384,
-            slots: 16,
-            slot_size: 16384,
-            timeout: Duration::from_secs(60),
-            mr_cache: 64,
-        }
-    }
-}
-
-impl ExecConfig {
-    /// Defaults overridden by `FABCOLL_EAGER` (bytes), `FABCOLL_SLOTS`, `FABCOLL_TIMEOUT`
-    /// (seconds, fractions allowed) and `FABCOLL_MR_CACHE` (entries).
-    pub fn from_env() -> Result<ExecConfig> {
-        let mut c = ExecConfig::default();
-        let num = |k: &str| -> Result<Option<f64>> {
-            match std::env::var(k) {
-                Ok(v) => v
-                    .trim()
-                    .parse::<f64>()
-                    .map(Some)
-                    .map_err(|_| Error::InvalidArgument { coll: "config", msg: format!("{k}={v:?} is not a number") }),
-                Err(_) => Ok(None),
-            }
-        };
-        if let Some(v) = num("FABCOLL_EAGER")? {
-            c.eager_threshold = v as usize;
-            c.slot_size = c.slot_size.max(c.eager_threshold);
-        }
-        if let Some(v) = num("FABCOLL_SLOTS")? {
-            c.slots = v as usize;
-        }
-        if let Some(v) = num("FABCOLL_TIMEOUT")? {
-            c.timeout = Duration::from_secs_f64(v.max(0.001));
-        }
-        if let Some(v) = num("FABCOLL_MR_CACHE")? {
-            c.mr_cache = v as usize;
-        }
-        Ok(c)
-    }
-}
-
-/// Byte counters of one engine (all communicators on its endpoint).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Messages and bytes sent eagerly (into a slot at the receiver).
-    pub eager_msgs: u64,
-    pub eager_bytes: u64,
-    /// Bytes this rank copied out of eager slots: the transport copy of the eager path.
-    pub eager_copy_bytes: u64,
-    /// Messages and bytes written zero-copy into granted destinations.
-    pub zcopy_msgs: u64,
-    pub zcopy_bytes: u64,
-    /// Bytes the transport path copied on the zero-copy path. There is no copy on that path; the
-    /// counter exists so that tests can prove it stays 0 (every executor copy adds to a counter).
-    pub zcopy_copy_bytes: u64,
-    /// Rendezvous requests sent (eager message without a free slot) and grants sent.
-    pub rts_msgs: u64,
-    pub grants: u64,
-    /// Bytes moved by the algorithms' own Copy steps (not transport copies) and Reduce steps.
-    pub local_copy_bytes: u64,
-    pub reduce_bytes: u64,
-    /// MR cache: registrations made and lookups served from the cache.
-    pub registrations: u64,
-    pub cache_hits: u64,
-}
-
-impl Stats {
-    /// All bytes copied by the transport paths (eager + zero-copy).
-    pub fn transport_copy_bytes(&self) -> u64 {
-        self.eager_copy_bytes + self.zcopy_copy_bytes
-    }
-}
-
 /// Identity of a collective call: communicator context and sequence number.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct OpKey {
     pub ctx: u32,
     pub seq: u64,
-}
-
-/// Resources shared by all ops of an endpoint.
-pub(crate) struct Core {
-    pub ep: Box<dyn Endpoint>,
-    pub caps: Caps,
-    pub layout: ImmLayout,
-    pub cfg: ExecConfig,
-    pub eager: Eager,
-    writes: HashMap<u64, (OpKey, u32)>,
-    next_write: u64,
-    grants_in: HashMap<(usize, u64), (OpKey, u32)>,
-    next_gid: Vec<u64>,
-    backlog: Vec<Completion>,
-    ctrl_out: Vec<(usize, u64, Vec<u8>)>,
-    pub stats: Stats,
-    pub mrs: MrCache,
-    pool: Vec<Mr>,
-}
-
-impl Core {
-    pub fn new_write(&mut self, key: OpKey, step: u32) -> u64 {
-        self.next_write += 1;
-        self.writes.insert(self.next_write, (key, step));
-        self.next_write
-    }
-
-    pub fn new_grant(&mut self, peer: usize, key: OpKey, step: u32) -> u64 {
-        let gid = self.next_gid[peer] & self.layout.gid_mask();
-        self.next_gid[peer] = self.next_gid[peer].wrapping_add(1);
-        self.grants_in.insert((peer, gid), (key, step));
-        gid
-    }
-
-    /// A write, retried while the fabric is busy (polling meanwhile so peers can drain).
-    #[allow(clippy::too_many_arguments)]
-    pub fn write(
-        &mut self,
-        peer: usize,
-        mr: &Mr,
-        off: usize,
-        len: usize,
-        dst: RemoteRange,
-        imm: Option<u64>,
-        wid: u64,
-    ) -> Result<()> {
-        let deadline = Instant::now() + self.cfg.timeout;
-        loop {
-            match self.ep.write(peer, mr.slice(off, len)?, dst, imm, wid) {
-                Ok(()) => return Ok(()),
-                Err(e) if e.is_busy() => {
-                    self.ep.poll(&mut self.backlog)?;
-                    if Instant::now() > deadline {
-                        return Err(Error::Fabric(fabcoll_fabric::Error::Peer {
-                            peer,
-                            msg: format!("write queue stayed full for {:?}", self.cfg.timeout),
-                        }));
-                    }
-                    std::thread::yield_now();
-                }
-                Err(e) => {
-                    self.writes.remove(&wid);
-                    return Err(e.into());
-                }
-            }
-        }
-    }
-
-    /// Queues a control message (sent by `flush_ctrl`, retried while busy).
-    pub fn ctrl(&mut self, peer: usize, tag: u64, data: Vec<u8>) {
-        self.ctrl_out.push((peer, tag, data));
-    }
-
-    fn flush_ctrl(&mut self) -> Result<()> {
-        let deadline = Instant::now() + self.cfg.timeout;
-        let mut i = 0;
-        while i < self.ctrl_out.len() {
-            let (peer, tag, ref data) = self.ctrl_out[i];
-            match self.ep.send_ctrl(peer, tag, data) {
-                Ok(()) => i += 1,
-                Err(e) if e.is_busy() => {
-                    self.ep.poll(&mut self.backlog)?;
-                    if Instant::now() > deadline {
-                        return Err(Error::Fabric(fabcoll_fabric::Error::Peer {
-                            peer,
-                            msg: format!("control queue stayed full for {:?}", self.cfg.timeout),
-                        }));
-                    }
-                    std::thread::yield_now();
-                }
-                Err(e) => {
-                    self.ctrl_out.drain(..=i);
-                    return Err(e.into());
-                }
-            }
-        }
-        self.ctrl_out.clear();
-        Ok(())
-    }
-
-    /// We consumed an eager slot: free it, returning credits when a batch is full.
-    pub fn release_slot(&mut self, peer: usize, slot: u32) -> Result<()> {
-        if let Some(mask) = self.eager.release(peer, slot) {
-            self.ctrl(peer, proto::tag(Kind::Credit, 0, 0), mask.to_le_bytes().to_vec());
-        }
-        Ok(())
-    }
-
-    /// A registered scratch buffer of at least `bytes` from the pool.
-    fn scratch(&mut self, bytes: usize) -> Result<Mr> {
-        if let Some(i) =
-            self.pool.iter().enumerate().filter(|(_, m)| m.len() >= bytes).min_by_key(|(_, m)| m.len()).map(|(i, _)| i)
-        {
-            return Ok(self.pool.swap_remove(i));
-        }
-        let size = bytes.next_power_of_two().max(4096);
-        Ok(self.ep.alloc(size, Access::REMOTE_WRITE)?)
-    }
-
-    fn give_back(&mut self, mr: Mr) {
-        const POOL: usize = 32;
-        if self.pool.len() >= POOL {
-            if let Some(i) = self.pool.iter().enumerate().min_by_key(|(_, m)| m.len()).map(|(i, _)| i) {
-                self.pool.swap_remove(i);
-            }
-        }
-        self.pool.push(mr);
-    }
 }
 
 /// A communicator's view inside the engine.
@@ -290,6 +71,11 @@ pub(crate) struct Engine {
     pinned: Vec<Mr>,
 }
 
+/// An abort notice's payload: the awaited ranks, as many as fit one control message.
+fn notice(waits: Vec<u32>, max_ctrl: usize) -> Vec<u8> {
+    waits.iter().take(max_ctrl.min(4096) / 4).flat_map(|r| r.to_le_bytes()).collect()
+}
+
 fn seq_match(seq: u64, low: u64, mask: u64) -> bool {
     seq & mask == low
 }
@@ -298,7 +84,7 @@ impl Engine {
     /// Wraps a connected endpoint: allocates the eager rings and announces them to every peer.
     pub fn new(mut ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Engine> {
         let caps = ep.caps().clone();
-        let layout = ImmLayout::new(caps.imm_bits);
+        let layout = ImmLayout::new(caps.imm_bits.min(cfg.imm_bits));
         let mut cfg = cfg;
         let slot_size = cfg.slot_size.min(caps.max_write);
         cfg.eager_threshold = cfg.eager_threshold.min(slot_size);
@@ -651,7 +437,7 @@ impl Engine {
         let Some(op) = self.ops.get_mut(&key) else { return };
         let grace = (timeout / 2).min(Duration::from_secs(2));
         op.grace_until = Some(Instant::now() + grace);
-        let waits: Vec<u8> = op.waiting_for().iter().flat_map(|r| r.to_le_bytes()).collect();
+        let waits = notice(op.waiting_for(), self.core.caps.max_ctrl);
         let tag = proto::tag(Kind::Abort, key.ctx, key.seq);
         for peer in 0..op.members.len() as u32 {
             if peer != op.rank {
@@ -772,7 +558,7 @@ impl Engine {
         // Tell the peers whom we were waiting for (unless the deadline path already did), so
         // that ranks waiting on us can name the rank that is really missing.
         if op.started && op.grace_until.is_none() {
-            let waits: Vec<u8> = op.waiting_for().iter().flat_map(|r| r.to_le_bytes()).collect();
+            let waits = notice(op.waiting_for(), self.core.caps.max_ctrl);
             let tag = proto::tag(Kind::Abort, key.ctx, key.seq);
             for peer in 0..op.members.len() as u32 {
                 if peer != op.rank {
@@ -796,34 +582,31 @@ impl Engine {
         }
     }
 
-    /// Waits for `key` with the configured timeout; on expiry the error names the ranks whose
-    /// messages or grants are still missing.
-    pub fn wait(&mut self, key: OpKey) -> Result<()> {
-        let deadline = self.ops.get(&key).map(|o| o.t0).unwrap_or_else(Instant::now) + self.core.cfg.timeout;
-        self.wait_until(key, deadline)?;
-        self.take(key)
-    }
-
-    /// Progresses until `key` finished or `deadline` passed (then the op fails with a Timeout).
-    pub fn wait_until(&mut self, key: OpKey, deadline: Instant) -> Result<()> {
-        let mut spins = 0u32;
-        let grace = (self.core.cfg.timeout / 2).min(Duration::from_secs(2));
-        while !self.is_finished(key) {
-            if Instant::now() >= deadline + grace + Duration::from_millis(100) {
-                self.time_out(key);
-                break;
-            }
-            let block = if spins < 64 { None } else { Some(Duration::from_millis(2)) };
-            spins += 1;
-            if let Err(e) = self.progress(block) {
-                // Ends the op, possibly after the grace period of a lost peer.
-                self.fail(key, e);
-            }
-            if Instant::now() >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
-                self.check_deadline(key);
-            }
+    /// One round of waiting for `key`: progress (blocking briefly after a few rounds), deadline
+    /// and grace handling (on expiry the error names the ranks still missing). Returns whether
+    /// the op has finished. Callers that share the engine with other threads release it between
+    /// rounds.
+    pub fn wait_step(&mut self, key: OpKey, spins: &mut u32) -> bool {
+        if self.is_finished(key) {
+            return true;
         }
-        Ok(())
+        let timeout = self.core.cfg.timeout;
+        let deadline = self.ops.get(&key).map(|o| o.t0).unwrap_or_else(Instant::now) + timeout;
+        let grace = (timeout / 2).min(Duration::from_secs(2));
+        if Instant::now() >= deadline + grace + Duration::from_millis(100) {
+            self.time_out(key);
+            return true;
+        }
+        let block = if *spins < 64 { None } else { Some(Duration::from_millis(1)) };
+        *spins += 1;
+        if let Err(e) = self.progress(block) {
+            // Ends the op, possibly after the grace period of a lost peer.
+            self.fail(key, e);
+        }
+        if Instant::now() >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
+            self.check_deadline(key);
+        }
+        self.is_finished(key)
     }
 
     /// Waits until every peer's eager-ring setup arrived (until then small messages take the

@@ -38,7 +38,8 @@ pub(crate) struct MrCache {
 pub(crate) fn cache_safe(caps: &Caps) -> bool {
     match caps.backend {
         "local" | "shm" => true,
-        "ofi" => matches!(caps.provider.as_str(), "tcp" | "sockets" | "udp" | "shm" | "tcp;ofi_rxm" | "udp;ofi_rxd"),
+        // The core provider is the first of a layered name like "tcp;ofi_rxm".
+        "ofi" => matches!(caps.provider.split(';').next().unwrap_or(""), "tcp" | "sockets" | "udp" | "shm"),
         _ => false,
     }
 }

@@ -80,6 +80,13 @@ pub(crate) struct Op {
     grants: HashMap<(u32, u32), GrantEntry>,
     eager_in: HashMap<(u32, u32), u32>,
     rts_in: HashSet<(u32, u32)>,
+    /// Recv step → the Reduce that alone consumes its region (fusable: reduce straight out of
+    /// the eager slot, the Recv region is never written).
+    fuse: HashMap<StepId, StepId>,
+    /// Reduce step → its fused Recv step.
+    fused_from: HashMap<StepId, StepId>,
+    /// Fused Recv steps done whose message still sits in a slot: (endpoint peer, slot).
+    fused_slot: HashMap<StepId, (usize, u32)>,
     work: Vec<StepId>,
     done: usize,
     /// Grants and RTS to flush, per peer (communicator rank).
@@ -143,6 +150,7 @@ impl Op {
                 _ => {}
             }
         }
+        let (fuse, fused_from) = fusable(s, &dependents);
         let p = members.len();
         Op {
             key,
@@ -167,6 +175,9 @@ impl Op {
             grants: HashMap::new(),
             eager_in: HashMap::new(),
             rts_in: HashSet::new(),
+            fuse,
+            fused_from,
+            fused_slot: HashMap::new(),
             work: Vec::new(),
             done: 0,
             grant_out: vec![Vec::new(); p],
@@ -269,8 +280,13 @@ impl Op {
                 // else: wait for the eager message or an RTS.
             }
             StepKind::Reduce { src, dst, order } => {
-                let (sp, n) = self.raw(src);
+                let (mut sp, n) = self.raw(src);
                 let (dp, _) = self.raw(dst);
+                let fused = self.fused_from.get(&s).and_then(|r| self.fused_slot.remove(r));
+                if let Some((ep, slot)) = fused {
+                    // The Recv left its message in the slot: reduce straight out of it.
+                    sp = core.eager.slot_ptr(ep, slot, n)?.cast_mut();
+                }
                 let rop = self.rop.as_ref().ok_or_else(|| Error::Protocol("reduce step without an op".into()))?;
                 if n > 0 {
                     // SAFETY: both regions lie in buffers bound to this call (bounds checked); they
@@ -281,6 +297,9 @@ impl Op {
                     kernels::reduce(rop, self.dtype, a, b, order)?;
                 }
                 core.stats.reduce_bytes += n as u64;
+                if let Some((ep, slot)) = fused {
+                    core.release_slot(ep, slot)?;
+                }
                 self.complete(s);
             }
             StepKind::Copy { src, dst } => {
@@ -369,6 +388,14 @@ impl Op {
     fn eager_copy(&mut self, core: &mut Core, s: StepId, peer: u32, slot: u32, dst: Region) -> Result<()> {
         let ep = self.ep(peer);
         let (dp, n) = self.raw(dst);
+        if self.fuse.contains_key(&s) {
+            // Its only consumer reduces straight out of the slot (no copy at all).
+            core.eager.slot_ptr(ep, slot, n)?;
+            self.fused_slot.insert(s, (ep, slot));
+            core.stats.eager_fused_bytes += n as u64;
+            self.complete(s);
+            return Ok(());
+        }
         let sp = core.eager.slot_ptr(ep, slot, n)?;
         // SAFETY: the slot holds a complete message (its WriteArrived was seen) and nobody writes it
         // until we return it; the destination is a bound, quiet Recv region; they are different
@@ -514,6 +541,47 @@ impl Op {
 
     /// Eager slots held for receives that never ran (returned on abort).
     pub fn held_slots(&self) -> Vec<(usize, u32)> {
-        self.eager_in.iter().map(|(&(peer, _), &slot)| (self.ep(peer), slot)).collect()
+        let waiting = self.eager_in.iter().map(|(&(peer, _), &slot)| (self.ep(peer), slot));
+        waiting.chain(self.fused_slot.values().copied()).collect()
     }
+}
+
+/// Recv steps whose region is consumed by exactly one Reduce (as its source, its only direct
+/// dependent): their eager messages can be reduced straight out of the slot and the region is
+/// never written. Safe when every other step touching the region is itself such a (Recv, Reduce)
+/// pair on exactly that region (e.g. recursive doubling reusing one scratch block per round): by
+/// race freedom each pair's Recv → Reduce window excludes the other pairs' steps. Only for
+/// schedules of up to 512 steps (the check is quadratic); longer (pipelined) ones copy as usual.
+fn fusable(s: &Schedule, dependents: &[Vec<StepId>]) -> (HashMap<StepId, StepId>, HashMap<StepId, StepId>) {
+    let (mut fuse, mut from) = (HashMap::new(), HashMap::new());
+    if s.len() > 512 {
+        return (fuse, from);
+    }
+    // Candidate pairs and the region each of their steps stands for.
+    let mut pair_region: HashMap<StepId, Region> = HashMap::new();
+    let mut pairs = Vec::new();
+    for (r, k, _) in s.iter() {
+        let StepKind::Recv { dst, .. } = *k else { continue };
+        let [d] = dependents[r as usize][..] else { continue };
+        let StepKind::Reduce { src, .. } = *s.step(d) else { continue };
+        if src == dst && dst.len > 0 {
+            pairs.push((r, d, dst));
+            pair_region.insert(r, dst);
+            pair_region.insert(d, dst);
+        }
+    }
+    for (r, d, g) in pairs {
+        let ok = s.iter().all(|(i, k, _)| {
+            if i == r || i == d {
+                return true;
+            }
+            let touches = [k.reads(), k.writes()].into_iter().flatten().any(|x| x.overlaps(&g));
+            !touches || pair_region.get(&i) == Some(&g)
+        });
+        if ok {
+            fuse.insert(r, d);
+            from.insert(d, r);
+        }
+    }
+    (fuse, from)
 }

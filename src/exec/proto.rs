@@ -1,15 +1,18 @@
 //! Wire formats of the executor: the immediate value of a write, the tag of a control message and
 //! the payloads of control messages (eager-ring setup, credits, grants, rendezvous requests).
 //!
-//! # Immediate (`Caps::imm_bits` = B, 32 or 64)
+//! # Immediate (`Caps::imm_bits` = B: 64 on local/shm, 64 − ⌈log2 p⌉ on ofi, 32 on verbs)
 //! - top bit 1 — **zero-copy**: the low B−1 bits are a grant id the receiver chose when it granted
 //!   the destination; the receiver maps (sender, grant id) back to (communicator, collective,
 //!   step), so the immediate needs no collective identity at all.
-//! - top bit 0 — **eager**: `slot | ctx | seq | idx` (B = 64: 6 | 16 | 16 | 25 bits; B = 32:
-//!   6 | 5 | 6 | 14 bits): the slot of the sender's ring at the receiver, the communicator's context
+//! - top bit 0 — **eager**: `slot | ctx | seq | idx` (B = 64: 6 | 16 | 16 | 25 bits; 48 ≤ B < 64:
+//!   6 | 12 | 12 | rest; B = 32: 6 | 5 | 6 | 14 bits): the slot of the sender's ring at the receiver, the communicator's context
 //!   id, the collective's sequence number modulo 2^seq and the message index (k-th message of that
 //!   sender to this receiver in that collective). A message whose context or index does not fit
 //!   goes by rendezvous (RTS, then grant) instead, which needs no field in the immediate.
+//!   The receiver resolves `seq` to the one outstanding collective of that communicator with those
+//!   low bits (at most 2^(seq−1) may be outstanding; an eager message can only be ahead of the
+//!   receiver by as many collectives as the sender's credits allow, ≤ 64 here).
 //!
 //! # Control tag (64 bits): `kind (8) | ctx (24) | seq mod 2^32 (32)`.
 
@@ -47,16 +50,22 @@ fn mask(bits: u32) -> u64 {
 }
 
 impl ImmLayout {
-    /// The layout for a backend carrying `bits` bits; `None` below 32 bits (then every message
-    /// goes by rendezvous and zero-copy grant ids use all bits but the top one).
+    /// The layout for a backend carrying `bits` bits (ofi carries 64 minus the bits it uses for
+    /// the sender's rank, e.g. 61): 64 → 16/16/25 bits of ctx/seq/idx; 48..63 → 12/12/rest;
+    /// 32..47 → 5/6/rest; below 32 no eager identity (every small message goes by rendezvous).
     pub fn new(bits: u32) -> ImmLayout {
-        if bits >= 64 {
-            ImmLayout { bits: 64, ctx_bits: 16, seq_bits: 16, idx_bits: 25 }
+        let bits = bits.min(64);
+        let avail = bits.saturating_sub(1 + SLOT_BITS);
+        let (ctx_bits, seq_bits, idx_bits) = if bits == 64 {
+            (16, 16, 25)
+        } else if bits >= 48 {
+            (12, 12, avail - 24)
         } else if bits >= 32 {
-            ImmLayout { bits: 32, ctx_bits: 5, seq_bits: 6, idx_bits: 14 }
+            (5, 6, avail - 11)
         } else {
-            ImmLayout { bits, ctx_bits: 0, seq_bits: 0, idx_bits: 0 }
-        }
+            (0, 0, 0)
+        };
+        ImmLayout { bits: bits.max(2), ctx_bits, seq_bits, idx_bits }
     }
 
     /// Whether eager messages can be identified at all.
@@ -246,19 +255,21 @@ mod tests {
 
     #[test]
     fn imm_round_trips_in_both_widths() {
-        for bits in [64, 32] {
+        for bits in [64, 61, 48, 32] {
             let l = ImmLayout::new(bits);
+            assert_eq!(1 + SLOT_BITS + l.ctx_bits + l.seq_bits + l.idx_bits, bits);
             let max_ctx = (1u32 << l.ctx_bits) - 1;
             let max_idx = (1u32 << l.idx_bits) - 1;
             for (slot, ctx, seq, idx) in [(0, 0, 0, 0), (63, max_ctx, 12345, max_idx), (5, 1, 7, 3)] {
                 let v = l.encode_eager(slot, ctx, seq, idx).unwrap();
-                assert!(bits == 64 || v < 1 << 32);
+                assert!(bits == 64 || v < 1 << bits);
                 let want = Imm::Eager { slot, ctx, seq_low: seq & l.seq_mask(), idx };
                 assert_eq!(l.decode(v), want);
             }
             assert!(l.encode_eager(0, max_ctx + 1, 0, 0).is_none());
             assert!(l.encode_eager(0, 0, 0, max_idx + 1).is_none());
             let z = l.encode_zcopy(l.gid_mask() + 5);
+            assert!(bits == 64 || z < 1 << bits);
             assert_eq!(l.decode(z), Imm::Zcopy { gid: 4 });
         }
     }
