@@ -135,8 +135,9 @@ fn a_failing_rank_stops_the_job_with_its_code() {
 
 #[test]
 fn ranks_ignoring_sigterm_are_killed_and_the_first_code_stays() {
-    // Rank 0 fails; the others ignore SIGTERM, so the timeout (before the grace ends) kills them.
-    let script = "if [ $FABCOLL_RANK = 0 ]; then exit 5; fi; trap '' TERM; sleep 40";
+    // Rank 0 fails (once the others have set their trap); they ignore SIGTERM, so the timeout
+    // (before the grace ends) kills them.
+    let script = "if [ $FABCOLL_RANK = 0 ]; then sleep 0.3; exit 5; fi; trap '' TERM; sleep 40";
     let o = fabrun(&["-n", "3", "--timeout", "1.5", "--grace", "30", "sh", "-c", script], LIMIT);
     assert_eq!(o.status.code(), Some(5), "{}", o.stderr);
     assert!(o.took < Duration::from_secs(15), "took {:?}", o.took);
