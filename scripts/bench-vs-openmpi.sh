@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Side-by-side latency of fabcoll and Open MPI on this machine, measured in the same run and
+# alternating (absolute times drift a lot on shared machines; only same-run medians compare).
+#
+#   scripts/bench-vs-openmpi.sh [options]
+#     --peers DIR        directory holding mpibench.c (default: ../shared/peers or ../../shared/peers)
+#     --ops "LIST"       collectives (default: "allreduce bcast allgather alltoall")
+#     --procs "LIST"     process counts (default: "2 4")
+#     --fabrics "LIST"   fabcoll fabrics: shm (vs Open MPI vader) and/or ofi:tcp (vs Open MPI's tcp
+#                        BTL on lo) (default: "shm ofi:tcp"; ofi:tcp is skipped if not built in)
+#     --min BYTES --max BYTES   size range (default 8 .. 16777216, doubling)
+#     --runs N           repetitions; medians over them (default 3)
+#     --out DIR          results (default: target/bench-vs-openmpi)
+#
+# Sizes are mpibench's: the whole per-rank buffer, also for allgather and alltoall (fabcoll runs
+# those with a per-rank / per-pair block of size/p, and rows are reported at the mpibench size).
+# Method is mpibench's for both: per size, warm-up then back-to-back timed iterations (no barrier
+# in between; fabcoll bench --sync none), 2000 iterations up to 8 KiB, 200 up to 1 MiB, 20 above,
+# average per rank, averaged over ranks. fabcoll: f32 + sum for reductions, u8 for the others;
+# mpibench: MPI_FLOAT throughout (same bytes).
+# Writes OUT/raw.csv (run,impl,transport,op,p,bytes,usec), OUT/summary.csv and OUT/summary.md
+# (medians, ratio = fabcoll / Open MPI: below 1 means fabcoll is faster).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+peers="" ops="allreduce bcast allgather alltoall" procs="2 4" fabrics="shm ofi:tcp"
+min=8 max=16777216 runs=3 out="$root/target/bench-vs-openmpi"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --peers) peers=$2; shift 2 ;;
+    --ops) ops=$2; shift 2 ;;
+    --procs) procs=$2; shift 2 ;;
+    --fabrics) fabrics=$2; shift 2 ;;
+    --min) min=$2; shift 2 ;;
+    --max) max=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "bench-vs-openmpi: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$peers" ]; then
+  for d in ../shared/peers ../../shared/peers; do
+    if [ -f "$d/mpibench.c" ]; then peers=$d; break; fi
+  done
+fi
+if [ -z "$peers" ] || [ ! -f "$peers/mpibench.c" ]; then
+  echo "bench-vs-openmpi: mpibench.c not found; pass --peers DIR" >&2
+  exit 2
+fi
+
+# Open MPI (a measuring tool for this script only, never a dependency of fabcoll).
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+if ! command -v mpicc.openmpi >/dev/null || ! command -v mpiexec.openmpi >/dev/null; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev \
+    >/dev/null
+fi
+bash scripts/install-deps.sh
+cargo build --release --bin fabrun --bin fabcoll
+bin="${CARGO_TARGET_DIR:-$root/target}/release"
+mkdir -p "$out"
+mpicc.openmpi -O2 "$peers/mpibench.c" -o "$out/mpibench"
+
+ofi_ok=1
+if ! "$bin/fabcoll" info --fabric ofi:tcp | grep -q "ofi:tcp    available"; then ofi_ok=0; fi
+
+ompi=(mpiexec.openmpi --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo)
+raw="$out/raw.csv"
+echo "run,impl,transport,op,p,bytes,usec" >"$raw"
+
+# fabcoll: three invocations per configuration, for mpibench's three iteration counts.
+run_fabcoll() { # run fabric op p
+  local run=$1 fabric=$2 op=$3 p=$4 div=1 lo hi iters
+  case "$op" in allgather|alltoall) div=$p ;; esac
+  for range in "$min 8192 2000" "16384 1048576 200" "2097152 $max 20"; do
+    set -- $range
+    lo=$1 hi=$2 iters=$3
+    [ "$lo" -lt "$min" ] && lo=$min
+    [ "$div" -gt 1 ] && [ "$lo" -lt $((4 * p)) ] && lo=$((4 * p)) # as run_ompi: one float per block
+    [ "$hi" -gt "$max" ] && hi=$max
+    [ "$lo" -gt "$hi" ] && continue
+    local f="$out/fabcoll.csv"
+    if ! timeout 900 "$bin/fabrun" -n "$p" --fabric "$fabric" --timeout 850 "$bin/fabcoll" bench --op "$op" \
+        --min-size $((lo / div)) --max-size $((hi / div)) --iters "$iters" --warmup $((iters / 10 + 1)) \
+        --large-size 1G --sync none --format csv --output "$f" >"$out/fabcoll.log" 2>&1; then
+      echo "fabcoll $fabric $op p=$p failed:" >&2
+      tail -5 "$out/fabcoll.log" >&2
+      continue
+    fi
+    awk -F, -v run="$run" -v t="$fabric" -v op="$op" -v p="$p" -v div="$div" \
+      'NR > 1 { printf "%s,fabcoll,%s,%s,%s,%d,%s\n", run, t, op, p, $5 * div, $9 }' "$f" >>"$raw"
+  done
+}
+
+run_ompi() { # run fabric op p
+  local run=$1 fabric=$2 op=$3 p=$4 lo=$min
+  local mca=(--mca pml ob1 --mca btl vader,self) label="openmpi-vader"
+  if [ "$fabric" != shm ]; then
+    mca=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
+    label="openmpi-tcp"
+  fi
+  case "$op" in allgather|alltoall) [ "$lo" -lt $((4 * p)) ] && lo=$((4 * p)) ;; esac
+  if ! timeout 900 "${ompi[@]}" "${mca[@]}" -n "$p" "$out/mpibench" "$op" "$lo" "$max" >"$out/mpi.log" 2>&1; then
+    echo "mpibench $label $op p=$p failed:" >&2
+    tail -5 "$out/mpi.log" >&2
+    return
+  fi
+  awk -v run="$run" -v t="$fabric" -v op="$op" -v p="$p" \
+    '/^[0-9]+ [0-9.]+$/ { printf "%s,openmpi,%s,%s,%s,%s,%s\n", run, t, op, p, $1, $2 }' "$out/mpi.log" >>"$raw"
+}
+
+for run in $(seq "$runs"); do
+  for fabric in $fabrics; do
+    if [ "$fabric" != shm ] && [ "$ofi_ok" = 0 ]; then
+      echo "skipping $fabric: not available in this build (fabcoll info)" >&2
+      continue
+    fi
+    for p in $procs; do
+      for op in $ops; do
+        echo "run $run: $fabric p=$p $op" >&2
+        # Alternate who goes first, so drift does not favour one side.
+        if [ $((run % 2)) = 1 ]; then
+          run_fabcoll "$run" "$fabric" "$op" "$p"
+          run_ompi "$run" "$fabric" "$op" "$p"
+        else
+          run_ompi "$run" "$fabric" "$op" "$p"
+          run_fabcoll "$run" "$fabric" "$op" "$p"
+        fi
+      done
+    done
+  done
+done
+
+# Medians per (impl, transport, op, p, bytes), then one row per configuration with the ratio.
+summary="$out/summary.csv"
+tail -n +2 "$raw" | sort -t, -k2,2 -k3,3 -k4,4 -k5,5n -k6,6n -k7,7g | awk -F, '
+  function flush() { if (n) { m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2; print key "," m "," n } }
+  { k = $2 "," $3 "," $4 "," $5 "," $6; if (k != key) { flush(); key = k; n = 0 } v[++n] = $7 }
+  END { flush() }' >"$out/medians.csv"
+echo "transport,op,p,bytes,fabcoll_us,openmpi_us,ratio,runs" >"$summary"
+awk -F, '
+  $1 == "fabcoll" { f[$2 "," $3 "," $4 "," $5] = $6; n[$2 "," $3 "," $4 "," $5] = $7 }
+  $1 == "openmpi" { o[$2 "," $3 "," $4 "," $5] = $6 }
+  END { for (k in f) if (k in o && o[k] > 0) printf "%s,%.2f,%.2f,%.2f,%d\n", k, f[k], o[k], f[k] / o[k], n[k] }' \
+  "$out/medians.csv" | sort -t, -k1,1 -k2,2 -k3,3n -k4,4n >>"$summary"
+{
+  echo "# fabcoll vs Open MPI ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, medians of $runs runs)"
+  echo
+  echo "Average latency in µs (mpibench method, both sides). Open MPI: shm = ob1 + vader, ofi:tcp = ob1 + tcp BTL on lo."
+  echo "ratio = fabcoll / Open MPI (below 1: fabcoll faster)."
+  echo
+  echo "| transport | op | p | bytes | fabcoll µs | Open MPI µs | ratio |"
+  echo "|---|---|---|---|---|---|---|"
+  tail -n +2 "$summary" | awk -F, '{ printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7 }'
+} >"$out/summary.md"
+cat "$out/summary.md"

@@ -1,0 +1,304 @@
+//! `fabcoll`: the command-line tool. `fabcoll bench` is an OSU-style latency/bandwidth sweep of any
+//! collective, algorithm and fabric (run it under fabrun, or in-process with `--fabric local -n N`);
+//! `fabcoll info` lists the backends' capabilities and every registered algorithm.
+
+#[path = "fabcoll/bench.rs"]
+mod bench;
+#[path = "fabcoll/info.rs"]
+mod info;
+#[path = "fabcoll/ops.rs"]
+mod ops;
+#[path = "fabcoll/report.rs"]
+mod report;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use fabcoll::collectives::{registry, Collective};
+use fabcoll::Communicator;
+
+use report::{Format, Meta, Report};
+
+#[derive(Parser, Debug)]
+#[command(name = "fabcoll", version, about = "MPI-style collectives without MPI: benchmarks and information")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// OSU-style sweep of one collective over message sizes (run under `fabrun -n N`, or with
+    /// `--fabric local -n N` as threads of this process). Rank 0 prints.
+    #[command(after_help = BENCH_HELP)]
+    Bench(BenchArgs),
+    /// Backend capabilities and the algorithm registry (every op:algorithm with its restrictions).
+    Info {
+        /// Backends to probe.
+        #[arg(long = "fabric", value_name = "FABRIC", default_values_t = ["local".to_string(), "shm".into(), "ofi:tcp".into(), "ofi:shm".into()])]
+        fabrics: Vec<String>,
+    },
+}
+
+const BENCH_HELP: &str = "\
+Sizes (OSU semantics): allreduce, reduce, bcast, scan, exscan, reduce_scatter(_block) = the whole
+per-rank buffer; gather, scatter, allgather(v) = one rank's block; alltoall(v) = one pair's block.
+Reductions use f32 + sum, the data movers u8. Each size: warm-up, then timed iterations
+`t0; collective; t1` each followed by an untimed barrier (--sync none: back to back); avg/min/max
+over ranks of the per-rank mean, p50/p99 over all ranks' iterations. algbw = S/t with S as
+nccl-tests defines it (allgather, alltoall, gather, scatter: p x block); busbw = algbw x 2(n-1)/n
+(allreduce), (n-1)/n (allgather, reduce_scatter, alltoall, gather, scatter), 1 (bcast, reduce, scan).
+Buffers are allocated once from the communicator (registered memory), so registration is not timed.
+
+Examples:
+  fabrun -n 4 fabcoll bench --op allreduce --max-size 16M
+  fabrun -n 2 --fabric ofi:tcp fabcoll bench --op alltoall --algo pairwise --check --format csv
+  fabcoll bench --fabric local -n 4 --op bcast --format json --output bcast.json";
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Sync {
+    /// OSU: an untimed barrier after every timed iteration.
+    Barrier,
+    /// Back-to-back iterations (like mpibench.c and nccl-tests).
+    None,
+}
+
+#[derive(clap::Args, Debug)]
+struct BenchArgs {
+    /// The collective (barrier, bcast, reduce, allreduce, gather(v), scatter(v), allgather(v),
+    /// alltoall(v), reduce_scatter, reduce_scatter_block, scan, exscan).
+    #[arg(long, default_value = "allreduce", value_parser = parse_coll)]
+    op: Collective,
+    /// Algorithm name (see `fabcoll info`) or `auto` for the automatic choice.
+    #[arg(long, default_value = "auto")]
+    algo: String,
+    /// Smallest size (bytes; suffixes K, M, G = KiB, MiB, GiB).
+    #[arg(long, default_value = "8", value_parser = parse_size)]
+    min_size: u64,
+    /// Largest size; sizes double from --min-size.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    max_size: u64,
+    /// Timed iterations per size up to --large-size (scaled down by large-size/size above it).
+    #[arg(long, default_value_t = 1000)]
+    iters: usize,
+    /// Warm-up iterations per size up to --large-size (scaled like --iters).
+    #[arg(long, default_value_t = 100)]
+    warmup: usize,
+    /// Above this size the iteration counts shrink in proportion to the size.
+    #[arg(long, default_value = "64K", value_parser = parse_size)]
+    large_size: u64,
+    /// Scaled-down timed iterations never go below this (nor above --iters).
+    #[arg(long, default_value_t = 20)]
+    min_iters: usize,
+    /// Validate the result of one call per size on every rank (outside the timed loop).
+    #[arg(long)]
+    check: bool,
+    /// Synchronisation between timed iterations.
+    #[arg(long, value_enum, default_value_t = Sync::Barrier)]
+    sync: Sync,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Write the results to FILE instead of stdout (rank 0).
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Fabric: `local` runs -n ranks as threads here; anything else (shm, ofi:tcp, …) sets
+    /// FABCOLL_FABRIC for a job started by fabrun, srun or torchrun.
+    #[arg(long)]
+    fabric: Option<String>,
+    /// Ranks, with --fabric local only.
+    #[arg(short = 'n', value_parser = clap::value_parser!(u32).range(1..=1024))]
+    n: Option<u32>,
+}
+
+fn parse_coll(s: &str) -> Result<Collective, String> {
+    Collective::from_name(s).ok_or_else(|| {
+        let all: Vec<&str> = Collective::ALL.iter().map(|c| c.name()).collect();
+        format!("unknown operation {s:?} (one of {})", all.join(", "))
+    })
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let (digits, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|v| v.checked_mul(mult))
+        .ok_or_else(|| format!("{s:?} is not a size in bytes (e.g. 8, 64K, 16M)"))
+}
+
+/// The fabric a `from_env` job uses, for the report (mirrors `Communicator::from_env`).
+fn env_fabric() -> String {
+    if let Ok(f) = std::env::var("FABCOLL_FABRIC") {
+        return f;
+    }
+    match fabcoll::fabric::bootstrap::JobEnv::from_env() {
+        Ok(e) if e.local_size == Some(e.size) => "shm".into(),
+        Ok(_) => "ofi:tcp".into(),
+        Err(_) => "?".into(),
+    }
+}
+
+/// Leaves the job together: no rank exits while a peer may still be finishing the last collective
+/// (a peer that sees this rank's process gone while it waits reports it as dead). Synchronises
+/// through the job's bootstrap store, which outlives the fabric; when rank 0 serves a TCP store
+/// (torchrun, Slurm), rank 0 leaves last so that the server outlives every client.
+fn exit_together(c: &Communicator) -> Result<(), String> {
+    use fabcoll::fabric::bootstrap::{self, FileStore, JobEnv, Store, StoreAddr, TcpStore};
+    let e = |x: bootstrap::BootstrapError| format!("leaving the job: {x}");
+    let env = JobEnv::from_env().map_err(e)?;
+    let timeout = c.timeout();
+    let store: Box<dyn Store> = match &env.store {
+        StoreAddr::File(dir) => Box::new(FileStore::new(dir).map_err(e)?),
+        StoreAddr::Tcp(addr) => {
+            let token = env.token.as_deref().unwrap_or_default();
+            Box::new(TcpStore::connect(addr.as_str(), token, timeout).map_err(e)?)
+        }
+    };
+    bootstrap::barrier(&*store, "fabcoll-bench/exit", c.size(), timeout).map_err(e)?;
+    let rank0_serves = matches!(env.store, StoreAddr::Tcp(_)) && !env.launcher_serves;
+    if rank0_serves {
+        if c.rank() != 0 {
+            store.add("fabcoll-bench/left", 1).map_err(e)?;
+        } else {
+            let deadline = std::time::Instant::now() + timeout;
+            while store.add("fabcoll-bench/left", 0).map_err(e)? < i64::from(c.size()) - 1 {
+                if std::time::Instant::now() >= deadline {
+                    return Err("leaving the job: the other ranks did not confirm in time".into());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One rank's part: the sweep, and on rank 0 the report.
+fn rank_main(c: &Communicator, a: &BenchArgs, cfg: &bench::Config, meta: &Meta) -> Result<bool, String> {
+    let mut report = if c.rank() == 0 {
+        let out: Box<dyn Write + Send> = match &a.output {
+            Some(path) => Box::new(std::io::BufWriter::new(
+                std::fs::File::create(path).map_err(|e| format!("creating {}: {e}", path.display()))?,
+            )),
+            None => Box::new(std::io::stdout()),
+        };
+        Some(Report::new(a.format, meta.clone(), out).map_err(|e| format!("writing the report: {e}"))?)
+    } else {
+        None
+    };
+    let mut io_err = None;
+    let ok = bench::run(c, cfg, &mut |row| {
+        if let Some(r) = report.as_mut() {
+            if let Err(e) = r.row(row) {
+                io_err.get_or_insert(e);
+            }
+        }
+    })?;
+    if let Some(e) = io_err {
+        return Err(format!("writing the report: {e}"));
+    }
+    if let Some(r) = report {
+        r.finish().map_err(|e| format!("writing the report: {e}"))?;
+    }
+    Ok(ok)
+}
+
+fn bench_main(a: BenchArgs) -> Result<bool, String> {
+    let algo = match a.algo.as_str() {
+        "auto" => None,
+        name => {
+            registry::find(a.op, name).map_err(|e| e.to_string())?;
+            Some(name.to_owned())
+        }
+    };
+    if a.min_size > a.max_size {
+        return Err(format!("--min-size {} is larger than --max-size {}", a.min_size, a.max_size));
+    }
+    let cfg = bench::Config {
+        coll: a.op,
+        algo,
+        min_size: a.min_size,
+        max_size: a.max_size,
+        iters: a.iters,
+        warmup: a.warmup,
+        large: a.large_size.max(1),
+        min_iters: a.min_iters,
+        check: a.check,
+        barrier: a.sync == Sync::Barrier,
+    };
+    let local = a.fabric.as_deref() == Some("local");
+    let meta = |fabric: String, ranks: u32| Meta {
+        op: a.op.name().into(),
+        algo: a.algo.clone(),
+        fabric,
+        ranks,
+        dtype: if a.op.is_reduction() { "f32" } else { "u8" }.into(),
+        sync: if cfg.barrier { "barrier" } else { "none" }.into(),
+    };
+    if local {
+        let n = a.n.unwrap_or(1);
+        let comms = Communicator::local(n as usize).map_err(|e| e.to_string())?;
+        let meta = meta("local".into(), n);
+        let results: Vec<Result<bool, String>> = std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .into_iter()
+                .map(|c| {
+                    let (a, cfg, meta) = (&a, &cfg, &meta);
+                    s.spawn(move || rank_main(&c, a, cfg, meta).map_err(|e| format!("rank {}: {e}", c.rank())))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a rank thread panicked".into()))).collect()
+        });
+        let mut ok = true;
+        for r in results {
+            ok &= r?;
+        }
+        return Ok(ok);
+    }
+    if a.n.is_some() {
+        return Err(
+            "-n is for --fabric local (ranks as threads); for processes run `fabrun -n N fabcoll bench …`".into()
+        );
+    }
+    if let Some(f) = &a.fabric {
+        f.parse::<fabcoll::fabric::Backend>().map_err(|e| format!("--fabric {f:?}: {e}"))?;
+        // Single-threaded here: nothing else reads the environment concurrently.
+        std::env::set_var("FABCOLL_FABRIC", f);
+    }
+    let c = Communicator::from_env().map_err(|e| e.to_string())?;
+    let meta = meta(env_fabric(), c.size());
+    let ok = rank_main(&c, &a, &cfg, &meta).map_err(|e| format!("rank {}: {e}", c.rank()))?;
+    exit_together(&c).map_err(|e| format!("rank {}: {e}", c.rank()))?;
+    Ok(ok)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Info { fabrics } => {
+            // A closed stdout (`| head`) is not an error worth a panic.
+            let _ = std::io::stdout().lock().write_all(info::text(&fabrics).as_bytes());
+            ExitCode::SUCCESS
+        }
+        Cmd::Bench(a) => match bench_main(a) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => {
+                eprintln!("fabcoll bench: result check failed (see the check column)");
+                ExitCode::from(1)
+            }
+            Err(e) => {
+                eprintln!("fabcoll bench: error: {e}");
+                ExitCode::from(1)
+            }
+        },
+    }
+}

@@ -1,0 +1,195 @@
+//! The OSU-style sweep of `fabcoll bench`: per size, warm-up, then timed iterations
+//! `t0; collective; t1` each followed by an untimed barrier; per-rank average, then average, min and
+//! max over ranks, and p50/p99 over every rank's single iterations (gathered to rank 0).
+
+use std::time::Instant;
+
+use fabcoll::collectives::Collective;
+use fabcoll::{Collectives, Communicator, Options, ReduceOp};
+
+use crate::ops::{self, BenchElem, Shape};
+
+/// What to sweep.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub coll: Collective,
+    /// Forced algorithm, or `None` for the automatic choice.
+    pub algo: Option<String>,
+    pub min_size: u64,
+    pub max_size: u64,
+    /// Timed iterations and warm-up at sizes up to `large`; scaled down above it.
+    pub iters: usize,
+    pub warmup: usize,
+    pub large: u64,
+    /// Scaled iteration counts stay at least this (never more than `iters`).
+    pub min_iters: usize,
+    pub check: bool,
+    /// Barrier after each timed iteration (OSU); off = back-to-back iterations.
+    pub barrier: bool,
+}
+
+impl Config {
+    /// (timed, warm-up) iterations at `bytes`.
+    pub fn iterations(&self, bytes: u64) -> (usize, usize) {
+        if bytes <= self.large {
+            return (self.iters, self.warmup);
+        }
+        let scale = |k: usize, floor: usize| ((k as u64 * self.large / bytes) as usize).max(floor).min(k);
+        (scale(self.iters, self.min_iters), scale(self.warmup, 2))
+    }
+
+    /// The sizes of the sweep: min, 2·min, … ≤ max (barrier: one row).
+    pub fn sizes(&self) -> Vec<u64> {
+        if self.coll == Collective::Barrier {
+            return vec![0];
+        }
+        let mut v = Vec::new();
+        let mut s = self.min_size.max(1);
+        while s <= self.max_size {
+            v.push(s);
+            s = match s.checked_mul(2) {
+                Some(x) => x,
+                None => break,
+            };
+        }
+        v
+    }
+}
+
+/// One result line (filled on rank 0).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Row {
+    pub op: String,
+    pub algorithm: String,
+    pub ranks: u32,
+    pub bytes: u64,
+    pub count: usize,
+    pub iters: usize,
+    pub warmup: usize,
+    pub avg_us: f64,
+    pub min_us: f64,
+    pub max_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub algbw_gbps: f64,
+    pub busbw_gbps: f64,
+    /// "ok", "FAIL" or "-" (not checked).
+    pub check: String,
+}
+
+fn err(e: fabcoll::Error) -> String {
+    e.to_string()
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let k = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[k - 1]
+}
+
+/// Runs the sweep on this rank; `emit` gets each row on rank 0. Returns whether every check
+/// passed (always true without `--check`).
+pub fn run(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row)) -> Result<bool, String> {
+    if cfg.coll.is_reduction() {
+        sweep::<f32>(c, cfg, emit)
+    } else {
+        sweep::<u8>(c, cfg, emit)
+    }
+}
+
+fn sweep<T: BenchElem>(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row)) -> Result<bool, String> {
+    let (r, p) = (c.rank(), c.size());
+    let es = std::mem::size_of::<T>();
+    let shapes: Vec<Shape> = cfg.sizes().into_iter().filter_map(|b| ops::shape(cfg.coll, p, r, b, es)).collect();
+    if shapes.is_empty() {
+        return Err(format!(
+            "no size in {}..={} bytes holds a whole {} element for {}",
+            cfg.min_size,
+            cfg.max_size,
+            T::NAME,
+            cfg.coll
+        ));
+    }
+    // Registered once for the largest size, so the registration cache is not measured.
+    let max_send = shapes.iter().map(|s| s.send_len).max().unwrap_or(0);
+    let max_recv = shapes.iter().map(|s| s.recv_len).max().unwrap_or(0);
+    let mut sendbuf = c.alloc::<T>(max_send).map_err(err)?;
+    let mut recvbuf = c.alloc::<T>(max_recv).map_err(err)?;
+    let opts = Options { algorithm: cfg.algo.clone(), ..Options::default() };
+    let w = c.with(&opts);
+    let mut all_ok = true;
+    for s in &shapes {
+        let (send, recv) = (&mut sendbuf[..s.send_len], &mut recvbuf[..s.recv_len]);
+        // One untimed call: checks the result (with --check) and learns the algorithm.
+        ops::fill(s, r, send, recv);
+        let alg = c
+            .scope(|sc| {
+                sc.set_options(opts.clone());
+                let req = ops::issue(sc, s, send, recv)?;
+                let alg = sc.algorithm_of(&req);
+                req.wait()?;
+                Ok(alg)
+            })
+            .map_err(|e| format!("{} at {} bytes: {e}", cfg.coll, s.bytes))?;
+        let mut check = "-".to_owned();
+        if cfg.check {
+            let bad = ops::verify(s, r, recv);
+            if let Some(why) = &bad {
+                eprintln!("check failed: {} {} bytes: {why}", cfg.coll, s.bytes);
+            }
+            // Every rank learns how many ranks failed, so all agree on the verdict.
+            let mut mine = [u32::from(bad.is_some())];
+            c.allreduce_in_place(&mut mine[..], &ReduceOp::Sum).map_err(err)?;
+            all_ok &= mine[0] == 0;
+            check = if mine[0] == 0 { "ok".into() } else { format!("FAIL({} ranks)", mine[0]) };
+        }
+        let (iters, warmup) = cfg.iterations(s.bytes);
+        for _ in 0..warmup {
+            ops::issue(&w, s, send, recv).map_err(err)?;
+        }
+        c.barrier().map_err(err)?;
+        let mut samples = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let t0 = Instant::now();
+            ops::issue(&w, s, send, recv).map_err(err)?;
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+            if cfg.barrier {
+                c.barrier().map_err(err)?;
+            }
+        }
+        let avg = if iters == 0 { 0.0 } else { samples.iter().sum::<f64>() / iters as f64 };
+        let mut avgs = vec![0f64; if r == 0 { p as usize } else { 0 }];
+        c.gather(&[avg][..], &mut avgs[..], 0).map_err(err)?;
+        let mut pooled = vec![0f64; if r == 0 { iters * p as usize } else { 0 }];
+        c.gather(&samples[..], &mut pooled[..], 0).map_err(err)?;
+        if r == 0 {
+            let mean = avgs.iter().sum::<f64>() / f64::from(p);
+            let lo = avgs.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = avgs.iter().copied().fold(0.0, f64::max);
+            pooled.sort_by(f64::total_cmp);
+            let algbw = if mean > 0.0 { s.nccl_bytes as f64 / (mean * 1e3) } else { 0.0 };
+            emit(&Row {
+                op: cfg.coll.name().to_owned(),
+                algorithm: alg.unwrap_or("?").to_owned(),
+                ranks: p,
+                bytes: s.bytes,
+                count: s.n,
+                iters,
+                warmup,
+                avg_us: mean,
+                min_us: lo,
+                max_us: hi,
+                p50_us: percentile(&pooled, 0.50),
+                p99_us: percentile(&pooled, 0.99),
+                algbw_gbps: algbw,
+                busbw_gbps: algbw * ops::bus_factor(cfg.coll, p),
+                check,
+            });
+        }
+    }
+    // Nobody leaves (and frees its buffers) while a peer may still write into them.
+    c.barrier().map_err(err)?;
+    Ok(all_ok)
+}

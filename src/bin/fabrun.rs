@@ -1,0 +1,125 @@
+//! `fabrun`: the single-machine launcher (like `mpirun -n` on one node). Starts the job's
+//! bootstrap store, runs N copies of a program with the `FABCOLL_*` environment, prefixes their
+//! output with the rank, and if one rank fails kills the rest and exits with that rank's code.
+//!
+//! Several machines: start the job with Slurm or torchrun instead; fabcoll's bootstrap reads
+//! their variables (see `fabrun --help`).
+
+#[path = "fabrun/launch.rs"]
+mod launch;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+const AFTER_HELP: &str = "\
+Environment of every rank: FABCOLL_RANK, FABCOLL_SIZE, FABCOLL_LOCAL_RANK, FABCOLL_LOCAL_SIZE,
+FABCOLL_STORE=tcp://127.0.0.1:PORT (a store served by fabrun), FABCOLL_STORE_SERVER=launcher,
+FABCOLL_TOKEN (random per job) and, with --fabric, FABCOLL_FABRIC. Ranks get no stdin; their stdout
+and stderr lines come out on fabrun's stdout and stderr, prefixed \"[rank] \", never split.
+
+Exit status: 0 if every rank exits 0; else the exit code of the first rank that failed (128+signal
+if it was killed by a signal); 124 on --timeout; 127 if the program cannot be started.
+
+Several machines (fabrun is for one node): let the cluster launcher start the ranks; the
+bootstrap reads its variables and needs a shared secret token and a store address:
+  Slurm:    export FABCOLL_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')
+            export MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1) MASTER_PORT=29500
+            srun -N 2 --ntasks-per-node 4 ./prog      (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID)
+  torchrun: FABCOLL_TOKEN=<same secret on every node> torchrun --nnodes 2 --nproc-per-node 4 \\
+              --master-addr HOST --master-port 29500 ./prog   (RANK, WORLD_SIZE, LOCAL_RANK, ...)
+  Rank 0 then serves the store at MASTER_ADDR:MASTER_PORT+1 (or FABCOLL_STORE_PORT); set
+  FABCOLL_FABRIC=ofi:tcp (or ofi:verbs, ...) for the network; default is shm on one node.";
+
+/// Runs N ranks of a program on this machine with the fabcoll bootstrap environment.
+#[derive(Parser, Debug)]
+#[command(name = "fabrun", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// Number of ranks (processes) to start.
+    #[arg(short = 'n', long = "np", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    n: u32,
+
+    /// Fabric the ranks use, passed as FABCOLL_FABRIC: shm, ofi:tcp, ofi:shm, ofi:<provider>.
+    /// Default: the ranks decide (shm on one node). `local` runs ranks as threads of one process,
+    /// so it cannot be launched as processes: use `fabcoll bench --fabric local -n N`.
+    #[arg(long, value_name = "FABRIC")]
+    fabric: Option<String>,
+
+    /// Kill every rank and exit 124 if the job runs longer than this many seconds.
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+
+    /// Do not prefix output lines with "[rank] ".
+    #[arg(long)]
+    no_prefix: bool,
+
+    /// Extra environment for every rank (repeatable).
+    #[arg(short = 'x', long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+
+    /// Seconds between forwarding SIGTERM to the other ranks after a failure and killing them.
+    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    grace: f64,
+
+    /// The program to run and its arguments (everything after PROG goes to the program).
+    #[arg(value_name = "PROG [ARGS]...", required = true, num_args = 1.., trailing_var_arg = true,
+          allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
+}
+
+fn seconds(what: &str, s: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(s).map_err(|_| format!("{what} {s} is not a non-negative number of seconds"))
+}
+
+fn check_fabric(f: &str) -> Result<(), String> {
+    let backend: fabcoll::fabric::Backend = f.parse().map_err(|e| format!("--fabric {f:?}: {e}"))?;
+    if backend == fabcoll::fabric::Backend::Local {
+        return Err("--fabric local runs ranks as threads of one process, which fabrun (one process per \
+                    rank) cannot do: use shm or ofi:<provider>, or run `fabcoll bench --fabric local -n N` \
+                    without fabrun"
+            .into());
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let plan = (|| -> Result<launch::Plan, String> {
+        if let Some(f) = &cli.fabric {
+            check_fabric(f)?;
+        }
+        Ok(launch::Plan {
+            n: cli.n,
+            fabric: cli.fabric.clone(),
+            timeout: cli.timeout.map(|t| seconds("--timeout", t)).transpose()?,
+            grace: seconds("--grace", cli.grace)?,
+            prefix: !cli.no_prefix,
+            env: cli.env.clone(),
+            prog: PathBuf::from(&cli.command[0]),
+            args: cli.command[1..].to_vec(),
+        })
+    })();
+    let plan = match plan {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("fabrun: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match launch::run(&plan) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("fabrun: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Starting, watching and stopping the ranks: the store, one process group per rank (so a kill
+//! reaches a rank's own children too), line-prefixed output, failure and timeout teardown, and
+//! SIGINT/SIGTERM forwarding.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use fabcoll::fabric::bootstrap::TcpStoreServer;
+use rustix::process::{kill_process_group, Pid, Signal};
+
+/// What to run.
+#[derive(Debug)]
+pub struct Plan {
+    pub n: u32,
+    pub fabric: Option<String>,
+    pub timeout: Option<Duration>,
+    pub grace: Duration,
+    pub prefix: bool,
+    pub env: Vec<(String, String)>,
+    pub prog: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// Exit code when the job outlived `--timeout` (as timeout(1)).
+const TIMEOUT_CODE: u8 = 124;
+/// Exit code when the program could not be started (as a shell).
+const NOT_STARTED_CODE: u8 = 127;
+
+/// A secret for the store, fresh per job.
+fn token() -> Result<String, String> {
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| format!("reading /dev/urandom for the job token: {e}"))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Copies `pipe` to stdout or stderr line by line, each line written whole under the stream's lock.
+fn forward(pipe: Box<dyn Read + Send>, prefix: Vec<u8>, to_stderr: bool, done: mpsc::Sender<()>) {
+    std::thread::spawn(move || {
+        let mut r = BufReader::with_capacity(1 << 16, pipe);
+        let mut line = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            line.clear();
+            match r.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            out.clear();
+            out.extend_from_slice(&prefix);
+            out.extend_from_slice(&line);
+            if out.last() != Some(&b'\n') {
+                out.push(b'\n');
+            }
+            // A closed stdout (e.g. `| head`) must not stop the rank: keep draining its pipe.
+            let _ = if to_stderr {
+                let mut e = std::io::stderr().lock();
+                e.write_all(&out).and_then(|_| e.flush())
+            } else {
+                let mut o = std::io::stdout().lock();
+                o.write_all(&out).and_then(|_| o.flush())
+            };
+        }
+        let _ = done.send(());
+    });
+}
+
+/// Signals the process group of `child` (the rank and anything it started).
+fn signal(child: &Child, sig: Signal) {
+    let _ = kill_process_group(Pid::from_child(child), sig);
+}
+
+fn describe(s: ExitStatus) -> (String, u8) {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => (format!("exited with code {c}"), u8::try_from(c).unwrap_or(1).max(1)),
+        (None, Some(sig)) => (format!("was killed by signal {sig}"), u8::try_from(128 + sig).unwrap_or(255)),
+        _ => ("ended abnormally".into(), 1),
+    }
+}
+
+fn list(ranks: &[usize]) -> String {
+    ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// Runs the job; returns fabrun's exit code.
+pub fn run(plan: &Plan) -> Result<u8, String> {
+    let token = token()?;
+    let server = TcpStoreServer::start("127.0.0.1:0", &token).map_err(|e| format!("starting the store: {e}"))?;
+    let store = format!("tcp://{}", server.local_addr());
+
+    let sigint = Arc::new(AtomicBool::new(false));
+    let sigterm = Arc::new(AtomicBool::new(false));
+    for (sig, flag) in [(signal_hook::consts::SIGINT, &sigint), (signal_hook::consts::SIGTERM, &sigterm)] {
+        signal_hook::flag::register(sig, flag.clone()).map_err(|e| format!("installing a signal handler: {e}"))?;
+    }
+
+    let n = plan.n as usize;
+    let (done_tx, done_rx) = mpsc::channel();
+    let mut children: Vec<Child> = Vec::with_capacity(n);
+    for r in 0..n {
+        let mut cmd = Command::new(&plan.prog);
+        cmd.args(&plan.args)
+            .env("FABCOLL_RANK", r.to_string())
+            .env("FABCOLL_SIZE", n.to_string())
+            .env("FABCOLL_LOCAL_RANK", r.to_string())
+            .env("FABCOLL_LOCAL_SIZE", n.to_string())
+            .env("FABCOLL_STORE", &store)
+            .env("FABCOLL_STORE_SERVER", "launcher")
+            .env("FABCOLL_TOKEN", &token)
+            .envs(plan.env.iter().map(|(k, v)| (k, v)))
+            // Each rank leads its own process group (signals reach its children too); a process
+            // outside the terminal's foreground group must not read the terminal, so no stdin.
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        if let Some(f) = &plan.fabric {
+            cmd.env("FABCOLL_FABRIC", f);
+        }
+        match cmd.spawn() {
+            Ok(mut c) => {
+                let prefix = if plan.prefix { format!("[{r}] ").into_bytes() } else { Vec::new() };
+                if let Some(p) = c.stdout.take() {
+                    forward(Box::new(p), prefix.clone(), false, done_tx.clone());
+                }
+                if let Some(p) = c.stderr.take() {
+                    forward(Box::new(p), prefix, true, done_tx.clone());
+                }
+                children.push(c);
+            }
+            Err(e) => {
+                eprintln!("fabrun: cannot start {} (rank {r}): {e}", plan.prog.display());
+                for c in &mut children {
+                    signal(c, Signal::KILL);
+                    let _ = c.wait();
+                }
+                return Ok(NOT_STARTED_CODE);
+            }
+        }
+    }
+    drop(done_tx);
+    let streams = 2 * n;
+
+    let start = Instant::now();
+    let mut status: Vec<Option<ExitStatus>> = vec![None; n];
+    let mut code: Option<u8> = None;
+    let mut kill_at: Option<Instant> = None;
+    let mut killed = false;
+    let mut termed = false;
+    let mut received = 0u32;
+    loop {
+        for (r, c) in children.iter_mut().enumerate() {
+            if status[r].is_some() {
+                continue;
+            }
+            let s = match c.try_wait() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("fabrun: waiting for rank {r}: {e}");
+                    signal(c, Signal::KILL);
+                    c.wait().ok()
+                }
+            };
+            let Some(s) = s else { continue };
+            status[r] = Some(s);
+            if !s.success() && code.is_none() {
+                let (what, c) = describe(s);
+                code = Some(c);
+                let others: Vec<usize> = (0..n).filter(|&q| q != r && status[q].is_none()).collect();
+                if others.is_empty() {
+                    eprintln!("fabrun: rank {r} {what}");
+                } else {
+                    eprintln!("fabrun: rank {r} {what}; stopping rank(s) {}", list(&others));
+                }
+                kill_at = Some(Instant::now() + plan.grace);
+            }
+        }
+        let running: Vec<usize> = (0..n).filter(|&r| status[r].is_none()).collect();
+        if running.is_empty() {
+            break;
+        }
+        if code.is_some() && !termed {
+            // First pass after a failure: ask the others to stop, kill them at `kill_at`.
+            for &r in &running {
+                signal(&children[r], Signal::TERM);
+            }
+            termed = true;
+        }
+        for (flag, sig, name) in [(&sigint, Signal::INT, "SIGINT"), (&sigterm, Signal::TERM, "SIGTERM")] {
+            if flag.swap(false, Ordering::SeqCst) {
+                received += 1;
+                // A second signal means "now": kill.
+                let (sig, how) = if received > 1 { (Signal::KILL, "killing") } else { (sig, "forwarding to") };
+                eprintln!("fabrun: {name} received; {how} rank(s) {}", list(&running));
+                for &r in &running {
+                    signal(&children[r], sig);
+                }
+                kill_at.get_or_insert(Instant::now() + plan.grace);
+            }
+        }
+        if let Some(t) = plan.timeout {
+            if !killed && start.elapsed() >= t {
+                eprintln!(
+                    "fabrun: timed out after {:.1} s; rank(s) still running: {}; killing them",
+                    t.as_secs_f64(),
+                    list(&running)
+                );
+                // A rank that failed first keeps its exit code.
+                code.get_or_insert(TIMEOUT_CODE);
+                for &r in &running {
+                    signal(&children[r], Signal::KILL);
+                }
+                killed = true;
+            }
+        }
+        if let Some(at) = kill_at {
+            if !killed && Instant::now() >= at {
+                for &r in &running {
+                    signal(&children[r], Signal::KILL);
+                }
+                killed = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    if code.is_some() {
+        // Leftovers of failed jobs (a rank's own children) must not keep the output pipes open.
+        for c in &children {
+            signal(c, Signal::KILL);
+        }
+    }
+    // Let the output threads drain what the ranks wrote; don't wait forever on pipes that a
+    // rank's detached children may hold open.
+    let drain_until = Instant::now() + Duration::from_secs(5);
+    for _ in 0..streams {
+        let left = drain_until.saturating_duration_since(Instant::now());
+        if done_rx.recv_timeout(left).is_err() {
+            break;
+        }
+    }
+    drop(server);
+    Ok(code.unwrap_or(0))
+}

@@ -1,0 +1,279 @@
+//! `fabcoll bench` and `fabcoll info` end to end: in-process (`--fabric local -n`) and as processes
+//! under fabrun over shm; CSV and JSON parse with the documented columns; `--check` passes for
+//! every operation; forced and unknown algorithms; every registered algorithm listed by `info`.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fabcoll::collectives::{registry, Collective};
+
+const FABRUN: &str = env!("CARGO_BIN_EXE_fabrun");
+const FABCOLL: &str = env!("CARGO_BIN_EXE_fabcoll");
+const LIMIT: Duration = Duration::from_secs(120);
+
+const COLUMNS: &[&str] = &[
+    "op",
+    "algorithm",
+    "fabric",
+    "ranks",
+    "bytes",
+    "count",
+    "iters",
+    "warmup",
+    "avg_us",
+    "min_us",
+    "max_us",
+    "p50_us",
+    "p99_us",
+    "algbw_gbps",
+    "busbw_gbps",
+    "check",
+];
+
+/// Runs `prog args` with a wall-clock limit; returns (success, stdout, stderr).
+fn run(prog: &str, args: &[&str]) -> (bool, String, String) {
+    let t0 = Instant::now();
+    let mut child = Command::new(prog)
+        .args(args)
+        .env("FABCOLL_TIMEOUT", "30")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let ho = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let he = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{prog} {args:?} still running after {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (status.success(), ho.join().unwrap(), he.join().unwrap())
+}
+
+/// Parses CSV rows into maps, checking the header.
+fn parse_csv(text: &str) -> Vec<HashMap<String, String>> {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    assert_eq!(header, COLUMNS);
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), COLUMNS.len(), "{l}");
+            COLUMNS.iter().zip(f).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        })
+        .collect()
+}
+
+fn num(row: &HashMap<String, String>, k: &str) -> f64 {
+    row[k].parse::<f64>().unwrap_or_else(|_| panic!("{k}={:?} is not a number", row[k]))
+}
+
+/// Checks the allreduce sweep 8..=1024 bytes.
+fn check_allreduce_rows(rows: &[HashMap<String, String>], ranks: u32, fabric: &str) {
+    let sizes: Vec<u64> = rows.iter().map(|r| r["bytes"].parse().unwrap()).collect();
+    assert_eq!(sizes, vec![8, 16, 32, 64, 128, 256, 512, 1024]);
+    for r in rows {
+        assert_eq!(r["op"], "allreduce");
+        assert_eq!(r["fabric"], fabric);
+        assert_eq!(r["ranks"], ranks.to_string());
+        assert_eq!(r["check"], "ok");
+        assert_eq!(r["iters"], "10");
+        assert_eq!(num(r, "count") * 4.0, num(r, "bytes"));
+        assert!(registry::find(Collective::Allreduce, &r["algorithm"]).is_ok(), "{}", r["algorithm"]);
+        let (avg, lo, hi) = (num(r, "avg_us"), num(r, "min_us"), num(r, "max_us"));
+        assert!(avg > 0.0 && lo <= avg + 1e-3 && avg <= hi + 1e-3, "{r:?}");
+        assert!(num(r, "p50_us") > 0.0 && num(r, "p50_us") <= num(r, "p99_us") + 1e-9, "{r:?}");
+        // nccl-tests: algbw = S/t (GB/s), busbw = algbw · 2(n−1)/n for allreduce.
+        let algbw = num(r, "bytes") / (avg * 1e3);
+        assert!((num(r, "algbw_gbps") - algbw).abs() <= 1e-4 + algbw * 0.01, "{r:?}");
+        let factor = 2.0 * f64::from(ranks - 1) / f64::from(ranks);
+        assert!((num(r, "busbw_gbps") - algbw * factor).abs() <= 1e-4 + algbw * 0.01, "{r:?}");
+    }
+}
+
+const SWEEP: &[&str] = &["--op", "allreduce", "--max-size", "1024", "--iters", "10", "--check", "--format", "csv"];
+
+#[test]
+fn local_allreduce_csv() {
+    let mut args = vec!["bench", "--fabric", "local", "-n", "3"];
+    args.extend_from_slice(SWEEP);
+    let (ok, out, err) = run(FABCOLL, &args);
+    assert!(ok, "{err}");
+    check_allreduce_rows(&parse_csv(&out), 3, "local");
+}
+
+#[test]
+fn shm_allreduce_csv_under_fabrun() {
+    let mut args = vec!["-n", "2", "--timeout", "100", "--fabric", "shm", FABCOLL, "bench"];
+    args.extend_from_slice(SWEEP);
+    let (ok, out, err) = run(FABRUN, &args);
+    assert!(ok, "{err}");
+    // Only rank 0 prints; its lines carry fabrun's prefix.
+    assert!(out.lines().all(|l| l.starts_with("[0] ")), "{out}");
+    let csv: String = out.lines().map(|l| format!("{}\n", &l[4..])).collect();
+    check_allreduce_rows(&parse_csv(&csv), 2, "shm");
+}
+
+#[test]
+fn ofi_tcp_allreduce_csv_under_fabrun() {
+    let (_, info, _) = run(FABCOLL, &["info", "--fabric", "ofi:tcp"]);
+    if !info.contains("ofi:tcp    available") {
+        // Built without libfabric (scripts/install-deps.sh installs it); `info` says why.
+        eprintln!("skipping: {info}");
+        return;
+    }
+    let mut args = vec!["-n", "2", "--timeout", "100", "--fabric", "ofi:tcp", "--no-prefix", FABCOLL, "bench"];
+    args.extend_from_slice(SWEEP);
+    let (ok, out, err) = run(FABRUN, &args);
+    assert!(ok, "{err}");
+    check_allreduce_rows(&parse_csv(&out), 2, "ofi:tcp");
+}
+
+#[test]
+fn shm_output_file_and_json() {
+    let dir = std::env::temp_dir().join(format!("fabcoll-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a2a.json");
+    let f = file.to_str().unwrap();
+    let args = [
+        "-n",
+        "3",
+        "--timeout",
+        "100",
+        FABCOLL,
+        "bench",
+        "--op",
+        "alltoall",
+        "--min-size",
+        "4",
+        "--max-size",
+        "64",
+        "--iters",
+        "5",
+        "--check",
+        "--format",
+        "json",
+        "--output",
+        f,
+    ];
+    let (ok, out, err) = run(FABRUN, &args);
+    assert!(ok, "{err}");
+    assert!(out.trim().is_empty(), "report went to stdout: {out}");
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(doc["op"], "alltoall");
+    assert_eq!(doc["ranks"], 3);
+    assert_eq!(doc["dtype"], "u8");
+    assert_eq!(doc["fabric"], "shm");
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect::<Vec<_>>(), vec![4, 8, 16, 32, 64]);
+    for r in rows {
+        assert_eq!(r["check"], "ok");
+        // alltoall: S = p × per-peer block, busbw = algbw · (n−1)/n.
+        let (algbw, busbw) = (r["algbw_gbps"].as_f64().unwrap(), r["busbw_gbps"].as_f64().unwrap());
+        let want = 3.0 * r["bytes"].as_f64().unwrap() / (r["avg_us"].as_f64().unwrap() * 1e3);
+        assert!((algbw - want).abs() <= want * 1e-9 + 1e-12, "{r}");
+        assert!((busbw - algbw * 2.0 / 3.0).abs() <= algbw * 1e-9 + 1e-12, "{r}");
+    }
+}
+
+#[test]
+fn every_operation_checks_out_over_local() {
+    for coll in Collective::ALL {
+        let args =
+            ["bench", "--fabric", "local", "-n", "3", "--op", coll.name(), "--min-size", "1", "--max-size", "64"];
+        let mut args = args.to_vec();
+        args.extend_from_slice(&["--iters", "2", "--warmup", "1", "--check", "--format", "csv"]);
+        let (ok, out, err) = run(FABCOLL, &args);
+        assert!(ok, "{coll}: {err}");
+        let rows = parse_csv(&out);
+        assert!(!rows.is_empty(), "{coll}: no rows");
+        assert!(rows.iter().all(|r| r["check"] == "ok" && r["op"] == coll.name()), "{coll}: {rows:?}");
+    }
+}
+
+#[test]
+fn every_algorithm_can_be_forced() {
+    // At p = 4 (a power of two), every registered algorithm of every op runs and checks out.
+    for a in registry::all() {
+        let args = [
+            "bench",
+            "--fabric",
+            "local",
+            "-n",
+            "4",
+            "--op",
+            a.coll.name(),
+            "--algo",
+            a.name,
+            "--min-size",
+            "64",
+            "--max-size",
+            "256",
+            "--iters",
+            "2",
+            "--warmup",
+            "0",
+            "--check",
+            "--format",
+            "csv",
+        ];
+        let (ok, out, err) = run(FABCOLL, &args);
+        assert!(ok, "{}:{}: {err}", a.coll, a.name);
+        for r in parse_csv(&out) {
+            assert_eq!((r["algorithm"].as_str(), r["check"].as_str()), (a.name, "ok"), "{}", a.coll);
+        }
+    }
+}
+
+#[test]
+fn bad_bench_arguments_are_clear_errors() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["bench", "--fabric", "local", "-n", "2", "--algo", "nonsense"], "ring"),
+        (&["bench", "--op", "allsum"], "unknown operation"),
+        (&["bench", "--max-size", "12X"], "not a size"),
+        (&["bench", "--fabric", "local", "--min-size", "4K", "--max-size", "1K"], "larger than --max-size"),
+        (&["bench", "-n", "2"], "--fabric local"),
+        (&["bench", "--fabric", "local", "-n", "2", "--min-size", "1", "--max-size", "2"], "no size"),
+    ];
+    for (args, want) in cases {
+        let (ok, _, err) = run(FABCOLL, args);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
+    }
+    // Outside any launcher, the error says how to start a job.
+    let (ok, _, err) = run("env", &["-u", "FABCOLL_RANK", "-u", "RANK", "-u", "SLURM_PROCID", FABCOLL, "bench"]);
+    assert!(!ok);
+    assert!(err.contains("fabrun"), "{err}");
+}
+
+#[test]
+fn info_lists_backends_and_every_algorithm() {
+    let (ok, out, err) = run(FABCOLL, &["info"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("local      available"), "{out}");
+    assert!(out.contains("ofi:tcp"), "{out}");
+    for a in registry::all() {
+        let name = format!("  {}:{} ", a.coll, a.name);
+        assert!(out.contains(&name), "{name} missing");
+    }
+}
