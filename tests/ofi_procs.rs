@@ -104,7 +104,7 @@ fn ofi_shm_all_algorithms_p3() {
 
 #[test]
 fn ofi_tcp_killed_rank_is_named() {
-    let env = [("FABCOLL_FABRIC", "ofi:tcp"), ("FABCOLL_TIMEOUT", "3")];
+    let env = [("FABCOLL_FABRIC", "ofi:tcp"), ("FABCOLL_TIMEOUT", "5")];
     support::ranks("ofi_tcp_killed_rank_is_named", 4, LIMIT, &env, |job| {
         let Some(c) = connect() else { return };
         let mut x = vec![1u64; 1000];

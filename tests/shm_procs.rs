@@ -101,7 +101,7 @@ fn shm_killed_rank_is_named() {
         "shm_killed_rank_is_named",
         4,
         LIMIT,
-        &[("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "3")],
+        &[("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "5")],
         |job| {
             let c = Communicator::from_env().expect("communicator");
             let mut x = vec![1u64; 1000];
