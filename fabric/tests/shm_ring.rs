@@ -170,6 +170,26 @@ fn shm_oversubscribed_8_procs() {
 
 /// A peer that dies: writes to it fail naming it, and `wait` reports it instead of a bare timeout.
 #[test]
+fn shm_orderly_departure_is_not_blamed_on_timeout() {
+    // A peer that closes its endpoint and exits has not failed: a wait that times out afterwards
+    // is a plain timeout, not a `Peer` error naming it (a crash is, see the test below).
+    support::ranks("shm_orderly_departure_is_not_blamed_on_timeout", 2, LIMIT, &[], |job| {
+        let mut ep = connect(&job, "shm_orderly_departure_is_not_blamed_on_timeout");
+        job.barrier("connected");
+        if job.rank() == 1 {
+            drop(ep);
+            std::process::exit(0);
+        }
+        std::thread::sleep(Duration::from_millis(300)); // let rank 1 be gone
+        let mut out = Vec::new();
+        match ep.wait(&mut out, Some(Duration::from_millis(200))) {
+            Err(Error::Timeout { .. }) => {}
+            other => panic!("wait after an orderly departure gave {other:?}"),
+        }
+    });
+}
+
+#[test]
 fn shm_dead_peer_is_an_error() {
     support::ranks("shm_dead_peer_is_an_error", 2, LIMIT, &[], |job| {
         let mut ep = connect(&job, "shm_dead_peer_is_an_error");

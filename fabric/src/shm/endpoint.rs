@@ -166,6 +166,17 @@ impl ShmEndpoint {
         (!sys::pid_alive(pid)).then(|| Error::Peer { peer, msg: format!("process {pid} is gone") })
     }
 
+    /// A peer whose process is gone without having closed its endpoint (crashed or killed). A
+    /// peer that finished and closed cleanly is not a failure by itself, so a timed-out wait does
+    /// not blame it (a write to it still fails through `dead_peer`).
+    fn crashed_peer(&self, peer: usize) -> Option<Error> {
+        let p = self.peers.get(peer)?;
+        if p.seg.header().closed.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        self.dead_peer(peer)
+    }
+
     fn any_pending(&self) -> bool {
         !self.done.is_empty() || (0..self.size).any(|i| self.seg.queue(i).is_some_and(|q| !q.is_empty()))
     }
@@ -179,6 +190,13 @@ fn sweep(maps: &mut HashMap<(usize, u64), sys::Mmap>, peers: &[Peer]) {
     });
     if maps.len() >= MAX_MAPS {
         maps.clear();
+    }
+}
+
+impl Drop for ShmEndpoint {
+    fn drop(&mut self) {
+        // Peers that time out waiting from now on see an orderly departure, not a crash.
+        self.seg.header().closed.store(1, Ordering::Release);
     }
 }
 
@@ -412,7 +430,7 @@ impl Endpoint for ShmEndpoint {
                     h.sleepers.fetch_sub(1, Ordering::SeqCst);
                 }
                 Step::TimedOut => {
-                    if let Some(e) = (0..self.peers.len()).find_map(|r| self.dead_peer(r)) {
+                    if let Some(e) = (0..self.peers.len()).find_map(|r| self.crashed_peer(r)) {
                         return Err(e);
                     }
                     return Err(Error::Timeout {

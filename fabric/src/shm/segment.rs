@@ -47,6 +47,9 @@ pub(crate) struct Header {
     pub(crate) doorbell: CachePadded<AtomicU32>,
     /// Number of this rank's threads blocked (or about to block) on `doorbell`.
     pub(crate) sleepers: CachePadded<AtomicU32>,
+    /// Set to 1 when the endpoint is dropped: its process left in an orderly way (a process that
+    /// is gone with this still 0 died or exited without closing its endpoint).
+    pub(crate) closed: AtomicU32,
 }
 
 const HEADER_SPACE: usize = 4096;
