@@ -48,11 +48,11 @@ mod tests {
 
     #[test]
     fn verifies_allgather() {
-        crate::allgather::testkit::sweep(&ALLGATHER, 20);
+        crate::verify::sweep::sweep(&ALLGATHER, 20);
     }
 
     #[test]
     fn verifies_allgatherv() {
-        crate::allgather::testkit::sweep(&ALLGATHERV, 12);
+        crate::verify::sweep::sweep(&ALLGATHERV, 12);
     }
 }

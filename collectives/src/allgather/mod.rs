@@ -11,6 +11,8 @@ use crate::registry::Algorithm;
 use crate::schedule::{Buf, Region, ScheduleBuilder, StepId};
 
 mod bruck;
+#[cfg(test)]
+mod cost_tests;
 mod gather_bcast;
 pub(crate) mod layout;
 mod mesh;
@@ -18,8 +20,6 @@ mod mesh_2d;
 mod mesh_3d;
 pub(crate) mod recursive_doubling;
 pub(crate) mod ring;
-#[cfg(test)]
-pub(crate) mod testkit;
 
 use layout::Layout;
 

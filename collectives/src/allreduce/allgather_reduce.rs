@@ -71,10 +71,9 @@ fn build(a: &CollArgs) -> Result<Schedule> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reduce_scatter::phases::testkit;
 
     #[test]
     fn verifies_symbolically() {
-        testkit::sweep(&ALGORITHM, 17, true);
+        crate::verify::sweep::sweep(&ALGORITHM, 17);
     }
 }

@@ -31,7 +31,7 @@ mod tests {
     #[ignore = "slow: full verification matrix"]
     fn full_verification_matrix() {
         for alg in super::ALGORITHMS {
-            crate::reduce_scatter::phases::testkit::sweep_counts(alg, 20, true, 997);
+            crate::verify::sweep::sweep_counts(alg, 20, 997);
         }
     }
 }

@@ -1,171 +1,10 @@
-//! Tests of every alltoall(v) row: a small symbolic run of all ranks' schedules (each element is
-//! tagged with its (source, destination, index), messages matched by per-pair sequence number)
-//! that checks the results, deadlock freedom and races between unordered steps of one rank.
+//! Tests of every alltoall(v) row: the verifier ([`crate::verify::check`]) over small and larger
+//! p, parameters and irregular matrices, plus structural, cost and symmetry checks.
 
 use super::ALGORITHMS;
 use crate::args::{CollArgs, Collective};
 use crate::registry::Algorithm;
-use crate::schedule::{Buf, Region, Schedule, StepKind};
-use std::collections::HashMap;
-
-type Tok = Option<(u32, u32, u64)>;
-
-struct Rank {
-    s: Schedule,
-    send: Vec<Tok>,
-    recv: Vec<Tok>,
-    scratch: Vec<Vec<Tok>>,
-    done: Vec<bool>,
-    seq: Vec<u64>,
-}
-
-impl Rank {
-    fn buf(&mut self, b: Buf) -> &mut Vec<Tok> {
-        match b {
-            Buf::Send => &mut self.send,
-            Buf::Recv => &mut self.recv,
-            Buf::Scratch(i) => &mut self.scratch[i as usize],
-        }
-    }
-
-    fn read(&mut self, r: Region) -> Vec<Tok> {
-        self.buf(r.buf)[r.off as usize..r.end() as usize].to_vec()
-    }
-
-    fn write(&mut self, r: Region, data: &[Tok]) {
-        self.buf(r.buf)[r.off as usize..r.end() as usize].copy_from_slice(data);
-    }
-}
-
-/// Steps of `s` that are not ordered by its deps and touch overlapping data with a write.
-fn races(s: &Schedule) -> Option<String> {
-    let n = s.len();
-    let words = n.div_ceil(64);
-    let mut before = vec![vec![0u64; words]; n];
-    for (id, _, deps) in s.iter() {
-        let id = id as usize;
-        for &d in deps {
-            let d = d as usize;
-            let (lo, hi) = before.split_at_mut(id);
-            for (w, x) in hi[0].iter_mut().zip(&lo[d]) {
-                *w |= x;
-            }
-            hi[0][d / 64] |= 1 << (d % 64);
-        }
-    }
-    for (i, bi) in before.iter().enumerate() {
-        for j in 0..i {
-            if bi[j / 64] >> (j % 64) & 1 == 1 {
-                continue;
-            }
-            let (a, b) = (s.step(i as u32), s.step(j as u32));
-            let clash = |w: Option<Region>, x: &StepKind| {
-                w.is_some_and(|w| [x.reads(), x.writes()].into_iter().flatten().any(|r| r.overlaps(&w)))
-            };
-            if clash(a.writes(), b) || clash(b.writes(), a) {
-                return Some(format!("rank {}: steps {j} ({b}) and {i} ({a}) race", s.rank));
-            }
-        }
-    }
-    None
-}
-
-/// Runs `alg` on every rank of `args` and checks the alltoall(v) result.
-fn run(alg: &Algorithm, args: &CollArgs) -> Result<(), String> {
-    let p = args.size;
-    let mut ranks = Vec::new();
-    for r in 0..p {
-        let a = args.for_rank(r);
-        let s = alg.schedule(&a).map_err(|e| e.to_string())?;
-        if let Some(e) = races(&s) {
-            return Err(e);
-        }
-        let mut send = vec![None; a.send_len().unwrap() as usize];
-        for j in 0..p {
-            let off = a.send_displ(j).unwrap();
-            for e in 0..a.pair_count(r, j) {
-                send[(off + e) as usize] = Some((r, j, e));
-            }
-        }
-        let mut recv = vec![None; a.recv_len().unwrap() as usize];
-        if a.in_place {
-            recv.copy_from_slice(&send);
-            send.clear();
-        }
-        let scratch = s.scratch.iter().map(|&l| vec![None; l as usize]).collect();
-        // Per-pair sequence number of each Send/Recv in step order.
-        let mut count: HashMap<(bool, u32), u64> = HashMap::new();
-        let seq = s
-            .iter()
-            .map(|(_, k, _)| match *k {
-                StepKind::Send { peer, .. } | StepKind::Recv { peer, .. } => {
-                    let c = count.entry((matches!(k, StepKind::Send { .. }), peer)).or_default();
-                    *c += 1;
-                    *c - 1
-                }
-                _ => 0,
-            })
-            .collect();
-        let done = vec![false; s.len()];
-        ranks.push(Rank { s, send, recv, scratch, done, seq });
-    }
-    let mut wire: HashMap<(u32, u32, u64), Vec<Tok>> = HashMap::new();
-    loop {
-        let mut progress = false;
-        for (r, rk) in ranks.iter_mut().enumerate() {
-            for id in 0..rk.s.len() {
-                if rk.done[id] || rk.s.deps(id as u32).iter().any(|&d| !rk.done[d as usize]) {
-                    continue;
-                }
-                let seq = rk.seq[id];
-                match *rk.s.step(id as u32) {
-                    StepKind::Send { peer, src } => {
-                        let data = rk.read(src);
-                        wire.insert((r as u32, peer, seq), data);
-                    }
-                    StepKind::Recv { peer, dst } => match wire.remove(&(peer, r as u32, seq)) {
-                        None => continue,
-                        Some(data) if data.len() as u64 != dst.len => {
-                            return Err(format!("rank {r} step {id}: {} elements from {peer}", data.len()))
-                        }
-                        Some(data) => rk.write(dst, &data),
-                    },
-                    StepKind::Copy { src, dst } => {
-                        let data = rk.read(src);
-                        rk.write(dst, &data);
-                    }
-                    StepKind::Reduce { .. } => return Err("alltoall reduces".into()),
-                }
-                rk.done[id] = true;
-                progress = true;
-            }
-        }
-        if !progress {
-            break;
-        }
-    }
-    for (r, rk) in ranks.iter().enumerate() {
-        if let Some(id) = rk.done.iter().position(|d| !d) {
-            return Err(format!("deadlock: rank {r} step {id} ({}) never runs", rk.s.step(id as u32)));
-        }
-    }
-    if !wire.is_empty() {
-        return Err(format!("{} messages never received", wire.len()));
-    }
-    for (r, rk) in ranks.iter().enumerate() {
-        let a = args.for_rank(r as u32);
-        for i in 0..p {
-            let off = a.recv_displ(i).unwrap();
-            for e in 0..a.pair_count(i, r as u32) {
-                let got = rk.recv[(off + e) as usize];
-                if got != Some((i, r as u32, e)) {
-                    return Err(format!("rank {r}: recv[{}] = {got:?}, expected ({i}, {r}, {e})", off + e));
-                }
-            }
-        }
-    }
-    Ok(())
-}
+use crate::schedule::StepKind;
 
 /// A deterministic irregular p×p matrix with zeros.
 fn matrix(p: u32, seed: u64) -> Vec<u64> {
@@ -187,40 +26,19 @@ fn applicable(alg: &Algorithm, p: u32) -> bool {
     !alg.restrictions.pow2 || p.is_power_of_two()
 }
 
+/// Every row through the shared per-algorithm sweep (counts, in place, segmenting, irregular
+/// alltoallv matrices); the power-of-two rows refuse other p.
 #[test]
-fn every_row_is_correct_for_alltoall() {
-    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
-        for p in (1..=13u32).chain([16, 18, 20]) {
-            for count in [0u64, 1, 2, u64::from(p) + 1] {
-                for in_place in [false, true] {
-                    let mut args = CollArgs::new(Collective::Alltoall, 0, p, count);
-                    args.in_place = in_place;
-                    let res = run(alg, &args);
-                    if applicable(alg, p) {
-                        if let Err(e) = res {
-                            panic!("alltoall:{} p={p} count={count} in_place={in_place}: {e}", alg.name);
-                        }
-                    } else {
-                        assert!(res.is_err_and(|e| e.contains("power-of-two")), "{} p={p}", alg.name);
-                    }
-                }
+fn every_row_is_correct() {
+    for alg in ALGORITHMS {
+        crate::verify::sweep::sweep(alg, 13);
+        if alg.restrictions.pow2 {
+            let mut args = CollArgs::new(alg.coll, 0, 6, 2);
+            if alg.coll == Collective::Alltoallv {
+                args = args.with_counts(matrix(6, 1));
             }
-        }
-    }
-}
-
-#[test]
-fn every_row_is_correct_for_alltoallv() {
-    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoallv) {
-        for p in (1..=11u32).chain([12, 16, 18]).filter(|&p| applicable(alg, p)) {
-            for seed in 0..3 {
-                let args = CollArgs::new(Collective::Alltoallv, 0, p, 0).with_counts(matrix(p, seed));
-                if let Err(e) = run(alg, &args) {
-                    panic!("alltoallv:{} p={p} seed={seed}: {e}", alg.name);
-                }
-            }
-            let zeros = CollArgs::new(Collective::Alltoallv, 0, p, 0).with_counts(vec![0; (p * p) as usize]);
-            run(alg, &zeros).unwrap_or_else(|e| panic!("alltoallv:{} p={p} zeros: {e}", alg.name));
+            let e = crate::verify::check(alg, &args).expect_err(alg.name);
+            assert!(e.to_string().contains("power-of-two"), "{}: {e}", alg.name);
         }
     }
 }
@@ -231,10 +49,31 @@ fn n_barriers_parameter_is_checked() {
         for n in [1u64, 2, 3, 100] {
             let args = CollArgs::new(alg.coll, 0, 8, 3).with_param("barriers", n);
             let args = if alg.coll == Collective::Alltoallv { args.with_counts(matrix(8, n)) } else { args };
-            run(alg, &args).unwrap_or_else(|e| panic!("{}:{} n={n}: {e}", alg.coll, alg.name));
+            crate::verify::check(alg, &args).unwrap_or_else(|e| panic!("{}:{} n={n}: {e}", alg.coll, alg.name));
         }
         let bad = CollArgs::new(alg.coll, 0, 8, 3).with_param("barriers", 0);
         assert!(alg.schedule(&bad).is_err());
+    }
+}
+
+/// Alltoall(v) only moves data: no row's schedule has a Reduce step (the verifier would only
+/// notice one whose result reaches `Recv`).
+#[test]
+fn no_reduce_steps() {
+    for alg in ALGORITHMS {
+        for p in (1..=9u32).filter(|&p| applicable(alg, p)) {
+            let args = CollArgs::new(alg.coll, 0, p, 3);
+            let args = if alg.coll == Collective::Alltoallv { args.with_counts(matrix(p, 3)) } else { args };
+            for in_place in [false, alg.coll == Collective::Alltoall] {
+                let mut a = args.clone();
+                a.in_place = in_place;
+                for r in 0..p {
+                    let s = alg.schedule(&a.for_rank(r)).unwrap();
+                    let reduces = s.iter().filter(|(_, k, _)| matches!(k, StepKind::Reduce { .. })).count();
+                    assert_eq!(reduces, 0, "{}:{} p={p} rank {r} in_place={in_place}", alg.coll, alg.name);
+                }
+            }
+        }
     }
 }
 

@@ -48,7 +48,7 @@ mod tests {
 
     #[test]
     fn verifies() {
-        crate::allgather::testkit::sweep(&ALGORITHM, 20);
+        crate::verify::sweep::sweep(&ALGORITHM, 20);
     }
 
     #[test]

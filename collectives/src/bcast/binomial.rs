@@ -75,6 +75,6 @@ mod tests {
 
     #[test]
     fn verifies() {
-        crate::allgather::testkit::sweep(&ALGORITHM, 20);
+        crate::verify::sweep::sweep(&ALGORITHM, 20);
     }
 }

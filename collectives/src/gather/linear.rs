@@ -61,11 +61,11 @@ mod tests {
 
     #[test]
     fn verifies_gather() {
-        crate::allgather::testkit::sweep(&GATHER, 20);
+        crate::verify::sweep::sweep(&GATHER, 20);
     }
 
     #[test]
     fn verifies_gatherv() {
-        crate::allgather::testkit::sweep(&GATHERV, 12);
+        crate::verify::sweep::sweep(&GATHERV, 12);
     }
 }

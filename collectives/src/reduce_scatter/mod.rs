@@ -1,6 +1,8 @@
 //! Algorithms of `reduce_scatter` (irregular counts) and `reduce_scatter_block`, one file each;
 //! every algorithm gives one row per operation.
 
+#[cfg(test)]
+mod cost_tests;
 mod pairwise;
 pub(crate) mod phases;
 mod recursive_doubling;
@@ -26,7 +28,7 @@ mod tests {
     #[ignore = "slow: full verification matrix"]
     fn full_verification_matrix() {
         for alg in super::ALGORITHMS {
-            crate::reduce_scatter::phases::testkit::sweep_counts(alg, 20, false, 997);
+            crate::verify::sweep::sweep_counts(alg, 20, 997);
         }
     }
 }

@@ -46,11 +46,10 @@ fn build(a: &CollArgs) -> Result<Schedule> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reduce_scatter::phases::testkit;
 
     #[test]
     fn verifies_symbolically() {
-        testkit::sweep(&ALGORITHM, 13, false);
-        testkit::sweep(&ALGORITHM_BLOCK, 13, false);
+        crate::verify::sweep::sweep(&ALGORITHM, 13);
+        crate::verify::sweep::sweep(&ALGORITHM_BLOCK, 13);
     }
 }

@@ -692,6 +692,3 @@ pub(crate) fn binomial_bcast(b: &mut ScheduleBuilder, rank: u32, p: u32, buf: Re
     }
     union(&[&out, &deps])
 }
-
-#[cfg(test)]
-pub(crate) mod testkit;

@@ -82,11 +82,11 @@ mod tests {
 
     #[test]
     fn verifies_scan() {
-        crate::allgather::testkit::sweep(&SCAN, 20);
+        crate::verify::sweep::sweep(&SCAN, 20);
     }
 
     #[test]
     fn verifies_exscan() {
-        crate::allgather::testkit::sweep(&EXSCAN, 20);
+        crate::verify::sweep::sweep(&EXSCAN, 20);
     }
 }

@@ -63,11 +63,11 @@ mod tests {
 
     #[test]
     fn verifies_scatter() {
-        crate::allgather::testkit::sweep(&SCATTER, 20);
+        crate::verify::sweep::sweep(&SCATTER, 20);
     }
 
     #[test]
     fn verifies_scatterv() {
-        crate::allgather::testkit::sweep(&SCATTERV, 12);
+        crate::verify::sweep::sweep(&SCATTERV, 12);
     }
 }

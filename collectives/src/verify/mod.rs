@@ -24,6 +24,8 @@ mod layout;
 mod races;
 mod sets;
 #[cfg(test)]
+pub(crate) mod sweep;
+#[cfg(test)]
 mod tests;
 
 use std::collections::VecDeque;
