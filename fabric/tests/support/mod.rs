@@ -10,7 +10,8 @@
 //! `--exact <name>` and the `FABCOLL_*` environment, and waits. In a child (`FABCOLL_TEST_CHILD`
 //! set), it runs the closure with the job's [`Job`] instead. If a rank fails, the others are
 //! killed and the test fails with every rank's output; if the job outlives the timeout, all are
-//! killed and the test fails naming the ranks still running. Nothing can hang CI.
+//! killed and the test fails naming the ranks still running. Nothing can hang CI. Jobs of one
+//! test binary run one at a time.
 #![allow(dead_code)]
 
 use std::io::Read;
@@ -58,6 +59,10 @@ pub fn ranks(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], body: 
         body(Job { env, store });
         return;
     }
+    // One job at a time per test binary: several 4-process jobs on 2 cores starve each other,
+    // and the failure tests' grace periods (a few seconds) must not depend on that luck.
+    static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _serial = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let token = format!("test-{}-{}", std::process::id(), name);
     let server = TcpStoreServer::start("127.0.0.1:0", &token).expect("test store");
     let exe = std::env::current_exe().expect("test binary path");
