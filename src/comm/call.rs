@@ -123,6 +123,26 @@ impl<'b> Call<'b> {
     }
 }
 
+/// The element-wise reductions (allreduce, reduce_scatter_block, scan, exscan) share one shape:
+/// `count` elements per call, input in `send` or, when `send` is `None`, in place in `recv`.
+fn reduction<'b, S: Collectives<'b> + ?Sized, T: Element>(
+    s: &S,
+    coll: Collective,
+    count: usize,
+    send: Option<&'b [T]>,
+    recv: &'b mut [T],
+    op: &ReduceOp,
+) -> Result<S::Out> {
+    let comm = s.comm();
+    let mut c = Call::new::<T>(comm, coll, count).reduce_op(comm, op)?;
+    match send {
+        Some(send) => c.send = sbuf(send),
+        None => c = c.in_place(),
+    }
+    c.recv = rbuf(recv);
+    s.submit(c.sized()?)
+}
+
 /// The collectives, once for every way of submitting them: blocking on a [`Communicator`] or a
 /// [`WithOptions`] view (`Out = ()`), nonblocking in a [`Scope`](super::Scope) (`Out =
 /// Request`). `'b` is how long the buffers are lent.
@@ -172,18 +192,11 @@ pub trait Collectives<'b> {
     }
 
     fn allreduce<T: Element>(&self, send: &'b [T], recv: &'b mut [T], op: &ReduceOp) -> Result<Self::Out> {
-        let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Allreduce, send.len()).reduce_op(comm, op)?;
-        c.send = sbuf(send);
-        c.recv = rbuf(recv);
-        self.submit(c.sized()?)
+        reduction(self, Collective::Allreduce, send.len(), Some(send), recv, op)
     }
 
     fn allreduce_in_place<T: Element>(&self, buf: &'b mut [T], op: &ReduceOp) -> Result<Self::Out> {
-        let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Allreduce, buf.len()).reduce_op(comm, op)?.in_place();
-        c.recv = rbuf(buf);
-        self.submit(c.sized()?)
+        reduction(self, Collective::Allreduce, buf.len(), None, buf, op)
     }
 
     /// `recv` (root only, p·count) gets block i from rank i.
@@ -375,44 +388,26 @@ pub trait Collectives<'b> {
 
     /// Reduce-scatter with equal blocks: `send` has p·`recv.len()` elements.
     fn reduce_scatter_block<T: Element>(&self, send: &'b [T], recv: &'b mut [T], op: &ReduceOp) -> Result<Self::Out> {
-        let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::ReduceScatterBlock, recv.len()).reduce_op(comm, op)?;
-        c.send = sbuf(send);
-        c.recv = rbuf(recv);
-        self.submit(c.sized()?)
+        reduction(self, Collective::ReduceScatterBlock, recv.len(), Some(send), recv, op)
     }
 
     /// Inclusive prefix reduction: rank r gets x_0 ⊕ … ⊕ x_r.
     fn scan<T: Element>(&self, send: &'b [T], recv: &'b mut [T], op: &ReduceOp) -> Result<Self::Out> {
-        let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Scan, send.len()).reduce_op(comm, op)?;
-        c.send = sbuf(send);
-        c.recv = rbuf(recv);
-        self.submit(c.sized()?)
+        reduction(self, Collective::Scan, send.len(), Some(send), recv, op)
     }
 
     fn scan_in_place<T: Element>(&self, buf: &'b mut [T], op: &ReduceOp) -> Result<Self::Out> {
-        let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Scan, buf.len()).reduce_op(comm, op)?.in_place();
-        c.recv = rbuf(buf);
-        self.submit(c.sized()?)
+        reduction(self, Collective::Scan, buf.len(), None, buf, op)
     }
 
     /// [`Collectives::exscan`] with the input in `buf` (rank 0's `buf` is left as it was).
     fn exscan_in_place<T: Element>(&self, buf: &'b mut [T], op: &ReduceOp) -> Result<Self::Out> {
-        let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Exscan, buf.len()).reduce_op(comm, op)?.in_place();
-        c.recv = rbuf(buf);
-        self.submit(c.sized()?)
+        reduction(self, Collective::Exscan, buf.len(), None, buf, op)
     }
 
     /// Exclusive prefix reduction: rank r > 0 gets x_0 ⊕ … ⊕ x_{r−1}; rank 0's `recv` is untouched.
     fn exscan<T: Element>(&self, send: &'b [T], recv: &'b mut [T], op: &ReduceOp) -> Result<Self::Out> {
-        let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Exscan, send.len()).reduce_op(comm, op)?;
-        c.send = sbuf(send);
-        c.recv = rbuf(recv);
-        self.submit(c.sized()?)
+        reduction(self, Collective::Exscan, send.len(), Some(send), recv, op)
     }
 }
 

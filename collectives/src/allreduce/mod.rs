@@ -9,7 +9,11 @@ mod ring;
 mod rsag_halving_ring;
 mod rsag_pairwise_ring;
 
+use crate::args::CollArgs;
+use crate::error::Result;
+use crate::reduce_scatter::phases::{copy, even_segs, fold_halves, recv, rs_halving, send, Fold};
 use crate::registry::Algorithm;
+use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder, StepId};
 
 /// The registry rows of this operation.
 pub(crate) const ALGORITHMS: &[Algorithm] = &[
@@ -34,4 +38,40 @@ mod tests {
             crate::verify::sweep::sweep_counts(alg, 20, 997);
         }
     }
+}
+
+/// The allreduces built as "2r fold + vector-halving reduce-scatter + some allgather + unfold"
+/// (rabenseifner, rsag_halving_ring): everything but the allgather phase. `allgather(b, fold,
+/// me, segs, pos, deps)` appends the allgather of the reduced segments held in `Recv` (this new
+/// rank `me` owns segment `pos`) after `deps` and returns the steps it ends with.
+pub(crate) fn fold_halving_allreduce(
+    a: &CollArgs,
+    allgather: impl FnOnce(&mut ScheduleBuilder, &Fold, u32, &[(u64, u64)], usize, Vec<StepId>) -> Vec<StepId>,
+) -> Result<Schedule> {
+    let mut b = ScheduleBuilder::for_args(a);
+    let n = a.count;
+    if n == 0 {
+        return Ok(b.finish());
+    }
+    let acc = Region::new(Buf::Recv, 0, n);
+    let start: Vec<_> = copy(&mut b, Region::new(Buf::Send, 0, n), acc, &[]).into_iter().collect();
+    if a.size == 1 {
+        return Ok(b.finish());
+    }
+    let fold = Fold::new(a.size, false);
+    let segs = even_segs(n, fold.pof2);
+    let tmp = b.scratch(n);
+    let half = segs[fold.pof2 as usize / 2].0;
+    let deps = fold_halves(&mut b, &fold, a.rank, acc, Region::new(tmp, 0, n), half, start);
+    let partner = fold.partner(a.rank);
+    let Some(me) = fold.new_rank(a.rank) else {
+        recv(&mut b, partner.expect("removed ranks have a partner"), acc, &deps);
+        return Ok(b.finish());
+    };
+    let (deps, pos) = rs_halving(&mut b, &fold, me, &segs, Buf::Recv, tmp, deps);
+    let deps = allgather(&mut b, &fold, me, &segs, pos, deps);
+    if let Some(pr) = partner {
+        send(&mut b, pr, acc, &deps);
+    }
+    Ok(b.finish())
 }

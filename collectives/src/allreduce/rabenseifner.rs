@@ -11,9 +11,9 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::{floor_log2, Cost};
 use crate::error::Result;
-use crate::reduce_scatter::phases::{ag_doubling, copy, even_segs, fold_halves, recv, rs_halving, send, Fold};
+use crate::reduce_scatter::phases::ag_doubling;
 use crate::registry::{Algorithm, Restrictions};
-use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
+use crate::schedule::{Buf, Schedule};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Allreduce,
@@ -38,32 +38,9 @@ pub(crate) fn cost(a: &CollArgs) -> Cost {
 }
 
 fn build(a: &CollArgs) -> Result<Schedule> {
-    let mut b = ScheduleBuilder::for_args(a);
-    let n = a.count;
-    if n == 0 {
-        return Ok(b.finish());
-    }
-    let acc = Region::new(Buf::Recv, 0, n);
-    let start: Vec<_> = copy(&mut b, Region::new(Buf::Send, 0, n), acc, &[]).into_iter().collect();
-    if a.size == 1 {
-        return Ok(b.finish());
-    }
-    let fold = Fold::new(a.size, false);
-    let segs = even_segs(n, fold.pof2);
-    let tmp = b.scratch(n);
-    let half = segs[fold.pof2 as usize / 2].0;
-    let deps = fold_halves(&mut b, &fold, a.rank, acc, Region::new(tmp, 0, n), half, start);
-    let partner = fold.partner(a.rank);
-    let Some(me) = fold.new_rank(a.rank) else {
-        recv(&mut b, partner.expect("removed ranks have a partner"), acc, &deps);
-        return Ok(b.finish());
-    };
-    let (deps, pos) = rs_halving(&mut b, &fold, me, &segs, Buf::Recv, tmp, deps);
-    let deps = ag_doubling(&mut b, &fold, me, &segs, Buf::Recv, pos, None, deps);
-    if let Some(pr) = partner {
-        send(&mut b, pr, acc, &deps);
-    }
-    Ok(b.finish())
+    super::fold_halving_allreduce(a, |b, fold, me, segs, pos, deps| {
+        ag_doubling(b, fold, me, segs, Buf::Recv, pos, None, deps)
+    })
 }
 
 #[cfg(test)]

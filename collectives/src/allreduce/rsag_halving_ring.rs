@@ -12,11 +12,9 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::{floor_log2, Cost};
 use crate::error::Result;
-use crate::reduce_scatter::phases::{
-    ag_ring, bitrev, copy, even_segs, fold_halves, recv, rs_halving, send, Fold, SegDeps,
-};
+use crate::reduce_scatter::phases::{ag_ring, bitrev, SegDeps};
 use crate::registry::{Algorithm, Restrictions};
-use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
+use crate::schedule::{Buf, Schedule};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Allreduce,
@@ -41,35 +39,13 @@ fn cost(a: &CollArgs) -> Cost {
 }
 
 fn build(a: &CollArgs) -> Result<Schedule> {
-    let mut b = ScheduleBuilder::for_args(a);
-    let n = a.count;
-    if n == 0 {
-        return Ok(b.finish());
-    }
-    let acc = Region::new(Buf::Recv, 0, n);
-    let start: Vec<_> = copy(&mut b, Region::new(Buf::Send, 0, n), acc, &[]).into_iter().collect();
-    if a.size == 1 {
-        return Ok(b.finish());
-    }
-    let fold = Fold::new(a.size, false);
-    let segs = even_segs(n, fold.pof2);
-    let tmp = b.scratch(n);
-    let half = segs[fold.pof2 as usize / 2].0;
-    let deps = fold_halves(&mut b, &fold, a.rank, acc, Region::new(tmp, 0, n), half, start);
-    let partner = fold.partner(a.rank);
-    let Some(me) = fold.new_rank(a.rank) else {
-        recv(&mut b, partner.expect("removed ranks have a partner"), acc, &deps);
-        return Ok(b.finish());
-    };
-    let (deps, _) = rs_halving(&mut b, &fold, me, &segs, Buf::Recv, tmp, deps);
-    let ring: Vec<u32> = (0..fold.pof2).map(|q| fold.real(q)).collect();
-    let bits = fold.pof2.trailing_zeros();
-    let mut sd = SegDeps::new(fold.pof2 as usize, &deps);
-    ag_ring(&mut b, &ring, me as usize, |q| bitrev(q as u32, bits) as usize, &segs, Buf::Recv, &mut sd);
-    if let Some(pr) = partner {
-        send(&mut b, pr, acc, &sd.all());
-    }
-    Ok(b.finish())
+    super::fold_halving_allreduce(a, |b, fold, me, segs, _, deps| {
+        let ring: Vec<u32> = (0..fold.pof2).map(|q| fold.real(q)).collect();
+        let bits = fold.pof2.trailing_zeros();
+        let mut sd = SegDeps::new(fold.pof2 as usize, &deps);
+        ag_ring(b, &ring, me as usize, |q| bitrev(q as u32, bits) as usize, segs, Buf::Recv, &mut sd);
+        sd.all()
+    })
 }
 
 #[cfg(test)]
