@@ -656,11 +656,11 @@ impl Engine {
     fn time_out(&mut self, key: OpKey) {
         if let Some(op) = self.ops.get_mut(&key) {
             let e = match &op.lost {
-                Some((_, cause)) => Error::PeerLost {
+                Some((lost, cause)) => Error::PeerLost {
                     coll: op.coll,
                     seq: key.seq,
                     rank: op.rank,
-                    peers: op.suspects(),
+                    peers: op.lost_peers(*lost),
                     cause: cause.clone(),
                 },
                 None => Error::Timeout {

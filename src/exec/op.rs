@@ -526,6 +526,18 @@ impl Op {
         }
     }
 
+    /// The ranks to blame after a write to `lost` failed. A failed write is positive evidence,
+    /// so `lost` alone is named, unless `lost` sent an abort notice itself: then it is alive
+    /// (it only gave up and dropped its memory) and the silent ranks are named as on timeout.
+    /// Ranks that are merely slow to send their notice are never blamed beside a dead one.
+    pub fn lost_peers(&self, lost: u32) -> Vec<u32> {
+        if self.notices.contains_key(&lost) {
+            self.suspects()
+        } else {
+            vec![lost]
+        }
+    }
+
     /// The communicator rank of endpoint rank `ep`.
     pub fn comm_rank(&self, ep: usize) -> Option<u32> {
         self.members.iter().position(|&m| m as usize == ep).map(|r| r as u32)
