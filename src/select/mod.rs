@@ -2,6 +2,8 @@
 //! cutoffs) parsed and validated at first use, the `FABCOLL_ALGO` override from the environment,
 //! and per-call forcing by name. Only registered algorithms whose restrictions hold are chosen.
 
+pub mod file;
+
 use std::sync::OnceLock;
 
 use fabcoll_collectives::registry::{self, Algorithm};

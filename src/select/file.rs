@@ -1,0 +1,100 @@
+//! Decision files: the versioned JSON format of selection rules (issue 5 §2). This module holds
+//! the data types — the contract between the loader/validator (`select`), the autotuner
+//! (`fabcoll tune`, which writes files) and the embedded default (the papers' cutoffs).
+//!
+//! ```json
+//! {
+//!   "format": "fabcoll-decisions",
+//!   "version": 1,
+//!   "provenance": { "tool": "fabcoll tune", "machine": "...", "fabric": "shm", "ranks": [2, 4],
+//!                   "created": "2026-11-22T14:00:00Z", "notes": "..." },
+//!   "rules": [
+//!     { "op": "allreduce", "p": [2, 4], "bytes": [0, 2048], "commutative": true,
+//!       "algorithm": "recursive_doubling", "params": {}, "fallbacks": ["ring"] }
+//!   ]
+//! }
+//! ```
+//!
+//! Semantics: rules of an operation are tried in file order; the first rule whose conditions all
+//! hold and whose algorithm (or, failing that, one of its fallbacks, in order) is registered and
+//! eligible for the call wins. Ranges are inclusive `[min, max]`; an absent condition always
+//! holds. `bytes` is the per-block message size in bytes as the OSU benchmarks count it
+//! (allreduce/reduce/bcast/scan: the whole per-rank buffer; allgather/gather: one rank's
+//! contribution; alltoall/scatter: one peer's block; v-variants: the average block), `total`
+//! the bytes of the whole result. Every operation must end with a rule without conditions (the
+//! fallback), so every call gets an answer.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The value of `format`.
+pub const FORMAT_NAME: &str = "fabcoll-decisions";
+/// The version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A whole decision file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionFile {
+    /// Always [`FORMAT_NAME`].
+    pub format: String,
+    /// [`FORMAT_VERSION`] for files this build writes.
+    pub version: u32,
+    /// Where the rules came from (tuner runs record machine, fabric and p).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+    pub rules: Vec<RuleSpec>,
+}
+
+/// Where a file came from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// What wrote it: "embedded defaults (thakur 2005 §4, §5.4)", "fabcoll tune", ….
+    pub tool: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub machine: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fabric: String,
+    /// Communicator sizes measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<u32>,
+    /// RFC 3339 time of writing.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub created: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub notes: String,
+}
+
+/// One rule: conditions → algorithm + parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSpec {
+    /// Operation name as `Collective::from_name` reads it ("allreduce", "alltoallv", …).
+    pub op: String,
+    /// Inclusive range of communicator sizes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p: Option<[u64; 2]>,
+    /// Inclusive range of the per-block message size in bytes (see the module doc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<[u64; 2]>,
+    /// Inclusive range of the whole result's size in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<[u64; 2]>,
+    /// Holds only for commutative (`true`) or non-commutative (`false`) reductions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commutative: Option<bool>,
+    /// Holds only when p is (`true`) or is not (`false`) a power of two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pow2: Option<bool>,
+    /// Registered algorithm name (`fabcoll info`).
+    pub algorithm: String,
+    /// The algorithm's parameters (`segment`, `barriers`, …), as `Params` takes them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, u64>,
+    /// Tried in order when `algorithm`'s restrictions do not hold for a call (they run with
+    /// their default parameters).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<String>,
+}
