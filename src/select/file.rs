@@ -90,11 +90,35 @@ pub struct RuleSpec {
     pub pow2: Option<bool>,
     /// Registered algorithm name (`fabcoll info`).
     pub algorithm: String,
-    /// The algorithm's parameters (`segment`, `barriers`, …), as `Params` takes them.
+    /// The algorithm's parameters (`segment`, `barriers`, …). `segment` is in BYTES here (the
+    /// selection converts it to elements of the call's datatype, at least 1); the others are as
+    /// `Params` takes them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub params: BTreeMap<String, u64>,
     /// Tried in order when `algorithm`'s restrictions do not hold for a call (they run with
     /// their default parameters).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fallbacks: Vec<String>,
+}
+
+/// One measured point of the autotuner (`fabcoll tune`), one JSON object per line in its log
+/// (JSON Lines). The log makes a tuning run resumable and feeds the model-versus-measurement
+/// comparison (`fabcoll model --compare`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    pub op: String,
+    pub p: u32,
+    /// `shm`, `ofi:tcp`, … (as `FABCOLL_FABRIC` names it).
+    pub fabric: String,
+    pub algorithm: String,
+    /// As in [`RuleSpec::params`] (`segment` in bytes).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, u64>,
+    /// Per-block message size in bytes (see the module doc).
+    pub bytes: u64,
+    /// Median over the kept repetitions of the per-repetition average latency, µs (max over ranks).
+    pub median_us: f64,
+    /// Every repetition's average latency, µs, including rejected outliers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples_us: Vec<f64>,
 }
