@@ -203,6 +203,20 @@ fn embedded_defaults_round_trip_through_a_file() {
     std::fs::remove_file(&path).unwrap();
 }
 
+#[test]
+fn readme_example_validates() {
+    let readme = include_str!("../README.md");
+    let section = &readme[readme.find("## Decision files").expect("README section")..];
+    let start = section.find("```json\n").expect("json example") + "```json\n".len();
+    let example = &section[start..start + section[start..].find("```").unwrap()];
+    let d = Decisions::from_json(example).unwrap();
+    let mut args = call(Collective::Allreduce, 4, 1 << 20, 4, true);
+    assert_eq!(d.choose_for(&args).unwrap().0.name, "ring");
+    assert_eq!(d.choose_for(&args).unwrap().1.get(SEGMENT), Some(65536 / 4));
+    args.commutative = false;
+    assert_eq!(d.choose_for(&args).unwrap().0.name, "rabenseifner");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fuzzing: never a panic.
 
