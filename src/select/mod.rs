@@ -1,4 +1,4 @@
-//! Algorithm choice: decision files (the versioned JSON format of [`file`], validated and compiled
+//! Algorithm choice: decision files (the versioned JSON format of [`file`](mod@file), validated and compiled
 //! into [`Decisions`]), the embedded default (`defaults.json`: thakur-rabenseifner-gropp 2005 §4
 //! and §5.4 cutoffs), a file named by `FABCOLL_TUNING_FILE` that replaces the default for the
 //! operations it covers, and the `FABCOLL_ALGO` override. Per-call options and `FABCOLL_ALGO` win
@@ -17,7 +17,7 @@ pub use decisions::{Decisions, SUPPORTED_VERSIONS};
 
 use crate::error::{Error, Result};
 
-/// What the rules look at (see the [`file`] module doc).
+/// What the rules look at (see the [`file`](mod@file) module doc).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Features {
     /// Bytes of one block (average block for v-variants).
