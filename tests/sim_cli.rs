@@ -49,6 +49,36 @@ fn bandwidth_only_machine_picks_halving_doubling() {
     );
 }
 
+/// The T3E reproduction of docs/maps (thakur §5.4): recursive doubling for short vectors,
+/// halving-doubling at 33 processes below 32 KB, binary blocks at 96 = 2⁶ + 2⁵ (δ_expo,max = 1),
+/// ring at a small non-power-of-two p for long vectors.
+#[test]
+fn t3e_map_reproduces_thakur_section_5_4() {
+    let (ok, out, err) = sim(&[
+        "--map",
+        "--table",
+        "--commutative",
+        "--machine",
+        "t3e",
+        "--algos",
+        "recursive_doubling,reduce_bcast,rabenseifner,binary_blocks,ring",
+        "--ps",
+        "7,33,96",
+        "--sizes",
+        "8..=128K",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        rows(&out),
+        [
+            "p=7: 8..1K recursive_doubling, 2K rabenseifner, 4K..128K ring",
+            "p=33: 8..512 recursive_doubling, 1K..16K rabenseifner, 32K..64K binary_blocks, 128K ring",
+            "p=96: 8..512 recursive_doubling, 1K..128K binary_blocks",
+        ],
+        "{out}"
+    );
+}
+
 #[test]
 fn csv_lists_every_eligible_algorithm() {
     let (ok, out, err) =

@@ -1,6 +1,7 @@
 //! `fabcoll`: the command-line tool. `fabcoll bench` is an OSU-style latency/bandwidth sweep of any
 //! collective, algorithm and fabric (run it under fabrun, or in-process with `--fabric local -n N`);
-//! `fabcoll info` lists the backends' capabilities and every registered algorithm.
+//! `fabcoll info` lists the backends' capabilities and every registered algorithm; `fabcoll sim`
+//! replays every algorithm on a modelled machine and `--map` draws the fastest per (p, size).
 
 #[path = "fabcoll/bench.rs"]
 mod bench;
