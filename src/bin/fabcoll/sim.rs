@@ -156,8 +156,11 @@ fn parse_list(
         let mut v = lo;
         while v <= hi {
             out.push(v);
+            if out.len() > 100_000 {
+                return Err(format!("{s:?} lists more than 100000 values"));
+            }
             let n = step.map_or_else(|| next(v), |st| v.saturating_add(st));
-            if n <= v || out.len() > 100_000 {
+            if n <= v {
                 break;
             }
             v = n;
@@ -353,6 +356,7 @@ mod tests {
         assert!(parse_ps("5..=2").is_err());
         assert!(parse_sizes("8..=x").is_err());
         assert!(parse_ps("3:2").is_err());
+        assert!(parse_ps("1..=200000").unwrap_err().contains("more than"));
     }
 
     /// The symmetric shortcut of [`simulate`] (symmetry checked on sample ranks only) gives the
