@@ -6,6 +6,7 @@
 //! parent), which separates their messages in control tags and eager immediates; one engine
 //! progresses the collectives of all of them.
 
+mod cache;
 mod call;
 mod pinned;
 mod request;
@@ -23,9 +24,11 @@ pub use call::{Call, Collectives, WithOptions};
 pub use pinned::{Pinned, Registered};
 pub use request::{Request, Scope};
 
+use cache::PlanCache;
+
 use crate::error::{Error, Result};
 use crate::exec::op::{Check, OpSpec};
-use crate::exec::{Engine, ExecConfig, OpKey, Stats};
+use crate::exec::{Engine, ExecConfig, OpKey, Stats, Waiter};
 use crate::select::{self, Features, Table};
 
 /// Per-call options: force an algorithm by name and set its parameters (see the registry's
@@ -55,6 +58,8 @@ pub struct Communicator {
     size: u32,
     members: Arc<[u32]>,
     check: bool,
+    /// Built schedules of recent calls.
+    plans: Mutex<PlanCache>,
     _server: Option<Arc<TcpStoreServer>>,
 }
 
@@ -120,6 +125,7 @@ impl Communicator {
             size,
             members,
             check: env_check(),
+            plans: Mutex::default(),
             _server: None,
         })
     }
@@ -129,8 +135,9 @@ impl Communicator {
     /// `ofi:tcp`, …; default shm when every rank is on this node, else `ofi:tcp`), exchanges
     /// addresses and sets up the eager rings.
     pub fn from_env() -> Result<Communicator> {
-        let cfg = ExecConfig::from_env()?;
+        let mut cfg = ExecConfig::from_env()?;
         let env = JobEnv::from_env()?;
+        cfg.local_ranks = cfg.local_ranks.or(env.local_size.map(|n| n as usize));
         let (store, server) = env.open_store(cfg.timeout)?;
         let backend: Backend = match std::env::var("FABCOLL_FABRIC") {
             Ok(s) => s.parse()?,
@@ -201,8 +208,8 @@ impl Communicator {
                 Table::defaults().choose(&args, &f)?
             }
         };
-        let sched = alg.schedule(&args)?;
-        let spec = OpSpec { coll, alg: alg.name, sched, dtype: call.dtype, rop: call.op.clone() };
+        let plan = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(alg, &args)?;
+        let spec = OpSpec { coll, alg: alg.name, plan, dtype: call.dtype, rop: call.op.clone() };
         Ok((spec, args))
     }
 
@@ -231,10 +238,10 @@ impl Communicator {
     /// Waits for `key`, releasing the engine between rounds so that other threads using
     /// communicators on the same endpoint (dup/split) can start and progress theirs.
     fn wait_key(&self, key: OpKey) -> Result<()> {
-        let mut spins = 0;
+        let mut w = Waiter::default();
         loop {
             let mut eng = self.lock();
-            if eng.wait_step(key, &mut spins) {
+            if eng.wait_step(key, &mut w) {
                 return eng.take(key);
             }
         }
@@ -294,6 +301,7 @@ impl Communicator {
             size: members.len() as u32,
             members,
             check: self.check,
+            plans: Mutex::default(),
             _server: self._server.clone(),
         })
     }

@@ -1,12 +1,12 @@
 //! Resources of one endpoint shared by all collectives in flight: the endpoint, eager rings,
 //! write and grant bookkeeping, the control-message queue, counters, MR cache and scratch pool.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use fabcoll_fabric::{Access, Caps, Completion, Endpoint, Mr, RemoteRange};
 
 use super::eager::Eager;
+use super::fasthash::FastMap;
 use super::mrcache::MrCache;
 use super::proto::{self, ImmLayout, Kind};
 use super::{ExecConfig, OpKey, Stats};
@@ -19,9 +19,9 @@ pub(crate) struct Core {
     pub layout: ImmLayout,
     pub cfg: ExecConfig,
     pub eager: Eager,
-    pub writes: HashMap<u64, (OpKey, u32)>,
+    pub writes: FastMap<u64, (OpKey, u32)>,
     pub next_write: u64,
-    pub grants_in: HashMap<(usize, u64), (OpKey, u32)>,
+    pub grants_in: FastMap<(usize, u64), (OpKey, u32)>,
     pub next_gid: Vec<u64>,
     pub backlog: Vec<Completion>,
     pub ctrl_out: Vec<(usize, u64, Vec<u8>)>,

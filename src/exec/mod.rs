@@ -10,14 +10,16 @@
 mod config;
 mod core;
 pub(crate) mod eager;
+pub(crate) mod fasthash;
 pub(crate) mod mrcache;
 pub(crate) mod op;
+pub(crate) mod plan;
 pub(crate) mod proto;
 
 pub use config::{ExecConfig, Stats};
 pub(crate) use core::Core;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +27,7 @@ use fabcoll_fabric::{Access, Completion, Endpoint, Mr};
 
 use crate::error::{Error, Result};
 use eager::Eager;
+use fasthash::FastMap;
 use mrcache::MrCache;
 use op::{Bound, Op, OpSpec};
 use proto::{GrantEntry, Imm, ImmLayout, Kind, Setup};
@@ -39,7 +42,7 @@ pub(crate) struct OpKey {
 /// A communicator's view inside the engine.
 pub(crate) struct CtxState {
     /// Endpoint rank → communicator rank.
-    ep_to_comm: HashMap<usize, u32>,
+    ep_to_comm: FastMap<usize, u32>,
     pub next_seq: u64,
     outstanding: BTreeSet<u64>,
     pub broken: Option<String>,
@@ -59,16 +62,29 @@ enum EarlyWhat {
     Ctrl { kind: Kind, data: Vec<u8> },
 }
 
+/// Polls without yielding before an oversubscribed waiter starts to yield between polls (a
+/// message that is already on its way arrives within a few polls).
+const YIELD_AFTER: u32 = 8;
+
+/// The state of one wait (see [`Engine::wait_step`]): when it began and how many rounds it polled.
+#[derive(Debug, Default)]
+pub(crate) struct Waiter {
+    since: Option<Instant>,
+    rounds: u32,
+}
+
 /// Per-endpoint executor state.
 pub(crate) struct Engine {
     pub core: Core,
-    ops: HashMap<OpKey, Op>,
-    ctxs: HashMap<u32, CtxState>,
+    ops: FastMap<OpKey, Op>,
+    ctxs: FastMap<u32, CtxState>,
     early: Vec<Early>,
     pub next_ctx: u32,
     comp: Vec<Completion>,
     /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
     pinned: Vec<Mr>,
+    /// This node's ranks outnumber its cores: waiters yield between polls.
+    yield_idle: bool,
 }
 
 /// An abort notice's payload: the awaited ranks, as many as fit one control message.
@@ -94,6 +110,10 @@ impl Engine {
             Eager::new(&mut *ep, 0, 0)?
         };
         let p = ep.size();
+        let yield_idle = cfg.yield_when_idle.unwrap_or_else(|| {
+            let local = cfg.local_ranks.unwrap_or(if matches!(caps.backend, "shm" | "local") { p } else { 1 });
+            local > std::thread::available_parallelism().map_or(1, |n| n.get())
+        });
         let mrs = MrCache::new(cfg.mr_cache > 0 && mrcache::cache_safe(&caps), cfg.mr_cache);
         let core = Core {
             ep,
@@ -101,9 +121,9 @@ impl Engine {
             layout,
             cfg,
             eager,
-            writes: HashMap::new(),
+            writes: FastMap::default(),
             next_write: 0,
-            grants_in: HashMap::new(),
+            grants_in: FastMap::default(),
             next_gid: vec![0; p],
             backlog: Vec::new(),
             ctrl_out: Vec::new(),
@@ -113,12 +133,13 @@ impl Engine {
         };
         let mut e = Engine {
             core,
-            ops: HashMap::new(),
-            ctxs: HashMap::new(),
+            ops: FastMap::default(),
+            ctxs: FastMap::default(),
             early: Vec::new(),
             next_ctx: 1,
             comp: Vec::new(),
             pinned: Vec::new(),
+            yield_idle,
         };
         for (q, s) in setups {
             e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0), s.to_bytes());
@@ -203,9 +224,9 @@ impl Engine {
         }
         st.next_seq += 1;
         st.outstanding.insert(key.seq);
-        let mut scratch = Vec::with_capacity(spec.sched.scratch.len());
+        let mut scratch = Vec::with_capacity(spec.plan.sched.scratch.len());
         let elem = spec.dtype.size();
-        for &len in &spec.sched.scratch {
+        for &len in &spec.plan.sched.scratch {
             let bytes = len as usize * elem;
             if bytes == 0 {
                 scratch.push(Bound::empty());
@@ -582,28 +603,42 @@ impl Engine {
         }
     }
 
-    /// One round of waiting for `key`: progress (blocking briefly after a few rounds), deadline
-    /// and grace handling (on expiry the error names the ranks still missing). Returns whether
-    /// the op has finished. Callers that share the engine with other threads release it between
-    /// rounds.
-    pub fn wait_step(&mut self, key: OpKey, spins: &mut u32) -> bool {
-        if self.is_finished(key) {
+    /// One round of waiting for `key`: progress, deadline and grace handling (on expiry the error
+    /// names the ranks still missing). Returns whether the op has finished. Callers that share the
+    /// engine with other threads release it between rounds.
+    ///
+    /// Polling: for `ExecConfig::spin` after the wait began the endpoint is polled without
+    /// blocking — yielding the core between polls when this node's ranks outnumber its cores —
+    /// then each round blocks up to 1 ms on the fabric's doorbell (a peer's write wakes it).
+    pub fn wait_step(&mut self, key: OpKey, w: &mut Waiter) -> bool {
+        let Some(op) = self.ops.get(&key) else { return true };
+        if op.finished() {
             return true;
         }
+        let (t0, in_grace) = (op.t0, op.grace_until.is_some());
+        let now = Instant::now();
+        let since = *w.since.get_or_insert(now);
+        w.rounds = w.rounds.wrapping_add(1);
         let timeout = self.core.cfg.timeout;
-        let deadline = self.ops.get(&key).map(|o| o.t0).unwrap_or_else(Instant::now) + timeout;
+        let deadline = t0 + timeout;
         let grace = (timeout / 2).min(Duration::from_secs(2));
-        if Instant::now() >= deadline + grace + Duration::from_millis(100) {
+        if now >= deadline + grace + Duration::from_millis(100) {
             self.time_out(key);
             return true;
         }
-        let block = if *spins < 64 { None } else { Some(Duration::from_millis(1)) };
-        *spins += 1;
+        let block = if now.duration_since(since) < self.core.cfg.spin {
+            if self.yield_idle && w.rounds > YIELD_AFTER {
+                std::thread::yield_now();
+            }
+            None
+        } else {
+            Some(Duration::from_millis(1))
+        };
         if let Err(e) = self.progress(block) {
             // Ends the op, possibly after the grace period of a lost peer.
             self.fail(key, e);
         }
-        if Instant::now() >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
+        if in_grace || now >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
             self.check_deadline(key);
         }
         self.is_finished(key)
