@@ -56,13 +56,14 @@ impl Core {
         imm: Option<u64>,
         wid: u64,
     ) -> Result<()> {
-        let deadline = Instant::now() + self.cfg.timeout;
+        let mut deadline = None;
         loop {
             match self.ep.write(peer, mr.slice(off, len)?, dst, imm, wid) {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_busy() => {
                     self.ep.poll(&mut self.backlog)?;
-                    if Instant::now() > deadline {
+                    let now = Instant::now();
+                    if now > *deadline.get_or_insert(now + self.cfg.timeout) {
                         return Err(Error::Fabric(fabcoll_fabric::Error::Peer {
                             peer,
                             msg: format!("write queue stayed full for {:?}", self.cfg.timeout),
@@ -84,7 +85,10 @@ impl Core {
     }
 
     pub fn flush_ctrl(&mut self) -> Result<()> {
-        let deadline = Instant::now() + self.cfg.timeout;
+        if self.ctrl_out.is_empty() {
+            return Ok(());
+        }
+        let mut deadline = None;
         let mut i = 0;
         while i < self.ctrl_out.len() {
             let (peer, tag, ref data) = self.ctrl_out[i];
@@ -92,7 +96,8 @@ impl Core {
                 Ok(()) => i += 1,
                 Err(e) if e.is_busy() => {
                     self.ep.poll(&mut self.backlog)?;
-                    if Instant::now() > deadline {
+                    let now = Instant::now();
+                    if now > *deadline.get_or_insert(now + self.cfg.timeout) {
                         return Err(Error::Fabric(fabcoll_fabric::Error::Peer {
                             peer,
                             msg: format!("control queue stayed full for {:?}", self.cfg.timeout),

@@ -9,7 +9,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct FastHasher(u64);
 
-const K: u64 = 0x51_7cc1_b727_220a_95;
+const K: u64 = 0x517c_c1b7_2722_0a95;
 
 impl FastHasher {
     #[inline]

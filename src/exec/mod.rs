@@ -62,9 +62,15 @@ enum EarlyWhat {
     Ctrl { kind: Kind, data: Vec<u8> },
 }
 
-/// Polls without yielding before an oversubscribed waiter starts to yield between polls (a
-/// message that is already on its way arrives within a few polls).
-const YIELD_AFTER: u32 = 8;
+/// Polls without yielding before a waiter starts to yield the core between polls (a message
+/// already on its way arrives within a few polls): few when this node's ranks outnumber its cores,
+/// more otherwise (a yield with nobody else runnable returns at once, and with other processes
+/// runnable it lets them — perhaps the peer we wait for — run instead of burning our time slice).
+const YIELD_AFTER_OVERSUBSCRIBED: u32 = 8;
+const YIELD_AFTER: u32 = 256;
+
+/// Spinning rounds read the clock (spin budget, deadline) only this often.
+const CLOCK_EVERY: u32 = 16;
 
 /// The state of one wait (see [`Engine::wait_step`]): when it began and how many rounds it polled.
 #[derive(Debug, Default)]
@@ -83,8 +89,8 @@ pub(crate) struct Engine {
     comp: Vec<Completion>,
     /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
     pinned: Vec<Mr>,
-    /// This node's ranks outnumber its cores: waiters yield between polls.
-    yield_idle: bool,
+    /// Spinning rounds before a waiter yields between polls (fewer when oversubscribed).
+    yield_after: u32,
 }
 
 /// An abort notice's payload: the awaited ranks, as many as fit one control message.
@@ -139,7 +145,7 @@ impl Engine {
             next_ctx: 1,
             comp: Vec::new(),
             pinned: Vec::new(),
-            yield_idle,
+            yield_after: if yield_idle { YIELD_AFTER_OVERSUBSCRIBED } else { YIELD_AFTER },
         };
         for (q, s) in setups {
             e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0), s.to_bytes());
@@ -522,6 +528,11 @@ impl Engine {
                 self.core.ep.poll(&mut comp)?;
             }
         }
+        if comp.is_empty() && self.core.ctrl_out.is_empty() {
+            // Nothing happened: no op changed, nothing to flush.
+            self.comp = comp;
+            return Ok(());
+        }
         let mut r = Ok(());
         for c in comp.drain(..) {
             if let Err(e) = self.dispatch(c) {
@@ -616,6 +627,18 @@ impl Engine {
             return true;
         }
         let (t0, in_grace) = (op.t0, op.grace_until.is_some());
+        if w.since.is_some() && w.rounds % CLOCK_EVERY != 0 && !in_grace {
+            // Fast round: poll without reading the clock (deadline and spin budget are checked
+            // every CLOCK_EVERY rounds).
+            w.rounds = w.rounds.wrapping_add(1);
+            if w.rounds > self.yield_after {
+                std::thread::yield_now();
+            }
+            if let Err(e) = self.progress(None) {
+                self.fail(key, e);
+            }
+            return self.is_finished(key);
+        }
         let now = Instant::now();
         let since = *w.since.get_or_insert(now);
         w.rounds = w.rounds.wrapping_add(1);
@@ -627,7 +650,7 @@ impl Engine {
             return true;
         }
         let block = if now.duration_since(since) < self.core.cfg.spin {
-            if self.yield_idle && w.rounds > YIELD_AFTER {
+            if w.rounds > self.yield_after {
                 std::thread::yield_now();
             }
             None
