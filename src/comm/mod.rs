@@ -216,8 +216,11 @@ impl Communicator {
     /// Starts a call; the buffers behind `call` must stay lent until the op is waited for.
     fn start(&self, call: Call<'_>, opts: &Options) -> Result<OpKey> {
         let (spec, args) = self.plan(&call, opts)?;
+        let mut eng = self.lock();
         let check = self.check.then(|| {
-            let mine = call.signature(&args, spec.alg).into_bytes();
+            // The executor settings every rank must share (they decide eager vs zero-copy per
+            // message on both sides) are part of the signature.
+            let mine = format!("{} {}", call.signature(&args, spec.alg), eng.protocol_signature()).into_bytes();
             Check {
                 mine,
                 got: vec![None; self.size as usize],
@@ -225,7 +228,6 @@ impl Communicator {
                 describe: |b| String::from_utf8_lossy(b).into_owned(),
             }
         });
-        let mut eng = self.lock();
         // SAFETY: the buffers are lent to this call by `Call`'s lifetime: blocking calls wait
         // before returning, nonblocking ones live in a `Scope` that waits for them before the
         // borrows end. Send is only read (LOCAL), Recv may be written by peers (REMOTE_WRITE).
@@ -343,5 +345,69 @@ impl Drop for Communicator {
         if self.ctx != 0 {
             self.lock().remove_ctx(self.ctx);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `p` local communicators whose ranks use different executor settings.
+    fn local_mixed(cfgs: Vec<ExecConfig>) -> Vec<Communicator> {
+        let p = cfgs.len();
+        let fabric = LocalFabric::new(p).unwrap();
+        let mut eps: Vec<Box<dyn Endpoint>> = Vec::new();
+        for r in 0..p {
+            eps.push(Box::new(fabric.endpoint(r, fabcoll_fabric::WaitPolicy::oversubscribed()).unwrap()));
+        }
+        let blobs = eps.iter().map(|e| e.address()).collect::<fabcoll_fabric::Result<Vec<_>>>().unwrap();
+        let comms: Vec<Communicator> = eps
+            .into_iter()
+            .zip(cfgs)
+            .map(|(mut ep, cfg)| {
+                ep.insert_peers(&blobs).unwrap();
+                Communicator::new(ep, cfg).unwrap()
+            })
+            .collect();
+        for c in &comms {
+            c.lock().await_setups().unwrap();
+        }
+        comms
+    }
+
+    #[test]
+    fn checked_mode_refuses_different_eager_thresholds() {
+        let base = ExecConfig { timeout: Duration::from_secs(10), ..ExecConfig::default() };
+        let small = ExecConfig { eager_threshold: 1024, ..base.clone() };
+        let mut comms = local_mixed(vec![base, small]);
+        comms.iter_mut().for_each(|c| c.set_checked(true));
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .map(|c| {
+                    s.spawn(move || {
+                        let send = vec![1.0f32; 1024];
+                        let mut recv = vec![0.0f32; 1024];
+                        c.allreduce(&send, &mut recv, &ReduceOp::Sum).unwrap_err().to_string()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for e in &errs {
+            assert!(e.contains("eager<=1024") && e.contains("eager<=16384"), "{e}");
+        }
+        // Equal settings pass the check.
+        let mut same = local_mixed(vec![ExecConfig::default(), ExecConfig::default()]);
+        same.iter_mut().for_each(|c| c.set_checked(true));
+        std::thread::scope(|s| {
+            for c in &same {
+                s.spawn(move || {
+                    let mut buf = [c.rank() as f32 + 1.0; 4];
+                    c.allreduce_in_place(&mut buf, &ReduceOp::Sum).unwrap();
+                    assert_eq!(buf, [3.0; 4]);
+                });
+            }
+        });
     }
 }

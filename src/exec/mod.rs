@@ -161,6 +161,13 @@ impl Engine {
         s
     }
 
+    /// The settings that all ranks must share, as checked mode compares them: the effective
+    /// eager threshold (a message goes eager on the sender exactly when the receiver expects it
+    /// to) and the immediate width.
+    pub fn protocol_signature(&self) -> String {
+        format!("[eager<={} imm {} bits]", self.core.cfg.eager_threshold, self.core.layout.bits)
+    }
+
     /// Registers a communicator context (members = endpoint rank of each communicator rank).
     pub fn add_ctx(&mut self, ctx: u32, members: &[u32]) -> Result<()> {
         if ctx > proto::MAX_CTX {
