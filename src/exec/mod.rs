@@ -634,7 +634,7 @@ impl Engine {
             return true;
         }
         let (t0, in_grace) = (op.t0, op.grace_until.is_some());
-        if w.since.is_some() && w.rounds % CLOCK_EVERY != 0 && !in_grace {
+        if w.since.is_some() && !w.rounds.is_multiple_of(CLOCK_EVERY) && !in_grace {
             // Fast round: poll without reading the clock (deadline and spin budget are checked
             // every CLOCK_EVERY rounds).
             w.rounds = w.rounds.wrapping_add(1);
