@@ -24,10 +24,8 @@ impl PlanCache {
     /// The plan of `alg` for `args`, built on a miss.
     pub fn get(&mut self, alg: &'static Algorithm, args: &CollArgs) -> Result<Arc<Plan>> {
         if let Some(i) = self.entries.iter().position(|(n, a, _)| std::ptr::eq(*n, alg.name) && a == args) {
-            let e = self.entries.remove(i);
-            let plan = e.2.clone();
-            self.entries.insert(0, e);
-            return Ok(plan);
+            self.entries[..=i].rotate_right(1);
+            return Ok(self.entries[0].2.clone());
         }
         let plan = Arc::new(Plan::new(alg.schedule(args)?));
         if self.entries.len() >= CAPACITY {

@@ -82,7 +82,8 @@ pub(crate) struct Waiter {
 /// Per-endpoint executor state.
 pub(crate) struct Engine {
     pub core: Core,
-    ops: FastMap<OpKey, Op>,
+    /// Boxed: an op is large, and the map moves its entries when it grows.
+    ops: FastMap<OpKey, Box<Op>>,
     ctxs: FastMap<u32, CtxState>,
     early: Vec<Early>,
     pub next_ctx: u32,
@@ -258,9 +259,11 @@ impl Engine {
             }
             op.check = Some(c);
         }
-        self.ops.insert(key, op);
+        self.ops.insert(key, Box::new(op));
         // Messages that arrived before we started this collective.
-        let early: Vec<Early> = {
+        let early: Vec<Early> = if self.early.is_empty() {
+            Vec::new()
+        } else {
             let (mine, rest): (Vec<Early>, Vec<Early>) = std::mem::take(&mut self.early)
                 .into_iter()
                 .partition(|e| e.ctx == ctx && seq_match(key.seq, e.seq_low, e.mask));
