@@ -77,6 +77,8 @@ const CLOCK_EVERY: u32 = 16;
 pub(crate) struct Waiter {
     since: Option<Instant>,
     rounds: u32,
+    /// The spin budget is spent: every round blocks (and reads the clock).
+    blocking: bool,
 }
 
 /// Per-endpoint executor state.
@@ -637,7 +639,7 @@ impl Engine {
             return true;
         }
         let (t0, in_grace) = (op.t0, op.grace_until.is_some());
-        if w.since.is_some() && !w.rounds.is_multiple_of(CLOCK_EVERY) && !in_grace {
+        if w.since.is_some() && !w.blocking && !w.rounds.is_multiple_of(CLOCK_EVERY) && !in_grace {
             // Fast round: poll without reading the clock (deadline and spin budget are checked
             // every CLOCK_EVERY rounds).
             w.rounds = w.rounds.wrapping_add(1);
@@ -665,6 +667,7 @@ impl Engine {
             }
             None
         } else {
+            w.blocking = true;
             Some(Duration::from_millis(1))
         };
         if let Err(e) = self.progress(block) {
