@@ -67,7 +67,7 @@ enum EarlyWhat {
 /// more otherwise (a yield with nobody else runnable returns at once, and with other processes
 /// runnable it lets them — perhaps the peer we wait for — run instead of burning our time slice).
 const YIELD_AFTER_OVERSUBSCRIBED: u32 = 8;
-const YIELD_AFTER: u32 = 256;
+const YIELD_AFTER: u32 = 32;
 
 /// Spinning rounds read the clock (spin budget, deadline) only this often.
 const CLOCK_EVERY: u32 = 16;
