@@ -25,9 +25,11 @@ pub struct ExecConfig {
     /// which costs a wake-up when the message comes). `FABCOLL_SPIN_US`.
     pub spin: Duration,
     /// Ranks of the job on this node (`None`: every rank of an shm/local endpoint, else 1). When
-    /// they outnumber the cores, waiting ranks yield the core between polls instead of spinning
-    /// (like Open MPI's `mpi_yield_when_idle`). `FABCOLL_YIELD=1`/`0` forces yielding on/off.
+    /// they outnumber the cores, waiting ranks yield the core between polls almost at once (after
+    /// 8 polls instead of 32), like Open MPI's `mpi_yield_when_idle`.
     pub local_ranks: Option<usize>,
+    /// Forces that oversubscribed wait policy on or off (`FABCOLL_YIELD=1`/`0`); `None` = decide
+    /// from `local_ranks`.
     pub yield_when_idle: Option<bool>,
 }
 

@@ -631,8 +631,10 @@ impl Engine {
     /// engine with other threads release it between rounds.
     ///
     /// Polling: for `ExecConfig::spin` after the wait began the endpoint is polled without
-    /// blocking — yielding the core between polls when this node's ranks outnumber its cores —
-    /// then each round blocks up to 1 ms on the fabric's doorbell (a peer's write wakes it).
+    /// blocking — after a few polls (fewer when this node's ranks outnumber its cores) yielding
+    /// the core between polls — then each round blocks up to 1 ms on the fabric's doorbell (a
+    /// peer's write wakes it). A sleeping peer costs a futex wake-up of tens of microseconds, so
+    /// the spin budget covers the waits of small and medium collectives.
     pub fn wait_step(&mut self, key: OpKey, w: &mut Waiter) -> bool {
         let Some(op) = self.ops.get(&key) else { return true };
         if op.finished() {
