@@ -21,8 +21,9 @@ pub struct ExecConfig {
     /// Use at most this many immediate bits even if the backend carries more (tests the narrow
     /// layouts of verbs-like backends on any backend). All ranks must agree.
     pub imm_bits: u32,
-    /// How long a waiting rank polls without blocking (it then sleeps on the fabric's doorbell,
-    /// which costs a wake-up when the message comes). `FABCOLL_SPIN_US`.
+    /// How long a waiting rank polls without blocking on a load/store fabric (shm, local; it
+    /// then sleeps on the fabric's doorbell, which costs a wake-up when the message comes). Ofi
+    /// endpoints block after a few polls. `FABCOLL_SPIN_US`.
     pub spin: Duration,
     /// Ranks of the job on this node (`None`: every rank of an shm/local endpoint, else 1). When
     /// they outnumber the cores, waiting ranks yield the core between polls almost at once (after

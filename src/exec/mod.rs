@@ -72,6 +72,9 @@ const YIELD_AFTER: u32 = 32;
 /// Spinning rounds read the clock (spin budget, deadline) only this often.
 const CLOCK_EVERY: u32 = 16;
 
+/// Polls before a waiter may block, whatever the spin budget.
+const MIN_POLLS: u32 = 64;
+
 /// The state of one wait (see [`Engine::wait_step`]): when it began and how many rounds it polled.
 #[derive(Debug, Default)]
 pub(crate) struct Waiter {
@@ -94,6 +97,10 @@ pub(crate) struct Engine {
     pinned: Vec<Mr>,
     /// Spinning rounds before a waiter yields between polls (fewer when oversubscribed).
     yield_after: u32,
+    /// How long a waiter polls before it blocks: `ExecConfig::spin` on load/store fabrics (a
+    /// poll reads a few cache lines); 0 on the others (ofi), whose blocking wait is driven by the
+    /// provider's own file descriptors and beats spinning through its progress engine.
+    spin: Duration,
 }
 
 /// An abort notice's payload: the awaited ranks, as many as fit one control message.
@@ -119,6 +126,7 @@ impl Engine {
             Eager::new(&mut *ep, 0, 0)?
         };
         let p = ep.size();
+        let (load_store, cfg_spin) = (caps.load_store, cfg.spin);
         let yield_idle = cfg.yield_when_idle.unwrap_or_else(|| {
             let local = cfg.local_ranks.unwrap_or(if matches!(caps.backend, "shm" | "local") { p } else { 1 });
             local > std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -148,7 +156,12 @@ impl Engine {
             next_ctx: 1,
             comp: Vec::new(),
             pinned: Vec::new(),
-            yield_after: if yield_idle { YIELD_AFTER_OVERSUBSCRIBED } else { YIELD_AFTER },
+            yield_after: match (yield_idle, load_store) {
+                (true, _) => YIELD_AFTER_OVERSUBSCRIBED,
+                (false, true) => YIELD_AFTER,
+                (false, false) => MIN_POLLS,
+            },
+            spin: if load_store { cfg_spin } else { Duration::ZERO },
         };
         for (q, s) in setups {
             e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0), s.to_bytes());
@@ -663,7 +676,7 @@ impl Engine {
             self.time_out(key);
             return true;
         }
-        let block = if now.duration_since(since) < self.core.cfg.spin {
+        let block = if w.rounds <= MIN_POLLS || now.duration_since(since) < self.spin {
             if w.rounds > self.yield_after {
                 std::thread::yield_now();
             }
