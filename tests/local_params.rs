@@ -98,6 +98,47 @@ fn segment_in_place() {
     });
 }
 
+/// The parameter really reaches the executor: at p = 4 and 100,003 elements, no rank sends fewer
+/// messages with `segment` than without, and every algorithm that moves data sends more in all
+/// (each message of ≥ 25,000 elements splits into several).
+#[test]
+fn segment_splits_the_messages() {
+    let p = 4;
+    let count = 100_003;
+    let comms = Communicator::local_with(p as usize, common::cfg()).unwrap();
+    let totals = std::sync::Mutex::new(std::collections::BTreeMap::<String, (u64, u64)>::new());
+    common::local_job(comms, |c| {
+        let msgs = |c: &Communicator| {
+            let s = c.stats();
+            s.eager_msgs + s.zcopy_msgs
+        };
+        for coll in Collective::ALL.into_iter().filter(|&k| k != Collective::Barrier) {
+            for alg in common::algorithms(&common::args_for(coll, p, count, true)) {
+                let before = msgs(c);
+                common::run_one(c, coll, Some(alg), count, false)?;
+                let plain = msgs(c) - before;
+                let opts = Options::algorithm(alg).param("segment", segment_for(count));
+                common::run_with(c, coll, &opts, count, false)?;
+                let segmented = msgs(c) - before - plain;
+                if segmented < plain {
+                    return Err(format!("{coll}:{alg} rank {}: {segmented} messages segmented, {plain} not", c.rank()));
+                }
+                let mut t = totals.lock().unwrap();
+                let e = t.entry(format!("{coll}:{alg}")).or_default();
+                e.0 += plain;
+                e.1 += segmented;
+            }
+        }
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let totals = totals.into_inner().unwrap();
+    assert!(totals.len() > 50, "only {} algorithms ran", totals.len());
+    for (alg, (plain, segmented)) in totals {
+        assert!(segmented > plain, "{alg}: {segmented} messages with segment={}, {plain} without", segment_for(count));
+    }
+}
+
 /// Every algorithm parameter other than `segment`, over its range: the default, the minimum, 2,
 /// p-2, and far above the clamp.
 #[test]
