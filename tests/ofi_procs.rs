@@ -1,6 +1,6 @@
 //! Multi-process runs over libfabric, `ofi:tcp` and `ofi:shm`: every collective × every algorithm
-//! against the reference at p ∈ {1, 2, 3, 4, 5, 7, 8}, nonblocking overlap, split and dup, and a
-//! killed rank named by the survivors (bodies in `tests/common/procs.rs`, shared with
+//! (also in place) against the reference at p ∈ {1, 2, 3, 4, 5, 7, 8}, nonblocking overlap, split
+//! and dup, bad arguments, and a killed rank named by the survivors (bodies in `tests/common/procs.rs`, shared with
 //! `shm_procs`). Skipped (with a note) when the build has no libfabric.
 
 #[path = "../fabric/tests/support/mod.rs"]
@@ -98,9 +98,22 @@ fn ofi_shm_split_and_dup() {
     on_ofi("ofi_shm_split_and_dup", "shm", 6, 1, |c| procs::split(c).map(|()| 1));
 }
 
-fn killed_rank(name: &str, provider: &str) {
+#[test]
+fn ofi_tcp_bad_arguments_are_clear_errors() {
+    on_ofi("ofi_tcp_bad_arguments_are_clear_errors", "tcp", 3, 9, procs::bad_arguments);
+}
+
+#[test]
+fn ofi_shm_bad_arguments_are_clear_errors() {
+    on_ofi("ofi_shm_bad_arguments_are_clear_errors", "shm", 3, 9, procs::bad_arguments);
+}
+
+/// `timeout` = FABCOLL_TIMEOUT. The ofi:shm provider does not report a dead peer, so there the
+/// error comes from the timeout plus the grace period for abort notices (min(timeout/2, 2 s)):
+/// 4 s keeps that at 6 s, well inside the test's 10 s.
+fn killed_rank(name: &str, provider: &str, timeout: &str) {
     let fabric = format!("ofi:{provider}");
-    let env = [("FABCOLL_FABRIC", fabric.as_str()), ("FABCOLL_TIMEOUT", "5")];
+    let env = [("FABCOLL_FABRIC", fabric.as_str()), ("FABCOLL_TIMEOUT", timeout)];
     support::ranks(name, 4, LIMIT, &env, |job| {
         let Some(c) = connect() else { return };
         procs::killed_rank(&c, Duration::from_secs(10), || {
@@ -111,10 +124,10 @@ fn killed_rank(name: &str, provider: &str) {
 
 #[test]
 fn ofi_tcp_killed_rank_is_named() {
-    killed_rank("ofi_tcp_killed_rank_is_named", "tcp");
+    killed_rank("ofi_tcp_killed_rank_is_named", "tcp", "5");
 }
 
 #[test]
 fn ofi_shm_killed_rank_is_named() {
-    killed_rank("ofi_shm_killed_rank_is_named", "shm");
+    killed_rank("ofi_shm_killed_rank_is_named", "shm", "4");
 }

@@ -1,7 +1,8 @@
 //! Multi-process runs over the `shm` backend (each rank a process re-executed from this test
 //! binary, see `fabric/tests/support`): every collective × every algorithm against the reference
-//! at p ∈ {1, 2, 3, 4, 5, 7, 8}, nonblocking overlap, split and dup, a killed rank turning into an
-//! error that names it on every survivor, and the environment overrides. The bodies are in
+//! (also in place) at p ∈ {1, 2, 3, 4, 5, 7, 8}, nonblocking overlap, split and dup, bad arguments,
+//! a killed rank turning into an error that names it on every survivor, and the environment
+//! overrides. The bodies are in
 //! `tests/common/procs.rs`, shared with `ofi_procs`.
 
 #[path = "../fabric/tests/support/mod.rs"]
@@ -62,6 +63,11 @@ fn shm_nonblocking_overlap() {
 #[test]
 fn shm_split_and_dup() {
     on_shm("shm_split_and_dup", 6, 1, |c| procs::split(c).map(|()| 1));
+}
+
+#[test]
+fn shm_bad_arguments_are_clear_errors() {
+    on_shm("shm_bad_arguments_are_clear_errors", 3, 9, procs::bad_arguments);
 }
 
 #[test]

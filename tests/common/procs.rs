@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use fabcoll::collectives::Collective;
 use fabcoll::{Collectives, Communicator, Error, Options, ReduceOp};
 
-use super::{algorithms, args_for, run_one, val, UNTOUCHED};
+use super::{algorithms, args_for, in_place_args, run_in_place, run_one, val, IN_PLACE, UNTOUCHED};
 
 /// The counts of the matrix: empty, one element, p+1 (uneven blocks), and an odd count above
 /// 100,000 (several eager slots, the rendezvous path, odd remainders).
@@ -16,8 +16,9 @@ pub fn counts(p: u32) -> [usize; 4] {
 }
 
 /// Every collective × every eligible algorithm (and the default choice) × [`counts`], with the
-/// non-commutative op as well for reductions, checked against the reference. One job runs the
-/// whole matrix: no per-case respawn or barrier. Returns how many collectives were verified.
+/// non-commutative op as well for reductions, then the in-place forms the same way, checked
+/// against the reference. One job runs the whole matrix: no per-case respawn or barrier. Returns
+/// how many collectives were verified.
 pub fn matrix(c: &Communicator) -> Result<usize, String> {
     let p = c.size();
     let mut ran = 0;
@@ -32,6 +33,15 @@ pub fn matrix(c: &Communicator) -> Result<usize, String> {
                     run_one(c, coll, alg, count, noncomm)?;
                     ran += 1;
                 }
+            }
+        }
+    }
+    for coll in IN_PLACE {
+        for count in counts(p) {
+            for alg in algorithms(&in_place_args(coll, p, count)).into_iter().map(Some).chain([None]) {
+                let opts = Options { algorithm: alg.map(str::to_owned), ..Default::default() };
+                run_in_place(c, coll, &opts, count)?;
+                ran += 1;
             }
         }
     }
@@ -50,6 +60,11 @@ pub fn matrix_len(p: u32) -> usize {
                 }
                 n += algorithms(&args_for(coll, p, count, !noncomm)).len() + 1;
             }
+        }
+    }
+    for coll in IN_PLACE {
+        for count in counts(p) {
+            n += algorithms(&in_place_args(coll, p, count)).len() + 1;
         }
     }
     n
@@ -205,6 +220,57 @@ pub fn split(c: &Communicator) -> Result<(), String> {
     expect(&format!("split: reversed allgather rank={r}"), &all, &(0..p).rev().collect::<Vec<_>>())?;
     run_one(&rev, Collective::Alltoallv, None, p as usize + 1, false)?;
     run_one(&rev, Collective::Scan, None, 100_003, true)
+}
+
+/// Bad arguments over a process fabric: each is refused on the calling rank before anything is
+/// sent (same call on every rank, as MPI requires), with a message naming the problem, and the
+/// communicator stays usable. Returns the number of refusals checked.
+pub fn bad_arguments(c: &Communicator) -> Result<usize, String> {
+    let (r, p) = (c.rank(), c.size());
+    let mut n = 0;
+    let mut refused = |what: &str, res: fabcoll::Result<()>, needles: &[&str]| -> Result<(), String> {
+        match res {
+            Ok(()) => Err(format!("bad arguments rank={r}: {what} was accepted")),
+            Err(e) => {
+                let m = e.to_string();
+                match needles.iter().find(|k| !m.contains(*k)) {
+                    Some(k) => Err(format!("bad arguments rank={r}: {what}: message lacks {k:?}: {m}")),
+                    None => {
+                        n += 1;
+                        Ok(())
+                    }
+                }
+            }
+        }
+    };
+    let x = [1i32; 4];
+    refused("short receive buffer", c.allreduce(&x, &mut [0i32; 5], &ReduceOp::Sum), &["allreduce", "5", "4"])?;
+    refused("root out of range", c.bcast(&mut [0u8; 3], p), &["root", &p.to_string()])?;
+    let (len, pu) = (p as usize + 1, p as usize);
+    if len % pu != 0 {
+        refused("alltoall not in p blocks", c.alltoall(&vec![1u8; len], &mut vec![0u8; len]), &["alltoall"])?;
+    }
+    refused("counts of the wrong length", c.gatherv(&[1u8], &mut [0u8; 8], &vec![1; pu + 1], None, 0), &["counts"])?;
+    refused("op not defined on the type", c.allreduce(&[1.0f64], &mut [0.0], &ReduceOp::Band), &["band", "f64"])?;
+    let unknown = Options::algorithm("nosuch");
+    refused("unknown algorithm", c.with(&unknown).barrier(), &["nosuch", "dissemination"])?;
+    let bogus = Options::algorithm("ring").param("bogus", 1);
+    refused("unknown parameter", c.with(&bogus).allreduce(&x, &mut [0; 4], &ReduceOp::Sum), &["bogus"])?;
+    let zero = Options::algorithm("ring_n_barriers").param("barriers", 0);
+    refused("parameter out of range", c.with(&zero).alltoall(&vec![1u8; pu], &mut vec![0u8; pu]), &["barriers"])?;
+    let noncomm = super::affine_op();
+    let pair = [super::pval(0, 0)];
+    let ring = Options::algorithm("ring");
+    refused(
+        "non-commutative op on a commutative-only algorithm",
+        c.with(&ring).allreduce(&pair, &mut [super::pval(0, 0)], &noncomm),
+        &["commutative"],
+    )?;
+    // Nothing was started: the communicator still works.
+    let mut z = [r];
+    c.allreduce_in_place(&mut z, &ReduceOp::Sum).map_err(ctx(c, "after bad arguments"))?;
+    expect(&format!("allreduce after bad arguments rank={r}"), &z, &[p * (p - 1) / 2])?;
+    Ok(n)
 }
 
 /// Killed rank: after one good allreduce, rank `p-1` exits; each survivor's next allreduce must
