@@ -37,6 +37,7 @@ static uint64_t rkey, raddr;
 static void *desc;
 static long outstanding, arrived;
 static struct fi_context2 ctx[WINDOW + 1];
+static char *src_buf;
 
 static double now(void)
 {
@@ -83,6 +84,33 @@ static void wait_remote(void)
 	arrived--;
 }
 
+static void inject_(char *buf, size_t len)
+{
+	ssize_t r;
+	while ((r = fi_inject_writedata(ep, buf, len, len, peer, raddr, rkey)) == -FI_EAGAIN)
+		poll_once();
+	CHK(r);
+}
+
+/* What a 2-rank allreduce needs at least: both ranks write at once, each waits for the peer's write and for
+ * its own write's completion (none with inject). Returns microseconds per exchange. */
+static double exchange(int iters, int inject)
+{
+	double t0 = now();
+	for (int i = 0; i < LAT_WARM + iters; i++) {
+		if (i == LAT_WARM)
+			t0 = now();
+		if (inject)
+			inject_(src_buf, 8);
+		else
+			write_(src_buf, 8);
+		wait_remote();
+		while (outstanding > 0)
+			poll_once();
+	}
+	return (now() - t0) * 1e6 / iters;
+}
+
 int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
@@ -101,6 +129,9 @@ int main(int argc, char **argv)
 	hints->fabric_attr->prov_name = strdup(prov);
 	int shm = !strcmp(prov, "shm");
 	CHK(fi_getinfo(FI_VERSION(1, 17), shm ? NULL : "127.0.0.1", NULL, shm ? 0 : FI_SOURCE, hints, &info));
+	/* FABCOLL_BENCH_DC=1: delivery-complete writes (what fabcoll's ofi:tcp used by default). */
+	if (getenv("FABCOLL_BENCH_DC") && atoi(getenv("FABCOLL_BENCH_DC")))
+		info->tx_attr->op_flags |= FI_DELIVERY_COMPLETE;
 	struct fid_fabric *fab;
 	struct fid_domain *dom;
 	struct fid_av *av;
@@ -116,6 +147,7 @@ int main(int argc, char **argv)
 	CHK(fi_enable(ep));
 
 	char *src = malloc(MAXSZ), *dst = malloc(MAXSZ);
+	src_buf = src;
 	/* Touch every page (as the Rust side does): untouched calloc pages would all read the shared zero page. */
 	memset(src, 1, MAXSZ);
 	memset(dst, 2, MAXSZ);
@@ -180,6 +212,23 @@ int main(int argc, char **argv)
 	}
 	if (rank == 0)
 		printf("lat_8B_us %.3f\n", (now() - t0) * 1e6 / LAT_ITERS / 2);
+	t0 = now();
+	for (int i = 0; i < LAT_WARM + LAT_ITERS; i++) {
+		if (i == LAT_WARM)
+			t0 = now();
+		if (rank == 0) {
+			inject_(src, 8);
+			wait_remote();
+		} else {
+			wait_remote();
+			inject_(src, 8);
+		}
+	}
+	if (rank == 0)
+		printf("lat_inject_8B_us %.3f\n", (now() - t0) * 1e6 / LAT_ITERS / 2);
+	double x = exchange(LAT_ITERS, 0), xi = exchange(LAT_ITERS, 1);
+	if (rank == 0)
+		printf("xchg_8B_us %.3f\nxchg_inject_8B_us %.3f\n", x, xi);
 	size_t sizes[2] = {1UL << 20, 16UL << 20};
 	for (int s = 0; s < 2; s++) {
 		size_t size = sizes[s], n = BW_TOTAL / size < 8 ? 8 : BW_TOTAL / size;
