@@ -340,9 +340,7 @@ fn is_stale_key(e: &OfiError) -> bool {
     match e {
         OfiError::Completion { code, prov_errno, .. } => {
             let code = *code as u64;
-            code == FI_ENOKEY as u64
-                || code == FI_EKEYREJECTED as u64
-                || (code == FI_ECANCELED as u64 && *prov_errno == libc::ENOENT)
+            code == FI_ENOKEY as u64 || code == FI_EKEYREJECTED || (code == FI_ECANCELED && *prov_errno == libc::ENOENT)
         }
         _ => false,
     }
