@@ -215,6 +215,64 @@ fn ofi_bad_arguments_are_errors() {
     });
 }
 
+/// Transmit-complete semantics (the default) let a writer finish as soon as its bytes are in the socket: it may
+/// then exit at once, with the peer's control messages still unread in its socket (so its close may reset the
+/// connection). The target must still receive every write intact. Repeated rounds of 8 B … 16 MiB.
+#[test]
+fn ofi_tcp_writer_exits_right_after_completion() {
+    const SIZES: [usize; 3] = [8, 64 << 10, 16 << 20];
+    support::ranks("ofi_tcp_writer_exits_right_after_completion", 2, LIMIT, TCP_ENV, |job| {
+        let mut ep = connect(&job, "tcp");
+        let total: usize = SIZES.iter().sum();
+        let peer = 1 - ep.rank();
+        let dst = ep.alloc(total, Access::REMOTE_WRITE).unwrap();
+        let descs = job.exchange("desc", &dst.remote().to_bytes());
+        let desc = RemoteMr::from_bytes(&descs[peer]).unwrap();
+        let mut inbox = local_common::Inbox::new();
+        if ep.rank() == 0 {
+            let src = ep.alloc(total, Access::LOCAL).unwrap();
+            let bytes: Vec<u8> = (0..total).map(|i| local_common::pattern(0, total, i)).collect();
+            src.write_at(0, &bytes).unwrap();
+            // The target sends control messages we never read.
+            job.barrier("flood");
+            let mut off = 0;
+            for (i, len) in SIZES.into_iter().enumerate() {
+                let range = RemoteRange { mr: desc, off, len };
+                ep.write(peer, src.slice(off, len).unwrap(), range, Some(i as u64), i as u64).unwrap();
+                off += len;
+            }
+            for i in 0..SIZES.len() as u64 {
+                inbox.expect(&mut *ep, "write done", |c| *c == Completion::WriteDone { ctx: i }).unwrap();
+            }
+            std::process::exit(0);
+        }
+        job.barrier("flood");
+        // Keep control messages flowing towards the writer until its last write arrived (some after its exit:
+        // those sends may fail, which is fine).
+        let t0 = Instant::now();
+        let mut arrived = Vec::new();
+        let mut events = Vec::new();
+        while arrived.len() < SIZES.len() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "arrived only {arrived:?} (events {events:?})");
+            let _ = ep.send_ctrl(peer, 7, &[0; 64]);
+            if let Err(e) = ep.poll(&mut events) {
+                eprintln!("poll after the writer's exit: {e}");
+            }
+            for c in events.drain(..) {
+                if let Completion::WriteArrived { imm, .. } = c {
+                    arrived.push(imm);
+                }
+            }
+        }
+        arrived.sort_unstable();
+        assert_eq!(arrived, [0, 1, 2]);
+        drop(inbox);
+        let mut got = vec![0u8; total];
+        dst.read_at(0, &mut got).unwrap();
+        assert!(got.iter().enumerate().all(|(i, &b)| b == local_common::pattern(0, total, i)), "data corrupted");
+    });
+}
+
 /// A peer that dies: writing to it must end in an error naming it, never hang — in the default transmit-complete
 /// mode too, where the first writes after the death may still complete (bytes handed to the socket) and a later
 /// one fails once the provider saw the connection close. 64 B would be injected with `FABCOLL_OFI_INJECT=1`
