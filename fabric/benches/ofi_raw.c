@@ -1,7 +1,8 @@
-/* Raw libfabric baseline for benches/ofi.rs: the same protocol (8 B fi_writedata ping-pong; 1 MiB / 16 MiB
- * fi_writedata streams with window 8 and an 8 B ack) straight on libfabric, one CQ, FI_CQ_FORMAT_DATA.
- * Usage: ofi_raw <provider>, with FABCOLL_BENCH_RANK (0|1) and FABCOLL_BENCH_DIR (address files) set.
- * Prints "name value" lines on rank 0. */
+/* Raw libfabric baseline for benches/ofi.rs: the same protocol (8 B fi_writedata ping-pong, plain and injected;
+ * the 8 B exchange a 2-rank allreduce needs at least; 1 MiB / 16 MiB fi_writedata streams with window 8 and an
+ * 8 B ack; 8 MiB streams in both directions at once) straight on libfabric, one CQ, FI_CQ_FORMAT_DATA.
+ * Usage: ofi_raw <provider>, with FABCOLL_BENCH_RANK (0|1) and FABCOLL_BENCH_DIR (address files) set, and
+ * FABCOLL_BENCH_DC=1 for delivery-complete writes. Prints "name value" lines on rank 0. */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -129,8 +130,9 @@ int main(int argc, char **argv)
 	hints->fabric_attr->prov_name = strdup(prov);
 	int shm = !strcmp(prov, "shm");
 	CHK(fi_getinfo(FI_VERSION(1, 17), shm ? NULL : "127.0.0.1", NULL, shm ? 0 : FI_SOURCE, hints, &info));
-	/* FABCOLL_BENCH_DC=1: delivery-complete writes (what fabcoll's ofi:tcp used by default). */
-	if (getenv("FABCOLL_BENCH_DC") && atoi(getenv("FABCOLL_BENCH_DC")))
+	/* FABCOLL_BENCH_DC=1: delivery-complete writes (fabcoll's old ofi:tcp default; tcp refuses inject then). */
+	int dc = getenv("FABCOLL_BENCH_DC") && atoi(getenv("FABCOLL_BENCH_DC"));
+	if (dc)
 		info->tx_attr->op_flags |= FI_DELIVERY_COMPLETE;
 	struct fid_fabric *fab;
 	struct fid_domain *dom;
@@ -212,8 +214,7 @@ int main(int argc, char **argv)
 	}
 	if (rank == 0)
 		printf("lat_8B_us %.3f\n", (now() - t0) * 1e6 / LAT_ITERS / 2);
-	t0 = now();
-	for (int i = 0; i < LAT_WARM + LAT_ITERS; i++) {
+	for (int i = 0; !dc && i < LAT_WARM + LAT_ITERS; i++) {
 		if (i == LAT_WARM)
 			t0 = now();
 		if (rank == 0) {
@@ -224,11 +225,16 @@ int main(int argc, char **argv)
 			inject_(src, 8);
 		}
 	}
-	if (rank == 0)
+	if (rank == 0 && !dc)
 		printf("lat_inject_8B_us %.3f\n", (now() - t0) * 1e6 / LAT_ITERS / 2);
-	double x = exchange(LAT_ITERS, 0), xi = exchange(LAT_ITERS, 1);
+	double x = exchange(LAT_ITERS, 0);
 	if (rank == 0)
-		printf("xchg_8B_us %.3f\nxchg_inject_8B_us %.3f\n", x, xi);
+		printf("xchg_8B_us %.3f\n", x);
+	if (!dc) {
+		x = exchange(LAT_ITERS, 1);
+		if (rank == 0)
+			printf("xchg_inject_8B_us %.3f\n", x);
+	}
 	size_t sizes[2] = {1UL << 20, 16UL << 20};
 	for (int s = 0; s < 2; s++) {
 		size_t size = sizes[s], n = BW_TOTAL / size < 8 ? 8 : BW_TOTAL / size;
@@ -252,6 +258,22 @@ int main(int argc, char **argv)
 		}
 		while (outstanding > 0)
 			poll_once();
+	}
+	/* Both directions at once (what the phases of a 2-rank allreduce of large messages do): each rank writes
+	 * n messages of 8 MiB with window 8 and waits for the peer's n. */
+	{
+		size_t size = 8UL << 20, n = 32, posted = 0;
+		double t = now();
+		while ((size_t)arrived < n || outstanding > 0 || posted < n) {
+			while (posted < n && outstanding < WINDOW) {
+				write_(src, size);
+				posted++;
+			}
+			poll_once();
+		}
+		arrived -= n;
+		if (rank == 0)
+			printf("bibw_8MiB_MBps %.1f\n", (double)(n * size) / (now() - t) / 1e6);
 	}
 	fflush(stdout);
 	t0 = now();
