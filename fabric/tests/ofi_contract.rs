@@ -320,6 +320,56 @@ fn dead_peer(name: &str, len: usize) {
     });
 }
 
+/// A peer that dies while we only wait (nothing written to it, so no write can fail): the liveness probes of an
+/// idle endpoint (default 1 s on tcp) must make `wait` fail naming it.
+#[test]
+fn ofi_tcp_silent_dead_peer_is_found_by_probes() {
+    support::ranks("ofi_tcp_silent_dead_peer_is_found_by_probes", 2, LIMIT, TCP_ENV, |job| {
+        let mut ep = connect(&job, "tcp");
+        let mut inbox = local_common::Inbox::new();
+        local_common::ring(&mut *ep, &mut inbox, 8).unwrap();
+        job.barrier("connected");
+        if job.rank() == 1 {
+            std::process::exit(0);
+        }
+        let t0 = Instant::now();
+        let error = loop {
+            assert!(t0.elapsed() < Duration::from_secs(30), "no error for a silent dead peer within 30 s");
+            let mut out = Vec::new();
+            match ep.wait(&mut out, Some(Duration::from_millis(100))) {
+                Err(Error::Timeout { .. }) => {}
+                Err(e) => break e,
+                Ok(_) => assert!(out.is_empty(), "events from a dead peer: {out:?}"),
+            }
+        };
+        eprintln!("silent dead peer: {error} after {:?}", t0.elapsed());
+        assert!(matches!(error, Error::Peer { peer: 1, .. }), "the error does not name rank 1: {error}");
+    });
+}
+
+/// A peer that closes its endpoint and leaves (orderly departure) says goodbye: probes stop and nobody blames it.
+#[test]
+fn ofi_tcp_departed_peer_is_not_blamed() {
+    support::ranks("ofi_tcp_departed_peer_is_not_blamed", 2, LIMIT, TCP_ENV, |job| {
+        let mut ep = connect(&job, "tcp");
+        let mut inbox = local_common::Inbox::new();
+        local_common::ring(&mut *ep, &mut inbox, 8).unwrap();
+        job.barrier("connected");
+        if job.rank() == 1 {
+            drop(ep);
+            return;
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(6) {
+            let mut out = Vec::new();
+            match ep.wait(&mut out, Some(Duration::from_millis(100))) {
+                Ok(_) | Err(Error::Timeout { .. }) => {}
+                Err(e) => panic!("a departed peer was blamed after {:?}: {e}", t0.elapsed()),
+            }
+        }
+    });
+}
+
 #[test]
 fn ofi_tcp_dead_peer_is_an_error() {
     dead_peer("ofi_tcp_dead_peer_is_an_error", 4096);

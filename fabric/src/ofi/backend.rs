@@ -13,8 +13,11 @@
 //! small-message latency on tcp. What it detected is still detected, later: a write to a dead tcp peer fails
 //! once the provider saw the connection close (the next write or control message, `ENOTCONN`), and a
 //! collective whose peer stays silent ends through the executor's deadline, abort notices and grace period,
-//! which name the silent ranks. `FABCOLL_OFI_INJECT=1` injects writes of at most the provider's `inject_size`
-//! (tcp: 64 B; `Caps::inject_size`), off by default because tcp then never reports a dead peer to the writer.
+//! which name the silent ranks — and sooner through liveness probes: an endpoint that found no event for 1 s
+//! sends every peer an empty control message its endpoint drops unseen; one to a dead peer fails and `poll`
+//! returns `Error::Peer` naming it (not on shm; `FABCOLL_OFI_PROBE=<seconds>`, 0 = off).
+//! `FABCOLL_OFI_INJECT=1` injects writes of at most the provider's `inject_size` (tcp: 64 B;
+//! `Caps::inject_size`), off by default because tcp then never reports a dead peer to the writer.
 //!
 //! Writes are not ordered with respect to each other or to control messages (shm gives no
 //! write-after-write order), so `ordered_writes` is false: protocols learn arrival from immediates.
@@ -33,16 +36,24 @@ use crate::Config;
 
 /// Opens an ofi endpoint for `cfg` on `provider` (`tcp`, `shm`, `net`, `verbs`, `efa`, …). The local address to
 /// bind comes from `FABCOLL_OFI_NODE` (e.g. `127.0.0.1`; ignored for shm), delivery-complete from
-/// `FABCOLL_OFI_DELIVERY_COMPLETE` (default off: see the module doc), inject from `FABCOLL_OFI_INJECT`.
+/// `FABCOLL_OFI_DELIVERY_COMPLETE` (default off: see the module doc), inject from `FABCOLL_OFI_INJECT`, liveness
+/// probes from `FABCOLL_OFI_PROBE` (default 1 s except on shm and under delivery-complete).
 pub fn open(cfg: &Config, provider: &str) -> Result<Box<dyn Endpoint>> {
     let mut oc = OfiConfig::from_env().provider(provider);
     if provider == "shm" {
         // shm has no network address; a node given for tcp/net would make fi_getinfo fail or hang.
         oc.node = None;
     }
+    if std::env::var_os("FABCOLL_OFI_PROBE").is_none() && provider != "shm" && !oc.delivery_complete {
+        // Transmit-complete writes to a dead peer may all succeed: probe idle peers so it is named.
+        oc.probe_interval = Some(PROBE_INTERVAL);
+    }
     oc.timeout = cfg.timeout;
     Ok(Box::new(OfiBackend::open(&oc, cfg.rank, cfg.size, cfg.wait)?))
 }
+
+/// Default liveness-probe interval of network providers in transmit-complete mode (`FABCOLL_OFI_PROBE` sets it).
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Bits of the immediate that carry the initiator's rank (enough for `size` ranks).
 fn rank_bits(size: usize) -> u32 {

@@ -39,6 +39,13 @@ pub struct OfiConfig {
     /// peer (measured: 30 s of them after the peer exited, all "done"), whereas a normal write fails with
     /// `ENOTCONN` as soon as the provider saw the connection close.
     pub inject: bool,
+    /// Liveness probes: after this long without any event, `poll` sends every peer it has exchanged control
+    /// messages with an empty control message that the peer's endpoint drops unseen (one round per interval while
+    /// idle). Transmit-complete writes may all succeed after a peer died (bytes handed to the socket); a probe to
+    /// it fails, or is refused (tcp: `-FI_EAGAIN` while rxm fails to reconnect) for 3 intervals, and `poll`
+    /// returns [`OfiError::Peer`] naming it. A live peer's established connection takes an 8-byte send without
+    /// that peer's progress, so only unreachable peers are named. `None`: no probes.
+    pub probe_interval: Option<Duration>,
     /// How long a post may retry on `-FI_EAGAIN` (driving progress) before giving up.
     pub timeout: Duration,
 }
@@ -54,6 +61,7 @@ impl Default for OfiConfig {
             cq_size: 1024,
             delivery_complete: false,
             inject: false,
+            probe_interval: None,
             timeout: Duration::from_secs(30),
         }
     }
@@ -61,7 +69,8 @@ impl Default for OfiConfig {
 
 impl OfiConfig {
     /// Defaults, with the provider from `FABCOLL_OFI_PROVIDER` or `FI_PROVIDER` and the node from
-    /// `FABCOLL_OFI_NODE`, `FABCOLL_OFI_DELIVERY_COMPLETE=1`, `FABCOLL_OFI_INJECT=1` (inject small writes).
+    /// `FABCOLL_OFI_NODE`, `FABCOLL_OFI_DELIVERY_COMPLETE=1`, `FABCOLL_OFI_INJECT=1` (inject small writes),
+    /// `FABCOLL_OFI_PROBE` (probe interval in seconds; 0: none).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         OfiConfig {
@@ -69,6 +78,10 @@ impl OfiConfig {
             node: var("FABCOLL_OFI_NODE"),
             delivery_complete: var("FABCOLL_OFI_DELIVERY_COMPLETE").is_some_and(|v| v != "0"),
             inject: var("FABCOLL_OFI_INJECT").is_some_and(|v| v != "0"),
+            probe_interval: var("FABCOLL_OFI_PROBE")
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .map(Duration::from_secs_f64),
             ..Default::default()
         }
     }
@@ -230,6 +243,11 @@ const CTRL_HEADER: usize = 8;
 /// Writes/sends deferred after `-FI_EAGAIN` beyond which `write`/`send_ctrl` return `Busy`.
 const BACKLOG_MAX: usize = 1024;
 
+/// Flag in the rank word of a control header marking a liveness probe (dropped by the receiving endpoint).
+const PROBE: u32 = 1 << 31;
+/// With `PROBE`: the sender's endpoint is closing (orderly departure): stop probing it, never blame it.
+const GOODBYE: u32 = 1 << 30;
+
 /// Top bit of the [`OpId`]s of injected writes (which have no write context slot).
 const INJECTED: u64 = 1 << 63;
 
@@ -267,6 +285,15 @@ pub struct OfiEndpoint {
     inject_max: usize,
     /// Counter of the `OpId`s of injected writes.
     next_inject: u64,
+    probe_interval: Option<Duration>,
+    /// Peers we exchanged control messages with (connected: the only ones probed), peers that said goodbye (never
+    /// probed again), and since when probes to a peer are refused.
+    alive: Vec<bool>,
+    departed: Vec<bool>,
+    probe_refused: Vec<Option<Instant>>,
+    /// Last time `poll` found an event, and last probe round.
+    last_activity: Instant,
+    last_probe: Instant,
     ctrl_max: usize,
     ctrl_recv_slots: usize,
     // Posted receives and in-flight operations point into ctrl_buf and the contexts: `Drop` hands them to the
@@ -289,6 +316,9 @@ unsafe impl Send for Posted {}
 
 impl Drop for OfiEndpoint {
     fn drop(&mut self) {
+        if self.probe_interval.is_some() {
+            self.say_goodbye();
+        }
         let posted = Posted {
             _ctrl_buf: std::mem::take(&mut self.ctrl_buf),
             _send_ctx: std::mem::take(&mut self.send_ctx),
@@ -308,8 +338,8 @@ impl OfiEndpoint {
     /// Opens fabric, domain, CQ, AV and endpoint for `cfg`, and pre-posts the control receives. `rank` is the tag
     /// our control messages carry; `max_peers` sizes the AV.
     pub fn open(cfg: &OfiConfig, rank: u64, max_peers: usize) -> Result<OfiEndpoint, OfiError> {
-        if rank > u64::from(u32::MAX) {
-            return Err(OfiError::Invalid(format!("rank {rank} does not fit the 32-bit control header")));
+        if rank >= u64::from(GOODBYE) {
+            return Err(OfiError::Invalid(format!("rank {rank} does not fit the 30-bit rank of the control header")));
         }
         if cfg.ctrl_max <= CTRL_HEADER || cfg.ctrl_recv_slots == 0 || cfg.ctrl_send_slots == 0 {
             return Err(OfiError::Invalid("ctrl_max, ctrl_recv_slots and ctrl_send_slots must be > 0".into()));
@@ -363,6 +393,12 @@ impl OfiEndpoint {
             key_salt: salt,
             inject_max: if cfg.inject && !cfg.delivery_complete { attrs.inject_size } else { 0 },
             next_inject: 0,
+            probe_interval: cfg.probe_interval,
+            alive: Vec::new(),
+            departed: Vec::new(),
+            probe_refused: Vec::new(),
+            last_activity: Instant::now(),
+            last_probe: Instant::now(),
             ctrl_max: cfg.ctrl_max,
             ctrl_recv_slots: cfg.ctrl_recv_slots,
             attrs,
@@ -400,6 +436,9 @@ impl OfiEndpoint {
     pub fn insert_peers(&mut self, addrs: &[Vec<u8>]) -> Result<(), OfiError> {
         let av = self.ep.av().clone();
         self.peers = addrs.iter().map(|a| av.insert(a)).collect::<Result<_, _>>()?;
+        self.alive = vec![false; self.peers.len()];
+        self.departed = vec![false; self.peers.len()];
+        self.probe_refused = vec![None; self.peers.len()];
         Ok(())
     }
 
@@ -580,6 +619,14 @@ impl OfiEndpoint {
             self.progress()?;
         }
         let n = self.pending.len();
+        if let Some(every) = self.probe_interval {
+            if n > 0 {
+                self.last_activity = Instant::now();
+            } else if self.last_activity.elapsed() >= every && self.last_probe.elapsed() >= every {
+                self.last_probe = Instant::now();
+                self.probe()?;
+            }
+        }
         out.extend(self.pending.drain(..));
         Ok(n)
     }
@@ -607,6 +654,75 @@ impl OfiEndpoint {
             } else {
                 spins = 0;
             }
+        }
+    }
+
+    /// Sends every other connected peer a liveness probe (see [`OfiConfig::probe_interval`]); stops early when
+    /// all control send buffers are in flight. A failed or long-refused probe names the peer.
+    fn probe(&mut self) -> Result<(), OfiError> {
+        let patience = self.probe_interval.unwrap_or_default() * 3;
+        for peer in 0..self.peers.len() {
+            if peer as u64 == self.rank || !self.alive[peer] {
+                continue;
+            }
+            let Some(slot) = self.free_sends.pop() else { return Ok(()) };
+            let off = (self.ctrl_recv_slots + slot) * self.ctrl_max;
+            self.send_peer[slot] = peer;
+            self.ctrl_buf[off..off + 4].copy_from_slice(&(self.rank as u32 | PROBE).to_le_bytes());
+            self.ctrl_buf[off + 4..off + CTRL_HEADER].fill(0);
+            // SAFETY: off + CTRL_HEADER lies within ctrl_buf (slot < ctrl_send_slots).
+            let buf = unsafe { self.ctrl_buf.as_ptr().add(off) };
+            let (desc, dest) = (self.ctrl_mr.desc(), self.peers[peer]);
+            // Posted directly, never deferred: probes are unordered, and one to a dead peer must not hold up others.
+            match self.try_post(&Post::Send { buf, len: CTRL_HEADER, desc, dest, tag: 0, slot }) {
+                Ok(()) => self.probe_refused[peer] = None,
+                Err(e) if e.is_again() => {
+                    self.free_sends.push(slot);
+                    let since = *self.probe_refused[peer].get_or_insert_with(Instant::now);
+                    if since.elapsed() >= patience {
+                        let why = format!("liveness probes refused for {:?} ({e}): peer unreachable", since.elapsed());
+                        return Err(OfiError::Peer { peer, source: Box::new(OfiError::Timeout(why)) });
+                    }
+                }
+                Err(e) => {
+                    self.free_sends.push(slot);
+                    return Err(OfiError::Peer { peer, source: Box::new(e) });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn mark_alive(&mut self, peer: usize) {
+        if let Some(a) = self.alive.get_mut(peer) {
+            *a = !self.departed[peer];
+        }
+    }
+
+    /// Orderly departure (from `Drop`, with probes on): tells every connected peer to stop probing us, and drives
+    /// progress briefly (at most 200 ms) so that the messages leave before the endpoint closes.
+    fn say_goodbye(&mut self) {
+        let mut sent = Vec::new();
+        for peer in 0..self.peers.len() {
+            if peer as u64 == self.rank || !self.alive[peer] {
+                continue;
+            }
+            let Some(slot) = self.free_sends.pop() else { break };
+            let off = (self.ctrl_recv_slots + slot) * self.ctrl_max;
+            self.send_peer[slot] = peer;
+            self.ctrl_buf[off..off + 4].copy_from_slice(&(self.rank as u32 | PROBE | GOODBYE).to_le_bytes());
+            self.ctrl_buf[off + 4..off + CTRL_HEADER].fill(0);
+            // SAFETY: off + CTRL_HEADER lies within ctrl_buf (slot < ctrl_send_slots).
+            let buf = unsafe { self.ctrl_buf.as_ptr().add(off) };
+            let (desc, dest) = (self.ctrl_mr.desc(), self.peers[peer]);
+            match self.try_post(&Post::Send { buf, len: CTRL_HEADER, desc, dest, tag: 0, slot }) {
+                Ok(()) => sent.push(slot),
+                Err(_) => self.free_sends.push(slot),
+            }
+        }
+        let t0 = Instant::now();
+        while !sent.iter().all(|s| self.free_sends.contains(s)) && t0.elapsed() < Duration::from_millis(200) {
+            let _ = self.progress();
         }
     }
 
@@ -750,7 +866,10 @@ impl OfiEndpoint {
                         self.free_writes.push(id);
                         self.pending.push_back(OfiEvent::WriteDone(OpId(id as u64)));
                     }
-                    Kind::CtrlSend => self.free_sends.push(id),
+                    Kind::CtrlSend => {
+                        self.mark_alive(self.send_peer[id]);
+                        self.free_sends.push(id)
+                    }
                     Kind::CtrlRecv => {
                         let off = id * self.ctrl_max;
                         let len = e.len.min(self.ctrl_max);
@@ -761,7 +880,21 @@ impl OfiEndpoint {
                         let word = |i: usize| {
                             u32::from_le_bytes(self.ctrl_buf[off + i..off + i + 4].try_into().expect("4 bytes"))
                         };
-                        let (from, seq) = (word(0) as usize, word(4));
+                        let (from, seq) = (word(0), word(4));
+                        let sender = (from & !(PROBE | GOODBYE)) as usize;
+                        if from & GOODBYE != 0 {
+                            if let Some(d) = self.departed.get_mut(sender) {
+                                *d = true;
+                                self.alive[sender] = false;
+                            }
+                        } else {
+                            self.mark_alive(sender);
+                        }
+                        if from & PROBE != 0 {
+                            // A peer's liveness probe or goodbye: nothing to deliver.
+                            return self.post_recv(id);
+                        }
+                        let from = from as usize;
                         let data = self.ctrl_buf[off + CTRL_HEADER..off + len].to_vec();
                         self.post_recv(id)?;
                         self.deliver_ctrl(from, seq, e.tag, data);
