@@ -133,11 +133,12 @@ fn ofi_tcp_scenarios_4_procs() {
 }
 
 /// Delivery-complete semantics (`FABCOLL_OFI_DELIVERY_COMPLETE=1`, off by default): tcp must report a write to a
-/// deregistered key to the initiator as `InvalidKey` naming the target.
+/// deregistered key to the initiator as `InvalidKey` naming the target. Three ranks, so that each connection
+/// carries one stale write (at two, the target's own stale write may tear the connection down first).
 #[test]
-fn ofi_tcp_stale_key_delivery_complete_2_procs() {
+fn ofi_tcp_stale_key_delivery_complete_3_procs() {
     let env = [TCP_ENV, &[("FABCOLL_OFI_DELIVERY_COMPLETE", "1")]].concat();
-    support::ranks("ofi_tcp_stale_key_delivery_complete_2_procs", 2, LIMIT, &env, |job| {
+    support::ranks("ofi_tcp_stale_key_delivery_complete_3_procs", 3, LIMIT, &env, |job| {
         let mut ep = connect(&job, "tcp");
         let mut inbox = local_common::Inbox::new();
         local_common::ring(&mut *ep, &mut inbox, 8).unwrap();
