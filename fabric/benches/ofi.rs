@@ -1,7 +1,9 @@
 //! ofi backend (through the fabric contract, `fabcoll_fabric::open`) vs raw libfabric between 2 processes on
 //! loopback (tcp, shm): 8 B latency (ping-pong of notified writes, half round trip) and streaming bandwidth of
-//! 1 MiB / 16 MiB notified writes (window 8, end ack). On tcp the contract's default delivery-complete mode is
-//! measured, and transmit-complete (`FABCOLL_OFI_DELIVERY_COMPLETE=0`, what the raw program uses) as `fabcoll-tc`.
+//! 1 MiB / 16 MiB notified writes (window 8, end ack), and the 8 B exchange a 2-rank allreduce needs at least
+//! (both ranks write at once; each waits for the peer's write and its own completion). On tcp the default
+//! transmit-complete mode (what the raw program uses) is measured, and delivery-complete
+//! (`FABCOLL_OFI_DELIVERY_COMPLETE=1`) as `fabcoll-dc`.
 //! The raw baseline runs the same protocol in `benches/ofi_raw.c` (compiled here with `cc -O2 -lfabric`), and
 //! `fi_pingpong` (send/recv) from libfabric-bin is printed for reference. `cargo bench -p fabcoll-fabric --bench ofi`.
 
@@ -50,14 +52,14 @@ mod bench {
         println!("best of {reps} alternating runs (min latency, max bandwidth); ratio = fabcoll / raw C");
         println!(
             "{:<6} {:<16} {:>12} {:>12} {:>12} {:>8}",
-            "prov", "metric", "fabcoll", "fabcoll-tc", "raw C", "ratio"
+            "prov", "metric", "fabcoll", "fabcoll-dc", "raw C", "ratio"
         );
         for prov in ["tcp", "shm"] {
-            let (mut ours, mut tc, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut ours, mut dc, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..reps {
                 best(&mut ours, pair(&me, &[], prov, &[]));
                 if prov == "tcp" {
-                    best(&mut tc, pair(&me, &[], prov, &[("FABCOLL_OFI_DELIVERY_COMPLETE", "0")]));
+                    best(&mut dc, pair(&me, &[], prov, &[("FABCOLL_OFI_DELIVERY_COMPLETE", "1")]));
                 }
                 if let Ok(exe) = &raw {
                     best(&mut theirs, pair(exe, &[prov.to_string()], prov, &[]));
@@ -68,7 +70,7 @@ mod bench {
             for (name, v) in &ours {
                 let r = get(&theirs, name);
                 let ratio = r.map(|r| format!("{:.2}", v / r)).unwrap_or_else(|| "-".into());
-                println!("{prov:<6} {name:<16} {v:>12.2} {:>12} {:>12} {ratio:>8}", show(get(&tc, name)), show(r));
+                println!("{prov:<6} {name:<16} {v:>12.2} {:>12} {:>12} {ratio:>8}", show(get(&dc, name)), show(r));
             }
             fi_pingpong(prov);
         }
@@ -293,6 +295,22 @@ mod bench {
         let half_rtt_us = t0.elapsed().as_secs_f64() * 1e6 / LAT_ITERS as f64 / 2.0;
         if rank == 0 {
             println!("lat_8B_us {half_rtt_us:.3}");
+        }
+        // Exchange (what a 2-rank allreduce needs at least): both write 8 B at once, each waits for the peer's
+        // write and its own completion.
+        let mut t0 = Instant::now();
+        for i in 0..LAT_WARM + LAT_ITERS {
+            if i == LAT_WARM {
+                t0 = Instant::now();
+            }
+            r.write(&src, 8);
+            r.wait_remote();
+            while r.writes_out > 0 {
+                r.poll_once();
+            }
+        }
+        if rank == 0 {
+            println!("xchg_8B_us {:.3}", t0.elapsed().as_secs_f64() * 1e6 / LAT_ITERS as f64);
         }
         // Bandwidth: rank 0 streams with a window, rank 1 acks after the last arrival with one 8 B write.
         for &size in &BW_SIZES {

@@ -1,7 +1,8 @@
-/* Raw libfabric baseline for benches/ofi.rs: the same protocol (8 B fi_writedata ping-pong; 1 MiB / 16 MiB
- * fi_writedata streams with window 8 and an 8 B ack) straight on libfabric, one CQ, FI_CQ_FORMAT_DATA.
- * Usage: ofi_raw <provider>, with FABCOLL_BENCH_RANK (0|1) and FABCOLL_BENCH_DIR (address files) set.
- * Prints "name value" lines on rank 0. */
+/* Raw libfabric baseline for benches/ofi.rs: the same protocol (8 B fi_writedata ping-pong, plain and injected;
+ * the 8 B exchange a 2-rank allreduce needs at least; 1 MiB / 16 MiB fi_writedata streams with window 8 and an
+ * 8 B ack; 8 MiB streams in both directions at once) straight on libfabric, one CQ, FI_CQ_FORMAT_DATA.
+ * Usage: ofi_raw <provider>, with FABCOLL_BENCH_RANK (0|1) and FABCOLL_BENCH_DIR (address files) set, and
+ * FABCOLL_BENCH_DC=1 for delivery-complete writes. Prints "name value" lines on rank 0. */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -37,6 +38,7 @@ static uint64_t rkey, raddr;
 static void *desc;
 static long outstanding, arrived;
 static struct fi_context2 ctx[WINDOW + 1];
+static char *src_buf;
 
 static double now(void)
 {
@@ -83,6 +85,33 @@ static void wait_remote(void)
 	arrived--;
 }
 
+static void inject_(char *buf, size_t len)
+{
+	ssize_t r;
+	while ((r = fi_inject_writedata(ep, buf, len, len, peer, raddr, rkey)) == -FI_EAGAIN)
+		poll_once();
+	CHK(r);
+}
+
+/* What a 2-rank allreduce needs at least: both ranks write at once, each waits for the peer's write and for
+ * its own write's completion (none with inject). Returns microseconds per exchange. */
+static double exchange(int iters, int inject)
+{
+	double t0 = now();
+	for (int i = 0; i < LAT_WARM + iters; i++) {
+		if (i == LAT_WARM)
+			t0 = now();
+		if (inject)
+			inject_(src_buf, 8);
+		else
+			write_(src_buf, 8);
+		wait_remote();
+		while (outstanding > 0)
+			poll_once();
+	}
+	return (now() - t0) * 1e6 / iters;
+}
+
 int main(int argc, char **argv)
 {
 	const char *prov = argc > 1 ? argv[1] : "tcp";
@@ -101,6 +130,10 @@ int main(int argc, char **argv)
 	hints->fabric_attr->prov_name = strdup(prov);
 	int shm = !strcmp(prov, "shm");
 	CHK(fi_getinfo(FI_VERSION(1, 17), shm ? NULL : "127.0.0.1", NULL, shm ? 0 : FI_SOURCE, hints, &info));
+	/* FABCOLL_BENCH_DC=1: delivery-complete writes (fabcoll's old ofi:tcp default; tcp refuses inject then). */
+	int dc = getenv("FABCOLL_BENCH_DC") && atoi(getenv("FABCOLL_BENCH_DC"));
+	if (dc)
+		info->tx_attr->op_flags |= FI_DELIVERY_COMPLETE;
 	struct fid_fabric *fab;
 	struct fid_domain *dom;
 	struct fid_av *av;
@@ -116,6 +149,7 @@ int main(int argc, char **argv)
 	CHK(fi_enable(ep));
 
 	char *src = malloc(MAXSZ), *dst = malloc(MAXSZ);
+	src_buf = src;
 	/* Touch every page (as the Rust side does): untouched calloc pages would all read the shared zero page. */
 	memset(src, 1, MAXSZ);
 	memset(dst, 2, MAXSZ);
@@ -180,6 +214,27 @@ int main(int argc, char **argv)
 	}
 	if (rank == 0)
 		printf("lat_8B_us %.3f\n", (now() - t0) * 1e6 / LAT_ITERS / 2);
+	for (int i = 0; !dc && i < LAT_WARM + LAT_ITERS; i++) {
+		if (i == LAT_WARM)
+			t0 = now();
+		if (rank == 0) {
+			inject_(src, 8);
+			wait_remote();
+		} else {
+			wait_remote();
+			inject_(src, 8);
+		}
+	}
+	if (rank == 0 && !dc)
+		printf("lat_inject_8B_us %.3f\n", (now() - t0) * 1e6 / LAT_ITERS / 2);
+	double x = exchange(LAT_ITERS, 0);
+	if (rank == 0)
+		printf("xchg_8B_us %.3f\n", x);
+	if (!dc) {
+		x = exchange(LAT_ITERS, 1);
+		if (rank == 0)
+			printf("xchg_inject_8B_us %.3f\n", x);
+	}
 	size_t sizes[2] = {1UL << 20, 16UL << 20};
 	for (int s = 0; s < 2; s++) {
 		size_t size = sizes[s], n = BW_TOTAL / size < 8 ? 8 : BW_TOTAL / size;
@@ -203,6 +258,22 @@ int main(int argc, char **argv)
 		}
 		while (outstanding > 0)
 			poll_once();
+	}
+	/* Both directions at once (what the phases of a 2-rank allreduce of large messages do): each rank writes
+	 * n messages of 8 MiB with window 8 and waits for the peer's n. */
+	{
+		size_t size = 8UL << 20, n = 32, posted = 0;
+		double t = now();
+		while ((size_t)arrived < n || outstanding > 0 || posted < n) {
+			while (posted < n && outstanding < WINDOW) {
+				write_(src, size);
+				posted++;
+			}
+			poll_once();
+		}
+		arrived -= n;
+		if (rank == 0)
+			printf("bibw_8MiB_MBps %.1f\n", (double)(n * size) / (now() - t) / 1e6);
 	}
 	fflush(stdout);
 	t0 = now();

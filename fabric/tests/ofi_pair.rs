@@ -98,6 +98,48 @@ fn shm_ctrl_and_notified_writes() {
     ctrl_and_writes("shm");
 }
 
+/// Inject (`OfiConfig::inject`): writes of at most `inject_size` bytes are done before any progress, land intact
+/// with their immediate, and get distinct `OpId`s; larger writes take the normal path.
+#[test]
+fn tcp_injected_writes() {
+    let mut cfg = config("tcp");
+    cfg.inject = true;
+    let mut p = pair_with(&cfg);
+    let max = p.eps[0].inject_max();
+    assert!(max >= 8, "tcp offers inject_size {} (expected >= 8)", p.eps[0].attrs().inject_size);
+    let src: Vec<u8> = (0..max + 1).map(|j| (j * 13 + 5) as u8).collect();
+    let dst = vec![0u8; 2 * max + 2];
+    // SAFETY: src and dst outlive the registrations (dropped at the end of the test, after the MRs).
+    let (smr, dmr) = unsafe {
+        (p.eps[0].register(src.as_ptr(), max + 1).unwrap(), p.eps[1].register(dst.as_ptr(), dst.len()).unwrap())
+    };
+    let remote = dmr.remote();
+    // A normal write first (connects: an inject is refused while rxm sets up the connection).
+    // SAFETY: src stays registered and unmodified until the completions below.
+    let b = unsafe { p.eps[0].write(&smr, 0, max + 1, 1, &remote, max as u64 + 1, Some(12)).unwrap() };
+    drive(&mut p, 0, |e| matches!(e, OfiEvent::WriteDone(o) if *o == b));
+    match drive(&mut p, 1, |e| matches!(e, OfiEvent::RemoteWrite { .. })) {
+        OfiEvent::RemoteWrite { imm, .. } => assert_eq!(imm, 12),
+        e => panic!("{e:?}"),
+    }
+    let mut ids = vec![b];
+    for k in 0..3u64 {
+        // SAFETY: as above.
+        let a = unsafe { p.eps[0].write(&smr, 0, max, 1, &remote, 0, Some(20 + k)).unwrap() };
+        let mut done = Vec::new();
+        p.eps[0].poll(&mut done).unwrap();
+        assert!(matches!(done[..], [OfiEvent::WriteDone(o)] if o == a), "inject not done at once: {done:?}");
+        assert!(!ids.contains(&a), "OpId {a:?} reused");
+        ids.push(a);
+        match drive(&mut p, 1, |e| matches!(e, OfiEvent::RemoteWrite { .. })) {
+            OfiEvent::RemoteWrite { imm, .. } => assert_eq!(imm, 20 + k),
+            e => panic!("{e:?}"),
+        }
+    }
+    assert!(dst[..max] == src[..max] && dst[max + 1..] == src[..], "injected bytes corrupted");
+    drop((smr, dmr));
+}
+
 #[test]
 fn bad_arguments_are_errors() {
     let mut p = pair("tcp");

@@ -481,6 +481,31 @@ impl Ep {
         check(ret as i64, if data.is_some() { "fi_writedata" } else { "fi_write" }).map(|_| ())
     }
 
+    /// `fi_inject_writedata` (with `data = Some`) or `fi_inject_write`: the provider copies the `len <= inject_size`
+    /// bytes before returning and reports no completion.
+    ///
+    /// # Safety
+    /// `buf..buf+len` must be readable for the duration of the call.
+    pub(crate) unsafe fn inject_write(
+        &self,
+        buf: *const u8,
+        len: usize,
+        data: Option<u64>,
+        dest: u64,
+        addr: u64,
+        key: u64,
+    ) -> Result<(), OfiError> {
+        let _g = self.domain.lock();
+        // SAFETY: the caller guarantees the buffer for the call; inject copies it before returning.
+        let ret = unsafe {
+            match data {
+                Some(d) => sys::fabcoll_fi_inject_writedata(self.ptr, buf.cast(), len, d, dest, addr, key),
+                None => sys::fabcoll_fi_inject_write(self.ptr, buf.cast(), len, dest, addr, key),
+            }
+        };
+        check(ret as i64, if data.is_some() { "fi_inject_writedata" } else { "fi_inject_write" }).map(|_| ())
+    }
+
     /// `fi_tsend`.
     ///
     /// # Safety

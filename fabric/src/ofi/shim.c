@@ -56,6 +56,16 @@ ssize_t fabcoll_fi_writedata(struct fid_ep *ep, const void *buf, size_t len, voi
 {
 	return fi_writedata(ep, buf, len, desc, data, dest_addr, addr, key, context);
 }
+ssize_t fabcoll_fi_inject_writedata(struct fid_ep *ep, const void *buf, size_t len, uint64_t data, fi_addr_t dest_addr,
+				    uint64_t addr, uint64_t key)
+{
+	return fi_inject_writedata(ep, buf, len, data, dest_addr, addr, key);
+}
+ssize_t fabcoll_fi_inject_write(struct fid_ep *ep, const void *buf, size_t len, fi_addr_t dest_addr, uint64_t addr,
+				uint64_t key)
+{
+	return fi_inject_write(ep, buf, len, dest_addr, addr, key);
+}
 ssize_t fabcoll_fi_tsend(struct fid_ep *ep, const void *buf, size_t len, void *desc, fi_addr_t dest_addr,
 			 uint64_t tag, void *context)
 {

@@ -41,6 +41,10 @@ ssize_t fabcoll_fi_write(struct fid_ep *ep, const void *buf, size_t len, void *d
 			 uint64_t addr, uint64_t key, void *context);
 ssize_t fabcoll_fi_writedata(struct fid_ep *ep, const void *buf, size_t len, void *desc, uint64_t data,
 			     fi_addr_t dest_addr, uint64_t addr, uint64_t key, void *context);
+ssize_t fabcoll_fi_inject_writedata(struct fid_ep *ep, const void *buf, size_t len, uint64_t data, fi_addr_t dest_addr,
+				    uint64_t addr, uint64_t key);
+ssize_t fabcoll_fi_inject_write(struct fid_ep *ep, const void *buf, size_t len, fi_addr_t dest_addr, uint64_t addr,
+				uint64_t key);
 ssize_t fabcoll_fi_tsend(struct fid_ep *ep, const void *buf, size_t len, void *desc, fi_addr_t dest_addr,
 			 uint64_t tag, void *context);
 ssize_t fabcoll_fi_trecv(struct fid_ep *ep, void *buf, size_t len, void *desc, fi_addr_t src_addr, uint64_t tag,
