@@ -7,6 +7,7 @@
 //! progresses the collectives of all of them.
 
 mod call;
+mod estimate;
 mod pinned;
 mod request;
 
@@ -56,6 +57,8 @@ pub struct Communicator {
     members: Arc<[u32]>,
     check: bool,
     _server: Option<Arc<TcpStoreServer>>,
+    /// Cost-model parameters and choices (src/comm/estimate.rs), shared with dups and splits.
+    model: Arc<estimate::ModelState>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -121,6 +124,7 @@ impl Communicator {
             members,
             check: env_check(),
             _server: None,
+            model: Arc::default(),
         })
     }
 
@@ -145,6 +149,12 @@ impl Communicator {
         ep.insert_peers(&blobs)?;
         let mut c = Communicator::from_endpoint(ep, cfg)?;
         c._server = server.map(Arc::new);
+        // Issue 5 §1: the cost model is loaded or probed at creation when it is asked for.
+        if crate::select::model::select_by_model() || crate::select::model::explicit_file().is_some() {
+            if let Err(e) = c.load_or_probe_model() {
+                tracing::warn!("cost model unavailable ({e}); the decision table chooses");
+            }
+        }
         Ok(c)
     }
 
@@ -189,6 +199,12 @@ impl Communicator {
                 None => None,
             },
         };
+        // FABCOLL_SELECT=model: the cost model's argmin (src/comm/estimate.rs) instead of the table.
+        if let Some((alg, params)) = forced.is_none().then(|| self.model_pick(&args)).transpose()?.flatten() {
+            args.params = params;
+            let sched = alg.schedule(&args)?;
+            return Ok((OpSpec { coll, alg: alg.name, sched, dtype: call.dtype, rop: call.op.clone() }, args));
+        }
         let alg = match forced {
             Some(a) => a,
             None => {
@@ -295,6 +311,7 @@ impl Communicator {
             members,
             check: self.check,
             _server: self._server.clone(),
+            model: self.model.clone(),
         })
     }
 

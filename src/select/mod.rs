@@ -3,6 +3,7 @@
 //! and per-call forcing by name. Only registered algorithms whose restrictions hold are chosen.
 
 pub mod file;
+pub mod model;
 
 use std::sync::OnceLock;
 
