@@ -6,6 +6,8 @@
 mod bench;
 #[path = "fabcoll/info.rs"]
 mod info;
+#[path = "fabcoll/model.rs"]
+mod model;
 #[path = "fabcoll/ops.rs"]
 mod ops;
 #[path = "fabcoll/report.rs"]
@@ -40,6 +42,8 @@ enum Cmd {
         #[arg(long = "fabric", value_name = "FABRIC", default_values_t = ["local".to_string(), "shm".into(), "ofi:tcp".into(), "ofi:shm".into()])]
         fabrics: Vec<String>,
     },
+    /// Probe the cost model's parameters (run under `fabrun -n N`) or compare it with a tuner log.
+    Model(model::ModelArgs),
 }
 
 const BENCH_HELP: &str = "\
@@ -289,6 +293,13 @@ fn main() -> ExitCode {
             let _ = std::io::stdout().lock().write_all(info::text(&fabrics).as_bytes());
             ExitCode::SUCCESS
         }
+        Cmd::Model(a) => match model::main(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fabcoll model: error: {e}");
+                ExitCode::from(1)
+            }
+        },
         Cmd::Bench(a) => match bench_main(a) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => {

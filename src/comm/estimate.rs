@@ -148,8 +148,9 @@ impl Communicator {
             }
         }
         self.bcast(&mut wire, 0)?;
-        let params = match wire[0] {
-            s if s == 1.0 => ModelParams {
+        let status = wire[0] as i32;
+        let params = match status {
+            1 => ModelParams {
                 alpha: wire[1],
                 beta: wire[2],
                 gamma: wire[3],
@@ -158,7 +159,7 @@ impl Communicator {
                 copy_beta: wire[6],
                 overhead: wire[7],
             },
-            s if s < 0.0 => return Err(model_err("FABCOLL_MODEL could not be loaded on rank 0 (see its log)")),
+            -1 => return Err(model_err("FABCOLL_MODEL could not be loaded on rank 0 (see its log)")),
             _ => {
                 let report = probe::run(self)?;
                 if self.rank() == 0 {
@@ -223,7 +224,7 @@ impl Communicator {
         }
         let Some(m) = self.model_params() else { return Ok(None) };
         let p = args.size;
-        let uniform = args.counts.as_ref().map_or(true, |c| c.windows(2).all(|w| w[0] == w[1]));
+        let uniform = args.counts.as_ref().is_none_or(|c| c.windows(2).all(|w| w[0] == w[1]));
         let per_block = if args.coll.is_vector() { args.total_count()? / args.p().max(1) } else { args.count };
         let in_place =
             args.in_place && !matches!(args.coll, Collective::Gather | Collective::Gatherv | Collective::Reduce);

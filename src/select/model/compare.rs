@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn picks_by_prediction_and_scores_by_measurement() {
-        let log = vec![
+        let log = [
             // Short allreduce at p=8: the model prefers recursive doubling (3 α vs ring's 14 α);
             // measured, it is also the best → ratio 1.
             meas("allreduce", 8, "recursive_doubling", 0, 64, 10.0),

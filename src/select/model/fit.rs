@@ -163,6 +163,7 @@ fn solve_weighted(samples: &[Sample], active: &[usize], gamma: f64, copy_beta: f
 }
 
 /// Gaussian elimination with partial pivoting; `None` if singular.
+#[allow(clippy::needless_range_loop)] // row operations read one row while writing another
 fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
     let n = b.len();
     let norm = a.iter().flatten().fold(0.0f64, |m, v| m.max(v.abs()));
