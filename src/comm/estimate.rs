@@ -107,7 +107,8 @@ impl Communicator {
         let eng = self.lock();
         let caps = &eng.core.caps;
         if caps.backend == "ofi" {
-            format!("ofi:{}", caps.provider)
+            // libfabric names layered providers `tcp;ofi_rxm`; FABCOLL_FABRIC says `ofi:tcp`.
+            format!("ofi:{}", caps.provider.split(';').next().unwrap_or(&caps.provider))
         } else {
             caps.backend.to_owned()
         }
