@@ -9,9 +9,10 @@
 //!
 //! Each configuration runs with the algorithm forced, so what is fitted is what the executor
 //! really costs. A configuration is timed as `fabcoll bench` and the tuner time (`t0; call; t1`
-//! and an untimed barrier, so that calls never overlap) in 7 repetitions of a batch of calls
-//! (batch size agreed on from a first timed call, ≈ 2 ms per batch), each repetition's per-call
-//! mean taken as the maximum over ranks; the second fastest repetition is the sample. Rank 0 fits ([`super::fit`]) and
+//! and an untimed barrier, so that calls never overlap) in 11 repetitions of a batch of calls
+//! (batch size agreed on from a first timed call, ≈ 2 ms per batch), interleaved across
+//! configurations, each repetition's per-call mean taken as the maximum over ranks; the lower
+//! quartile of the repetitions is the sample (see `time_cases`). Rank 0 fits ([`super::fit`]) and
 //! broadcasts the parameters, so every rank ends with the same model. About 0.2–1 s at p ≤ 8.
 
 use std::time::Instant;
@@ -78,9 +79,11 @@ pub struct ProbeReport {
     pub elapsed: f64,
 }
 
-/// Repetitions per configuration; the sample is the second fastest (interference on a shared
-/// node only adds time, so the low end estimates the machine; the fastest alone is luck).
-const REPS: usize = 7;
+/// Repetitions per configuration; the sample is the [`KEEP`]-th fastest, about the lower quartile
+/// (interference on a shared node only adds time, so the low end estimates the machine; the
+/// fastest alone is luck).
+const REPS: usize = 11;
+const KEEP: usize = 2;
 /// Target wall time of one batch.
 const BATCH_SECONDS: f64 = 2e-3;
 const MAX_BATCH: f64 = 50.0;
@@ -90,11 +93,7 @@ const MAX_BATCH: f64 = 50.0;
 pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     let start = Instant::now();
     let p = comm.size();
-    let mut samples = Vec::new();
-    for case in plan(p) {
-        let secs = time_case(comm, &case)?;
-        samples.push((case, secs));
-    }
+    let mut samples = time_cases(comm, plan(p))?;
     // Rank 0 measures the CPU and fits; the result (or a failure flag) goes to every rank.
     let mut wire = [0.0f64; 8];
     if comm.rank() == 0 {
@@ -139,51 +138,84 @@ fn fit_samples(p: u32, measured: &[(ProbeCase, f64)]) -> Result<ModelParams> {
     fit(&samples, gamma, copy_beta)
 }
 
-/// One configuration's median time (max over ranks), seconds.
-fn time_case(comm: &Communicator, case: &ProbeCase) -> Result<f64> {
-    let p = comm.size() as usize;
-    let n = case.bytes as usize;
-    let mut opts = Options::algorithm(case.algorithm);
-    if case.segment > 0 {
-        opts = opts.param(fabcoll_collectives::args::SEGMENT, case.segment);
-    }
-    let view = comm.with(&opts);
-    let mut bufs: (Vec<u8>, Vec<u8>) = match case.coll {
-        Collective::Allgather => (vec![1u8; n], vec![0u8; n * p]),
-        _ => (Vec::new(), vec![1u8; n]),
-    };
-    let mut call = || -> Result<()> {
-        match case.coll {
-            Collective::Allgather => view.allgather(&bufs.0, &mut bufs.1),
-            _ => view.bcast(&mut bufs.1, 0),
+/// One configuration ready to time: its options, buffers and agreed batch size.
+struct Timed {
+    case: ProbeCase,
+    opts: Options,
+    send: Vec<u8>,
+    recv: Vec<u8>,
+    batch: usize,
+}
+
+impl Timed {
+    /// Buffers, a warm-up call (registration, eager rings) and one timed call that decides the
+    /// batch size on every rank alike.
+    fn new(comm: &Communicator, case: ProbeCase) -> Result<Timed> {
+        let (p, n) = (comm.size() as usize, case.bytes as usize);
+        let mut opts = Options::algorithm(case.algorithm);
+        if case.segment > 0 {
+            opts = opts.param(fabcoll_collectives::args::SEGMENT, case.segment);
         }
-    };
-    // Warm-up (registration, eager rings), then one timed call decides the batch size for all.
-    call()?;
-    comm.barrier()?;
-    let t = Instant::now();
-    call()?;
-    comm.barrier()?;
-    let mut one = [t.elapsed().as_secs_f64()];
-    comm.allreduce_in_place(&mut one, &ReduceOp::Max)?;
-    let batch = (BATCH_SECONDS / one[0].max(1e-9)).clamp(1.0, MAX_BATCH) as usize;
-    // As `fabcoll bench` and the tuner time: `t0; call; t1`, then an untimed barrier, so calls
-    // never overlap; per-rank mean, max over ranks.
-    let mut reps = [0.0f64; REPS];
-    for r in reps.iter_mut() {
+        let (send, recv) = match case.coll {
+            Collective::Allgather => (vec![1u8; n], vec![0u8; n * p]),
+            _ => (Vec::new(), vec![1u8; n]),
+        };
+        let mut t = Timed { case, opts, send, recv, batch: 1 };
+        t.call(comm)?;
+        comm.barrier()?;
+        let start = Instant::now();
+        t.call(comm)?;
+        comm.barrier()?;
+        let mut one = [start.elapsed().as_secs_f64()];
+        comm.allreduce_in_place(&mut one, &ReduceOp::Max)?;
+        t.batch = (BATCH_SECONDS / one[0].max(1e-9)).clamp(1.0, MAX_BATCH) as usize;
+        Ok(t)
+    }
+
+    fn call(&mut self, comm: &Communicator) -> Result<()> {
+        let view = comm.with(&self.opts);
+        match self.case.coll {
+            Collective::Allgather => view.allgather(&self.send, &mut self.recv),
+            _ => view.bcast(&mut self.recv, 0),
+        }
+    }
+
+    /// This rank's mean time of one batch, timed as `fabcoll bench` and the tuner time:
+    /// `t0; call; t1`, then an untimed barrier, so calls never overlap.
+    fn batch_mean(&mut self, comm: &Communicator) -> Result<f64> {
         comm.barrier()?;
         let mut sum = 0.0;
-        for _ in 0..batch {
+        for _ in 0..self.batch {
             let t = Instant::now();
-            call()?;
+            self.call(comm)?;
             sum += t.elapsed().as_secs_f64();
             comm.barrier()?;
         }
-        *r = sum / batch as f64;
+        Ok(sum / self.batch as f64)
+    }
+}
+
+/// Every configuration's time, seconds. Repetitions are interleaved (round r times every
+/// configuration once), so a burst of load from other processes spoils one round of all
+/// configurations rather than every round of one; each repetition is the maximum over ranks of
+/// the per-rank mean, and a configuration's sample is its lower quartile.
+fn time_cases(comm: &Communicator, cases: Vec<ProbeCase>) -> Result<Vec<(ProbeCase, f64)>> {
+    let mut timed = cases.into_iter().map(|c| Timed::new(comm, c)).collect::<Result<Vec<_>>>()?;
+    let mut reps = vec![0.0f64; timed.len() * REPS];
+    for r in 0..REPS {
+        for (i, t) in timed.iter_mut().enumerate() {
+            reps[i * REPS + r] = t.batch_mean(comm)?;
+        }
     }
     comm.allreduce_in_place(&mut reps, &ReduceOp::Max)?;
-    reps.sort_by(f64::total_cmp);
-    Ok(reps[1])
+    Ok(timed
+        .iter()
+        .zip(reps.chunks_mut(REPS))
+        .map(|(t, r)| {
+            r.sort_by(f64::total_cmp);
+            (t.case, r[KEEP])
+        })
+        .collect())
 }
 
 fn median(v: &mut [f64]) -> f64 {
