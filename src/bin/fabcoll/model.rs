@@ -15,11 +15,21 @@ pub struct ModelArgs {
     /// Compare the model with a tuner log (JSON Lines of measurements) instead of probing.
     #[arg(long, value_name = "LOG")]
     compare: Option<PathBuf>,
-    /// --compare: use these parameters for every fabric (alpha=..,beta=..[,gamma=..,f_alpha=..,
+    /// Print the model's prediction for every eligible algorithm of OP (at -p ranks, --bytes per
+    /// block; f32 for reductions, u8 otherwise) instead of probing. Nothing runs.
+    #[arg(long, value_name = "OP", value_parser = crate::parse_coll)]
+    estimate: Option<fabcoll::collectives::Collective>,
+    /// --estimate: bytes per block (suffixes K, M, G).
+    #[arg(long, default_value = "1M", value_parser = crate::parse_size)]
+    bytes: u64,
+    /// --estimate: number of ranks.
+    #[arg(short = 'p', default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    p: u32,
+    /// --compare, --estimate: use these parameters for every fabric (alpha=..,beta=..[,gamma=..,f_alpha=..,
     /// f_beta=..,copy_beta=..,overhead=..], seconds and seconds per byte).
     #[arg(long, value_name = "K=V,...")]
     machine: Option<String>,
-    /// --compare: read the parameters from this model file (default: this machine's cache file
+    /// --compare, --estimate: read the parameters from this model file (default: this machine's cache file
     /// for each fabric and p of the log).
     #[arg(long, value_name = "FILE")]
     model_file: Option<PathBuf>,
@@ -45,15 +55,19 @@ Examples:
   fabrun -n 4 fabcoll model
   fabrun -n 2 --fabric ofi:tcp fabcoll model
   fabcoll model --compare tune-log.jsonl
-  fabcoll model --compare tune-log.jsonl --machine alpha=2e-6,beta=1e-10,gamma=1e-10";
+  fabcoll model --compare tune-log.jsonl --machine alpha=2e-6,beta=1e-10,gamma=1e-10
+  fabcoll model --estimate allreduce --bytes 64K -p 64 --model-file ~/.cache/fabcoll/model-node1-shm-p4.json";
 
 /// Runs the subcommand.
 pub fn main(a: ModelArgs) -> Result<(), String> {
     if let Some(log) = &a.compare {
         return compare_main(&a, log);
     }
+    if let Some(coll) = a.estimate {
+        return estimate_main(&a, coll);
+    }
     if a.machine.is_some() || a.model_file.is_some() {
-        return Err("--machine and --model-file go with --compare".into());
+        return Err("--machine and --model-file go with --compare or --estimate".into());
     }
     if a.fabric.as_deref() == Some("local") {
         let n = a.n.unwrap_or(2);
@@ -150,15 +164,47 @@ fn gbps(per_byte: f64) -> f64 {
     }
 }
 
-fn compare_main(a: &ModelArgs, log: &PathBuf) -> Result<(), String> {
-    let text = std::fs::read_to_string(log).map_err(|e| format!("reading {}: {e}", log.display()))?;
-    let entries = compare::read_log(&text).map_err(|e| e.to_string())?;
-    let fixed: Option<ModelParams> = match (&a.machine, &a.model_file) {
+/// Parameters from --machine or --model-file, if given.
+fn given_params(a: &ModelArgs) -> Result<Option<ModelParams>, String> {
+    Ok(match (&a.machine, &a.model_file) {
         (Some(_), Some(_)) => return Err("give --machine or --model-file, not both".into()),
         (Some(kv), None) => Some(ModelParams::parse_kv(kv).map_err(|e| e.to_string())?),
         (None, Some(f)) => Some(cache::load_params(f).map_err(|e| e.to_string())?),
         (None, None) => None,
-    };
+    })
+}
+
+fn estimate_main(a: &ModelArgs, coll: fabcoll::collectives::Collective) -> Result<(), String> {
+    let m = given_params(a)?.ok_or("--estimate needs --machine or --model-file")?;
+    let elem: u32 = if coll.is_reduction() { 4 } else { 1 };
+    let count = a.bytes / u64::from(elem);
+    let mut args = fabcoll::collectives::CollArgs::new(coll, 0, a.p, count);
+    args.elem_size = elem;
+    if coll.is_vector() {
+        let n = if coll == fabcoll::collectives::Collective::Alltoallv {
+            a.p as usize * a.p as usize
+        } else {
+            a.p as usize
+        };
+        args = args.with_counts(vec![count; n]);
+    }
+    let t = std::time::Instant::now();
+    let est = fabcoll::select::model::predict(&args, &m).map_err(|e| e.to_string())?;
+    let took = t.elapsed();
+    println!("{coll}, p = {}, {} B per block, model {m}", a.p, a.bytes);
+    println!("{:<40} {:>12}", "algorithm", "predicted µs");
+    for e in &est {
+        let params: Vec<String> = e.params.iter().map(|(k, v)| format!(",{k}={v}")).collect();
+        println!("{:<40} {:>12.2}", format!("{}{}", e.algorithm, params.concat()), e.seconds * 1e6);
+    }
+    println!("{} candidates simulated in {:.1} ms", est.len(), took.as_secs_f64() * 1e3);
+    Ok(())
+}
+
+fn compare_main(a: &ModelArgs, log: &PathBuf) -> Result<(), String> {
+    let text = std::fs::read_to_string(log).map_err(|e| format!("reading {}: {e}", log.display()))?;
+    let entries = compare::read_log(&text).map_err(|e| e.to_string())?;
+    let fixed = given_params(a)?;
     let host = cache::hostname();
     let c = compare::compare(&entries, |fabric, p| {
         if let Some(m) = fixed {
