@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use fabcoll_collectives::registry::{self, Algorithm};
 use fabcoll_collectives::{CollArgs, Collective};
 
-use super::predict::time_of;
+use super::predict::{picos, time_of};
 use super::{model_err, ModelParams};
 use crate::error::Result;
 use crate::select::file::Measurement;
@@ -174,10 +174,16 @@ pub fn compare(log: &[Measurement], params_for: impl Fn(&str, u32) -> Result<Mod
                 Err(e) => out.skipped.push(format!("{fabric} {op} p={p} {bytes} B {}: {e}", label(m))),
             }
         }
-        let by = |key: fn(&(&Measurement, f64)) -> f64| {
-            cands.iter().min_by(|a, b| key(a.1).total_cmp(&key(b.1)).then_with(|| a.0.cmp(b.0)))
+        let best = cands.iter().min_by(|a, b| a.1 .0.median_us.total_cmp(&b.1 .0.median_us).then_with(|| a.0.cmp(b.0)));
+        // Ranked as the selection ranks (`predict`): whole picoseconds, then registry order,
+        // then unsegmented first.
+        let rank = |m: &Measurement| {
+            let coll = Collective::from_name(&m.op);
+            let idx = coll.and_then(|c| registry::for_op(c).position(|a| a.name == m.algorithm));
+            (idx.unwrap_or(usize::MAX), m.params.get(fabcoll_collectives::args::SEGMENT).copied().unwrap_or(0))
         };
-        let (Some(best), Some(pick)) = (by(|c| c.0.median_us), by(|c| c.1)) else { continue };
+        let pick = cands.iter().min_by_key(|(label, (m, t))| (picos(*t * 1e-6), rank(m), (*label).clone()));
+        let (Some(best), Some(pick)) = (best, pick) else { continue };
         out.rows.push(Row {
             fabric: fabric.clone(),
             op: op.clone(),

@@ -56,8 +56,15 @@ pub fn predict_filtered(args: &CollArgs, m: &ModelParams, keep: impl Fn(&Algorit
             None => model_err(format!("no registered {} algorithm accepts these arguments", args.coll)),
         });
     }
-    out.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    // Stable sort on whole picoseconds: candidates the model cannot tell apart (the same
+    // structure at small p) keep registry order, unsegmented first, on every rank alike.
+    out.sort_by_key(|e| picos(e.seconds));
     Ok(out)
+}
+
+/// Seconds as whole picoseconds (the resolution at which candidates are ranked).
+pub fn picos(seconds: f64) -> u64 {
+    (seconds * 1e12).round() as u64
 }
 
 /// The model's time of one configuration (`args.params` as given), seconds.
