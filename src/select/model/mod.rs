@@ -21,6 +21,14 @@
 //! machine, fabric and p-class in a JSON file ([`cache`]), or from `FABCOLL_MODEL=<file>`.
 //! `FABCOLL_SELECT=model` makes the default selection use the model's argmin ([`predict`]); the
 //! decision table stays the default. [`compare`] checks the model against a tuner log.
+//!
+//! # Known gaps
+//!
+//! Not modelled: the eager/zero-copy protocol switch (one α for both), scratch-buffer setup and a
+//! per-step cost of local steps (a copy costs κ per byte only), and process scheduling when more
+//! ranks than cores share a node (there α, o and f_α measure the scheduler, and vary run to run).
+//! At small p many algorithms have the same schedule shape and the model cannot tell them apart;
+//! they are ranked in registry order.
 
 pub mod cache;
 pub mod compare;
