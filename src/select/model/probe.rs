@@ -5,7 +5,7 @@
 //!   the per-call overhead o).
 //! - **f_α, f_β**: `allgather:ring` (every message is sent while one is received) at 8 B, 4 KiB,
 //!   64 KiB and 256 KiB per block.
-//! - **γ, κ**: the f32-sum reduction kernel and memcpy timed on 256 KiB buffers on rank 0.
+//! - **γ, κ**: the f32-sum reduction kernel and memcpy timed on 4 MiB buffers on rank 0.
 //!
 //! Each configuration runs with the algorithm forced, so what is fitted is what the executor
 //! really costs. A configuration is timed as `fabcoll bench` and the tuner time (`t0; call; t1`
@@ -223,9 +223,11 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// (γ, κ): seconds per byte of the f32-sum kernel and of memcpy, medians over 7 runs on 256 KiB.
+/// (γ, κ): seconds per byte of the f32-sum kernel and of memcpy, medians over 7 runs on 4 MiB
+/// buffers (larger than a core's L2: a collective's reductions and copies touch data that just
+/// arrived or is about to leave, not a warm cache).
 pub fn cpu_rates() -> Result<(f64, f64)> {
-    const N: usize = 64 << 10; // f32 elements = 256 KiB
+    const N: usize = 1 << 20; // f32 elements = 4 MiB
     let src = vec![1.0f32; N];
     let mut dst = vec![0.5f32; N];
     let bytes = (N * 4) as f64;
