@@ -97,7 +97,7 @@ impl Communicator {
 
     /// Turns model selection on or off for this communicator and its dups and splits (default:
     /// `FABCOLL_SELECT=model`). Every rank must make the same setting. Without parameters the
-    /// decision table chooses.
+    /// decisions choose.
     pub fn set_select_model(&self, on: bool) {
         self.model.select.store(on, Ordering::Relaxed);
     }
@@ -218,7 +218,7 @@ impl Communicator {
 
     /// The model's choice for a call under model selection: `None` when model selection is off,
     /// there are no parameters, the caller passed parameters of their own, or nothing could be
-    /// simulated (the table chooses then).
+    /// simulated (the decisions choose then).
     pub(crate) fn model_pick(&self, args: &CollArgs) -> Result<Option<(&'static Algorithm, Params)>> {
         if !self.model.select.load(Ordering::Relaxed) || args.params.iter().next().is_some() {
             return Ok(None);
@@ -249,7 +249,7 @@ impl Communicator {
                 None => None,
             },
             Err(e) => {
-                tracing::debug!("model selection for {}: {e}; the decision table chooses", key.coll);
+                tracing::debug!("model selection for {}: {e}; the decisions choose", key.coll);
                 None
             }
         };

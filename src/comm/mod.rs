@@ -27,7 +27,7 @@ pub use request::{Request, Scope};
 use crate::error::{Error, Result};
 use crate::exec::op::{Check, OpSpec};
 use crate::exec::{Engine, ExecConfig, OpKey, Stats};
-use crate::select::{self, Features, Table};
+use crate::select::{self, Decisions, Features};
 
 /// Per-call options: force an algorithm by name and set its parameters (see the registry's
 /// `ParamSpec`s, plus `segment` for pipelining in elements). All ranks must pass the same options.
@@ -56,6 +56,8 @@ pub struct Communicator {
     size: u32,
     members: Arc<[u32]>,
     check: bool,
+    /// The algorithm choice (`FABCOLL_TUNING_FILE` or the embedded defaults, see `select`).
+    decisions: Arc<Decisions>,
     _server: Option<Arc<TcpStoreServer>>,
     /// Cost-model parameters and choices (src/comm/estimate.rs), shared with dups and splits.
     model: Arc<estimate::ModelState>,
@@ -112,6 +114,7 @@ impl Communicator {
     }
 
     fn new(ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Communicator> {
+        let decisions = select::active()?;
         let (rank, size) = (ep.rank() as u32, ep.size() as u32);
         let mut engine = Engine::new(ep, cfg)?;
         let members: Arc<[u32]> = (0..size).collect();
@@ -123,6 +126,7 @@ impl Communicator {
             size,
             members,
             check: env_check(),
+            decisions,
             _server: None,
             model: Arc::default(),
         })
@@ -152,7 +156,7 @@ impl Communicator {
         // Issue 5 §1: the cost model is loaded or probed at creation when it is asked for.
         if crate::select::model::select_by_model() || crate::select::model::explicit_file().is_some() {
             if let Err(e) = c.load_or_probe_model() {
-                tracing::warn!("cost model unavailable ({e}); the decision table chooses");
+                tracing::warn!("cost model unavailable ({e}); the decisions choose");
             }
         }
         Ok(c)
@@ -173,6 +177,13 @@ impl Communicator {
     /// stays usable.
     pub fn set_checked(&mut self, on: bool) {
         self.check = on;
+    }
+
+    /// Replaces the algorithm choice of this communicator (communicators made from it by `dup` and
+    /// `split` inherit it). Operations the decisions do not cover use the embedded defaults;
+    /// per-call [`Options`] and `FABCOLL_ALGO` still win. All ranks must set the same decisions.
+    pub fn set_decisions(&mut self, decisions: Arc<Decisions>) {
+        self.decisions = decisions;
     }
 
     /// Executor counters of the endpoint this communicator runs on (shared with dup/split).
@@ -208,13 +219,9 @@ impl Communicator {
         let alg = match forced {
             Some(a) => a,
             None => {
-                let es = call.dtype.size() as u64;
-                let p = u64::from(self.size);
-                let total = args.total_count()? * es;
-                let msg = if coll.is_vector() { total / p.max(1) } else { args.count * es };
-                let total = if coll.is_vector() { total } else { msg * p };
-                let f = Features { msg, total, p: self.size, commutative: args.commutative };
-                Table::defaults().choose(&args, &f)?
+                let (a, params) = self.decisions.choose(&args, &Features::of(&args)?)?;
+                args.params = params;
+                a
             }
         };
         let sched = alg.schedule(&args)?;
@@ -310,6 +317,7 @@ impl Communicator {
             size: members.len() as u32,
             members,
             check: self.check,
+            decisions: self.decisions.clone(),
             _server: self._server.clone(),
             model: self.model.clone(),
         })

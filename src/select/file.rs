@@ -23,6 +23,10 @@
 //! contribution; alltoall/scatter: one peer's block; v-variants: the average block), `total`
 //! the bytes of the whole result. Every operation must end with a rule without conditions (the
 //! fallback), so every call gets an answer.
+//!
+//! A file may cover only some operations; the embedded default answers the others. Validation
+//! (and the compiled form used for lookup) is [`Decisions`](super::Decisions); writing is
+//! [`DecisionFile::to_json`] (header pretty-printed, one rule per line).
 
 use std::collections::BTreeMap;
 

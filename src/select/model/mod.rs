@@ -20,7 +20,8 @@
 //! collectives with forced algorithms, fitted by weighted least squares ([`fit`]) — cached per
 //! machine, fabric and p-class in a JSON file ([`cache`]), or from `FABCOLL_MODEL=<file>`.
 //! `FABCOLL_SELECT=model` makes the default selection use the model's argmin ([`predict`]); the
-//! decision table stays the default. [`compare`] checks the model against a tuner log.
+//! decisions (embedded default, `FABCOLL_TUNING_FILE`) stay the default. [`compare`] checks the
+//! model against a tuner log.
 //!
 //! # Known gaps
 //!
@@ -150,14 +151,14 @@ impl std::fmt::Display for ModelParams {
 }
 
 /// Whether `FABCOLL_SELECT=model` asks the default selection to use the model (read once;
-/// `table`, empty or unset = the decision table; anything else is reported once and ignored).
+/// `table`, empty or unset = the decisions; anything else is reported once and ignored).
 pub fn select_by_model() -> bool {
     static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *S.get_or_init(|| match std::env::var("FABCOLL_SELECT").as_deref() {
         Ok("model") => true,
         Ok("table") | Ok("") | Err(_) => false,
         Ok(other) => {
-            tracing::warn!("FABCOLL_SELECT={other:?} is not `model` or `table`; using the decision table");
+            tracing::warn!("FABCOLL_SELECT={other:?} is not `model` or `table`; using the decisions");
             false
         }
     })
