@@ -1,98 +1,73 @@
 //! Multi-process runs over the `shm` backend (each rank a process re-executed from this test
-//! binary, see `fabric/tests/support`): every collective × algorithm against the reference, and a
-//! killed rank turning into an error that names it on every survivor.
+//! binary, see `fabric/tests/support`): every collective × every algorithm against the reference
+//! (also in place) at p ∈ {1, 2, 3, 4, 5, 7, 8}, nonblocking overlap, split and dup, bad arguments,
+//! a killed rank turning into an error that names it on every survivor, and the environment
+//! overrides. The bodies are in
+//! `tests/common/procs.rs`, shared with `ofi_procs`.
 
 #[path = "../fabric/tests/support/mod.rs"]
 mod support;
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use fabcoll::collectives::Collective;
+use common::procs;
 use fabcoll::{Collectives, Communicator, Error, ReduceOp};
 
 const LIMIT: Duration = Duration::from_secs(240);
 
-fn matrix_on(c: &Communicator, counts: &[usize], all_algs: bool) -> Result<usize, String> {
-    let p = c.size();
-    let mut ran = 0;
-    for coll in Collective::ALL {
-        for &count in counts {
-            for noncomm in [false, true] {
-                if noncomm && !coll.is_reduction() {
-                    continue;
-                }
-                let args = common::args_for(coll, p, count, !noncomm);
-                if all_algs {
-                    for alg in common::algorithms(&args) {
-                        common::run_one(c, coll, Some(alg), count, noncomm)?;
-                        ran += 1;
-                    }
-                }
-                common::run_one(c, coll, None, count, noncomm)?;
-                ran += 1;
-            }
-        }
-    }
-    Ok(ran)
-}
-
-fn shm_matrix(name: &str, p: u32, all_algs: bool) {
-    // Rank 0 leaves a mark so the parent knows the children really ran the matrix.
-    let mark = std::env::var("FABCOLL_TEST_MARK")
-        .unwrap_or_else(|_| format!("{}/fabcoll-{name}-{}", std::env::temp_dir().display(), std::process::id()));
+/// Runs `body` on `p` shm ranks; rank 0 reports how many checks it ran, which must be `want`.
+fn on_shm(name: &str, p: u32, want: usize, body: fn(&Communicator) -> Result<usize, String>) {
+    let mark = procs::mark_path(name);
     let env = [("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "30"), ("FABCOLL_TEST_MARK", mark.as_str())];
     support::ranks(name, p, LIMIT, &env, |_job| {
         let c = Communicator::from_env().expect("communicator");
-        let counts = [0, 1, p as usize + 1, 100_003];
-        let ran = matrix_on(&c, &counts, all_algs).unwrap_or_else(|e| panic!("{e}"));
+        let ran = body(&c).unwrap_or_else(|e| panic!("{e}"));
         c.barrier().unwrap(); // nobody leaves while a peer may still write
         if c.rank() == 0 {
             std::fs::write(&mark, ran.to_string()).unwrap();
         }
     });
-    if std::env::var("FABCOLL_TEST_CHILD").is_err() {
-        let ran: usize = std::fs::read_to_string(&mark).expect("children left no mark").parse().unwrap();
-        let _ = std::fs::remove_file(&mark);
-        assert!(ran >= 60, "only {ran} collectives ran");
-        eprintln!("{name}: {ran} collectives verified per rank");
+    if procs::is_parent() {
+        let ran = procs::take_mark(&mark).expect("the ranks left no mark");
+        assert_eq!(ran, want, "{name}: rank 0 ran {ran} checks, want {want}");
+        eprintln!("{name}: {ran} checks verified per rank");
     }
 }
 
-#[test]
-fn shm_all_algorithms_p4() {
-    shm_matrix("shm_all_algorithms_p4", 4, true);
+macro_rules! all_algorithms {
+    ($($name:ident: $p:expr),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            on_shm(stringify!($name), $p, procs::matrix_len($p), procs::matrix);
+        }
+    )*};
+}
+
+all_algorithms! {
+    shm_all_algorithms_p1: 1,
+    shm_all_algorithms_p2: 2,
+    shm_all_algorithms_p3: 3,
+    shm_all_algorithms_p4: 4,
+    shm_all_algorithms_p5: 5,
+    shm_all_algorithms_p7: 7,
+    shm_all_algorithms_p8: 8,
 }
 
 #[test]
-fn shm_all_algorithms_p7() {
-    shm_matrix("shm_all_algorithms_p7", 7, true);
+fn shm_nonblocking_overlap() {
+    on_shm("shm_nonblocking_overlap", 4, 1, |c| procs::overlap(c).map(|()| 1));
 }
 
 #[test]
-fn shm_default_algorithms_p2() {
-    shm_matrix("shm_default_algorithms_p2", 2, false);
+fn shm_split_and_dup() {
+    on_shm("shm_split_and_dup", 6, 1, |c| procs::split(c).map(|()| 1));
 }
 
 #[test]
-fn shm_all_algorithms_p1() {
-    shm_matrix("shm_all_algorithms_p1", 1, true);
-}
-
-#[test]
-fn shm_all_algorithms_p3() {
-    shm_matrix("shm_all_algorithms_p3", 3, true);
-}
-
-#[test]
-fn shm_all_algorithms_p5() {
-    shm_matrix("shm_all_algorithms_p5", 5, true);
-}
-
-#[test]
-fn shm_all_algorithms_p8() {
-    shm_matrix("shm_all_algorithms_p8", 8, true);
+fn shm_bad_arguments_are_clear_errors() {
+    on_shm("shm_bad_arguments_are_clear_errors", 3, 9, procs::bad_arguments);
 }
 
 #[test]
@@ -104,25 +79,9 @@ fn shm_killed_rank_is_named() {
         &[("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "5")],
         |job| {
             let c = Communicator::from_env().expect("communicator");
-            let mut x = vec![1u64; 1000];
-            c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
-            if c.rank() == 3 {
-                std::process::exit(0); // dies between collectives
-            }
-            std::thread::sleep(Duration::from_millis(200));
-            let t0 = Instant::now();
-            let e = c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap_err();
-            assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
-            match &e {
-                Error::Timeout { waiting_for, .. } => assert_eq!(waiting_for, &[3], "rank {}: {e}", c.rank()),
-                Error::PeerLost { peers, .. } => assert_eq!(peers, &[3], "rank {}: {e}", c.rank()),
-                other => panic!("rank {}: error does not name rank 3: {other}", c.rank()),
-            }
-            eprintln!("rank {}: {e}", c.rank());
-            // The communicator is now broken, and says so.
-            assert!(matches!(c.barrier(), Err(Error::Broken(_))));
-            // Survivors leave together (a survivor that exits early would look dead to the others).
-            fabcoll::fabric::bootstrap::barrier(&*job.store, "survivors", 3, Duration::from_secs(30)).unwrap();
+            procs::killed_rank(&c, Duration::from_secs(10), || {
+                fabcoll::fabric::bootstrap::barrier(&*job.store, "survivors", 3, Duration::from_secs(30)).unwrap()
+            });
         },
     );
 }

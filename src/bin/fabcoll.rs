@@ -1,6 +1,7 @@
 //! `fabcoll`: the command-line tool. `fabcoll bench` is an OSU-style latency/bandwidth sweep of any
 //! collective, algorithm and fabric (run it under fabrun, or in-process with `--fabric local -n N`);
-//! `fabcoll info` lists the backends' capabilities and every registered algorithm.
+//! `fabcoll info` lists the backends' capabilities and every registered algorithm; `fabcoll sim`
+//! replays every algorithm on a modelled machine and `--map` draws the fastest per (p, size).
 
 #[path = "fabcoll/bench.rs"]
 mod bench;
@@ -8,10 +9,14 @@ mod bench;
 mod info;
 #[path = "fabcoll/model.rs"]
 mod model;
+#[path = "fabcoll/map.rs"]
+mod map;
 #[path = "fabcoll/ops.rs"]
 mod ops;
 #[path = "fabcoll/report.rs"]
 mod report;
+#[path = "fabcoll/sim.rs"]
+mod sim;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -44,6 +49,9 @@ enum Cmd {
     },
     /// Probe the cost model's parameters (run under `fabrun -n N`) or compare it with a tuner log.
     Model(model::ModelArgs),
+    /// Simulated times of every algorithm per (p, size) on a modelled machine; `--map` draws the
+    /// fastest per cell (SVG/PNG) like thakur Fig 14.
+    Sim(sim::SimArgs),
 }
 
 const BENCH_HELP: &str = "\
@@ -152,40 +160,6 @@ fn env_fabric() -> String {
     }
 }
 
-/// Leaves the job together: no rank exits while a peer may still be finishing the last collective
-/// (a peer that sees this rank's process gone while it waits reports it as dead). Synchronises
-/// through the job's bootstrap store, which outlives the fabric; when rank 0 serves a TCP store
-/// (torchrun, Slurm), rank 0 leaves last so that the server outlives every client.
-fn exit_together(c: &Communicator) -> Result<(), String> {
-    use fabcoll::fabric::bootstrap::{self, FileStore, JobEnv, Store, StoreAddr, TcpStore};
-    let e = |x: bootstrap::BootstrapError| format!("leaving the job: {x}");
-    let env = JobEnv::from_env().map_err(e)?;
-    let timeout = c.timeout();
-    let store: Box<dyn Store> = match &env.store {
-        StoreAddr::File(dir) => Box::new(FileStore::new(dir).map_err(e)?),
-        StoreAddr::Tcp(addr) => {
-            let token = env.token.as_deref().unwrap_or_default();
-            Box::new(TcpStore::connect(addr.as_str(), token, timeout).map_err(e)?)
-        }
-    };
-    bootstrap::barrier(&*store, "fabcoll-bench/exit", c.size(), timeout).map_err(e)?;
-    let rank0_serves = matches!(env.store, StoreAddr::Tcp(_)) && !env.launcher_serves;
-    if rank0_serves {
-        if c.rank() != 0 {
-            store.add("fabcoll-bench/left", 1).map_err(e)?;
-        } else {
-            let deadline = std::time::Instant::now() + timeout;
-            while store.add("fabcoll-bench/left", 0).map_err(e)? < i64::from(c.size()) - 1 {
-                if std::time::Instant::now() >= deadline {
-                    return Err("leaving the job: the other ranks did not confirm in time".into());
-                }
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
-    }
-    Ok(())
-}
-
 /// One rank's part: the sweep, and on rank 0 the report.
 fn rank_main(c: &Communicator, a: &BenchArgs, cfg: &bench::Config, meta: &Meta) -> Result<bool, String> {
     let mut report = if c.rank() == 0 {
@@ -281,7 +255,8 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
     let c = Communicator::from_env().map_err(|e| e.to_string())?;
     let meta = meta(env_fabric(), c.size());
     let ok = rank_main(&c, &a, &cfg, &meta).map_err(|e| format!("rank {}: {e}", c.rank()))?;
-    exit_together(&c).map_err(|e| format!("rank {}: {e}", c.rank()))?;
+    // No exit barrier is needed: the sweep ends with a collective barrier, and a rank that leaves
+    // first closes its shm segment in order, so a slower peer never takes it for a crashed one.
     Ok(ok)
 }
 
@@ -297,6 +272,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("fabcoll model: error: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Cmd::Sim(a) => match sim::run(&a, &mut std::io::stdout().lock()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fabcoll sim: error: {e}");
                 ExitCode::from(1)
             }
         },

@@ -6,6 +6,7 @@
 //! parent), which separates their messages in control tags and eager immediates; one engine
 //! progresses the collectives of all of them.
 
+mod cache;
 mod call;
 mod estimate;
 mod pinned;
@@ -24,9 +25,11 @@ pub use call::{Call, Collectives, WithOptions};
 pub use pinned::{Pinned, Registered};
 pub use request::{Request, Scope};
 
+use cache::PlanCache;
+
 use crate::error::{Error, Result};
 use crate::exec::op::{Check, OpSpec};
-use crate::exec::{Engine, ExecConfig, OpKey, Stats};
+use crate::exec::{Engine, ExecConfig, OpKey, Stats, Waiter};
 use crate::select::{self, Decisions, Features};
 
 /// Per-call options: force an algorithm by name and set its parameters (see the registry's
@@ -58,6 +61,8 @@ pub struct Communicator {
     check: bool,
     /// The algorithm choice (`FABCOLL_TUNING_FILE` or the embedded defaults, see `select`).
     decisions: Arc<Decisions>,
+    /// Built schedules of recent calls.
+    plans: Mutex<PlanCache>,
     _server: Option<Arc<TcpStoreServer>>,
     /// Cost-model parameters and choices (src/comm/estimate.rs), shared with dups and splits.
     model: Arc<estimate::ModelState>,
@@ -127,6 +132,7 @@ impl Communicator {
             members,
             check: env_check(),
             decisions,
+            plans: Mutex::default(),
             _server: None,
             model: Arc::default(),
         })
@@ -137,8 +143,9 @@ impl Communicator {
     /// `ofi:tcp`, …; default shm when every rank is on this node, else `ofi:tcp`), exchanges
     /// addresses and sets up the eager rings.
     pub fn from_env() -> Result<Communicator> {
-        let cfg = ExecConfig::from_env()?;
+        let mut cfg = ExecConfig::from_env()?;
         let env = JobEnv::from_env()?;
+        cfg.local_ranks = cfg.local_ranks.or(env.local_size.map(|n| n as usize));
         let (store, server) = env.open_store(cfg.timeout)?;
         let backend: Backend = match std::env::var("FABCOLL_FABRIC") {
             Ok(s) => s.parse()?,
@@ -210,11 +217,11 @@ impl Communicator {
                 None => None,
             },
         };
-        // FABCOLL_SELECT=model: the cost model's argmin (src/comm/estimate.rs) instead of the table.
+        // FABCOLL_SELECT=model: the cost model's argmin (src/comm/estimate.rs) instead of the decisions.
         if let Some((alg, params)) = forced.is_none().then(|| self.model_pick(&args)).transpose()?.flatten() {
             args.params = params;
-            let sched = alg.schedule(&args)?;
-            return Ok((OpSpec { coll, alg: alg.name, sched, dtype: call.dtype, rop: call.op.clone() }, args));
+            let plan = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(alg, &args)?;
+            return Ok((OpSpec { coll, alg: alg.name, plan, dtype: call.dtype, rop: call.op.clone() }, args));
         }
         let alg = match forced {
             Some(a) => a,
@@ -224,16 +231,19 @@ impl Communicator {
                 a
             }
         };
-        let sched = alg.schedule(&args)?;
-        let spec = OpSpec { coll, alg: alg.name, sched, dtype: call.dtype, rop: call.op.clone() };
+        let plan = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(alg, &args)?;
+        let spec = OpSpec { coll, alg: alg.name, plan, dtype: call.dtype, rop: call.op.clone() };
         Ok((spec, args))
     }
 
     /// Starts a call; the buffers behind `call` must stay lent until the op is waited for.
     fn start(&self, call: Call<'_>, opts: &Options) -> Result<OpKey> {
         let (spec, args) = self.plan(&call, opts)?;
+        let mut eng = self.lock();
         let check = self.check.then(|| {
-            let mine = call.signature(&args, spec.alg).into_bytes();
+            // The executor settings every rank must share (they decide eager vs zero-copy per
+            // message on both sides) are part of the signature.
+            let mine = format!("{} {}", call.signature(&args, spec.alg), eng.protocol_signature()).into_bytes();
             Check {
                 mine,
                 got: vec![None; self.size as usize],
@@ -241,7 +251,6 @@ impl Communicator {
                 describe: |b| String::from_utf8_lossy(b).into_owned(),
             }
         });
-        let mut eng = self.lock();
         // SAFETY: the buffers are lent to this call by `Call`'s lifetime: blocking calls wait
         // before returning, nonblocking ones live in a `Scope` that waits for them before the
         // borrows end. Send is only read (LOCAL), Recv may be written by peers (REMOTE_WRITE).
@@ -254,10 +263,10 @@ impl Communicator {
     /// Waits for `key`, releasing the engine between rounds so that other threads using
     /// communicators on the same endpoint (dup/split) can start and progress theirs.
     fn wait_key(&self, key: OpKey) -> Result<()> {
-        let mut spins = 0;
+        let mut w = Waiter::default();
         loop {
             let mut eng = self.lock();
-            if eng.wait_step(key, &mut spins) {
+            if eng.wait_step(key, &mut w) {
                 return eng.take(key);
             }
         }
@@ -318,6 +327,7 @@ impl Communicator {
             members,
             check: self.check,
             decisions: self.decisions.clone(),
+            plans: Mutex::default(),
             _server: self._server.clone(),
             model: self.model.clone(),
         })
@@ -360,5 +370,69 @@ impl Drop for Communicator {
         if self.ctx != 0 {
             self.lock().remove_ctx(self.ctx);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `p` local communicators whose ranks use different executor settings.
+    fn local_mixed(cfgs: Vec<ExecConfig>) -> Vec<Communicator> {
+        let p = cfgs.len();
+        let fabric = LocalFabric::new(p).unwrap();
+        let mut eps: Vec<Box<dyn Endpoint>> = Vec::new();
+        for r in 0..p {
+            eps.push(Box::new(fabric.endpoint(r, fabcoll_fabric::WaitPolicy::oversubscribed()).unwrap()));
+        }
+        let blobs = eps.iter().map(|e| e.address()).collect::<fabcoll_fabric::Result<Vec<_>>>().unwrap();
+        let comms: Vec<Communicator> = eps
+            .into_iter()
+            .zip(cfgs)
+            .map(|(mut ep, cfg)| {
+                ep.insert_peers(&blobs).unwrap();
+                Communicator::new(ep, cfg).unwrap()
+            })
+            .collect();
+        for c in &comms {
+            c.lock().await_setups().unwrap();
+        }
+        comms
+    }
+
+    #[test]
+    fn checked_mode_refuses_different_eager_thresholds() {
+        let base = ExecConfig { timeout: Duration::from_secs(10), ..ExecConfig::default() };
+        let small = ExecConfig { eager_threshold: 1024, ..base.clone() };
+        let mut comms = local_mixed(vec![base, small]);
+        comms.iter_mut().for_each(|c| c.set_checked(true));
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .map(|c| {
+                    s.spawn(move || {
+                        let send = vec![1.0f32; 1024];
+                        let mut recv = vec![0.0f32; 1024];
+                        c.allreduce(&send, &mut recv, &ReduceOp::Sum).unwrap_err().to_string()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for e in &errs {
+            assert!(e.contains("eager<=1024") && e.contains("eager<=16384"), "{e}");
+        }
+        // Equal settings pass the check.
+        let mut same = local_mixed(vec![ExecConfig::default(), ExecConfig::default()]);
+        same.iter_mut().for_each(|c| c.set_checked(true));
+        std::thread::scope(|s| {
+            for c in &same {
+                s.spawn(move || {
+                    let mut buf = [c.rank() as f32 + 1.0; 4];
+                    c.allreduce_in_place(&mut buf, &ReduceOp::Sum).unwrap();
+                    assert_eq!(buf, [3.0; 4]);
+                });
+            }
+        });
     }
 }

@@ -21,6 +21,17 @@ pub struct ExecConfig {
     /// Use at most this many immediate bits even if the backend carries more (tests the narrow
     /// layouts of verbs-like backends on any backend). All ranks must agree.
     pub imm_bits: u32,
+    /// How long a waiting rank polls without blocking on a load/store fabric (shm, local; it
+    /// then sleeps on the fabric's doorbell, which costs a wake-up when the message comes). Ofi
+    /// endpoints block after a few polls. `FABCOLL_SPIN_US`.
+    pub spin: Duration,
+    /// Ranks of the job on this node (`None`: every rank of an shm/local endpoint, else 1). When
+    /// they outnumber the cores, waiting ranks yield the core between polls almost at once (after
+    /// 8 polls instead of 32), like Open MPI's `mpi_yield_when_idle`.
+    pub local_ranks: Option<usize>,
+    /// Forces that oversubscribed wait policy on or off (`FABCOLL_YIELD=1`/`0`); `None` = decide
+    /// from `local_ranks`.
+    pub yield_when_idle: Option<bool>,
 }
 
 /// Defaults measured with `tests/shm_bench.rs` (2 processes, allreduce recursive doubling, shm,
@@ -36,13 +47,17 @@ impl Default for ExecConfig {
             timeout: Duration::from_secs(60),
             mr_cache: 64,
             imm_bits: 64,
+            spin: Duration::from_micros(250),
+            local_ranks: None,
+            yield_when_idle: None,
         }
     }
 }
 
 impl ExecConfig {
     /// Defaults overridden by `FABCOLL_EAGER` (bytes), `FABCOLL_SLOTS`, `FABCOLL_TIMEOUT`
-    /// (seconds, fractions allowed) and `FABCOLL_MR_CACHE` (entries).
+    /// (seconds, fractions allowed), `FABCOLL_MR_CACHE` (entries), `FABCOLL_SPIN_US`
+    /// (microseconds) and `FABCOLL_YIELD` (0 or 1).
     pub fn from_env() -> Result<ExecConfig> {
         let mut c = ExecConfig::default();
         let num = |k: &str| -> Result<Option<f64>> {
@@ -67,6 +82,12 @@ impl ExecConfig {
         }
         if let Some(v) = num("FABCOLL_MR_CACHE")? {
             c.mr_cache = v as usize;
+        }
+        if let Some(v) = num("FABCOLL_SPIN_US")? {
+            c.spin = Duration::from_secs_f64(v.max(0.0) * 1e-6);
+        }
+        if let Some(v) = num("FABCOLL_YIELD")? {
+            c.yield_when_idle = Some(v != 0.0);
         }
         Ok(c)
     }

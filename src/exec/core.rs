@@ -1,12 +1,12 @@
 //! Resources of one endpoint shared by all collectives in flight: the endpoint, eager rings,
 //! write and grant bookkeeping, the control-message queue, counters, MR cache and scratch pool.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use fabcoll_fabric::{Access, Caps, Completion, Endpoint, Mr, RemoteRange};
 
 use super::eager::Eager;
+use super::fasthash::FastMap;
 use super::mrcache::MrCache;
 use super::proto::{self, ImmLayout, Kind};
 use super::{ExecConfig, OpKey, Stats};
@@ -19,9 +19,9 @@ pub(crate) struct Core {
     pub layout: ImmLayout,
     pub cfg: ExecConfig,
     pub eager: Eager,
-    pub writes: HashMap<u64, (OpKey, u32)>,
+    pub writes: FastMap<u64, (OpKey, u32)>,
     pub next_write: u64,
-    pub grants_in: HashMap<(usize, u64), (OpKey, u32)>,
+    pub grants_in: FastMap<(usize, u64), (OpKey, u32)>,
     pub next_gid: Vec<u64>,
     pub backlog: Vec<Completion>,
     pub ctrl_out: Vec<(usize, u64, Vec<u8>)>,
@@ -56,13 +56,14 @@ impl Core {
         imm: Option<u64>,
         wid: u64,
     ) -> Result<()> {
-        let deadline = Instant::now() + self.cfg.timeout;
+        let mut deadline = None;
         loop {
             match self.ep.write(peer, mr.slice(off, len)?, dst, imm, wid) {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_busy() => {
                     self.ep.poll(&mut self.backlog)?;
-                    if Instant::now() > deadline {
+                    let now = Instant::now();
+                    if now > *deadline.get_or_insert(now + self.cfg.timeout) {
                         return Err(Error::Fabric(fabcoll_fabric::Error::Peer {
                             peer,
                             msg: format!("write queue stayed full for {:?}", self.cfg.timeout),
@@ -84,7 +85,10 @@ impl Core {
     }
 
     pub fn flush_ctrl(&mut self) -> Result<()> {
-        let deadline = Instant::now() + self.cfg.timeout;
+        if self.ctrl_out.is_empty() {
+            return Ok(());
+        }
+        let mut deadline = None;
         let mut i = 0;
         while i < self.ctrl_out.len() {
             let (peer, tag, ref data) = self.ctrl_out[i];
@@ -92,7 +96,8 @@ impl Core {
                 Ok(()) => i += 1,
                 Err(e) if e.is_busy() => {
                     self.ep.poll(&mut self.backlog)?;
-                    if Instant::now() > deadline {
+                    let now = Instant::now();
+                    if now > *deadline.get_or_insert(now + self.cfg.timeout) {
                         return Err(Error::Fabric(fabcoll_fabric::Error::Peer {
                             peer,
                             msg: format!("control queue stayed full for {:?}", self.cfg.timeout),

@@ -10,14 +10,16 @@
 mod config;
 mod core;
 pub(crate) mod eager;
+pub(crate) mod fasthash;
 pub(crate) mod mrcache;
 pub(crate) mod op;
+pub(crate) mod plan;
 pub(crate) mod proto;
 
 pub use config::{ExecConfig, Stats};
 pub(crate) use core::Core;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +27,7 @@ use fabcoll_fabric::{Access, Completion, Endpoint, Mr};
 
 use crate::error::{Error, Result};
 use eager::Eager;
+use fasthash::FastMap;
 use mrcache::MrCache;
 use op::{Bound, Op, OpSpec};
 use proto::{GrantEntry, Imm, ImmLayout, Kind, Setup};
@@ -39,7 +42,7 @@ pub(crate) struct OpKey {
 /// A communicator's view inside the engine.
 pub(crate) struct CtxState {
     /// Endpoint rank → communicator rank.
-    ep_to_comm: HashMap<usize, u32>,
+    ep_to_comm: FastMap<usize, u32>,
     pub next_seq: u64,
     outstanding: BTreeSet<u64>,
     pub broken: Option<String>,
@@ -59,16 +62,45 @@ enum EarlyWhat {
     Ctrl { kind: Kind, data: Vec<u8> },
 }
 
+/// Polls without yielding before a waiter starts to yield the core between polls (a message
+/// already on its way arrives within a few polls): few when this node's ranks outnumber its cores,
+/// more otherwise (a yield with nobody else runnable returns at once, and with other processes
+/// runnable it lets them — perhaps the peer we wait for — run instead of burning our time slice).
+const YIELD_AFTER_OVERSUBSCRIBED: u32 = 8;
+const YIELD_AFTER: u32 = 32;
+
+/// Spinning rounds read the clock (spin budget, deadline) only this often.
+const CLOCK_EVERY: u32 = 16;
+
+/// Polls before a waiter may block, whatever the spin budget.
+const MIN_POLLS: u32 = 64;
+
+/// The state of one wait (see [`Engine::wait_step`]): when it began and how many rounds it polled.
+#[derive(Debug, Default)]
+pub(crate) struct Waiter {
+    since: Option<Instant>,
+    rounds: u32,
+    /// The spin budget is spent: every round blocks (and reads the clock).
+    blocking: bool,
+}
+
 /// Per-endpoint executor state.
 pub(crate) struct Engine {
     pub core: Core,
-    ops: HashMap<OpKey, Op>,
-    ctxs: HashMap<u32, CtxState>,
+    /// Boxed: an op is large, and the map moves its entries when it grows.
+    ops: FastMap<OpKey, Box<Op>>,
+    ctxs: FastMap<u32, CtxState>,
     early: Vec<Early>,
     pub next_ctx: u32,
     comp: Vec<Completion>,
     /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
     pinned: Vec<Mr>,
+    /// Spinning rounds before a waiter yields between polls (fewer when oversubscribed).
+    yield_after: u32,
+    /// How long a waiter polls before it blocks: `ExecConfig::spin` on load/store fabrics (a
+    /// poll reads a few cache lines); 0 on the others (ofi), whose blocking wait is driven by the
+    /// provider's own file descriptors and beats spinning through its progress engine.
+    spin: Duration,
 }
 
 /// An abort notice's payload: the awaited ranks, as many as fit one control message.
@@ -94,6 +126,11 @@ impl Engine {
             Eager::new(&mut *ep, 0, 0)?
         };
         let p = ep.size();
+        let (load_store, cfg_spin) = (caps.load_store, cfg.spin);
+        let yield_idle = cfg.yield_when_idle.unwrap_or_else(|| {
+            let local = cfg.local_ranks.unwrap_or(if matches!(caps.backend, "shm" | "local") { p } else { 1 });
+            local > std::thread::available_parallelism().map_or(1, |n| n.get())
+        });
         let mrs = MrCache::new(cfg.mr_cache > 0 && mrcache::cache_safe(&caps), cfg.mr_cache);
         let core = Core {
             ep,
@@ -101,9 +138,9 @@ impl Engine {
             layout,
             cfg,
             eager,
-            writes: HashMap::new(),
+            writes: FastMap::default(),
             next_write: 0,
-            grants_in: HashMap::new(),
+            grants_in: FastMap::default(),
             next_gid: vec![0; p],
             backlog: Vec::new(),
             ctrl_out: Vec::new(),
@@ -113,12 +150,18 @@ impl Engine {
         };
         let mut e = Engine {
             core,
-            ops: HashMap::new(),
-            ctxs: HashMap::new(),
+            ops: FastMap::default(),
+            ctxs: FastMap::default(),
             early: Vec::new(),
             next_ctx: 1,
             comp: Vec::new(),
             pinned: Vec::new(),
+            yield_after: match (yield_idle, load_store) {
+                (true, _) => YIELD_AFTER_OVERSUBSCRIBED,
+                (false, true) => YIELD_AFTER,
+                (false, false) => MIN_POLLS,
+            },
+            spin: if load_store { cfg_spin } else { Duration::ZERO },
         };
         for (q, s) in setups {
             e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0), s.to_bytes());
@@ -132,6 +175,13 @@ impl Engine {
         s.registrations = self.core.mrs.registrations;
         s.cache_hits = self.core.mrs.hits;
         s
+    }
+
+    /// The settings that all ranks must share, as checked mode compares them: the effective
+    /// eager threshold (a message goes eager on the sender exactly when the receiver expects it
+    /// to) and the immediate width.
+    pub fn protocol_signature(&self) -> String {
+        format!("[eager<={} imm {} bits]", self.core.cfg.eager_threshold, self.core.layout.bits)
     }
 
     /// Registers a communicator context (members = endpoint rank of each communicator rank).
@@ -203,9 +253,9 @@ impl Engine {
         }
         st.next_seq += 1;
         st.outstanding.insert(key.seq);
-        let mut scratch = Vec::with_capacity(spec.sched.scratch.len());
+        let mut scratch = Vec::with_capacity(spec.plan.sched.scratch.len());
         let elem = spec.dtype.size();
-        for &len in &spec.sched.scratch {
+        for &len in &spec.plan.sched.scratch {
             let bytes = len as usize * elem;
             if bytes == 0 {
                 scratch.push(Bound::empty());
@@ -224,9 +274,11 @@ impl Engine {
             }
             op.check = Some(c);
         }
-        self.ops.insert(key, op);
+        self.ops.insert(key, Box::new(op));
         // Messages that arrived before we started this collective.
-        let early: Vec<Early> = {
+        let early: Vec<Early> = if self.early.is_empty() {
+            Vec::new()
+        } else {
             let (mine, rest): (Vec<Early>, Vec<Early>) = std::mem::take(&mut self.early)
                 .into_iter()
                 .partition(|e| e.ctx == ctx && seq_match(key.seq, e.seq_low, e.mask));
@@ -501,6 +553,11 @@ impl Engine {
                 self.core.ep.poll(&mut comp)?;
             }
         }
+        if comp.is_empty() && self.core.ctrl_out.is_empty() {
+            // Nothing happened: no op changed, nothing to flush.
+            self.comp = comp;
+            return Ok(());
+        }
         let mut r = Ok(());
         for c in comp.drain(..) {
             if let Err(e) = self.dispatch(c) {
@@ -582,28 +639,57 @@ impl Engine {
         }
     }
 
-    /// One round of waiting for `key`: progress (blocking briefly after a few rounds), deadline
-    /// and grace handling (on expiry the error names the ranks still missing). Returns whether
-    /// the op has finished. Callers that share the engine with other threads release it between
-    /// rounds.
-    pub fn wait_step(&mut self, key: OpKey, spins: &mut u32) -> bool {
-        if self.is_finished(key) {
+    /// One round of waiting for `key`: progress, deadline and grace handling (on expiry the error
+    /// names the ranks still missing). Returns whether the op has finished. Callers that share the
+    /// engine with other threads release it between rounds.
+    ///
+    /// Polling: for `ExecConfig::spin` after the wait began the endpoint is polled without
+    /// blocking — after a few polls (fewer when this node's ranks outnumber its cores) yielding
+    /// the core between polls — then each round blocks up to 1 ms on the fabric's doorbell (a
+    /// peer's write wakes it). A sleeping peer costs a futex wake-up of tens of microseconds, so
+    /// the spin budget covers the waits of small and medium collectives.
+    pub fn wait_step(&mut self, key: OpKey, w: &mut Waiter) -> bool {
+        let Some(op) = self.ops.get(&key) else { return true };
+        if op.finished() {
             return true;
         }
+        let (t0, in_grace) = (op.t0, op.grace_until.is_some());
+        if w.since.is_some() && !w.blocking && !w.rounds.is_multiple_of(CLOCK_EVERY) && !in_grace {
+            // Fast round: poll without reading the clock (deadline and spin budget are checked
+            // every CLOCK_EVERY rounds).
+            w.rounds = w.rounds.wrapping_add(1);
+            if w.rounds > self.yield_after {
+                std::thread::yield_now();
+            }
+            if let Err(e) = self.progress(None) {
+                self.fail(key, e);
+            }
+            return self.is_finished(key);
+        }
+        let now = Instant::now();
+        let since = *w.since.get_or_insert(now);
+        w.rounds = w.rounds.wrapping_add(1);
         let timeout = self.core.cfg.timeout;
-        let deadline = self.ops.get(&key).map(|o| o.t0).unwrap_or_else(Instant::now) + timeout;
+        let deadline = t0 + timeout;
         let grace = (timeout / 2).min(Duration::from_secs(2));
-        if Instant::now() >= deadline + grace + Duration::from_millis(100) {
+        if now >= deadline + grace + Duration::from_millis(100) {
             self.time_out(key);
             return true;
         }
-        let block = if *spins < 64 { None } else { Some(Duration::from_millis(1)) };
-        *spins += 1;
+        let block = if w.rounds <= MIN_POLLS || now.duration_since(since) < self.spin {
+            if w.rounds > self.yield_after {
+                std::thread::yield_now();
+            }
+            None
+        } else {
+            w.blocking = true;
+            Some(Duration::from_millis(1))
+        };
         if let Err(e) = self.progress(block) {
             // Ends the op, possibly after the grace period of a lost peer.
             self.fail(key, e);
         }
-        if Instant::now() >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
+        if in_grace || now >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
             self.check_deadline(key);
         }
         self.is_finished(key)

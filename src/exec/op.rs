@@ -10,17 +10,18 @@
 //!   the collective's start for Recvs without deps: one Grant message per peer), the sender writes
 //!   its Send region into it with immediate = grant id, split at `Caps::max_write`.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
 use fabcoll_collectives::datatype::Datatype;
 use fabcoll_collectives::kernels;
 use fabcoll_collectives::op::ReduceOp;
-use fabcoll_collectives::schedule::{Buf, Region, Schedule, StepId, StepKind};
+use fabcoll_collectives::schedule::{Buf, Region, StepId, StepKind};
 use fabcoll_collectives::Collective;
 use fabcoll_fabric::Mr;
 
+use super::fasthash::{FastMap, FastSet};
+use super::plan::Plan;
 use super::proto::GrantEntry;
 use super::{Core, OpKey};
 use crate::error::{Error, Result};
@@ -62,7 +63,7 @@ pub(crate) struct Op {
     pub coll: Collective,
     pub alg: &'static str,
     pub rank: u32,
-    sched: Schedule,
+    plan: Arc<Plan>,
     elem: usize,
     dtype: Datatype,
     rop: Option<ReduceOp>,
@@ -71,22 +72,13 @@ pub(crate) struct Op {
     pub scratch: Vec<Bound>,
     pub members: Arc<[u32]>,
     deps_left: Vec<u32>,
-    dependents: Vec<Vec<StepId>>,
-    idx: Vec<u32>,
     st: Vec<St>,
     pending: Vec<u32>,
-    recv_of: HashMap<(u32, u32), StepId>,
-    send_of: HashMap<(u32, u32), StepId>,
-    grants: HashMap<(u32, u32), GrantEntry>,
-    eager_in: HashMap<(u32, u32), u32>,
-    rts_in: HashSet<(u32, u32)>,
-    /// Recv step → the Reduce that alone consumes its region (fusable: reduce straight out of
-    /// the eager slot, the Recv region is never written).
-    fuse: HashMap<StepId, StepId>,
-    /// Reduce step → its fused Recv step.
-    fused_from: HashMap<StepId, StepId>,
+    grants: FastMap<(u32, u32), GrantEntry>,
+    eager_in: FastMap<(u32, u32), u32>,
+    rts_in: FastSet<(u32, u32)>,
     /// Fused Recv steps done whose message still sits in a slot: (endpoint peer, slot).
-    fused_slot: HashMap<StepId, (usize, u32)>,
+    fused_slot: FastMap<StepId, (usize, u32)>,
     work: Vec<StepId>,
     done: usize,
     /// Grants and RTS to flush, per peer (communicator rank).
@@ -99,7 +91,7 @@ pub(crate) struct Op {
     /// Set when the deadline passed: abort notices were sent, waiting for peers' notices until then.
     pub grace_until: Option<Instant>,
     /// Peers' abort notices: who timed out here, and whom they were waiting for.
-    pub notices: HashMap<u32, Vec<u32>>,
+    pub notices: FastMap<u32, Vec<u32>>,
     /// A peer a write to failed (communicator rank) and the fabric's text: the op is in its grace
     /// period and ends with `Error::PeerLost`.
     pub lost: Option<(u32, String)>,
@@ -113,71 +105,35 @@ unsafe impl Send for Op {}
 pub(crate) struct OpSpec {
     pub coll: Collective,
     pub alg: &'static str,
-    pub sched: Schedule,
+    pub plan: Arc<Plan>,
     pub dtype: Datatype,
     pub rop: Option<ReduceOp>,
 }
 
 impl Op {
     pub fn new(key: OpKey, spec: OpSpec, members: Arc<[u32]>, send: Bound, recv: Bound, scratch: Vec<Bound>) -> Op {
-        let s = &spec.sched;
-        let n = s.len();
-        let mut deps_left = vec![0u32; n];
-        let mut dependents = vec![Vec::new(); n];
-        let mut idx = vec![0u32; n];
-        let mut sent: HashMap<u32, u32> = HashMap::new();
-        let mut recvd: HashMap<u32, u32> = HashMap::new();
-        let mut recv_of = HashMap::new();
-        let mut send_of = HashMap::new();
-        for (id, k, deps) in s.iter() {
-            deps_left[id as usize] = deps.len() as u32;
-            for &d in deps {
-                dependents[d as usize].push(id);
-            }
-            match *k {
-                StepKind::Send { peer, .. } => {
-                    let c = sent.entry(peer).or_default();
-                    idx[id as usize] = *c;
-                    send_of.insert((peer, *c), id);
-                    *c += 1;
-                }
-                StepKind::Recv { peer, .. } => {
-                    let c = recvd.entry(peer).or_default();
-                    idx[id as usize] = *c;
-                    recv_of.insert((peer, *c), id);
-                    *c += 1;
-                }
-                _ => {}
-            }
-        }
-        let (fuse, fused_from) = fusable(s, &dependents);
+        let n = spec.plan.sched.len();
         let p = members.len();
         Op {
             key,
             coll: spec.coll,
             alg: spec.alg,
-            rank: s.rank,
+            rank: spec.plan.sched.rank,
             elem: spec.dtype.size(),
             dtype: spec.dtype,
             rop: spec.rop,
-            sched: spec.sched,
+            deps_left: spec.plan.deps.clone(),
+            plan: spec.plan,
             send,
             recv,
             scratch,
             members,
-            deps_left,
-            dependents,
-            idx,
             st: vec![St::Blocked; n],
             pending: vec![0; n],
-            recv_of,
-            send_of,
-            grants: HashMap::new(),
-            eager_in: HashMap::new(),
-            rts_in: HashSet::new(),
-            fuse,
-            fused_from,
-            fused_slot: HashMap::new(),
+            grants: FastMap::default(),
+            eager_in: FastMap::default(),
+            rts_in: FastSet::default(),
+            fused_slot: FastMap::default(),
             work: Vec::new(),
             done: 0,
             grant_out: vec![Vec::new(); p],
@@ -187,7 +143,7 @@ impl Op {
             error: None,
             t0: Instant::now(),
             grace_until: None,
-            notices: HashMap::new(),
+            notices: FastMap::default(),
             lost: None,
         }
     }
@@ -203,7 +159,7 @@ impl Op {
     /// Issues every step without deps.
     pub fn start(&mut self, core: &mut Core) -> Result<()> {
         self.started = true;
-        self.work = (0..self.st.len() as StepId).rev().filter(|&i| self.deps_left[i as usize] == 0).collect();
+        self.work.clone_from(&self.plan.roots);
         self.run(core)
     }
 
@@ -219,8 +175,8 @@ impl Op {
         debug_assert_ne!(self.st[s as usize], St::Done);
         self.st[s as usize] = St::Done;
         self.done += 1;
-        for i in 0..self.dependents[s as usize].len() {
-            let d = self.dependents[s as usize][i];
+        for i in 0..self.plan.dependents[s as usize].len() {
+            let d = self.plan.dependents[s as usize][i];
             self.deps_left[d as usize] -= 1;
             if self.deps_left[d as usize] == 0 {
                 self.work.push(d);
@@ -255,13 +211,13 @@ impl Op {
 
     fn exec(&mut self, core: &mut Core, s: StepId) -> Result<()> {
         self.st[s as usize] = St::Waiting;
-        let kind = *self.sched.step(s);
+        let kind = *self.plan.sched.step(s);
         let bytes = kind.len() as usize * self.elem;
         match kind {
             StepKind::Send { peer, src } => {
                 if bytes == 0 {
                     self.complete(s);
-                } else if let Some(e) = self.grants.remove(&(peer, self.idx[s as usize])) {
+                } else if let Some(e) = self.grants.remove(&(peer, self.plan.idx[s as usize])) {
                     self.zcopy(core, s, peer, src, e)?;
                 } else if bytes <= core.cfg.eager_threshold {
                     self.eager_send(core, s, peer, src, bytes)?;
@@ -269,7 +225,7 @@ impl Op {
                 // else: wait for the receiver's grant.
             }
             StepKind::Recv { peer, dst } => {
-                let key = (peer, self.idx[s as usize]);
+                let key = (peer, self.plan.idx[s as usize]);
                 if bytes == 0 {
                     self.complete(s);
                 } else if let Some(slot) = self.eager_in.remove(&key) {
@@ -282,7 +238,7 @@ impl Op {
             StepKind::Reduce { src, dst, order } => {
                 let (mut sp, n) = self.raw(src);
                 let (dp, _) = self.raw(dst);
-                let fused = self.fused_from.get(&s).and_then(|r| self.fused_slot.remove(r));
+                let fused = self.plan.fused_from.get(&s).and_then(|r| self.fused_slot.remove(r));
                 if let Some((ep, slot)) = fused {
                     // The Recv left its message in the slot: reduce straight out of it.
                     sp = core.eager.slot_ptr(ep, slot, n)?.cast_mut();
@@ -316,7 +272,7 @@ impl Op {
 
     fn eager_send(&mut self, core: &mut Core, s: StepId, peer: u32, src: Region, bytes: usize) -> Result<()> {
         let ep = self.ep(peer);
-        let idx = self.idx[s as usize];
+        let idx = self.plan.idx[s as usize];
         if let Some((slot, dst)) = core.eager.take_slot(ep, bytes) {
             if let Some(imm) = core.layout.encode_eager(slot, self.key.ctx, self.key.seq, idx) {
                 let (mr, base) = self.mr(src.buf)?;
@@ -377,7 +333,7 @@ impl Op {
         self.pending[s as usize] = segs;
         core.stats.grants += 1;
         self.grant_out[peer as usize].push(GrantEntry {
-            idx: self.idx[s as usize],
+            idx: self.plan.idx[s as usize],
             gid,
             mr,
             off: (base + dst.off as usize * self.elem) as u64,
@@ -388,7 +344,7 @@ impl Op {
     fn eager_copy(&mut self, core: &mut Core, s: StepId, peer: u32, slot: u32, dst: Region) -> Result<()> {
         let ep = self.ep(peer);
         let (dp, n) = self.raw(dst);
-        if self.fuse.contains_key(&s) {
+        if self.plan.fuse.contains_key(&s) {
             // Its only consumer reduces straight out of the slot (no copy at all).
             core.eager.slot_ptr(ep, slot, n)?;
             self.fused_slot.insert(s, (ep, slot));
@@ -437,14 +393,14 @@ impl Op {
 
     /// An eager message from `peer` (communicator rank) sits in `slot`.
     pub fn on_eager(&mut self, core: &mut Core, peer: u32, idx: u32, slot: u32) -> Result<()> {
-        let Some(&s) = self.recv_of.get(&(peer, idx)) else {
+        let Some(&s) = self.plan.recv_of.get(&(peer, idx)) else {
             return Err(Error::Protocol(format!(
                 "{} #{}: eager message {idx} from rank {peer} matches no receive",
                 self.coll, self.key.seq
             )));
         };
         if self.st[s as usize] == St::Waiting && self.pending[s as usize] == 0 {
-            let StepKind::Recv { dst, .. } = *self.sched.step(s) else { unreachable!("recv_of holds Recv steps") };
+            let StepKind::Recv { dst, .. } = *self.plan.sched.step(s) else { unreachable!("recv_of holds Recv steps") };
             self.eager_copy(core, s, peer, slot, dst)?;
             self.run(core)
         } else {
@@ -456,14 +412,16 @@ impl Op {
     /// `peer` has messages `idxs` for us but no eager slot.
     pub fn on_rts(&mut self, core: &mut Core, peer: u32, idxs: &[u32]) -> Result<()> {
         for &idx in idxs {
-            let Some(&s) = self.recv_of.get(&(peer, idx)) else {
+            let Some(&s) = self.plan.recv_of.get(&(peer, idx)) else {
                 return Err(Error::Protocol(format!(
                     "{} #{}: RTS {idx} from rank {peer} matches no receive",
                     self.coll, self.key.seq
                 )));
             };
             if self.st[s as usize] == St::Waiting && self.pending[s as usize] == 0 {
-                let StepKind::Recv { dst, .. } = *self.sched.step(s) else { unreachable!("recv_of holds Recv steps") };
+                let StepKind::Recv { dst, .. } = *self.plan.sched.step(s) else {
+                    unreachable!("recv_of holds Recv steps")
+                };
                 self.grant(core, s, peer, dst);
             } else {
                 self.rts_in.insert((peer, idx));
@@ -475,14 +433,16 @@ impl Op {
     /// `peer` granted destinations for our messages.
     pub fn on_grant(&mut self, core: &mut Core, peer: u32, entries: Vec<GrantEntry>) -> Result<()> {
         for g in entries {
-            let Some(&s) = self.send_of.get(&(peer, g.idx)) else {
+            let Some(&s) = self.plan.send_of.get(&(peer, g.idx)) else {
                 return Err(Error::Protocol(format!(
                     "{} #{}: grant {} from rank {peer} matches no send",
                     self.coll, self.key.seq, g.idx
                 )));
             };
             if self.st[s as usize] == St::Waiting && self.pending[s as usize] == 0 {
-                let StepKind::Send { src, .. } = *self.sched.step(s) else { unreachable!("send_of holds Send steps") };
+                let StepKind::Send { src, .. } = *self.plan.sched.step(s) else {
+                    unreachable!("send_of holds Send steps")
+                };
                 self.zcopy(core, s, peer, src, g)?;
             } else {
                 self.grants.insert((peer, g.idx), g);
@@ -499,7 +459,7 @@ impl Op {
         }
         for (i, st) in self.st.iter().enumerate() {
             if *st == St::Waiting {
-                match *self.sched.step(i as StepId) {
+                match *self.plan.sched.step(i as StepId) {
                     StepKind::Send { peer, .. } | StepKind::Recv { peer, .. } => v.push(peer),
                     _ => {}
                 }
@@ -545,7 +505,7 @@ impl Op {
 
     /// The peer (communicator rank) of a Send/Recv step.
     pub fn step_peer(&self, s: StepId) -> Option<u32> {
-        match *self.sched.step(s) {
+        match *self.plan.sched.step(s) {
             StepKind::Send { peer, .. } | StepKind::Recv { peer, .. } => Some(peer),
             _ => None,
         }
@@ -556,44 +516,4 @@ impl Op {
         let waiting = self.eager_in.iter().map(|(&(peer, _), &slot)| (self.ep(peer), slot));
         waiting.chain(self.fused_slot.values().copied()).collect()
     }
-}
-
-/// Recv steps whose region is consumed by exactly one Reduce (as its source, its only direct
-/// dependent): their eager messages can be reduced straight out of the slot and the region is
-/// never written. Safe when every other step touching the region is itself such a (Recv, Reduce)
-/// pair on exactly that region (e.g. recursive doubling reusing one scratch block per round): by
-/// race freedom each pair's Recv → Reduce window excludes the other pairs' steps. Only for
-/// schedules of up to 512 steps (the check is quadratic); longer (pipelined) ones copy as usual.
-fn fusable(s: &Schedule, dependents: &[Vec<StepId>]) -> (HashMap<StepId, StepId>, HashMap<StepId, StepId>) {
-    let (mut fuse, mut from) = (HashMap::new(), HashMap::new());
-    if s.len() > 512 {
-        return (fuse, from);
-    }
-    // Candidate pairs and the region each of their steps stands for.
-    let mut pair_region: HashMap<StepId, Region> = HashMap::new();
-    let mut pairs = Vec::new();
-    for (r, k, _) in s.iter() {
-        let StepKind::Recv { dst, .. } = *k else { continue };
-        let [d] = dependents[r as usize][..] else { continue };
-        let StepKind::Reduce { src, .. } = *s.step(d) else { continue };
-        if src == dst && dst.len > 0 {
-            pairs.push((r, d, dst));
-            pair_region.insert(r, dst);
-            pair_region.insert(d, dst);
-        }
-    }
-    for (r, d, g) in pairs {
-        let ok = s.iter().all(|(i, k, _)| {
-            if i == r || i == d {
-                return true;
-            }
-            let touches = [k.reads(), k.writes()].into_iter().flatten().any(|x| x.overlaps(&g));
-            !touches || pair_region.get(&i) == Some(&g)
-        });
-        if ok {
-            fuse.insert(r, d);
-            from.insert(d, r);
-        }
-    }
-    (fuse, from)
 }

@@ -2,6 +2,8 @@
 //! against a reference computed locally from the same deterministic inputs.
 #![allow(dead_code)]
 
+pub mod procs;
+
 use fabcoll::collectives::registry;
 use fabcoll::collectives::{CollArgs, Collective};
 use fabcoll::{Collectives, Communicator, Options, ReduceOp, UserOp, ValueIndex};
@@ -84,14 +86,21 @@ pub fn run_one(
     count: usize,
     noncomm: bool,
 ) -> Result<(), String> {
+    let opts = Options { algorithm: alg.map(str::to_owned), ..Default::default() };
+    run_with(c, coll, &opts, count, noncomm)
+}
+
+/// [`run_one`] with full per-call options (a forced algorithm and its parameters, e.g. the
+/// generic `segment` or alltoall's `barriers`).
+pub fn run_with(c: &Communicator, coll: Collective, opts: &Options, count: usize, noncomm: bool) -> Result<(), String> {
     let (r, p) = (c.rank(), c.size());
     let pu = p as usize;
     let root = p / 2;
-    let opts = Options { algorithm: alg.map(str::to_owned), ..Default::default() };
-    let w = c.with(&opts);
+    let w = c.with(opts);
+    let params: String = opts.params.iter().map(|(k, v)| format!(" {k}={v}")).collect();
     let ctx = format!(
-        "{coll}:{} p={p} count={count} rank={r}{}",
-        alg.unwrap_or("default"),
+        "{coll}:{}{params} p={p} count={count} rank={r}{}",
+        opts.algorithm.as_deref().unwrap_or("default"),
         if noncomm { " noncomm" } else { "" }
     );
     let e = |x: fabcoll::Error| format!("{ctx}: {x}");
@@ -314,4 +323,78 @@ where
 /// Executor settings for tests: a short timeout so a failure never waits a minute.
 pub fn cfg() -> fabcoll::ExecConfig {
     fabcoll::ExecConfig { timeout: std::time::Duration::from_secs(20), ..Default::default() }
+}
+
+/// The collectives with an in-place form in the API (`*_in_place`).
+pub const IN_PLACE: [Collective; 6] = [
+    Collective::Allreduce,
+    Collective::Scan,
+    Collective::Exscan,
+    Collective::Reduce,
+    Collective::Allgather,
+    Collective::Gather,
+];
+
+/// CollArgs of the in-place form of `coll` (root p/2, as [`run_in_place`] uses).
+pub fn in_place_args(coll: Collective, p: u32, count: usize) -> CollArgs {
+    let mut args = args_for(coll, p, count, true).with_root(p / 2);
+    args.in_place = true;
+    args
+}
+
+/// Runs the in-place form of `coll` (one of [`IN_PLACE`]; sum for reductions) with `opts` and
+/// `count` on `c`, root p/2, and checks the result (for reduce and gather, non-roots pass their
+/// input in the same buffer, as MPI's non-roots do).
+pub fn run_in_place(c: &Communicator, coll: Collective, opts: &Options, count: usize) -> Result<(), String> {
+    let (r, p) = (c.rank(), c.size());
+    let root = p / 2;
+    let params: String = opts.params.iter().map(|(k, v)| format!(" {k}={v}")).collect();
+    let ctx = format!(
+        "{coll}:{}{params} in place p={p} count={count} rank={r}",
+        opts.algorithm.as_deref().unwrap_or("default")
+    );
+    let w = c.with(opts);
+    let e = |x: fabcoll::Error| format!("{ctx}: {x}");
+    let mine: Vec<i64> = (0..count).map(|i| val(r, i)).collect();
+    let (got, want): (Vec<i64>, Vec<i64>) = match coll {
+        Collective::Allgather | Collective::Gather => {
+            if coll == Collective::Gather && r != root {
+                let mut b = mine.clone();
+                w.gather_in_place(&mut b, count, root).map_err(e)?;
+                return check_eq(&ctx, &b, &mine);
+            }
+            let mut buf = vec![UNTOUCHED; p as usize * count];
+            buf[r as usize * count..(r as usize + 1) * count].copy_from_slice(&mine);
+            if coll == Collective::Gather {
+                w.gather_in_place(&mut buf, count, root)
+            } else {
+                w.allgather_in_place(&mut buf)
+            }
+            .map_err(e)?;
+            (buf, (0..p).flat_map(|q| (0..count).map(move |i| val(q, i))).collect())
+        }
+        Collective::Allreduce | Collective::Scan | Collective::Exscan | Collective::Reduce => {
+            let mut buf = mine.clone();
+            let op = ReduceOp::Sum;
+            match coll {
+                Collective::Allreduce => w.allreduce_in_place(&mut buf, &op),
+                Collective::Scan => w.scan_in_place(&mut buf, &op),
+                Collective::Exscan => w.exscan_in_place(&mut buf, &op),
+                _ => w.reduce_in_place(&mut buf, &op, root),
+            }
+            .map_err(e)?;
+            let want: Vec<i64> = match coll {
+                Collective::Allreduce => (0..count).map(|i| fold_sum(0..p, i)).collect(),
+                Collective::Scan => (0..count).map(|i| fold_sum(0..r + 1, i)).collect(),
+                // MPI leaves rank 0's exscan output undefined; ours leaves the buffer as it was.
+                Collective::Exscan if r == 0 => mine.clone(),
+                Collective::Exscan => (0..count).map(|i| fold_sum(0..r, i)).collect(),
+                _ if r == root => (0..count).map(|i| fold_sum(0..p, i)).collect(),
+                _ => mine.clone(),
+            };
+            (buf, want)
+        }
+        other => return Err(format!("{ctx}: {other} has no in-place form in the API")),
+    };
+    check_eq(&ctx, &got, &want)
 }

@@ -107,7 +107,8 @@ pub fn ranks(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], body: 
         }
         children.push((child, out));
     }
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let deadline = started + timeout;
     let mut status: Vec<Option<std::process::ExitStatus>> = vec![None; n as usize];
     let failure = loop {
         for (r, (c, _)) in children.iter_mut().enumerate() {
@@ -127,6 +128,8 @@ pub fn ranks(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], body: 
         }
         std::thread::sleep(Duration::from_millis(5));
     };
+    // Per-job wall time, for the CI budget (shown with --nocapture).
+    eprintln!("job {name}: {n} ranks, {:.1} s", started.elapsed().as_secs_f64());
     if let Some(why) = failure {
         for (c, _) in children.iter_mut() {
             let _ = c.kill();

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use fabcoll::select::model::fit::terms;
 use fabcoll::select::model::probe::ProbeReport;
 use fabcoll::select::model::{cache, compare, ModelParams};
-use fabcoll::Communicator;
+use fabcoll::{Collectives, Communicator};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = MODEL_HELP)]
@@ -88,19 +88,23 @@ pub fn main(a: ModelArgs) -> Result<(), String> {
         std::env::set_var("FABCOLL_FABRIC", f);
     }
     let c = Communicator::from_env().map_err(|e| e.to_string())?;
-    rank_main(&c, &a)?;
-    crate::exit_together(&c).map_err(|e| format!("rank {}: {e}", c.rank()))
+    rank_main(&c, &a)
 }
 
+/// One rank: the probe, the report and cache file on rank 0, and a closing barrier (as bench:
+/// no rank leaves while a peer may still be in the last collective).
 fn rank_main(c: &Communicator, a: &ModelArgs) -> Result<(), String> {
     let err = |e: fabcoll::Error| format!("rank {}: {e}", c.rank());
     let report = c.probe_model().map_err(err)?;
-    if c.rank() != 0 {
-        return Ok(());
-    }
+    let out = if c.rank() == 0 { report_and_save(c, a, &report) } else { Ok(()) };
+    c.barrier().map_err(err)?;
+    out
+}
+
+fn report_and_save(c: &Communicator, a: &ModelArgs, report: &ProbeReport) -> Result<(), String> {
     let fabric = c.fabric_name();
     let host = cache::hostname();
-    print!("{}", describe(&report, &host, &fabric, c.size()));
+    print!("{}", describe(report, &host, &fabric, c.size()));
     if a.no_cache || fabric == "local" {
         return Ok(());
     }

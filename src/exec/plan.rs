@@ -1,0 +1,106 @@
+//! A built schedule plus the index tables the executor derives from it (dependents, message
+//! indices, send/receive lookup, fusable Recv→Reduce pairs). Immutable and shared (`Arc`), so a
+//! communicator builds it once per distinct call and reuses it (see `comm::cache`).
+
+use fabcoll_collectives::schedule::{Region, Schedule, StepId, StepKind};
+
+use super::fasthash::FastMap;
+
+/// A schedule ready to run, shared by every call with the same algorithm and arguments.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub sched: Schedule,
+    /// Deps of each step (the initial count of deps left).
+    pub deps: Vec<u32>,
+    pub dependents: Vec<Vec<StepId>>,
+    /// Message index of Send/Recv steps: the k-th Send to (Recv from) a peer.
+    pub idx: Vec<u32>,
+    pub recv_of: FastMap<(u32, u32), StepId>,
+    pub send_of: FastMap<(u32, u32), StepId>,
+    /// Recv step → the Reduce that alone consumes its region (fusable: reduce straight out of
+    /// the eager slot, the Recv region is never written).
+    pub fuse: FastMap<StepId, StepId>,
+    /// Reduce step → its fused Recv step.
+    pub fused_from: FastMap<StepId, StepId>,
+    /// Steps without deps, in reverse order (a work stack that issues them in order).
+    pub roots: Vec<StepId>,
+}
+
+impl Plan {
+    pub fn new(sched: Schedule) -> Plan {
+        let n = sched.len();
+        let mut deps = vec![0u32; n];
+        let mut dependents = vec![Vec::new(); n];
+        let mut idx = vec![0u32; n];
+        let mut sent: FastMap<u32, u32> = FastMap::default();
+        let mut recvd: FastMap<u32, u32> = FastMap::default();
+        let mut recv_of = FastMap::default();
+        let mut send_of = FastMap::default();
+        for (id, k, ds) in sched.iter() {
+            deps[id as usize] = ds.len() as u32;
+            for &d in ds {
+                dependents[d as usize].push(id);
+            }
+            match *k {
+                StepKind::Send { peer, .. } => {
+                    let c = sent.entry(peer).or_default();
+                    idx[id as usize] = *c;
+                    send_of.insert((peer, *c), id);
+                    *c += 1;
+                }
+                StepKind::Recv { peer, .. } => {
+                    let c = recvd.entry(peer).or_default();
+                    idx[id as usize] = *c;
+                    recv_of.insert((peer, *c), id);
+                    *c += 1;
+                }
+                _ => {}
+            }
+        }
+        let (fuse, fused_from) = fusable(&sched, &dependents);
+        let roots = (0..n as StepId).rev().filter(|&i| deps[i as usize] == 0).collect();
+        Plan { sched, deps, dependents, idx, recv_of, send_of, fuse, fused_from, roots }
+    }
+}
+
+/// Recv steps whose region is consumed by exactly one Reduce (as its source, its only direct
+/// dependent): their eager messages can be reduced straight out of the slot and the region is
+/// never written. Safe when every other step touching the region is itself such a (Recv, Reduce)
+/// pair on exactly that region (e.g. recursive doubling reusing one scratch block per round): by
+/// race freedom each pair's Recv → Reduce window excludes the other pairs' steps. Only for
+/// schedules of up to 512 steps (the check is quadratic); longer (pipelined) ones copy as usual.
+type Fusion = (FastMap<StepId, StepId>, FastMap<StepId, StepId>);
+
+fn fusable(s: &Schedule, dependents: &[Vec<StepId>]) -> Fusion {
+    let (mut fuse, mut from) = (FastMap::default(), FastMap::default());
+    if s.len() > 512 {
+        return (fuse, from);
+    }
+    // Candidate pairs and the region each of their steps stands for.
+    let mut pair_region: FastMap<StepId, Region> = FastMap::default();
+    let mut pairs = Vec::new();
+    for (r, k, _) in s.iter() {
+        let StepKind::Recv { dst, .. } = *k else { continue };
+        let [d] = dependents[r as usize][..] else { continue };
+        let StepKind::Reduce { src, .. } = *s.step(d) else { continue };
+        if src == dst && dst.len > 0 {
+            pairs.push((r, d, dst));
+            pair_region.insert(r, dst);
+            pair_region.insert(d, dst);
+        }
+    }
+    for (r, d, g) in pairs {
+        let ok = s.iter().all(|(i, k, _)| {
+            if i == r || i == d {
+                return true;
+            }
+            let touches = [k.reads(), k.writes()].into_iter().flatten().any(|x| x.overlaps(&g));
+            !touches || pair_region.get(&i) == Some(&g)
+        });
+        if ok {
+            fuse.insert(r, d);
+            from.insert(d, r);
+        }
+    }
+    (fuse, from)
+}

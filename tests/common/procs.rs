@@ -1,0 +1,323 @@
+//! Bodies of the multi-process tests, shared by every fabric (`shm_procs`, `ofi_procs`): each runs
+//! on one rank of a job started by the harness (`fabric/tests/support`) and returns what went
+//! wrong on this rank. The test files only choose the fabric, the job size and the time limit.
+
+use std::time::{Duration, Instant};
+
+use fabcoll::collectives::Collective;
+use fabcoll::{Collectives, Communicator, Error, Options, ReduceOp};
+
+use super::{algorithms, args_for, in_place_args, run_in_place, run_one, val, IN_PLACE, UNTOUCHED};
+
+/// The counts of the matrix: empty, one element, p+1 (uneven blocks), and an odd count above
+/// 100,000 (several eager slots, the rendezvous path, odd remainders).
+pub fn counts(p: u32) -> [usize; 4] {
+    [0, 1, p as usize + 1, 100_003]
+}
+
+/// Every collective × every eligible algorithm (and the default choice) × [`counts`], with the
+/// non-commutative op as well for reductions, then the in-place forms the same way, checked
+/// against the reference. One job runs the whole matrix: no per-case respawn or barrier. Returns
+/// how many collectives were verified.
+pub fn matrix(c: &Communicator) -> Result<usize, String> {
+    let p = c.size();
+    let mut ran = 0;
+    for coll in Collective::ALL {
+        for count in counts(p) {
+            for noncomm in [false, true] {
+                if noncomm && !coll.is_reduction() {
+                    continue;
+                }
+                let args = args_for(coll, p, count, !noncomm);
+                for alg in algorithms(&args).into_iter().map(Some).chain([None]) {
+                    run_one(c, coll, alg, count, noncomm)?;
+                    ran += 1;
+                }
+            }
+        }
+    }
+    for coll in IN_PLACE {
+        for count in counts(p) {
+            for alg in algorithms(&in_place_args(coll, p, count)).into_iter().map(Some).chain([None]) {
+                let opts = Options { algorithm: alg.map(str::to_owned), ..Default::default() };
+                run_in_place(c, coll, &opts, count)?;
+                ran += 1;
+            }
+        }
+    }
+    Ok(ran)
+}
+
+/// The number of collectives [`matrix`] runs at size `p` (the parent's check that the children
+/// really ran all of them).
+pub fn matrix_len(p: u32) -> usize {
+    let mut n = 0;
+    for coll in Collective::ALL {
+        for count in counts(p) {
+            for noncomm in [false, true] {
+                if noncomm && !coll.is_reduction() {
+                    continue;
+                }
+                n += algorithms(&args_for(coll, p, count, !noncomm)).len() + 1;
+            }
+        }
+    }
+    for coll in IN_PLACE {
+        for count in counts(p) {
+            n += algorithms(&in_place_args(coll, p, count)).len() + 1;
+        }
+    }
+    n
+}
+
+fn ctx(c: &Communicator, what: &str) -> impl Fn(Error) -> String {
+    let prefix = format!("{what} p={} rank={}", c.size(), c.rank());
+    move |e| format!("{prefix}: {e}")
+}
+
+fn expect<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{what}: length {} != {}", got.len(), want.len()));
+    }
+    match (0..got.len()).find(|&i| got[i] != want[i]) {
+        Some(i) => Err(format!("{what}: element {i}: got {:?}, want {:?}", got[i], want[i])),
+        None => Ok(()),
+    }
+}
+
+/// Nonblocking overlap: five collectives in flight at once on one communicator (two allreduces
+/// with different algorithms, a bcast, an alltoall, an in-place scan), started in the same order
+/// everywhere, overlapped with local work (the references are computed while they run) and with a
+/// blocking collective on a dup of the communicator, then finished in a rank-dependent order by
+/// `wait`, by polling `test` and as a future.
+pub fn overlap(c: &Communicator) -> Result<(), String> {
+    let (r, p) = (c.rank(), c.size());
+    let (pu, ru) = (p as usize, r as usize);
+    let root = p - 1;
+    let n = 100_003;
+    let m = 1_001;
+    let e = ctx(c, "overlap");
+    let dup = c.dup().map_err(&e)?;
+    let x: Vec<i64> = (0..n).map(|i| val(r, i)).collect();
+    let mut sum_a = vec![UNTOUCHED; n];
+    let mut sum_b = vec![UNTOUCHED; n];
+    let mut bc: Vec<i64> = if r == root { (0..n).map(|i| val(root, i)).collect() } else { vec![UNTOUCHED; n] };
+    let a2a_send: Vec<i64> = (0..pu * m).map(|i| val(r, i)).collect();
+    let mut a2a = vec![UNTOUCHED; pu * m];
+    let mut sc: Vec<i64> = (0..7).map(|i| val(r, i)).collect();
+    let mut on_dup = vec![r as i64; 3];
+    let mut refs = Vec::new();
+    c.scope(|s| {
+        s.set_options(Options::algorithm("ring"));
+        let q0 = s.allreduce(&x, &mut sum_a, &ReduceOp::Sum)?;
+        s.set_options(Options::default());
+        let q1 = s.bcast(&mut bc, root)?;
+        let q2 = s.alltoall(&a2a_send, &mut a2a)?;
+        s.set_options(Options::algorithm("recursive_doubling"));
+        let q3 = s.allreduce(&x, &mut sum_b, &ReduceOp::Sum)?;
+        s.set_options(Options::default());
+        let q4 = s.scan_in_place(&mut sc, &ReduceOp::Sum)?;
+        // Local work while they are in flight: the references, with a test() poll now and then.
+        let mut poll = vec![q0, q1, q2, q3, q4];
+        let sum: Vec<i64> = (0..n).map(|i| (0..p).map(|q| val(q, i)).sum()).collect();
+        let mut done = [false; 5];
+        if let Some(res) = poll[ru % 5].test() {
+            res?;
+            done[ru % 5] = true;
+        }
+        let a2a_want: Vec<i64> = (0..p).flat_map(|q| (0..m).map(move |i| val(q, ru * m + i))).collect();
+        // A blocking collective on the dup while the five are outstanding (same engine).
+        dup.allreduce_in_place(&mut on_dup, &ReduceOp::Sum)?;
+        refs.push(sum);
+        refs.push(a2a_want);
+        // Finish in a rank-dependent order, each by a different means.
+        let mut order: Vec<_> = poll.into_iter().zip(done).collect();
+        order.rotate_left(ru % 5);
+        for (k, (mut q, done)) in order.into_iter().enumerate() {
+            if done {
+                continue;
+            }
+            match k % 3 {
+                0 => q.wait()?,
+                1 => loop {
+                    if let Some(res) = q.test() {
+                        break res?;
+                    }
+                    std::hint::spin_loop();
+                },
+                _ => block_on(q)?,
+            }
+        }
+        Ok(())
+    })
+    .map_err(&e)?;
+    let sum_p: i64 = (0..p as i64).sum();
+    expect(&format!("overlap allreduce on the dup rank={r}"), &on_dup, &[sum_p; 3])?;
+    expect(&format!("overlap allreduce:ring rank={r}"), &sum_a, &refs[0])?;
+    expect(&format!("overlap allreduce:recursive_doubling rank={r}"), &sum_b, &refs[0])?;
+    expect(&format!("overlap bcast rank={r}"), &bc, &(0..n).map(|i| val(root, i)).collect::<Vec<_>>())?;
+    expect(&format!("overlap alltoall rank={r}"), &a2a, &refs[1])?;
+    let scan: Vec<i64> = (0..7).map(|i| (0..=r).map(|q| val(q, i)).sum()).collect();
+    expect(&format!("overlap scan rank={r}"), &sc, &scan)
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+/// Split and dup: even and odd ranks form two communicators (reversed order inside each by the
+/// key), the last rank opts out; both groups run every collective (default algorithm, counts 1,
+/// q+1 and 100,003 for a group of q) at the same time on the shared endpoint, interleaved with
+/// collectives on a dup and on the parent; then a second split reverses the whole group.
+pub fn split(c: &Communicator) -> Result<(), String> {
+    let (r, p) = (c.rank(), c.size());
+    let e = ctx(c, "split");
+    let color = if r == p - 1 { None } else { Some(r % 2) };
+    let sub = c.split(color, -(r as i32)).map_err(&e)?;
+    let dup = c.dup().map_err(&e)?;
+    let group = match &sub {
+        None if r == p - 1 => None,
+        None => return Err(format!("split rank={r}: got no communicator for color {color:?}")),
+        Some(sub) => {
+            let members: Vec<u32> = (0..p - 1).filter(|q| q % 2 == r % 2).rev().collect();
+            if sub.size() != members.len() as u32 || members.get(sub.rank() as usize) != Some(&r) {
+                return Err(format!("split rank={r}: got rank {} of {}, want {members:?}", sub.rank(), sub.size()));
+            }
+            let mut all = vec![u32::MAX; members.len()];
+            sub.allgather(&[r], &mut all).map_err(&e)?;
+            expect(&format!("split allgather of parent ranks rank={r}"), &all, &members)?;
+            Some(sub)
+        }
+    };
+    for coll in Collective::ALL {
+        if let Some(sub) = group {
+            for count in [1, sub.size() as usize + 1, 100_003] {
+                run_one(sub, coll, None, count, false).map_err(|m| format!("on the split (parent rank {r}): {m}"))?;
+            }
+        }
+        // The parent's dup in between, on every rank (also the one that opted out): contexts must
+        // not mix.
+        let mut y = [r as u64];
+        dup.allreduce_in_place(&mut y, &ReduceOp::Max).map_err(&e)?;
+        expect(&format!("split: dup allreduce rank={r}"), &y, &[p as u64 - 1])?;
+    }
+    // Every rank again, also the one that opted out.
+    let mut z = [r as u64];
+    c.allreduce_in_place(&mut z, &ReduceOp::Sum).map_err(&e)?;
+    expect(&format!("split: parent allreduce rank={r}"), &z, &[(p as u64) * (p as u64 - 1) / 2])?;
+    let rev = c.split(Some(7), -(r as i32)).map_err(&e)?.ok_or_else(|| format!("split rank={r}: no reversed comm"))?;
+    if rev.rank() != p - 1 - r {
+        return Err(format!("split rank={r}: reversed rank {} != {}", rev.rank(), p - 1 - r));
+    }
+    let mut all = vec![u32::MAX; p as usize];
+    rev.allgather(&[r], &mut all).map_err(&e)?;
+    expect(&format!("split: reversed allgather rank={r}"), &all, &(0..p).rev().collect::<Vec<_>>())?;
+    run_one(&rev, Collective::Alltoallv, None, p as usize + 1, false)?;
+    run_one(&rev, Collective::Scan, None, 100_003, true)
+}
+
+/// Bad arguments over a process fabric: each is refused on the calling rank before anything is
+/// sent (same call on every rank, as MPI requires), with a message naming the problem, and the
+/// communicator stays usable. Returns the number of refusals checked.
+pub fn bad_arguments(c: &Communicator) -> Result<usize, String> {
+    let (r, p) = (c.rank(), c.size());
+    let mut n = 0;
+    let mut refused = |what: &str, res: fabcoll::Result<()>, needles: &[&str]| -> Result<(), String> {
+        match res {
+            Ok(()) => Err(format!("bad arguments rank={r}: {what} was accepted")),
+            Err(e) => {
+                let m = e.to_string();
+                match needles.iter().find(|k| !m.contains(*k)) {
+                    Some(k) => Err(format!("bad arguments rank={r}: {what}: message lacks {k:?}: {m}")),
+                    None => {
+                        n += 1;
+                        Ok(())
+                    }
+                }
+            }
+        }
+    };
+    let x = [1i32; 4];
+    refused("short receive buffer", c.allreduce(&x, &mut [0i32; 5], &ReduceOp::Sum), &["allreduce", "5", "4"])?;
+    refused("root out of range", c.bcast(&mut [0u8; 3], p), &["root", &p.to_string()])?;
+    let (len, pu) = (p as usize + 1, p as usize);
+    if len % pu != 0 {
+        refused("alltoall not in p blocks", c.alltoall(&vec![1u8; len], &mut vec![0u8; len]), &["alltoall"])?;
+    }
+    refused("counts of the wrong length", c.gatherv(&[1u8], &mut [0u8; 8], &vec![1; pu + 1], None, 0), &["counts"])?;
+    refused("op not defined on the type", c.allreduce(&[1.0f64], &mut [0.0], &ReduceOp::Band), &["band", "f64"])?;
+    let unknown = Options::algorithm("nosuch");
+    refused("unknown algorithm", c.with(&unknown).barrier(), &["nosuch", "dissemination"])?;
+    let bogus = Options::algorithm("ring").param("bogus", 1);
+    refused("unknown parameter", c.with(&bogus).allreduce(&x, &mut [0; 4], &ReduceOp::Sum), &["bogus"])?;
+    let zero = Options::algorithm("ring_n_barriers").param("barriers", 0);
+    refused("parameter out of range", c.with(&zero).alltoall(&vec![1u8; pu], &mut vec![0u8; pu]), &["barriers"])?;
+    let noncomm = super::affine_op();
+    let pair = [super::pval(0, 0)];
+    let ring = Options::algorithm("ring");
+    refused(
+        "non-commutative op on a commutative-only algorithm",
+        c.with(&ring).allreduce(&pair, &mut [super::pval(0, 0)], &noncomm),
+        &["commutative"],
+    )?;
+    // Nothing was started: the communicator still works.
+    let mut z = [r];
+    c.allreduce_in_place(&mut z, &ReduceOp::Sum).map_err(ctx(c, "after bad arguments"))?;
+    expect(&format!("allreduce after bad arguments rank={r}"), &z, &[p * (p - 1) / 2])?;
+    Ok(n)
+}
+
+/// Killed rank: after one good allreduce, rank `p-1` exits; each survivor's next allreduce must
+/// fail within `limit` with an error that names exactly that rank, and the communicator must then
+/// say it is broken. `survivors_leave` is a barrier of the survivors outside the communicator
+/// (a survivor that exits early would look dead to the others).
+pub fn killed_rank(c: &Communicator, limit: Duration, survivors_leave: impl FnOnce()) {
+    let (r, p) = (c.rank(), c.size());
+    let dead = p - 1;
+    let mut x = vec![1u64; 1000];
+    c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+    assert!(x.iter().all(|&v| v == p as u64), "rank {r}: first allreduce wrong");
+    if r == dead {
+        std::process::exit(0); // dies between collectives
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let e = c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap_err();
+    assert!(t0.elapsed() < limit, "rank {r}: the error took {:?}: {e}", t0.elapsed());
+    let named = match &e {
+        Error::Timeout { waiting_for, .. } => waiting_for == &[dead],
+        Error::PeerLost { peers, .. } => peers == &[dead],
+        _ => false,
+    };
+    assert!(named, "rank {r}: error does not name exactly rank {dead}: {e}");
+    assert!(e.to_string().contains(&dead.to_string()), "rank {r}: message does not name rank {dead}: {e}");
+    eprintln!("rank {r}: {e}");
+    assert!(matches!(c.barrier(), Err(Error::Broken(_))), "rank {r}: communicator not broken after {e}");
+    survivors_leave();
+}
+
+/// Where rank 0 of job `name` leaves its mark (the number of checks it ran), so the parent knows
+/// the children really ran the body: the path the parent passes down in `FABCOLL_TEST_MARK`.
+pub fn mark_path(name: &str) -> String {
+    std::env::var("FABCOLL_TEST_MARK")
+        .unwrap_or_else(|_| format!("{}/fabcoll-{name}-{}", std::env::temp_dir().display(), std::process::id()))
+}
+
+/// In the parent, after the job: the number rank 0 left, or `None` when it left none (the
+/// children skipped the body and said why).
+pub fn take_mark(path: &str) -> Option<usize> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let _ = std::fs::remove_file(path);
+    Some(text.trim().parse().expect("a number in the mark"))
+}
+
+/// Whether this process is the parent of the harness (not one of the ranks).
+pub fn is_parent() -> bool {
+    std::env::var("FABCOLL_TEST_CHILD").is_err()
+}
