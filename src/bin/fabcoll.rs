@@ -7,6 +7,8 @@
 mod bench;
 #[path = "fabcoll/info.rs"]
 mod info;
+#[path = "fabcoll/model.rs"]
+mod model;
 #[path = "fabcoll/map.rs"]
 mod map;
 #[path = "fabcoll/ops.rs"]
@@ -45,6 +47,8 @@ enum Cmd {
         #[arg(long = "fabric", value_name = "FABRIC", default_values_t = ["local".to_string(), "shm".into(), "ofi:tcp".into(), "ofi:shm".into()])]
         fabrics: Vec<String>,
     },
+    /// Probe the cost model's parameters (run under `fabrun -n N`) or compare it with a tuner log.
+    Model(model::ModelArgs),
     /// Simulated times of every algorithm per (p, size) on a modelled machine; `--map` draws the
     /// fastest per cell (SVG/PNG) like thakur Fig 14.
     Sim(sim::SimArgs),
@@ -264,6 +268,13 @@ fn main() -> ExitCode {
             let _ = std::io::stdout().lock().write_all(info::text(&fabrics).as_bytes());
             ExitCode::SUCCESS
         }
+        Cmd::Model(a) => match model::main(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fabcoll model: error: {e}");
+                ExitCode::from(1)
+            }
+        },
         Cmd::Sim(a) => match sim::run(&a, &mut std::io::stdout().lock()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -8,6 +8,7 @@
 
 mod cache;
 mod call;
+mod estimate;
 mod pinned;
 mod request;
 
@@ -63,6 +64,8 @@ pub struct Communicator {
     /// Built schedules of recent calls.
     plans: Mutex<PlanCache>,
     _server: Option<Arc<TcpStoreServer>>,
+    /// Cost-model parameters and choices (src/comm/estimate.rs), shared with dups and splits.
+    model: Arc<estimate::ModelState>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -131,6 +134,7 @@ impl Communicator {
             decisions,
             plans: Mutex::default(),
             _server: None,
+            model: Arc::default(),
         })
     }
 
@@ -156,6 +160,12 @@ impl Communicator {
         ep.insert_peers(&blobs)?;
         let mut c = Communicator::from_endpoint(ep, cfg)?;
         c._server = server.map(Arc::new);
+        // Issue 5 §1: the cost model is loaded or probed at creation when it is asked for.
+        if crate::select::model::select_by_model() || crate::select::model::explicit_file().is_some() {
+            if let Err(e) = c.load_or_probe_model() {
+                tracing::warn!("cost model unavailable ({e}); the decisions choose");
+            }
+        }
         Ok(c)
     }
 
@@ -207,6 +217,12 @@ impl Communicator {
                 None => None,
             },
         };
+        // FABCOLL_SELECT=model: the cost model's argmin (src/comm/estimate.rs) instead of the decisions.
+        if let Some((alg, params)) = forced.is_none().then(|| self.model_pick(&args)).transpose()?.flatten() {
+            args.params = params;
+            let plan = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(alg, &args)?;
+            return Ok((OpSpec { coll, alg: alg.name, plan, dtype: call.dtype, rop: call.op.clone() }, args));
+        }
         let alg = match forced {
             Some(a) => a,
             None => {
@@ -313,6 +329,7 @@ impl Communicator {
             decisions: self.decisions.clone(),
             plans: Mutex::default(),
             _server: self._server.clone(),
+            model: self.model.clone(),
         })
     }
 

@@ -7,6 +7,7 @@
 mod decisions;
 pub mod file;
 mod json;
+pub mod model;
 
 use std::sync::{Arc, OnceLock};
 

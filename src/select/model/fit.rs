@@ -1,0 +1,278 @@
+//! Fitting the model's parameters to measured times (pure: no I/O, no clock).
+//!
+//! A measured configuration (algorithm, arguments) is decomposed by the simulator into the terms
+//! of its critical path: messages and bytes sent one-way (`a_uni`, `b_uni`) and while the sender
+//! also receives (`a_bi`, `b_bi`), bytes reduced (`c`) and copied (`k`). The replay is done twice,
+//! with f = 1 and f = 2 on a unit machine, and the difference separates the two kinds of message.
+//! Then the measured time is linear in the unknowns x = (o, α, f_α·α, β, f_β·β):
+//!
+//! `T ≈ o + a_uni·α + a_bi·(f_α α) + b_uni·β + b_bi·(f_β β) + c·γ + k·κ`
+//!
+//! with γ and κ measured directly. [`fit`] solves it by least squares on relative errors (weights
+//! 1/T, so a 10 µs point counts as much as a 10 ms one), dropping any unknown that comes out
+//! negative and refitting (a small active-set loop), so every parameter is ≥ 0.
+
+use fabcoll_collectives::registry::Algorithm;
+use fabcoll_collectives::sim::{simulate_alg_with, SimConfig};
+use fabcoll_collectives::{CollArgs, Machine};
+
+use super::{model_err, ModelParams};
+use crate::error::Result;
+
+/// Critical-path terms of one configuration (see the module doc).
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Terms {
+    pub a_uni: f64,
+    pub a_bi: f64,
+    pub b_uni: f64,
+    pub b_bi: f64,
+    /// Bytes reduced.
+    pub c: f64,
+    /// Bytes copied.
+    pub k: f64,
+}
+
+impl Terms {
+    /// The configuration's time on `m` (the linear form of the module doc).
+    pub fn time(&self, m: &ModelParams) -> f64 {
+        m.overhead
+            + self.a_uni * m.alpha
+            + self.a_bi * m.f_alpha * m.alpha
+            + self.b_uni * m.beta
+            + self.b_bi * m.f_beta * m.beta
+            + self.c * m.gamma
+            + self.k * m.copy_beta
+    }
+}
+
+/// Replays `alg` on `args` twice (f = 1 and f = 2 on a unit machine) and separates the terms.
+pub fn terms(alg: &Algorithm, args: &CollArgs) -> Result<Terms> {
+    let unit = |f: f64| SimConfig {
+        machine: Machine { alpha: 1.0, beta: 1.0, gamma: 1.0, f_alpha: f, f_beta: f },
+        copy_beta: 1.0,
+    };
+    let r1 = simulate_alg_with(alg, args, &unit(1.0))?;
+    let r2 = simulate_alg_with(alg, args, &unit(2.0))?;
+    let (a1, a2) = (r1.critical_path.alpha, r2.critical_path.alpha);
+    let (b1, b2) = (r1.critical_path.beta, r2.critical_path.beta);
+    // Along the f = 2 path each bidirectional message counts twice.
+    let a_bi = (a2 - a1).max(0.0);
+    let b_bi = (b2 - b1).max(0.0);
+    Ok(Terms {
+        a_uni: (a1 - a_bi).max(0.0),
+        a_bi,
+        b_uni: (b1 - b_bi).max(0.0),
+        b_bi,
+        c: r1.critical_path.gamma,
+        k: r1.critical_copy_bytes,
+    })
+}
+
+/// One measured configuration: its terms and the measured seconds.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Sample {
+    pub terms: Terms,
+    pub seconds: f64,
+}
+
+/// The unknowns, in column order.
+const NAMES: [&str; 5] = ["overhead", "alpha", "f_alpha*alpha", "beta", "f_beta*beta"];
+
+fn row(t: &Terms) -> [f64; 5] {
+    [1.0, t.a_uni, t.a_bi, t.b_uni, t.b_bi]
+}
+
+/// Fits (o, α, f_α, β, f_β) to `samples` given the measured γ and κ (see the module doc).
+///
+/// Unknowns no sample exercises are left out: without bidirectional messages f_α = f_β = 1.
+/// Factors are clamped to [1/4, 8] (outside that the measurement is noise, not a machine).
+pub fn fit(samples: &[Sample], gamma: f64, copy_beta: f64) -> Result<ModelParams> {
+    if samples.iter().any(|s| !s.seconds.is_finite() || s.seconds <= 0.0) {
+        return Err(model_err("a probe time is not a positive number"));
+    }
+    let mut active: Vec<usize> = (0..5).filter(|&j| samples.iter().any(|s| row(&s.terms)[j] != 0.0)).collect();
+    let x = loop {
+        if samples.len() < active.len() {
+            return Err(model_err(format!("{} probe points for {} unknowns", samples.len(), active.len())));
+        }
+        let sol = solve_weighted(samples, &active, gamma, copy_beta)?;
+        match sol.iter().enumerate().filter(|(_, v)| **v < 0.0).min_by(|a, b| a.1.total_cmp(b.1)) {
+            Some((i, _)) => {
+                tracing::debug!("model fit: {} came out negative; refitting without it", NAMES[active[i]]);
+                active.remove(i);
+            }
+            None => {
+                let mut x = [0.0; 5];
+                for (i, &j) in active.iter().enumerate() {
+                    x[j] = sol[i];
+                }
+                break x;
+            }
+        }
+    };
+    let [overhead, a_uni, a_bi, b_uni, b_bi] = x;
+    // Only bidirectional samples of a kind: that is the cost, with f = 1.
+    let (alpha, f_alpha) = factor(a_uni, a_bi);
+    let (beta, f_beta) = factor(b_uni, b_bi);
+    if beta <= 0.0 && alpha <= 0.0 {
+        return Err(model_err("the probe times do not grow with messages or bytes (fit found α = β = 0)"));
+    }
+    let p = ModelParams { alpha, beta, gamma, f_alpha, f_beta, copy_beta, overhead };
+    p.validate()?;
+    Ok(p)
+}
+
+/// (one-way cost, factor) from the fitted one-way and bidirectional costs.
+fn factor(uni: f64, bi: f64) -> (f64, f64) {
+    match (uni > 0.0, bi > 0.0) {
+        (true, true) => (uni, (bi / uni).clamp(0.25, 8.0)),
+        (false, true) => (bi, 1.0),
+        _ => (uni, 1.0),
+    }
+}
+
+/// Weighted least squares over the `active` columns: minimizes Σ ((y − row·x) / T)².
+fn solve_weighted(samples: &[Sample], active: &[usize], gamma: f64, copy_beta: f64) -> Result<Vec<f64>> {
+    let n = active.len();
+    // Columns are scaled to max |entry| = 1 so that message counts and byte counts are comparable.
+    let mut scale = vec![0.0f64; n];
+    for s in samples {
+        let r = row(&s.terms);
+        for (i, &j) in active.iter().enumerate() {
+            scale[i] = scale[i].max((r[j] / s.seconds).abs());
+        }
+    }
+    let mut ata = vec![vec![0.0; n]; n];
+    let mut atb = vec![0.0; n];
+    for s in samples {
+        let r = row(&s.terms);
+        let y = (s.seconds - s.terms.c * gamma - s.terms.k * copy_beta) / s.seconds;
+        let a: Vec<f64> = active.iter().enumerate().map(|(i, &j)| r[j] / s.seconds / scale[i]).collect();
+        for i in 0..n {
+            atb[i] += a[i] * y;
+            for k in 0..n {
+                ata[i][k] += a[i] * a[k];
+            }
+        }
+    }
+    let x = solve(ata, atb).ok_or_else(|| {
+        let names: Vec<&str> = active.iter().map(|&j| NAMES[j]).collect();
+        model_err(format!("the probe points do not determine {} (singular system)", names.join(", ")))
+    })?;
+    Ok(x.iter().zip(&scale).map(|(v, s)| v / s).collect())
+}
+
+/// Gaussian elimination with partial pivoting; `None` if singular.
+#[allow(clippy::needless_range_loop)] // row operations read one row while writing another
+fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
+    let n = b.len();
+    let norm = a.iter().flatten().fold(0.0f64, |m, v| m.max(v.abs()));
+    for col in 0..n {
+        let piv = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+        if a[piv][col].abs() <= norm * 1e-12 {
+            return None;
+        }
+        a.swap(col, piv);
+        b.swap(col, piv);
+        for r in col + 1..n {
+            let f = a[r][col] / a[col][col];
+            for c in col..n {
+                a[r][c] -= f * a[col][c];
+            }
+            b[r] -= f * b[col];
+        }
+    }
+    let mut x = vec![0.0; n];
+    for i in (0..n).rev() {
+        let s: f64 = (i + 1..n).map(|j| a[i][j] * x[j]).sum();
+        x[i] = (b[i] - s) / a[i][i];
+    }
+    Some(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::select::model::probe::plan;
+    use fabcoll_collectives::sim::simulate_alg_with;
+
+    fn truth() -> ModelParams {
+        ModelParams {
+            alpha: 3e-6,
+            beta: 2e-10,
+            gamma: 5e-11,
+            f_alpha: 1.3,
+            f_beta: 1.8,
+            copy_beta: 1e-10,
+            overhead: 4e-6,
+        }
+    }
+
+    /// Synthetic timings: the simulator's time on the true machine (not the linear form, so the
+    /// decomposition is checked too), plus the overhead, with a deterministic ±`noise` wobble.
+    fn samples(p: u32, m: &ModelParams, noise: f64) -> Vec<Sample> {
+        plan(p)
+            .iter()
+            .enumerate()
+            .map(|(i, case)| {
+                let (alg, args) = case.resolve(p).unwrap();
+                let cfg = SimConfig { machine: m.machine(), copy_beta: m.copy_beta };
+                let t = simulate_alg_with(alg, &args, &cfg).unwrap().time + m.overhead;
+                let wobble = if i % 2 == 0 { 1.0 + noise } else { 1.0 - noise };
+                Sample { terms: terms(alg, &args).unwrap(), seconds: t * wobble }
+            })
+            .collect()
+    }
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol * b.abs()
+    }
+
+    #[test]
+    fn recovers_known_parameters() {
+        let m = truth();
+        for p in [2, 3, 4, 8] {
+            let f = fit(&samples(p, &m, 0.0), m.gamma, m.copy_beta).unwrap();
+            assert!(close(f.alpha, m.alpha, 1e-6), "p={p}: {f}");
+            assert!(close(f.beta, m.beta, 1e-6), "p={p}: {f}");
+            assert!(close(f.f_alpha, m.f_alpha, 1e-6), "p={p}: {f}");
+            assert!(close(f.f_beta, m.f_beta, 1e-6), "p={p}: {f}");
+            assert!(close(f.overhead, m.overhead, 1e-5), "p={p}: {f}");
+        }
+    }
+
+    #[test]
+    fn noisy_timings_stay_close() {
+        let m = truth();
+        let f = fit(&samples(4, &m, 0.03), m.gamma, m.copy_beta).unwrap();
+        assert!(close(f.alpha, m.alpha, 0.3), "{f}");
+        assert!(close(f.beta, m.beta, 0.1), "{f}");
+        assert!(close(f.f_beta, m.f_beta, 0.15), "{f}");
+    }
+
+    #[test]
+    fn terms_separate_one_way_and_exchange() {
+        let p = 4;
+        for case in plan(p) {
+            let (alg, args) = case.resolve(p).unwrap();
+            let t = terms(alg, &args).unwrap();
+            if alg.name == "ring" {
+                // allgather ring: every message is sent while receiving.
+                assert_eq!((t.a_uni, t.a_bi), (0.0, 3.0), "{case:?}");
+            } else if case.segment == 0 {
+                // binomial bcast over 4 ranks: two one-way hops.
+                assert_eq!((t.a_uni, t.a_bi), (2.0, 0.0), "{case:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_samples_are_errors() {
+        let t = Terms { a_uni: 1.0, ..Terms::default() };
+        assert!(fit(&[Sample { terms: t, seconds: f64::NAN }], 0.0, 0.0).is_err());
+        assert!(fit(&[Sample { terms: t, seconds: 1e-6 }], 0.0, 0.0).is_err(), "2 unknowns, 1 point");
+        let flat =
+            [Sample { terms: Terms::default(), seconds: 1e-6 }, Sample { terms: Terms::default(), seconds: 2e-6 }];
+        assert!(fit(&flat, 0.0, 0.0).is_err(), "nothing grows with messages or bytes");
+    }
+}

@@ -1,0 +1,224 @@
+//! Cost-model selection (issue 5 §1): measure the machine once, predict every eligible algorithm's
+//! time with the simulator, choose the minimum.
+//!
+//! # Model
+//!
+//! A call's predicted time is `o + T_sim(schedule; α, β, γ, f_α, f_β, κ)`:
+//!
+//! - `T_sim` is the simulator's replay (`fabcoll_collectives::sim`) of the algorithm's schedule on
+//!   the α–β–γ machine of thakur §3 with Rabenseifner's bidirectional factors (a transfer whose
+//!   sender is also receiving costs `f_α·α + f_β·n·β` instead of `α + n·β`, see
+//!   [`Machine`]), local copies at κ s/byte (`SimConfig::copy_beta`) and reductions at γ s/byte.
+//!   Long messages may be pipelined: the model tries `segment` ∈ {none, ≈ n/4, ≈ n/16} (≥ 8 KiB).
+//! - α is what one message costs *through the executor*: the wire latency plus the per-message
+//!   software overhead (posting, completion, eager-slot bookkeeping), as NCCL folds its per-step
+//!   latencies into its `baseLat`/`hwLat` table. `o` is the per-call overhead (start, schedule
+//!   build, wait): the same for every algorithm, so it never changes the choice, but fitting it
+//!   separately keeps it out of α, where it would penalize algorithms with many messages.
+//!
+//! The parameters come from a short probe over the communicator ([`probe`]) — the executor's own
+//! collectives with forced algorithms, fitted by weighted least squares ([`fit`]) — cached per
+//! machine, fabric and p-class in a JSON file ([`cache`]), or from `FABCOLL_MODEL=<file>`.
+//! `FABCOLL_SELECT=model` makes the default selection use the model's argmin ([`predict`]); the
+//! decisions (embedded default, `FABCOLL_TUNING_FILE`) stay the default. [`compare`] checks the
+//! model against a tuner log.
+//!
+//! # Known gaps
+//!
+//! Not modelled: the eager/zero-copy protocol switch (one α for both), scratch-buffer setup and a
+//! per-step cost of local steps (a copy costs κ per byte only), and process scheduling when more
+//! ranks than cores share a node (there α, o and f_α measure the scheduler, and vary run to run).
+//! At small p many algorithms have the same schedule shape and the model cannot tell them apart;
+//! they are ranked in registry order.
+
+pub mod cache;
+pub mod compare;
+pub mod fit;
+pub mod predict;
+pub mod probe;
+
+use fabcoll_collectives::{Machine, Params};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+pub use predict::{predict, Estimate};
+
+/// The fitted parameters of one machine and fabric (seconds, seconds per byte).
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelParams {
+    /// Per-message latency through the executor (wire + per-message software overhead).
+    pub alpha: f64,
+    /// Transfer time per byte.
+    pub beta: f64,
+    /// Reduction time per byte (f32 sum kernel on this CPU).
+    pub gamma: f64,
+    /// Latency factor of a transfer whose sender also receives (≥ 1 = slower than one-way).
+    pub f_alpha: f64,
+    /// Bandwidth factor of a transfer whose sender also receives.
+    pub f_beta: f64,
+    /// Local copy time per byte (memcpy on this CPU).
+    #[serde(default)]
+    pub copy_beta: f64,
+    /// Per-call overhead, added to every prediction.
+    #[serde(default)]
+    pub overhead: f64,
+}
+
+impl ModelParams {
+    /// The simulator's machine.
+    pub fn machine(&self) -> Machine {
+        Machine { alpha: self.alpha, beta: self.beta, gamma: self.gamma, f_alpha: self.f_alpha, f_beta: self.f_beta }
+    }
+
+    /// Parameters from a machine (no copy cost, no per-call overhead).
+    pub fn from_machine(m: Machine) -> ModelParams {
+        ModelParams {
+            alpha: m.alpha,
+            beta: m.beta,
+            gamma: m.gamma,
+            f_alpha: m.f_alpha,
+            f_beta: m.f_beta,
+            copy_beta: 0.0,
+            overhead: 0.0,
+        }
+    }
+
+    /// Every parameter finite and ≥ 0 (the simulator refuses anything else).
+    pub fn validate(&self) -> Result<()> {
+        let vals = [
+            ("alpha", self.alpha),
+            ("beta", self.beta),
+            ("gamma", self.gamma),
+            ("f_alpha", self.f_alpha),
+            ("f_beta", self.f_beta),
+            ("copy_beta", self.copy_beta),
+            ("overhead", self.overhead),
+        ];
+        for (name, v) in vals {
+            if !v.is_finite() || v < 0.0 {
+                return Err(model_err(format!("parameter {name} = {v} must be finite and ≥ 0")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses `alpha=1e-6,beta=1e-10,gamma=2e-10[,f_alpha=..,f_beta=..,copy_beta=..,overhead=..]`
+    /// (`fabcoll model --machine`). Missing factors default to 1, missing costs to 0.
+    pub fn parse_kv(s: &str) -> Result<ModelParams> {
+        let mut p =
+            ModelParams { alpha: 0.0, beta: 0.0, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0, copy_beta: 0.0, overhead: 0.0 };
+        let mut seen = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (k, v) = item.split_once('=').ok_or_else(|| model_err(format!("{item:?} is not name=value")))?;
+            let v: f64 = v.trim().parse().map_err(|_| model_err(format!("{item:?}: {v:?} is not a number")))?;
+            let slot = match k.trim() {
+                "alpha" => &mut p.alpha,
+                "beta" => &mut p.beta,
+                "gamma" => &mut p.gamma,
+                "f_alpha" => &mut p.f_alpha,
+                "f_beta" => &mut p.f_beta,
+                "copy_beta" => &mut p.copy_beta,
+                "overhead" => &mut p.overhead,
+                other => {
+                    return Err(model_err(format!(
+                        "unknown parameter {other:?} (alpha, beta, gamma, f_alpha, f_beta, copy_beta, overhead)"
+                    )))
+                }
+            };
+            *slot = v;
+            seen.push(k.trim().to_owned());
+        }
+        for need in ["alpha", "beta"] {
+            if !seen.iter().any(|k| k == need) {
+                return Err(model_err(format!("{need} is required")));
+            }
+        }
+        p.validate()?;
+        Ok(p)
+    }
+}
+
+impl std::fmt::Display for ModelParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "alpha={:.3e},beta={:.3e},gamma={:.3e},f_alpha={:.3},f_beta={:.3},copy_beta={:.3e},overhead={:.3e}",
+            self.alpha, self.beta, self.gamma, self.f_alpha, self.f_beta, self.copy_beta, self.overhead
+        )
+    }
+}
+
+/// Whether `FABCOLL_SELECT=model` asks the default selection to use the model (read once;
+/// `table`, empty or unset = the decisions; anything else is reported once and ignored).
+pub fn select_by_model() -> bool {
+    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *S.get_or_init(|| match std::env::var("FABCOLL_SELECT").as_deref() {
+        Ok("model") => true,
+        Ok("table") | Ok("") | Err(_) => false,
+        Ok(other) => {
+            tracing::warn!("FABCOLL_SELECT={other:?} is not `model` or `table`; using the decisions");
+            false
+        }
+    })
+}
+
+/// `FABCOLL_MODEL=<file>`: explicit parameters to load instead of probing.
+pub fn explicit_file() -> Option<std::path::PathBuf> {
+    std::env::var_os("FABCOLL_MODEL").filter(|s| !s.is_empty()).map(Into::into)
+}
+
+/// Smallest pipeline segment the model tries, bytes.
+pub const MIN_SEGMENT: u64 = 8 << 10;
+
+/// `segment` candidates (bytes) for a message of `msg` bytes: a quarter and a sixteenth of it,
+/// rounded down to powers of two, at least [`MIN_SEGMENT`]. At most 16 pieces per message keep
+/// a replay at about a thousand steps (the replay's cost grows faster than its step count).
+pub fn segment_candidates(msg: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = [4u64, 16]
+        .into_iter()
+        .map(|d| msg / d)
+        .filter(|&s| s >= MIN_SEGMENT)
+        .map(|s| 1 << (63 - s.leading_zeros()))
+        .collect();
+    v.dedup();
+    v
+}
+
+/// Parameters of a candidate with `segment` bytes at `elem_size` bytes per element (none for 0).
+pub fn segment_params(segment_bytes: u64, elem_size: u32) -> Params {
+    let mut p = Params::new();
+    if segment_bytes > 0 {
+        p.set(fabcoll_collectives::args::SEGMENT, (segment_bytes / u64::from(elem_size.max(1))).max(1));
+    }
+    p
+}
+
+pub(crate) fn model_err(msg: impl Into<String>) -> Error {
+    Error::InvalidArgument { coll: "cost model", msg: msg.into() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_candidates_are_bounded() {
+        assert!(segment_candidates(16 << 10).is_empty());
+        assert_eq!(segment_candidates(64 << 10), vec![16 << 10]);
+        assert_eq!(segment_candidates(3 << 20), vec![512 << 10, 128 << 10]);
+    }
+
+    #[test]
+    fn kv_parses_and_rejects() {
+        let p = ModelParams::parse_kv("alpha=2e-6, beta=1e-10,gamma=3e-10").unwrap();
+        assert_eq!((p.alpha, p.beta, p.gamma, p.f_alpha), (2e-6, 1e-10, 3e-10, 1.0));
+        assert!(ModelParams::parse_kv("beta=1").unwrap_err().to_string().contains("alpha is required"));
+        assert!(ModelParams::parse_kv("alpha=1,beta=x").is_err());
+        assert!(ModelParams::parse_kv("alpha=1,beta=1,delta=2").unwrap_err().to_string().contains("delta"));
+        assert!(ModelParams::parse_kv("alpha=-1,beta=1").is_err());
+        let back = ModelParams::parse_kv(&p.to_string()).unwrap();
+        assert!((back.alpha - p.alpha).abs() < 1e-9 && (back.beta - p.beta).abs() < 1e-13);
+    }
+}

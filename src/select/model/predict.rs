@@ -1,0 +1,165 @@
+//! Predicting each candidate's time: every eligible algorithm, with `segment` ∈ {none,
+//! [`segment_candidates`](super::segment_candidates)}, replayed by the simulator on the fitted
+//! machine; the per-call overhead is added to each.
+//!
+//! Replay cost: up to 8 ranks the whole job is replayed (p small schedules); above, the
+//! symmetric replay is tried first (rotation, then XOR for powers of two: one rank's schedule,
+//! checked against sampled ranks) and the whole job only where no symmetry holds (rooted trees).
+//! The machine is homogeneous, so a rooted call is replayed with root 0.
+
+use fabcoll_collectives::registry::{self, Algorithm};
+use fabcoll_collectives::sim::{
+    check_symmetry, sample_ranks, simulate_alg_with, simulate_symmetric_with, SimConfig, Symmetry,
+};
+use fabcoll_collectives::{CollArgs, Collective, Params};
+
+use super::{model_err, segment_candidates, segment_params, ModelParams};
+use crate::error::Result;
+
+/// One candidate's predicted time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Estimate {
+    pub algorithm: &'static str,
+    /// The candidate's parameters (`segment` in elements of the call's datatype; absent = none).
+    pub params: Params,
+    pub seconds: f64,
+}
+
+/// Predicted times of every eligible algorithm (and segment choice) for `args`, fastest first
+/// (ties keep registry order, so every rank sorts alike).
+pub fn predict(args: &CollArgs, m: &ModelParams) -> Result<Vec<Estimate>> {
+    predict_filtered(args, m, |_| true)
+}
+
+/// [`predict`] over the eligible algorithms that `keep` accepts.
+pub fn predict_filtered(args: &CollArgs, m: &ModelParams, keep: impl Fn(&Algorithm) -> bool) -> Result<Vec<Estimate>> {
+    m.validate()?;
+    let args = canonical(args);
+    let msg = block_bytes(&args)?;
+    let mut out = Vec::new();
+    let mut last_err = None;
+    for alg in registry::eligible(&args).filter(|a| keep(a)) {
+        for seg in std::iter::once(0).chain(segment_candidates(msg)) {
+            let params = segment_params(seg, args.elem_size);
+            match time_of(alg, &CollArgs { params: params.clone(), ..args.clone() }, m) {
+                Ok(t) => out.push(Estimate { algorithm: alg.name, params, seconds: t }),
+                Err(e) => {
+                    tracing::debug!("model: {}:{} not simulated: {e}", alg.coll, alg.name);
+                    last_err = Some(e);
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(match last_err {
+            Some(e) => e,
+            None => model_err(format!("no registered {} algorithm accepts these arguments", args.coll)),
+        });
+    }
+    // Stable sort on whole picoseconds: candidates the model cannot tell apart (the same
+    // structure at small p) keep registry order, unsegmented first, on every rank alike.
+    out.sort_by_key(|e| picos(e.seconds));
+    Ok(out)
+}
+
+/// Seconds as whole picoseconds (the resolution at which candidates are ranked).
+pub fn picos(seconds: f64) -> u64 {
+    (seconds * 1e12).round() as u64
+}
+
+/// The model's time of one configuration (`args.params` as given), seconds.
+pub fn time_of(alg: &Algorithm, args: &CollArgs, m: &ModelParams) -> Result<f64> {
+    let args = canonical(args);
+    let cfg = SimConfig { machine: m.machine(), copy_beta: m.copy_beta };
+    let sim = if args.size > 8 { symmetric(alg, &args, &cfg)? } else { None };
+    let t = match sim {
+        Some(t) => t,
+        None => simulate_alg_with(alg, &args, &cfg)?.time,
+    };
+    Ok(t + m.overhead)
+}
+
+/// The symmetric replay's time if rank 0's schedule is every rank's up to a rotation or XOR.
+fn symmetric(alg: &Algorithm, args: &CollArgs, cfg: &SimConfig) -> Result<Option<f64>> {
+    let s0 = alg.schedule(&args.for_rank(0))?;
+    let others: Vec<_> = sample_ranks(args.size).into_iter().map(|r| alg.schedule(&args.for_rank(r))).collect();
+    for sym in [Symmetry::Rotation, Symmetry::Xor] {
+        if sym == Symmetry::Xor && !args.size.is_power_of_two() {
+            continue;
+        }
+        let holds = others.iter().all(|s| s.as_ref().is_ok_and(|s| check_symmetry(&s0, s, sym).is_ok()));
+        if holds {
+            return Ok(Some(simulate_symmetric_with(args, &s0, sym, cfg)?.time));
+        }
+    }
+    Ok(None)
+}
+
+/// Rank 0's view with root 0 (the model is the same for every rank and root).
+fn canonical(args: &CollArgs) -> CollArgs {
+    let mut a = args.for_rank(0);
+    a.root = 0;
+    // Only the root of gather/reduce passes MPI_IN_PLACE: every rank must predict alike.
+    if matches!(a.coll, Collective::Gather | Collective::Gatherv | Collective::Reduce) {
+        a.in_place = false;
+    }
+    a
+}
+
+/// Bytes of one block (the average block of a v-variant): what decides whether pipelining pays.
+pub fn block_bytes(args: &CollArgs) -> Result<u64> {
+    let es = u64::from(args.elem_size);
+    Ok(if args.coll.is_vector() { args.total_count()? * es / args.p().max(1) } else { args.count * es })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m() -> ModelParams {
+        ModelParams {
+            alpha: 2e-6,
+            beta: 1e-10,
+            gamma: 1e-10,
+            f_alpha: 1.2,
+            f_beta: 1.5,
+            copy_beta: 5e-11,
+            overhead: 1e-6,
+        }
+    }
+
+    #[test]
+    fn every_eligible_algorithm_sorted() {
+        for p in [3u32, 4, 16, 24] {
+            let args = CollArgs::new(Collective::Allreduce, 0, p, 1 << 18);
+            let est = predict(&args, &m()).unwrap();
+            let eligible: Vec<&str> = registry::eligible(&args).map(|a| a.name).collect();
+            for name in &eligible {
+                assert!(est.iter().any(|e| e.algorithm == *name), "p={p}: {name} missing");
+            }
+            assert!(est.windows(2).all(|w| w[0].seconds <= w[1].seconds));
+            assert!(est.iter().any(|e| e.params.get("segment").is_some()), "1 MiB: segment candidates");
+            assert!(est.iter().all(|e| e.seconds > m().overhead));
+        }
+    }
+
+    #[test]
+    fn latency_bound_and_bandwidth_bound_differ() {
+        // Thakur §4.5: recursive doubling for short allreduce, a bandwidth-optimal one for long.
+        let short = predict(&CollArgs::new(Collective::Allreduce, 0, 8, 2), &m()).unwrap();
+        let long = predict(&CollArgs::new(Collective::Allreduce, 0, 8, 4 << 20), &m()).unwrap();
+        assert_ne!(short[0].algorithm, long[0].algorithm);
+        let rd = |v: &[Estimate]| v.iter().find(|e| e.algorithm == "recursive_doubling").unwrap().seconds;
+        assert!(rd(&long) > long[0].seconds * 1.5, "recursive doubling moves n·lg p bytes");
+    }
+
+    #[test]
+    fn symmetric_and_full_replays_agree() {
+        let args = CollArgs::new(Collective::Allgather, 0, 16, 1000);
+        let alg = registry::find(Collective::Allgather, "ring").unwrap();
+        let cfg = SimConfig { machine: m().machine(), copy_beta: m().copy_beta };
+        let sym = symmetric(alg, &args, &cfg).unwrap().expect("ring is rotation-symmetric");
+        let full = simulate_alg_with(alg, &args, &cfg).unwrap().time;
+        assert!((sym - full).abs() <= 1e-9 * full, "{sym} vs {full}");
+    }
+}

@@ -1,0 +1,247 @@
+//! The probe: a short measurement over a communicator that fits the model's parameters.
+//!
+//! - **α, β, o**: `bcast:binomial` (one-way messages) at 8 B, 4 KiB, 64 KiB and 1 MiB, and at
+//!   256 KiB pipelined in 16 KiB segments (16 messages per hop: separates the per-message α from
+//!   the per-call overhead o).
+//! - **f_α, f_β**: `allgather:ring` (every message is sent while one is received) at 8 B, 4 KiB,
+//!   64 KiB and 256 KiB per block.
+//! - **γ, κ**: the f32-sum reduction kernel and memcpy timed on 4 MiB buffers on rank 0.
+//!
+//! Each configuration runs with the algorithm forced, so what is fitted is what the executor
+//! really costs. A configuration is timed as `fabcoll bench` and the tuner time (`t0; call; t1`
+//! and an untimed barrier, so that calls never overlap) in 11 repetitions of a batch of calls
+//! (batch size agreed on from a first timed call, ≈ 2 ms per batch), interleaved across
+//! configurations, each repetition's per-call mean taken as the maximum over ranks; the lower
+//! quartile of the repetitions is the sample (see `time_cases`). Rank 0 fits ([`super::fit`]) and
+//! broadcasts the parameters, so every rank ends with the same model. About 0.2–1 s at p ≤ 8.
+
+use std::time::Instant;
+
+use fabcoll_collectives::kernels;
+use fabcoll_collectives::op::ReduceOp;
+use fabcoll_collectives::registry::{self, Algorithm};
+use fabcoll_collectives::{CollArgs, Collective, Order};
+
+use super::fit::{fit, terms, Sample};
+use super::{model_err, segment_params, ModelParams};
+use crate::comm::{Collectives, Communicator, Options};
+use crate::error::Result;
+
+/// One probe configuration (bytes of u8 elements).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ProbeCase {
+    pub coll: Collective,
+    pub algorithm: &'static str,
+    /// bcast: the buffer; allgather: one rank's block.
+    pub bytes: u64,
+    /// Pipeline segment in bytes (0 = none).
+    pub segment: u64,
+}
+
+impl ProbeCase {
+    /// The registry row and the call's arguments (rank 0 of `p`, u8 elements).
+    pub fn resolve(&self, p: u32) -> Result<(&'static Algorithm, CollArgs)> {
+        let alg = registry::find(self.coll, self.algorithm)?;
+        let mut args = CollArgs::new(self.coll, 0, p, self.bytes);
+        args.elem_size = 1;
+        args.params = segment_params(self.segment, 1);
+        Ok((alg, args))
+    }
+}
+
+/// The configurations probed at p ranks (none at p = 1: nothing moves).
+pub fn plan(p: u32) -> Vec<ProbeCase> {
+    if p < 2 {
+        return Vec::new();
+    }
+    let bcast = |bytes, segment| ProbeCase { coll: Collective::Bcast, algorithm: "binomial", bytes, segment };
+    let ring = |bytes| ProbeCase { coll: Collective::Allgather, algorithm: "ring", bytes, segment: 0 };
+    vec![
+        bcast(8, 0),
+        bcast(4 << 10, 0),
+        bcast(64 << 10, 0),
+        bcast(1 << 20, 0),
+        bcast(256 << 10, 16 << 10),
+        ring(8),
+        ring(4 << 10),
+        ring(64 << 10),
+        ring(256 << 10),
+    ]
+}
+
+/// What a probe measured and fitted.
+#[derive(Clone, Debug)]
+pub struct ProbeReport {
+    pub params: ModelParams,
+    /// Each configuration with its measured seconds (rank 0; empty elsewhere).
+    pub samples: Vec<(ProbeCase, f64)>,
+    /// Wall time of the whole probe on this rank.
+    pub elapsed: f64,
+}
+
+/// Repetitions per configuration; the sample is the [`KEEP`]-th fastest, about the lower quartile
+/// (interference on a shared node only adds time, so the low end estimates the machine; the
+/// fastest alone is luck).
+const REPS: usize = 11;
+const KEEP: usize = 2;
+/// Target wall time of one batch.
+const BATCH_SECONDS: f64 = 2e-3;
+const MAX_BATCH: f64 = 50.0;
+
+/// Runs the probe (collective: every rank of `comm` must call it). At p = 1 nothing moves: the
+/// parameters are γ and κ with α = β = 0.
+pub fn run(comm: &Communicator) -> Result<ProbeReport> {
+    let start = Instant::now();
+    let p = comm.size();
+    let mut samples = time_cases(comm, plan(p))?;
+    // Rank 0 measures the CPU and fits; the result (or a failure flag) goes to every rank.
+    let mut wire = [0.0f64; 8];
+    if comm.rank() == 0 {
+        match fit_samples(p, &samples) {
+            Ok(m) => {
+                wire = [1.0, m.alpha, m.beta, m.gamma, m.f_alpha, m.f_beta, m.copy_beta, m.overhead];
+            }
+            Err(e) => tracing::warn!("model probe: {e}"),
+        }
+    }
+    comm.bcast(&mut wire, 0)?;
+    if wire[0] != 1.0 {
+        return Err(model_err("the probe's fit failed on rank 0 (see its log)"));
+    }
+    let params = ModelParams {
+        alpha: wire[1],
+        beta: wire[2],
+        gamma: wire[3],
+        f_alpha: wire[4],
+        f_beta: wire[5],
+        copy_beta: wire[6],
+        overhead: wire[7],
+    };
+    if comm.rank() != 0 {
+        samples.clear();
+    }
+    Ok(ProbeReport { params, samples, elapsed: start.elapsed().as_secs_f64() })
+}
+
+fn fit_samples(p: u32, measured: &[(ProbeCase, f64)]) -> Result<ModelParams> {
+    let (gamma, copy_beta) = cpu_rates()?;
+    if measured.is_empty() {
+        return Ok(ModelParams { alpha: 0.0, beta: 0.0, gamma, f_alpha: 1.0, f_beta: 1.0, copy_beta, overhead: 0.0 });
+    }
+    let samples = measured
+        .iter()
+        .map(|(case, secs)| {
+            let (alg, args) = case.resolve(p)?;
+            Ok(Sample { terms: terms(alg, &args)?, seconds: *secs })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    fit(&samples, gamma, copy_beta)
+}
+
+/// One configuration ready to time: its options, buffers and agreed batch size.
+struct Timed {
+    case: ProbeCase,
+    opts: Options,
+    send: Vec<u8>,
+    recv: Vec<u8>,
+    batch: usize,
+}
+
+impl Timed {
+    /// Buffers, a warm-up call (registration, eager rings) and one timed call that decides the
+    /// batch size on every rank alike.
+    fn new(comm: &Communicator, case: ProbeCase) -> Result<Timed> {
+        let (p, n) = (comm.size() as usize, case.bytes as usize);
+        let mut opts = Options::algorithm(case.algorithm);
+        if case.segment > 0 {
+            opts = opts.param(fabcoll_collectives::args::SEGMENT, case.segment);
+        }
+        let (send, recv) = match case.coll {
+            Collective::Allgather => (vec![1u8; n], vec![0u8; n * p]),
+            _ => (Vec::new(), vec![1u8; n]),
+        };
+        let mut t = Timed { case, opts, send, recv, batch: 1 };
+        t.call(comm)?;
+        comm.barrier()?;
+        let start = Instant::now();
+        t.call(comm)?;
+        comm.barrier()?;
+        let mut one = [start.elapsed().as_secs_f64()];
+        comm.allreduce_in_place(&mut one, &ReduceOp::Max)?;
+        t.batch = (BATCH_SECONDS / one[0].max(1e-9)).clamp(1.0, MAX_BATCH) as usize;
+        Ok(t)
+    }
+
+    fn call(&mut self, comm: &Communicator) -> Result<()> {
+        let view = comm.with(&self.opts);
+        match self.case.coll {
+            Collective::Allgather => view.allgather(&self.send, &mut self.recv),
+            _ => view.bcast(&mut self.recv, 0),
+        }
+    }
+
+    /// This rank's mean time of one batch, timed as `fabcoll bench` and the tuner time:
+    /// `t0; call; t1`, then an untimed barrier, so calls never overlap.
+    fn batch_mean(&mut self, comm: &Communicator) -> Result<f64> {
+        comm.barrier()?;
+        let mut sum = 0.0;
+        for _ in 0..self.batch {
+            let t = Instant::now();
+            self.call(comm)?;
+            sum += t.elapsed().as_secs_f64();
+            comm.barrier()?;
+        }
+        Ok(sum / self.batch as f64)
+    }
+}
+
+/// Every configuration's time, seconds. Repetitions are interleaved (round r times every
+/// configuration once), so a burst of load from other processes spoils one round of all
+/// configurations rather than every round of one; each repetition is the maximum over ranks of
+/// the per-rank mean, and a configuration's sample is its lower quartile.
+fn time_cases(comm: &Communicator, cases: Vec<ProbeCase>) -> Result<Vec<(ProbeCase, f64)>> {
+    let mut timed = cases.into_iter().map(|c| Timed::new(comm, c)).collect::<Result<Vec<_>>>()?;
+    let mut reps = vec![0.0f64; timed.len() * REPS];
+    for r in 0..REPS {
+        for (i, t) in timed.iter_mut().enumerate() {
+            reps[i * REPS + r] = t.batch_mean(comm)?;
+        }
+    }
+    comm.allreduce_in_place(&mut reps, &ReduceOp::Max)?;
+    Ok(timed
+        .iter()
+        .zip(reps.chunks_mut(REPS))
+        .map(|(t, r)| {
+            r.sort_by(f64::total_cmp);
+            (t.case, r[KEEP])
+        })
+        .collect())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// (γ, κ): seconds per byte of the f32-sum kernel and of memcpy, medians over 7 runs on 4 MiB
+/// buffers (larger than a core's L2: a collective's reductions and copies touch data that just
+/// arrived or is about to leave, not a warm cache).
+pub fn cpu_rates() -> Result<(f64, f64)> {
+    const N: usize = 1 << 20; // f32 elements = 4 MiB
+    let src = vec![1.0f32; N];
+    let mut dst = vec![0.5f32; N];
+    let bytes = (N * 4) as f64;
+    let mut g = [0.0f64; 7];
+    let mut k = [0.0f64; 7];
+    kernels::reduce_typed(&ReduceOp::Sum, &src, &mut dst, Order::SrcFirst)?;
+    for i in 0..g.len() {
+        let t = Instant::now();
+        kernels::reduce_typed(&ReduceOp::Sum, &src, &mut dst, Order::SrcFirst)?;
+        g[i] = t.elapsed().as_secs_f64() / bytes;
+        let t = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(&src));
+        k[i] = t.elapsed().as_secs_f64() / bytes;
+        std::hint::black_box(&mut dst);
+    }
+    Ok((median(&mut g), median(&mut k)))
+}
