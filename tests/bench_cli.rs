@@ -3,9 +3,11 @@
 //! every operation; forced and unknown algorithms; every registered algorithm listed by `info`.
 
 use std::collections::HashMap;
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+#[path = "common/child.rs"]
+mod child;
 
 use fabcoll::collectives::{registry, Collective};
 
@@ -34,39 +36,8 @@ const COLUMNS: &[&str] = &[
 
 /// Runs `prog args` with a wall-clock limit; returns (success, stdout, stderr).
 fn run(prog: &str, args: &[&str]) -> (bool, String, String) {
-    let t0 = Instant::now();
-    let mut child = Command::new(prog)
-        .args(args)
-        .env("FABCOLL_TIMEOUT", "30")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut so = child.stdout.take().unwrap();
-    let mut se = child.stderr.take().unwrap();
-    let ho = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = so.read_to_string(&mut s);
-        s
-    });
-    let he = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = se.read_to_string(&mut s);
-        s
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{prog} {args:?} still running after {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    (status.success(), ho.join().unwrap(), he.join().unwrap())
+    let o = child::run_limited(Command::new(prog).args(args).env("FABCOLL_TIMEOUT", "30"), LIMIT, |_| {});
+    (o.status.success(), o.stdout, o.stderr)
 }
 
 /// Parses CSV rows into maps, checking the header.

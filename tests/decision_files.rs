@@ -5,11 +5,13 @@
 //! and per-call options and `FABCOLL_ALGO` still win over them.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+#[path = "common/child.rs"]
+mod child;
 
 use fabcoll::collectives::args::SEGMENT;
 use fabcoll::collectives::registry::{self, Restrictions};
@@ -506,7 +508,6 @@ fn set_decisions_steers_a_communicator_and_options_still_win() {
 
 /// Runs `fabcoll bench --fabric local` for allreduce up to 1 KiB with `env`; (ok, stdout, stderr).
 fn bench(env: &[(&str, &str)]) -> (bool, String, String) {
-    let t0 = Instant::now();
     let args = ["bench", "--fabric", "local", "-n", "4", "--op", "allreduce", "--max-size", "1024"];
     let mut cmd = Command::new(FABCOLL);
     cmd.args(args).args(["--iters", "2", "--check", "--format", "csv"]);
@@ -514,31 +515,8 @@ fn bench(env: &[(&str, &str)]) -> (bool, String, String) {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let mut so = child.stdout.take().unwrap();
-    let mut se = child.stderr.take().unwrap();
-    let ho = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = so.read_to_string(&mut s);
-        s
-    });
-    let he = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = se.read_to_string(&mut s);
-        s
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("fabcoll bench still running after {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    (status.success(), ho.join().unwrap(), he.join().unwrap())
+    let o = child::run_limited(&mut cmd, LIMIT, |_| {});
+    (o.status.success(), o.stdout, o.stderr)
 }
 
 /// The `algorithm` column of a CSV sweep.

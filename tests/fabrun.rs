@@ -2,56 +2,20 @@
 //! job with its exit code, the timeout naming the ranks still running, signal forwarding, and
 //! bad arguments as clear errors. Every run has a wall-clock limit, so nothing can hang.
 
-use std::io::Read;
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+#[path = "common/child.rs"]
+mod child;
+
+use std::process::Command;
+use std::time::Duration;
 
 const FABRUN: &str = env!("CARGO_BIN_EXE_fabrun");
 
-struct Out {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    took: Duration,
-}
+use child::Output as Out;
 
 /// Runs fabrun with `args`; kills it and fails the test after `limit`. `during` runs with the
 /// child's pid once it has started (for signal tests).
 fn fabrun_with(args: &[&str], limit: Duration, during: impl FnOnce(u32)) -> Out {
-    let t0 = Instant::now();
-    let mut child = Command::new(FABRUN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting fabrun");
-    let mut so = child.stdout.take().unwrap();
-    let mut se = child.stderr.take().unwrap();
-    let ho = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = so.read_to_string(&mut s);
-        s
-    });
-    let he = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = se.read_to_string(&mut s);
-        s
-    });
-    during(child.id());
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("fabrun {args:?} still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let took = t0.elapsed();
-    Out { status, stdout: ho.join().unwrap(), stderr: he.join().unwrap(), took }
+    child::run_limited(Command::new(FABRUN).args(args), limit, during)
 }
 
 fn fabrun(args: &[&str], limit: Duration) -> Out {

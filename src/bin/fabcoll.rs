@@ -7,10 +7,10 @@
 mod bench;
 #[path = "fabcoll/info.rs"]
 mod info;
-#[path = "fabcoll/model.rs"]
-mod model;
 #[path = "fabcoll/map.rs"]
 mod map;
+#[path = "fabcoll/model.rs"]
+mod model;
 #[path = "fabcoll/ops.rs"]
 mod ops;
 #[path = "fabcoll/report.rs"]
