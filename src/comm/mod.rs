@@ -26,7 +26,7 @@ pub use request::{Request, Scope};
 use crate::error::{Error, Result};
 use crate::exec::op::{Check, OpSpec};
 use crate::exec::{Engine, ExecConfig, OpKey, Stats};
-use crate::select::{self, Features, Table};
+use crate::select::{self, Decisions, Features};
 
 /// Per-call options: force an algorithm by name and set its parameters (see the registry's
 /// `ParamSpec`s, plus `segment` for pipelining in elements). All ranks must pass the same options.
@@ -55,6 +55,8 @@ pub struct Communicator {
     size: u32,
     members: Arc<[u32]>,
     check: bool,
+    /// The algorithm choice (`FABCOLL_TUNING_FILE` or the embedded defaults, see `select`).
+    decisions: Arc<Decisions>,
     _server: Option<Arc<TcpStoreServer>>,
 }
 
@@ -109,6 +111,7 @@ impl Communicator {
     }
 
     fn new(ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Communicator> {
+        let decisions = select::active()?;
         let (rank, size) = (ep.rank() as u32, ep.size() as u32);
         let mut engine = Engine::new(ep, cfg)?;
         let members: Arc<[u32]> = (0..size).collect();
@@ -120,6 +123,7 @@ impl Communicator {
             size,
             members,
             check: env_check(),
+            decisions,
             _server: None,
         })
     }
@@ -165,6 +169,13 @@ impl Communicator {
         self.check = on;
     }
 
+    /// Replaces the algorithm choice of this communicator (communicators made from it by `dup` and
+    /// `split` inherit it). Operations the decisions do not cover use the embedded defaults;
+    /// per-call [`Options`] and `FABCOLL_ALGO` still win. All ranks must set the same decisions.
+    pub fn set_decisions(&mut self, decisions: Arc<Decisions>) {
+        self.decisions = decisions;
+    }
+
     /// Executor counters of the endpoint this communicator runs on (shared with dup/split).
     pub fn stats(&self) -> Stats {
         self.lock().stats()
@@ -192,13 +203,9 @@ impl Communicator {
         let alg = match forced {
             Some(a) => a,
             None => {
-                let es = call.dtype.size() as u64;
-                let p = u64::from(self.size);
-                let total = args.total_count()? * es;
-                let msg = if coll.is_vector() { total / p.max(1) } else { args.count * es };
-                let total = if coll.is_vector() { total } else { msg * p };
-                let f = Features { msg, total, p: self.size, commutative: args.commutative };
-                Table::defaults().choose(&args, &f)?
+                let (a, params) = self.decisions.choose(&args, &Features::of(&args)?)?;
+                args.params = params;
+                a
             }
         };
         let sched = alg.schedule(&args)?;
@@ -294,6 +301,7 @@ impl Communicator {
             size: members.len() as u32,
             members,
             check: self.check,
+            decisions: self.decisions.clone(),
             _server: self._server.clone(),
         })
     }
