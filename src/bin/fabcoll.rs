@@ -6,10 +6,14 @@
 mod bench;
 #[path = "fabcoll/info.rs"]
 mod info;
+#[path = "fabcoll/map.rs"]
+mod map;
 #[path = "fabcoll/ops.rs"]
 mod ops;
 #[path = "fabcoll/report.rs"]
 mod report;
+#[path = "fabcoll/sim.rs"]
+mod sim;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -40,6 +44,9 @@ enum Cmd {
         #[arg(long = "fabric", value_name = "FABRIC", default_values_t = ["local".to_string(), "shm".into(), "ofi:tcp".into(), "ofi:shm".into()])]
         fabrics: Vec<String>,
     },
+    /// Simulated times of every algorithm per (p, size) on a modelled machine; `--map` draws the
+    /// fastest per cell (SVG/PNG) like thakur Fig 14.
+    Sim(sim::SimArgs),
 }
 
 const BENCH_HELP: &str = "\
@@ -289,6 +296,13 @@ fn main() -> ExitCode {
             let _ = std::io::stdout().lock().write_all(info::text(&fabrics).as_bytes());
             ExitCode::SUCCESS
         }
+        Cmd::Sim(a) => match sim::run(&a, &mut std::io::stdout().lock()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fabcoll sim: error: {e}");
+                ExitCode::from(1)
+            }
+        },
         Cmd::Bench(a) => match bench_main(a) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => {

@@ -1,0 +1,111 @@
+//! `fabcoll sim` end to end: winners that can be checked by hand (latency-only and
+//! bandwidth-only machines), the CSV of every algorithm's time, the SVG and PNG maps, and the
+//! errors for bad input.
+
+use std::process::Command;
+
+const FABCOLL: &str = env!("CARGO_BIN_EXE_fabcoll");
+
+/// Runs `fabcoll sim args`; returns (success, stdout, stderr).
+fn sim(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(FABCOLL).arg("sim").args(args).output().expect("run fabcoll");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// The `p=…:` lines of a `--table`.
+fn rows(table: &str) -> Vec<&str> {
+    table.lines().filter(|l| l.starts_with("p=")).collect()
+}
+
+const TWO: &[&str] = &["--op", "allreduce", "--commutative", "--algos", "recursive_doubling,rabenseifner"];
+
+#[test]
+fn latency_only_machine_picks_the_fewest_rounds() {
+    // β = γ = 0: time = messages on the critical path. Recursive doubling needs lg p rounds,
+    // halving-doubling 2 lg p, so recursive doubling wins at every size.
+    let mut args = TWO.to_vec();
+    args.extend(["--map", "--table", "--machine", "alpha=1,beta=0,gamma=0", "--ps", "2,4,8", "--sizes", "64..=512"]);
+    let (ok, out, err) = sim(&args);
+    assert!(ok, "{err}");
+    assert_eq!(
+        rows(&out),
+        ["p=2: 64..512 recursive_doubling", "p=4: 64..512 recursive_doubling", "p=8: 64..512 recursive_doubling"],
+        "{out}"
+    );
+}
+
+#[test]
+fn bandwidth_only_machine_picks_halving_doubling() {
+    // α = γ = 0, β = 1: recursive doubling moves lg p·n bytes, halving-doubling 2n(p−1)/p; at
+    // p = 2 both move n (a tie: the first listed wins), from p = 4 on halving-doubling wins.
+    let mut args = TWO.to_vec();
+    args.extend(["--map", "--table", "--machine", "alpha=0,beta=1,gamma=0", "--ps", "2,4,8", "--sizes", "64..=512"]);
+    let (ok, out, err) = sim(&args);
+    assert!(ok, "{err}");
+    assert_eq!(
+        rows(&out),
+        ["p=2: 64..512 recursive_doubling", "p=4: 64..512 rabenseifner", "p=8: 64..512 rabenseifner"],
+        "{out}"
+    );
+}
+
+#[test]
+fn csv_lists_every_eligible_algorithm() {
+    let (ok, out, err) =
+        sim(&["--op", "allreduce", "--commutative", "--machine", "t3e", "--ps", "3,4", "--sizes", "8..=16"]);
+    assert!(ok, "{err}");
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("op,p,bytes,algorithm,time_us"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let eligible = |p: u32| {
+        let args = fabcoll::collectives::CollArgs::new(fabcoll::collectives::Collective::Allreduce, 0, p, 1);
+        fabcoll::collectives::registry::eligible(&args).count()
+    };
+    assert_eq!(rows.len(), 2 * (eligible(3) + eligible(4)), "{out}");
+    for r in &rows {
+        assert_eq!(r.len(), 5);
+        let t: f64 = r[4].parse().unwrap();
+        // at least one α = 5 µs, at most a few hundred
+        assert!((5.0..500.0).contains(&t), "{r:?}");
+    }
+}
+
+#[test]
+fn writes_svg_and_png_maps() {
+    let dir = std::env::temp_dir().join(format!("fabcoll-sim-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (svg, png) = (dir.join("m.svg"), dir.join("m.png"));
+    let (ok, _, err) = sim(&[
+        "--map",
+        "--commutative",
+        "--ps",
+        "2..=9",
+        "--sizes",
+        "8..=64K",
+        "--out",
+        svg.to_str().unwrap(),
+        "--out",
+        png.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.contains("recursive_doubling"), "{}", &text[..200.min(text.len())]);
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(bytes.len() > 1000 && &bytes[1..4] == b"PNG");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    for (args, msg) in [
+        (&["--table"][..], "add --map"),
+        (&["--map"][..], "--out"),
+        (&["--map", "--table", "--machine", "alpha=1"][..], "lacks"),
+        (&["--map", "--table", "--sizes", "12", "--dtype-size", "8"][..], "multiple"),
+        (&["--map", "--table", "--algos", "no_such_algorithm"][..], "no_such_algorithm"),
+        (&["--map", "--out", "/tmp/fabcoll-map.jpg", "--ps", "2", "--sizes", "8"][..], ".svg or .png"),
+    ] {
+        let (ok, _, err) = sim(args);
+        assert!(!ok && err.contains(msg), "{args:?}: {err}");
+    }
+}
