@@ -1,7 +1,8 @@
 //! The tuning log: one [`Measurement`] per JSON line, appended and flushed as each point is
 //! measured, which makes a run resumable (a point already in the log for the same operation, p,
 //! fabric, algorithm, parameters and size is not measured again), plus a side file of failed
-//! points (`<log>.failed`, [`Failure`] lines) so a broken candidate is not retried either.
+//! points (`<log>.failed`, [`Failure`] lines) so a broken candidate is not retried either. A
+//! point measured twice (a confirmation) has two lines; a rerun replays them in order.
 
 use std::collections::HashMap;
 
@@ -31,7 +32,7 @@ pub type Key = (String, u32, String, Candidate, u64);
 /// Points already measured, from earlier runs' log lines.
 #[derive(Debug, Default)]
 pub struct Resume {
-    points: HashMap<Key, Outcome>,
+    points: HashMap<Key, Vec<Outcome>>,
     /// Lines that were not valid records (a line cut by an interruption).
     pub skipped_lines: usize,
 }
@@ -45,7 +46,7 @@ impl Resume {
                 Ok(m) => {
                     let s = Sample::from_reps(&m.samples_us).unwrap_or(Sample::exact(m.median_us));
                     let c = Candidate { algorithm: m.algorithm, params: m.params };
-                    r.points.insert((m.op, m.p, m.fabric, c, m.bytes), Outcome::Ok(s));
+                    r.points.entry((m.op, m.p, m.fabric, c, m.bytes)).or_default().push(Outcome::Ok(s));
                 }
                 Err(_) => r.skipped_lines += 1,
             }
@@ -54,7 +55,7 @@ impl Resume {
             match serde_json::from_str::<Failure>(line) {
                 Ok(f) => {
                     let c = Candidate { algorithm: f.algorithm, params: f.params };
-                    r.points.insert((f.op, f.p, f.fabric, c, f.bytes), Outcome::Failed(f.error));
+                    r.points.entry((f.op, f.p, f.fabric, c, f.bytes)).or_default().push(Outcome::Failed(f.error));
                 }
                 Err(_) => r.skipped_lines += 1,
             }
@@ -62,12 +63,14 @@ impl Resume {
         r
     }
 
-    pub fn get(&self, key: &Key) -> Option<&Outcome> {
-        self.points.get(key)
+    /// The `nth` (from 0) logged outcome of `key`.
+    pub fn get(&self, key: &Key, nth: usize) -> Option<&Outcome> {
+        self.points.get(key).and_then(|v| v.get(nth))
     }
 
+    /// Logged outcomes.
     pub fn len(&self) -> usize {
-        self.points.len()
+        self.points.values().map(Vec::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -113,13 +116,17 @@ mod tests {
         let key: Key = ("allreduce".into(), 4, "shm".into(), Candidate::new("ring").with("segment", 8192), 65536);
         let m = measurement(&key, &Sample::from_reps(&[10.0, 11.0, 12.0]).unwrap(), &[10.0, 11.0, 12.0]);
         let f = failure(&(key.0.clone(), 4, "shm".into(), Candidate::new("bad"), 64), "wrong result");
-        let log = format!("{}\n{{\"op\": \"allred", serde_json::to_string(&m).unwrap());
+        let m2 = measurement(&key, &Sample::exact(20.0), &[20.0]);
+        let line = |m: &Measurement| serde_json::to_string(m).unwrap();
+        let log = format!("{}\n{}\n{{\"op\": \"allred", line(&m), line(&m2));
         let r = Resume::parse(&log, &serde_json::to_string(&f).unwrap());
-        assert_eq!((r.len(), r.skipped_lines), (2, 1));
-        assert!(matches!(r.get(&key), Some(Outcome::Ok(s)) if s.median == 11.0));
+        assert_eq!((r.len(), r.skipped_lines), (3, 1));
+        assert!(matches!(r.get(&key, 0), Some(Outcome::Ok(s)) if s.median == 11.0));
+        assert!(matches!(r.get(&key, 1), Some(Outcome::Ok(s)) if s.median == 20.0), "a confirmation replays second");
+        assert!(r.get(&key, 2).is_none());
         let fk: Key = ("allreduce".into(), 4, "shm".into(), Candidate::new("bad"), 64);
-        assert_eq!(r.get(&fk), Some(&Outcome::Failed("wrong result".into())));
+        assert_eq!(r.get(&fk, 0), Some(&Outcome::Failed("wrong result".into())));
         let other: Key = ("allreduce".into(), 2, "shm".into(), Candidate::new("ring").with("segment", 8192), 65536);
-        assert!(r.get(&other).is_none(), "another p is another point");
+        assert!(r.get(&other, 0).is_none(), "another p is another point");
     }
 }

@@ -39,8 +39,9 @@ fn single_p(r: &RuleSpec) -> Option<u64> {
 }
 
 /// Merges `tuned` (rules of operation `op` at communicator size `p`, from [`rules_for`]) into
-/// `file`: the old `p: [p, p]` rules of `op` are replaced; when `file` has no rule for `op`
-/// without a p condition, `tail` (the fallback for other sizes) is appended.
+/// `file`: the old `p: [p, p]` rules of `op` are replaced, the other single-p blocks kept, both
+/// ordered by p; then the operation's other rules in their order — or, when it has none, `tail`'s
+/// rules for `op` (the fallback for sizes not tuned, ending with an unconditional rule).
 pub fn merge(file: &mut DecisionFile, op: &str, p: u32, tuned: Vec<RuleSpec>, tail: &[RuleSpec]) {
     let p = u64::from(p);
     let mut order: Vec<String> = Vec::new();
@@ -54,10 +55,10 @@ pub fn merge(file: &mut DecisionFile, op: &str, p: u32, tuned: Vec<RuleSpec>, ta
     }
     let mut rules = std::mem::take(&mut file.rules);
     rules.retain(|r| !(r.op == op && single_p(r) == Some(p)));
-    rules.extend(tuned);
-    if !rules.iter().any(|r| r.op == op && r.p.is_none()) {
+    if !rules.iter().any(|r| r.op == op && single_p(r).is_none()) {
         rules.extend(tail.iter().filter(|r| r.op == op).cloned());
     }
+    rules.extend(tuned);
     let mut out = Vec::with_capacity(rules.len());
     for o in &order {
         let mine: Vec<&RuleSpec> = rules.iter().filter(|r| &r.op == o).collect();
@@ -67,8 +68,7 @@ pub fn merge(file: &mut DecisionFile, op: &str, p: u32, tuned: Vec<RuleSpec>, ta
         for n in singles {
             out.extend(mine.iter().filter(|r| single_p(r) == Some(n)).map(|r| (*r).clone()));
         }
-        out.extend(mine.iter().filter(|r| r.p.is_some() && single_p(r).is_none()).map(|r| (*r).clone()));
-        out.extend(mine.iter().filter(|r| r.p.is_none()).map(|r| (*r).clone()));
+        out.extend(mine.iter().filter(|r| single_p(r).is_none()).map(|r| (*r).clone()));
     }
     file.rules = out;
 }
@@ -146,20 +146,25 @@ mod tests {
 
     #[test]
     fn merge_replaces_one_p_and_keeps_the_rest() {
-        let tail = vec![RuleSpec {
-            p: None,
+        let open = |alg: &str, p: Option<[u64; 2]>| RuleSpec {
+            p,
             bytes: None,
-            ..rules_for("bcast", 1, None, &[piece(0, 0, "binomial")])[0].clone()
-        }];
+            ..rules_for("bcast", 1, None, &[piece(0, u64::MAX, alg)])[0].clone()
+        };
+        // The tail keeps its own order, p-ranged rules included.
+        let tail = vec![open("t1", Some([1, 7])), open("t2", None)];
         let mut f = new_file(Provenance::default());
         merge(&mut f, "bcast", 4, rules_for("bcast", 4, None, &[piece(0, 9, "x"), piece(10, u64::MAX, "y")]), &tail);
         merge(&mut f, "bcast", 2, rules_for("bcast", 2, None, &[piece(0, u64::MAX, "z")]), &tail);
         let algs: Vec<&str> = f.rules.iter().map(|r| r.algorithm.as_str()).collect();
-        assert_eq!(algs, ["z", "x", "y", "binomial"]);
+        assert_eq!(algs, ["z", "x", "y", "t1", "t2"]);
         // Re-tuning p = 4 replaces its block only; the tail is not duplicated.
         merge(&mut f, "bcast", 4, rules_for("bcast", 4, None, &[piece(0, u64::MAX, "w")]), &tail);
         let algs: Vec<&str> = f.rules.iter().map(|r| r.algorithm.as_str()).collect();
-        assert_eq!(algs, ["z", "w", "binomial"]);
+        assert_eq!(algs, ["z", "w", "t1", "t2"]);
+        // Another operation goes after, with its own tail.
+        merge(&mut f, "allreduce", 2, rules_for("allreduce", 2, None, &[piece(0, u64::MAX, "v")]), &[]);
+        assert_eq!(f.rules.last().unwrap().algorithm, "v");
     }
 
     #[test]

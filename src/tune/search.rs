@@ -9,10 +9,14 @@
 //! stops once segments get too small). Between adjacent grid sizes whose best values differ, a
 //! binary search (in log size) finds the change point to the resolution (a size ratio).
 //!
+//! (The change points of an algorithm's parameters are searched only if it wins at some grid
+//! size in phase 2: nothing else uses them.)
+//!
 //! Phase 2 (their step 4): at every grid size, every algorithm with its phase-1 parameters at
 //! that size, and the embedded default (the incumbent). Another algorithm replaces the default
 //! only if it beats it beyond noise, so ties keep the default's choice. Change points between
-//! grid sizes with different winners are found by the same binary search.
+//! grid sizes with different winners are found by the same binary search. With `confirm`, a win
+//! over the default at a grid size must repeat in a second, fresh measurement of both.
 //!
 //! Optional pruning (not in the paper; for a time budget): above `prune_above` bytes, an
 //! algorithm slower than `prune` × the best at one grid size is not measured at larger sizes.
@@ -127,11 +131,21 @@ pub struct Policy {
     /// Pruning factor (`f64::INFINITY` = off) and the size from which it applies.
     pub prune: f64,
     pub prune_above: u64,
+    /// Phase 2: a grid size's winner replaces the default only if it wins again in a second,
+    /// fresh measurement of both (guards against a default measured during a disturbance).
+    pub confirm: bool,
 }
 
 impl Default for Policy {
     fn default() -> Policy {
-        Policy { rel: 0.03, resolution: std::f64::consts::SQRT_2, patience: 2, prune: f64::INFINITY, prune_above: 0 }
+        Policy {
+            rel: 0.03,
+            resolution: std::f64::consts::SQRT_2,
+            patience: 2,
+            prune: f64::INFINITY,
+            prune_above: 0,
+            confirm: true,
+        }
     }
 }
 
@@ -217,6 +231,12 @@ impl Ctx<'_, '_> {
             self.cache.insert(key, o.clone());
         }
         o
+    }
+
+    /// A second, fresh measurement of `c` (the confirmation of a win over the default).
+    fn remeasure(&mut self, c: &Candidate, bytes: u64) -> Outcome {
+        self.measured += 1;
+        (self.measure)(c, bytes)
     }
 
     fn get(&mut self, c: &Candidate, bytes: u64) -> Option<Sample> {
@@ -336,8 +356,61 @@ pub fn tune(problem: &Problem<'_>, measure: &mut dyn FnMut(&Candidate, u64) -> O
         }
     }
 
-    // Phase 1, step 3.2: change points of each algorithm's parameters.
+    // Phase 2, step 4.1: the best algorithm per grid size against the default.
+    let mut points = Vec::with_capacity(grid.len());
+    let mut winners: Vec<Strategy> = Vec::with_capacity(grid.len());
+    for (i, &s) in grid.iter().enumerate() {
+        let d = (problem.default)(s);
+        let d_strat = Strategy { alg: d.algorithm.clone(), tuned: false };
+        let d_sample = ctx.get(&d, s);
+        let mut top: Option<(Strategy, Candidate, Sample)> = None;
+        for (a, alg) in algs.iter().enumerate() {
+            if best[a][i].is_none() {
+                continue;
+            }
+            let st = Strategy { alg: alg.name.clone(), tuned: true };
+            let params = best[a][i].as_ref().map(|b| b.0.clone()).unwrap_or_default();
+            let c = Candidate { algorithm: alg.name.clone(), params };
+            if let Some(x) = ctx.get(&c, s) {
+                if top.as_ref().is_none_or(|t| x.median < t.2.median) {
+                    top = Some((st, c, x));
+                }
+            }
+        }
+        // A win over the default must hold in a second measurement of both (confirm); without
+        // budget left for it, the first verdict stands.
+        let confirmed = |ctx: &mut Ctx, c: &Candidate| {
+            !pol.confirm
+                || match (ctx.remeasure(c, s), ctx.remeasure(&d, s)) {
+                    (Outcome::Ok(x), Outcome::Ok(y)) => x.beats(&y, pol.rel),
+                    (Outcome::Unmeasured, _) | (_, Outcome::Unmeasured) => true,
+                    _ => false,
+                }
+        };
+        let (w, wc, ws) = match (top, d_sample) {
+            (Some((st, c, x)), Some(ds)) if c != d && x.beats(&ds, pol.rel) && confirmed(&mut ctx, &c) => {
+                (st, c, Some(x))
+            }
+            (_, Some(ds)) => (d_strat, d.clone(), Some(ds)),
+            (Some((st, c, x)), None) => (st, c, Some(x)),
+            (None, None) => (d_strat, d.clone(), None),
+        };
+        points.push(GridPoint {
+            bytes: s,
+            winner: wc,
+            winner_us: ws.map(|x| x.median),
+            default: d,
+            default_us: d_sample.map(|x| x.median),
+        });
+        winners.push(w);
+    }
+
+    // Phase 1, step 3.2: change points of each algorithm's parameters — only for the algorithms
+    // that win somewhere (the others' parameters between grid sizes are never used).
     for (a, alg) in algs.iter().enumerate() {
+        if !winners.iter().any(|w| w.tuned && w.alg == alg.name) {
+            continue;
+        }
         let avail: Vec<(u64, ParamMap)> =
             grid.iter().zip(&best[a]).filter_map(|(&s, b)| b.as_ref().map(|(p, _)| (s, p.clone()))).collect();
         let mut pieces: Vec<(u64, ParamMap)> = Vec::new();
@@ -363,42 +436,6 @@ pub fn tune(problem: &Problem<'_>, measure: &mut dyn FnMut(&Candidate, u64) -> O
             pieces.push((cut + 1, p.clone()));
         }
         ctx.params.insert(alg.name.clone(), pieces);
-    }
-
-    // Phase 2, step 4.1: the best algorithm per grid size against the default.
-    let mut points = Vec::with_capacity(grid.len());
-    let mut winners: Vec<Strategy> = Vec::with_capacity(grid.len());
-    for (i, &s) in grid.iter().enumerate() {
-        let d = (problem.default)(s);
-        let d_strat = Strategy { alg: d.algorithm.clone(), tuned: false };
-        let d_sample = ctx.get(&d, s);
-        let mut top: Option<(Strategy, Candidate, Sample)> = None;
-        for (a, alg) in algs.iter().enumerate() {
-            if best[a][i].is_none() {
-                continue;
-            }
-            let st = Strategy { alg: alg.name.clone(), tuned: true };
-            let c = ctx.candidate(&st, s);
-            if let Some(x) = ctx.get(&c, s) {
-                if top.as_ref().is_none_or(|t| x.median < t.2.median) {
-                    top = Some((st, c, x));
-                }
-            }
-        }
-        let (w, wc, ws) = match (top, d_sample) {
-            (Some((st, c, x)), Some(ds)) if c != d && x.beats(&ds, pol.rel) => (st, c, Some(x)),
-            (_, Some(ds)) => (d_strat, d.clone(), Some(ds)),
-            (Some((st, c, x)), None) => (st, c, Some(x)),
-            (None, None) => (d_strat, d.clone(), None),
-        };
-        points.push(GridPoint {
-            bytes: s,
-            winner: wc,
-            winner_us: ws.map(|x| x.median),
-            default: d,
-            default_us: d_sample.map(|x| x.median),
-        });
-        winners.push(w);
     }
 
     // Phase 2, step 4.2: change points between grid sizes with different winners.
