@@ -62,7 +62,7 @@ impl fmt::Display for Candidate {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Axis {
     /// The generic pipelining parameter, in bytes: 0 (no segmentation, the default), then powers
-    /// of two from half the message size down to `min`.
+    /// of two from half the message size down to `min` (and to no less than 1/64 of the message).
     Segment { min: u64 },
     /// A parameter with a list of values (`barriers` of the alltoall N-barrier algorithms).
     Values { name: String, default: u64, values: Vec<u64> },
@@ -88,7 +88,9 @@ impl Axis {
         let mut v = vec![self.default()];
         match self {
             Axis::Segment { min } => {
-                let min = (*min).max(1);
+                // At most 64 segments per message: finer pipelines only add per-piece overhead
+                // (and a 64 MiB message in 4 KiB pieces takes minutes to run on a busy machine).
+                let min = (*min).max(bytes / 64).max(1);
                 let half = bytes / 2;
                 let mut s = if half == 0 { 0 } else { 1u64 << (63 - half.leading_zeros()) };
                 while s >= min {

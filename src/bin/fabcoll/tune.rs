@@ -174,13 +174,11 @@ impl Out {
     fn tick(&mut self) {
         if self.bar.is_hidden() && self.last_line.elapsed() > Duration::from_secs(10) {
             self.last_line = Instant::now();
-            let pct = 100.0 * self.bar.position() as f64 / self.bar.length().unwrap_or(1).max(1) as f64;
-            eprintln!(
-                "tune: {pct:.0}% elapsed {:.0} s ETA {:.0} s — {}",
-                self.bar.elapsed().as_secs_f64(),
-                self.bar.eta().as_secs_f64(),
-                self.bar.message()
-            );
+            let (pos, len) = (self.bar.position() as f64, self.bar.length().unwrap_or(1).max(1) as f64);
+            let t = self.bar.elapsed().as_secs_f64();
+            // Linear in the weighted progress (indicatif's own estimate follows the last steps).
+            let eta = if pos > 0.0 { t * (len - pos) / pos } else { f64::NAN };
+            eprintln!("tune: {:.0}% elapsed {t:.0} s ETA {eta:.0} s — {}", 100.0 * pos / len, self.bar.message());
         }
     }
 }
