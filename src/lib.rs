@@ -32,6 +32,7 @@ mod comm;
 pub mod error;
 mod exec;
 pub mod select;
+pub mod tune;
 
 pub use collectives::datatype::{Datatype, Element, ValueIndex};
 pub use collectives::op::{ReduceOp, UserOp};

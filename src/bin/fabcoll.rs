@@ -17,6 +17,8 @@ mod ops;
 mod report;
 #[path = "fabcoll/sim.rs"]
 mod sim;
+#[path = "fabcoll/tune.rs"]
+mod tune;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -52,6 +54,10 @@ enum Cmd {
     /// Simulated times of every algorithm per (p, size) on a modelled machine; `--map` draws the
     /// fastest per cell (SVG/PNG) like thakur Fig 14.
     Sim(sim::SimArgs),
+    /// Empirical autotuner (faraj-yuan 2005 §3): measures every algorithm and parameter over a
+    /// size grid on this job's fabric and writes a decision file (run under `fabrun -n N`).
+    #[command(after_help = tune::TUNE_HELP)]
+    Tune(tune::TuneArgs),
 }
 
 const BENCH_HELP: &str = "\
@@ -279,6 +285,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("fabcoll sim: error: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Cmd::Tune(a) => match tune::main(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fabcoll tune: error: {e}");
                 ExitCode::from(1)
             }
         },

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use fabcoll::collectives::Collective;
-use fabcoll::{Collectives, Communicator, Options, ReduceOp};
+use fabcoll::{Collectives, Communicator, Options, ReduceOp, WithOptions};
 
 use crate::ops::{self, BenchElem, Shape};
 
@@ -89,6 +89,36 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[k - 1]
 }
 
+/// The timing loop (shared with `fabcoll tune`): `warmup` untimed calls of `s` through `w`, a
+/// barrier, then `iters` timed calls `t0; collective; t1`, each followed by an untimed barrier
+/// when `barrier`. Returns this rank's per-call times in µs.
+#[allow(clippy::too_many_arguments)]
+pub fn timed_calls<T: BenchElem>(
+    c: &Communicator,
+    w: &WithOptions<'_>,
+    s: &Shape,
+    send: &[T],
+    recv: &mut [T],
+    iters: usize,
+    warmup: usize,
+    barrier: bool,
+) -> Result<Vec<f64>, String> {
+    for _ in 0..warmup {
+        ops::issue(w, s, send, recv).map_err(err)?;
+    }
+    c.barrier().map_err(err)?;
+    let mut samples = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t0 = Instant::now();
+        ops::issue(w, s, send, recv).map_err(err)?;
+        samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        if barrier {
+            c.barrier().map_err(err)?;
+        }
+    }
+    Ok(samples)
+}
+
 /// Runs the sweep on this rank; `emit` gets each row on rank 0. Returns whether every check
 /// passed (always true without `--check`).
 pub fn run(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row)) -> Result<bool, String> {
@@ -146,19 +176,7 @@ fn sweep<T: BenchElem>(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row
             check = if mine[0] == 0 { "ok".into() } else { format!("FAIL({} ranks)", mine[0]) };
         }
         let (iters, warmup) = cfg.iterations(s.bytes);
-        for _ in 0..warmup {
-            ops::issue(&w, s, send, recv).map_err(err)?;
-        }
-        c.barrier().map_err(err)?;
-        let mut samples = Vec::with_capacity(iters);
-        for _ in 0..iters {
-            let t0 = Instant::now();
-            ops::issue(&w, s, send, recv).map_err(err)?;
-            samples.push(t0.elapsed().as_secs_f64() * 1e6);
-            if cfg.barrier {
-                c.barrier().map_err(err)?;
-            }
-        }
+        let samples = timed_calls(c, &w, s, send, recv, iters, warmup, cfg.barrier)?;
         let avg = if iters == 0 { 0.0 } else { samples.iter().sum::<f64>() / iters as f64 };
         let mut avgs = vec![0f64; if r == 0 { p as usize } else { 0 }];
         c.gather(&[avg][..], &mut avgs[..], 0).map_err(err)?;

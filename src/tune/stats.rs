@@ -1,0 +1,104 @@
+//! Repetitions → one figure with its noise: drop the repetitions slower than median + 3 robust
+//! standard deviations (1.4826 · MAD; interference on a shared machine only ever slows a
+//! repetition down, so only the upper tail is rejected), then report the median of the rest and
+//! their robust standard deviation as the noise.
+//!
+//! "Beyond noise" ([`Sample::beats`]): `a` beats `b` when its median is lower by more than a
+//! relative margin (3 % by default) AND their kept repetitions do not overlap (`a`'s slowest
+//! kept one is faster than `b`'s fastest) — so a tie keeps the incumbent.
+
+/// Scale from the median absolute deviation to a normal standard deviation.
+const MAD_TO_SD: f64 = 1.4826;
+
+/// One measured point: median of the kept repetitions, their robust standard deviation and
+/// their range (µs).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Sample {
+    pub median: f64,
+    pub noise: f64,
+    pub lo: f64,
+    pub hi: f64,
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+fn mad(sorted: &[f64], m: f64) -> f64 {
+    let mut dev: Vec<f64> = sorted.iter().map(|x| (x - m).abs()).collect();
+    dev.sort_by(f64::total_cmp);
+    median(&dev)
+}
+
+/// The repetitions kept after outlier rejection (sorted ascending).
+pub fn kept(reps: &[f64]) -> Vec<f64> {
+    let mut v: Vec<f64> = reps.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    if v.len() < 3 {
+        return v;
+    }
+    let m = median(&v);
+    let limit = m + 3.0 * MAD_TO_SD * mad(&v, m);
+    v.retain(|&x| x <= limit);
+    v
+}
+
+impl Sample {
+    /// The figure of a set of repetitions, or `None` if there is no finite one.
+    pub fn from_reps(reps: &[f64]) -> Option<Sample> {
+        let k = kept(reps);
+        if k.is_empty() {
+            return None;
+        }
+        let m = median(&k);
+        Some(Sample { median: m, noise: MAD_TO_SD * mad(&k, m), lo: k[0], hi: k[k.len() - 1] })
+    }
+
+    /// A noise-free figure (synthetic measurements, tests).
+    pub fn exact(us: f64) -> Sample {
+        Sample { median: us, noise: 0.0, lo: us, hi: us }
+    }
+
+    /// Whether `self` is faster than `other` beyond noise: by more than `rel` of `other`'s median,
+    /// with no overlap of the kept repetitions.
+    pub fn beats(&self, other: &Sample, rel: f64) -> bool {
+        other.median - self.median > rel * other.median && self.hi < other.lo
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outliers_above_are_dropped_and_the_median_is_of_the_rest() {
+        let s = Sample::from_reps(&[10.0, 10.2, 9.9, 10.1, 55.0]).unwrap();
+        assert_eq!(kept(&[10.0, 10.2, 9.9, 10.1, 55.0]).len(), 4);
+        assert!((s.median - 10.05).abs() < 1e-9, "{s:?}");
+        assert!(s.noise > 0.0 && s.noise < 0.3, "{s:?}");
+        // A fast repetition is not an outlier to reject (interference only slows).
+        assert_eq!(kept(&[10.0, 10.1, 10.2, 10.0, 1.0]).len(), 5);
+        assert!(Sample::from_reps(&[]).is_none());
+        assert!(Sample::from_reps(&[f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn beats_needs_margin_and_noise() {
+        let a = Sample::from_reps(&[94.0, 95.0, 96.0]).unwrap();
+        let b = Sample::from_reps(&[99.0, 100.0, 101.0]).unwrap();
+        assert!(a.beats(&b, 0.03));
+        assert!(!a.beats(&b, 0.06), "5 % is within a 6 % margin");
+        let noisy = Sample::from_reps(&[90.0, 100.0, 110.0]).unwrap();
+        assert!(!a.beats(&noisy, 0.03), "the repetitions overlap");
+        assert!(!b.beats(&a, 0.0));
+        assert!(Sample::exact(1.0).beats(&Sample::exact(2.0), 0.03));
+    }
+}

@@ -1,0 +1,111 @@
+//! `fabcoll tune` end to end under fabrun over shm (small grid): the decision file loads and
+//! names the tuned p; a rerun with the same log measures nothing again and writes the same rules;
+//! a cut log is completed (only the missing points are measured); `--merge` combines two p.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fabcoll::select::Decisions;
+
+const FABRUN: &str = env!("CARGO_BIN_EXE_fabrun");
+const FABCOLL: &str = env!("CARGO_BIN_EXE_fabcoll");
+const LIMIT: Duration = Duration::from_secs(240);
+
+/// Runs `fabrun -n <n> --fabric shm fabcoll tune <args>` in `dir` with a wall-clock limit;
+/// returns its stdout (panics on failure).
+fn tune(dir: &Path, n: &str, args: &[&str]) -> String {
+    let mut cmd = Command::new(FABRUN);
+    cmd.args(["-n", n, "--timeout", "200", "--fabric", "shm", "--no-prefix", FABCOLL, "tune"])
+        .args(["--ops", "bcast", "--max-size", "2K", "--reps", "3", "--rep-us", "100", "--max-iters", "5"])
+        .args(args)
+        .current_dir(dir)
+        .env("FABCOLL_TIMEOUT", "30")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().expect("spawn fabrun");
+    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let ho = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let he = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tune still running after {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (ho.join().unwrap(), he.join().unwrap());
+    assert!(status.success(), "tune failed:\n{out}\n{err}");
+    out
+}
+
+/// The "N points measured now, M from the log" figures of a run.
+fn counts(out: &str) -> (usize, usize) {
+    let line = out.lines().find(|l| l.contains("points measured now")).expect(out);
+    // "# tuned p=2 on shm in 1.2 s: N points measured now, M from the log; wrote …"
+    let i = line.find("s: ").expect(line);
+    let tail: Vec<usize> = line[i..].split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+    assert!(tail.len() >= 2, "{line}");
+    (tail[0], tail[1])
+}
+
+fn rules(path: &Path) -> Vec<fabcoll::select::file::RuleSpec> {
+    Decisions::from_file(path).expect("the tuned file loads").file().rules.clone()
+}
+
+#[test]
+fn tune_resumes_from_its_log_and_merges_sizes() {
+    let dir = std::env::temp_dir().join(format!("fabcoll-tune-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = tune(&dir, "2", &["--out", "a.json", "--log", "log.jsonl"]);
+    let (fresh, logged) = counts(&out);
+    assert!(fresh > 10 && logged == 0, "{out}");
+    let first = rules(&dir.join("a.json"));
+    assert!(first.iter().any(|r| r.op == "bcast" && r.p == Some([2, 2])), "{first:?}");
+    let log = std::fs::read_to_string(dir.join("log.jsonl")).unwrap();
+    assert_eq!(log.lines().count(), fresh, "one line per measured point");
+
+    // Same log: nothing measured again, same rules.
+    let out = tune(&dir, "2", &["--out", "b.json", "--log", "log.jsonl"]);
+    assert_eq!(counts(&out), (0, fresh), "{out}");
+    assert_eq!(rules(&dir.join("b.json")), first);
+    assert_eq!(std::fs::read_to_string(dir.join("log.jsonl")).unwrap(), log);
+
+    // An interrupted run: the log's first half and a torn line. Only the rest is measured.
+    let half: Vec<&str> = log.lines().take(fresh / 2).collect();
+    std::fs::write(dir.join("cut.jsonl"), format!("{}\n{{\"op\":\"bca", half.join("\n"))).unwrap();
+    let out = tune(&dir, "2", &["--out", "c.json", "--log", "cut.jsonl"]);
+    let (fresh2, logged2) = counts(&out);
+    assert_eq!(logged2, fresh / 2, "{out}");
+    assert!(fresh2 > 0 && fresh2 < fresh, "{out}");
+
+    // p = 3 merged into the p = 2 file: both blocks, then the embedded defaults' rules.
+    let out = tune(&dir, "3", &["--merge", "a.json", "--out", "m.json", "--log", "log.jsonl"]);
+    assert!(counts(&out).0 > 0);
+    let merged = rules(&dir.join("m.json"));
+    let ps: Vec<Option<[u64; 2]>> = merged.iter().map(|r| r.p).collect();
+    let first_3 = ps.iter().position(|p| *p == Some([3, 3])).expect("p=3 rules");
+    assert!(ps[..first_3].iter().all(|p| *p == Some([2, 2])), "{ps:?}");
+    let p2 = |rules: &[fabcoll::select::file::RuleSpec]| {
+        rules.iter().filter(|r| r.p == Some([2, 2])).cloned().collect::<Vec<_>>()
+    };
+    assert_eq!(p2(&merged), p2(&first), "the p = 2 block is kept as it was");
+    let f = Decisions::from_file(dir.join("m.json")).unwrap();
+    assert_eq!(f.file().provenance.as_ref().unwrap().ranks, vec![2, 3]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
