@@ -585,5 +585,6 @@ pub fn main(a: TuneArgs) -> Result<(), String> {
     }
     let c = Communicator::from_env().map_err(err)?;
     rank_main(&c, &a).map_err(|e| format!("rank {}: {e}", c.rank()))?;
-    crate::exit_together(&c).map_err(|e| format!("rank {}: {e}", c.rank()))
+    // Leave together, so that no rank's exit is taken for a failure by a slower one.
+    c.barrier().map_err(|e| format!("rank {}: {e}", c.rank()))
 }
