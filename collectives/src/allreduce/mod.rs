@@ -11,7 +11,7 @@ mod rsag_pairwise_ring;
 
 use crate::args::CollArgs;
 use crate::error::Result;
-use crate::reduce_scatter::phases::{copy, even_segs, fold_halves, recv, rs_halving, send, Fold};
+use crate::reduce_scatter::phases::{copy, even_segs, fold_halves, recv, rs_halving_from, send, Fold};
 use crate::registry::Algorithm;
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder, StepId};
 
@@ -54,11 +54,15 @@ pub(crate) fn fold_halving_allreduce(
         return Ok(b.finish());
     }
     let acc = Region::new(Buf::Recv, 0, n);
-    let start: Vec<_> = copy(&mut b, Region::new(Buf::Send, 0, n), acc, &[]).into_iter().collect();
+    let fold = Fold::new(a.size, false);
+    // A rank outside the fold (all of them at p = 2^k) reads its input straight from `Send` in the
+    // first halving round instead of copying it to `Recv` first (in place, `Send` is `Recv`).
+    let direct = a.size > 1 && !a.in_place && fold.partner(a.rank).is_none();
+    let start: Vec<_> =
+        if direct { Vec::new() } else { copy(&mut b, Region::new(Buf::Send, 0, n), acc, &[]).into_iter().collect() };
     if a.size == 1 {
         return Ok(b.finish());
     }
-    let fold = Fold::new(a.size, false);
     let segs = even_segs(n, fold.pof2);
     let tmp = b.scratch(n);
     let half = segs[fold.pof2 as usize / 2].0;
@@ -68,7 +72,8 @@ pub(crate) fn fold_halving_allreduce(
         recv(&mut b, partner.expect("removed ranks have a partner"), acc, &deps);
         return Ok(b.finish());
     };
-    let (deps, pos) = rs_halving(&mut b, &fold, me, &segs, Buf::Recv, tmp, deps);
+    let input = direct.then_some(Buf::Send);
+    let (deps, pos) = rs_halving_from(&mut b, &fold, me, &segs, input, Buf::Recv, tmp, deps);
     let deps = allgather(&mut b, &fold, me, &segs, pos, deps);
     if let Some(pr) = partner {
         send(&mut b, pr, acc, &deps);

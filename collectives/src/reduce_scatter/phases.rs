@@ -342,13 +342,47 @@ pub(crate) fn rs_halving(
     tmp: Buf,
     deps: Vec<StepId>,
 ) -> (Vec<StepId>, usize) {
+    rs_halving_from(b, team, me, segs, None, acc, tmp, deps)
+}
+
+/// [`rs_halving`] whose input is still in `input` (not yet copied into `acc`, and not the same
+/// memory): the first round sends its half straight from `input`, receives the partner's half
+/// straight into `acc` and combines `input`'s kept half into it — no copy of the input and no
+/// pass through `tmp` (an allreduce of n bytes moves 2n bytes less memory). With `None` it is
+/// [`rs_halving`]. Only the kept segments of `acc` are written, as by `rs_halving`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rs_halving_from(
+    b: &mut ScheduleBuilder,
+    team: &impl Team,
+    me: u32,
+    segs: &[(u64, u64)],
+    input: Option<Buf>,
+    acc: Buf,
+    tmp: Buf,
+    deps: Vec<StepId>,
+) -> (Vec<StepId>, usize) {
     let (mut lo, mut hi) = (0usize, team.pof2() as usize);
     let mut deps = deps;
+    let mut input = input;
     for m in masks(team.pof2()) {
         let peer_new = me ^ m;
         let mid = lo + (hi - lo) / 2;
         let (keep, give) = if me < peer_new { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
         let order = if peer_new < me { Order::SrcFirst } else { Order::DstFirst };
+        if let Some(src) = input.take() {
+            // The partner's half lands in `acc` first, so ours is the reduction's source: flip.
+            let flipped = if peer_new < me { Order::DstFirst } else { Order::SrcFirst };
+            let peer = team.real(peer_new);
+            let keep_acc = seg_region(acc, segs, keep.0, keep.1);
+            let mut out: Vec<StepId> =
+                send(b, peer, seg_region(src, segs, give.0, give.1), &deps).into_iter().collect();
+            if let Some(r) = recv(b, peer, keep_acc, &deps) {
+                out.push(b.reduce(seg_region(src, segs, keep.0, keep.1), keep_acc, flipped, &[r]));
+            }
+            deps = or_deps(out, &deps);
+            (lo, hi) = keep;
+            continue;
+        }
         deps = exchange_reduce(
             b,
             team.real(peer_new),
