@@ -108,21 +108,8 @@ pub fn stamp(file: &mut DecisionFile, machine: &str, fabric: &str, p: u32, creat
     pv.notes = kept.into_iter().chain([line.as_str()]).collect::<Vec<_>>().join("\n");
 }
 
-/// `t` (seconds since the Unix epoch) as RFC 3339 UTC.
-pub fn rfc3339(t: u64) -> String {
-    let (days, secs) = (t / 86_400, t % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
-}
+/// `t` (seconds since the Unix epoch) as RFC 3339 UTC (one implementation, the model cache's).
+pub use crate::select::model::cache::rfc3339;
 
 #[cfg(test)]
 mod tests {
