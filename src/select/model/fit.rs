@@ -48,8 +48,8 @@ impl Terms {
 /// Replays `alg` on `args` twice (f = 1 and f = 2 on a unit machine) and separates the terms.
 pub fn terms(alg: &Algorithm, args: &CollArgs) -> Result<Terms> {
     let unit = |f: f64| SimConfig {
-        machine: Machine { alpha: 1.0, beta: 1.0, gamma: 1.0, f_alpha: f, f_beta: f },
         copy_beta: 1.0,
+        ..SimConfig::new(Machine { alpha: 1.0, beta: 1.0, gamma: 1.0, f_alpha: f, f_beta: f })
     };
     let r1 = simulate_alg_with(alg, args, &unit(1.0))?;
     let r2 = simulate_alg_with(alg, args, &unit(2.0))?;
@@ -216,7 +216,7 @@ mod tests {
             .enumerate()
             .map(|(i, case)| {
                 let (alg, args) = case.resolve(p).unwrap();
-                let cfg = SimConfig { machine: m.machine(), copy_beta: m.copy_beta };
+                let cfg = SimConfig { copy_beta: m.copy_beta, ..SimConfig::new(m.machine()) };
                 let t = simulate_alg_with(alg, &args, &cfg).unwrap().time + m.overhead;
                 let wobble = if i % 2 == 0 { 1.0 + noise } else { 1.0 - noise };
                 Sample { terms: terms(alg, &args).unwrap(), seconds: t * wobble }
