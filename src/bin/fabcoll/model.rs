@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use fabcoll::select::model::fit::terms;
+use fabcoll::select::model::fit::terms_with;
 use fabcoll::select::model::probe::ProbeReport;
 use fabcoll::select::model::{cache, compare, ModelParams, Rendezvous};
 use fabcoll::{Collectives, Communicator};
@@ -114,7 +114,11 @@ fn report_and_save(c: &Communicator, a: &ModelArgs, report: &ProbeReport) -> Res
     }
     let dir = cache::dir().ok_or("no cache directory: set FABCOLL_MODEL_DIR or HOME")?;
     let path = cache::path_in(&dir, &host, &fabric, c.size());
-    cache::save(&path, &cache::ModelFile::new(&host, &fabric, c.size(), report.params)).map_err(|e| e.to_string())?;
+    let file = cache::ModelFile {
+        rendezvous: Some(report.rendezvous),
+        ..cache::ModelFile::new(&host, &fabric, c.size(), report.params)
+    };
+    cache::save(&path, &file).map_err(|e| e.to_string())?;
     println!("written to {}", path.display());
     Ok(())
 }
@@ -130,7 +134,8 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
          f_alpha   {:>10.3}\n\
          f_beta    {:>10.3}\n\
          copy_beta {:>10.3} ns/B\n\
-         overhead  {:>10.3} µs   per call\n",
+         overhead  {:>10.3} µs   per call\n\
+         rendezvous{:>10.3} µs   more per message above {} B (eager limit)\n",
         r.elapsed,
         m.alpha * 1e6,
         m.beta * 1e9,
@@ -140,7 +145,9 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
         m.f_alpha,
         m.f_beta,
         m.copy_beta * 1e9,
-        m.overhead * 1e6
+        m.overhead * 1e6,
+        r.rendezvous.alpha * 1e6,
+        r.rendezvous.eager_limit
     );
     if !r.samples.is_empty() {
         s += &format!(
@@ -149,7 +156,10 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
         );
     }
     for (case, secs) in &r.samples {
-        let model = case.resolve(p).and_then(|(alg, args)| terms(alg, &args)).map(|t| t.time(m));
+        let model = case
+            .resolve(p)
+            .and_then(|(alg, args)| terms_with(alg, &args, r.rendezvous.eager_limit))
+            .map(|t| t.time_with(m, r.rendezvous.alpha));
         let model = model.map_or(f64::NAN, |t| t * 1e6);
         s += &format!(
             "{:<28} {:>9} {:>8} {:>12.2} {:>12.2} {:>7.3}\n",
