@@ -39,9 +39,9 @@
 //! The job's time is the latest completion of any step. The **critical path** is the chain of
 //! steps, messages and port/CPU waits that determined it, and [`SimResult::critical_path`] sums
 //! its terms: α multiplied by the factor applied (1 or f_α) per message, bytes·factor (1 or f_β)
-//! per message, bytes reduced. So `critical_path.time(machine) + critical_copy_bytes·copy_beta
-//! + critical_rendezvous·alpha_rendezvous` is the job's time, and with [`Machine::UNIT`] the terms are the (a, b, c) that the papers'
-//! formulas predict.
+//! per message, bytes reduced. So the job's time is `critical_path.time(machine)` plus
+//! `critical_copy_bytes·copy_beta` plus `critical_rendezvous·alpha_rendezvous`, and with
+//! [`Machine::UNIT`] the terms are the (a, b, c) that the papers' formulas predict.
 //! Where two chains finish at the same instant the one with more α (then β, then γ) terms is
 //! taken, so results do not depend on event order.
 //!

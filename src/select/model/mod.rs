@@ -25,8 +25,11 @@
 //!
 //! # Known gaps
 //!
-//! Not modelled: the eager/zero-copy protocol switch (one α for both), scratch-buffer setup and a
-//! per-step cost of local steps (a copy costs κ per byte only), and process scheduling when more
+//! The eager/zero-copy switch is modelled by [`Rendezvous`] (a message above the executor's eager
+//! threshold pays a fitted α_r more) in `fabcoll model --compare`/`--estimate` and the model file;
+//! the in-process selection (`comm/estimate.rs`) still predicts without it (its wire carries the
+//! eight [`ModelParams`] values only). Not modelled: scratch-buffer setup and a per-step cost of
+//! local steps (a copy costs κ per byte only), and process scheduling when more
 //! ranks than cores share a node (there α, o and f_α measure the scheduler, and vary run to run).
 //! At small p many algorithms have the same schedule shape and the model cannot tell them apart;
 //! they are ranked in registry order.
