@@ -28,6 +28,7 @@ struct Terms {
     gamma: f64,
     copy: f64,
     msgs: u64,
+    rdv: u64,
 }
 
 impl Terms {
@@ -603,11 +604,14 @@ impl<'a> Engine<'a> {
         let (fa, fb) = if bi { (m.f_alpha, m.f_beta) } else { (1.0, 1.0) };
         let bytes = (self.kind(s).len() * self.elem) as f64;
         let i = s as usize;
-        self.t[i] = now + fa * m.alpha + fb * bytes * m.beta;
+        let rdv = self.kind(s).len() * self.elem > self.cfg.eager_limit;
+        let extra = if rdv { self.cfg.alpha_rendezvous } else { 0.0 };
+        self.t[i] = now + fa * m.alpha + fb * bytes * m.beta + extra;
         let c = &mut self.cp[i];
         c.alpha += fa;
         c.beta += fb * bytes;
         c.msgs += 1;
+        c.rdv += u64::from(rdv);
         let end = self.t[i];
         self.ranks[a].send_until = self.ranks[a].send_until.max(end);
         self.ranks[b].recv_until = self.ranks[b].recv_until.max(end);
@@ -697,6 +701,7 @@ impl<'a> Engine<'a> {
             critical_path: Cost::new(cp.alpha, cp.beta, cp.gamma),
             critical_copy_bytes: cp.copy,
             critical_messages: cp.msgs,
+            critical_rendezvous: cp.rdv,
             critical_chain: chain,
             max_bytes_sent: max_sent,
             max_bytes_received: max_recv,

@@ -23,6 +23,9 @@
 //!   (ties: lower sender rank, then lower step id). Transfers are eager: they do not wait for the
 //!   matching `Recv` to be posted, and a `Recv` step completes when its deps are done and its
 //!   message has arrived.
+//! - **Rendezvous.** A message longer than [`SimConfig::eager_limit`] bytes costs
+//!   [`SimConfig::alpha_rendezvous`] more (the grant round trip of a zero-copy protocol, as
+//!   MPICH's eager/rendezvous switch); off by default.
 //! - **Computation.** `Reduce` of n bytes costs `n·γ`, `Copy` of n bytes costs
 //!   `n·copy_beta` (0 by default, as in the papers' formulas, which leave local copies out).
 //!   Both serialize on the rank's CPU in ready order (ties: lower step id); the CPU is
@@ -36,9 +39,9 @@
 //! The job's time is the latest completion of any step. The **critical path** is the chain of
 //! steps, messages and port/CPU waits that determined it, and [`SimResult::critical_path`] sums
 //! its terms: α multiplied by the factor applied (1 or f_α) per message, bytes·factor (1 or f_β)
-//! per message, bytes reduced. So `critical_path.time(machine) + critical_copy_bytes·copy_beta`
-//! is the job's time, and with [`Machine::UNIT`] the terms are the (a, b, c) that the papers'
-//! formulas predict.
+//! per message, bytes reduced. So the job's time is `critical_path.time(machine)` plus
+//! `critical_copy_bytes·copy_beta` plus `critical_rendezvous·alpha_rendezvous`, and with
+//! [`Machine::UNIT`] the terms are the (a, b, c) that the papers' formulas predict.
 //! Where two chains finish at the same instant the one with more α (then β, then γ) terms is
 //! taken, so results do not depend on event order.
 //!
@@ -70,11 +73,16 @@ pub struct SimConfig {
     pub machine: Machine,
     /// Seconds per byte of a `Copy` step (0 = copies are free, as in the papers' formulas).
     pub copy_beta: f64,
+    /// Messages longer than this many bytes use a rendezvous protocol and pay
+    /// [`alpha_rendezvous`](Self::alpha_rendezvous) on top of `α + nβ` (`u64::MAX` = off).
+    pub eager_limit: u64,
+    /// Extra seconds of a rendezvous message (the receiver's grant round trip before the data).
+    pub alpha_rendezvous: f64,
 }
 
 impl SimConfig {
     pub fn new(machine: Machine) -> SimConfig {
-        SimConfig { machine, copy_beta: 0.0 }
+        SimConfig { machine, copy_beta: 0.0, eager_limit: u64::MAX, alpha_rendezvous: 0.0 }
     }
 }
 
@@ -89,6 +97,9 @@ pub struct SimResult {
     pub critical_copy_bytes: f64,
     /// Messages on the critical path.
     pub critical_messages: u64,
+    /// Rendezvous messages (longer than [`SimConfig::eager_limit`]) on the critical path: each
+    /// costs [`SimConfig::alpha_rendezvous`] on top of its α and β terms.
+    pub critical_rendezvous: u64,
     /// The critical path, first step to last: each step and the step that held it back (a dep, the
     /// message's send, the previous transfer on a port or the previous computation on the CPU).
     /// In a symmetric replay every rank is rank 0.
@@ -232,7 +243,13 @@ pub fn simulate_alg_symmetric(alg: &Algorithm, args: &CollArgs, sym: Symmetry, m
 
 fn check_config(cfg: &SimConfig) -> Result<()> {
     let m = &cfg.machine;
-    let vals = [("alpha", m.alpha), ("beta", m.beta), ("gamma", m.gamma), ("copy_beta", cfg.copy_beta)];
+    let vals = [
+        ("alpha", m.alpha),
+        ("beta", m.beta),
+        ("gamma", m.gamma),
+        ("copy_beta", cfg.copy_beta),
+        ("alpha_rendezvous", cfg.alpha_rendezvous),
+    ];
     for (name, v) in vals.into_iter().chain([("f_alpha", m.f_alpha), ("f_beta", m.f_beta)]) {
         if !v.is_finite() || v < 0.0 {
             return Err(Error::Simulate(format!("machine parameter {name} = {v} must be finite and ≥ 0")));

@@ -217,10 +217,40 @@ fn exchange_and_reduce_terms_are_separated() {
     assert_eq!(res.critical_path, Cost::new(1.5, 64.0, 32.0));
     assert_eq!(res.time, 1.5 * 2.0 + 64.0 * 0.5 + 32.0 * 0.25);
     // copies are free by default and cost copy_beta per byte otherwise (overlapping the transfer)
-    let cfg = SimConfig { machine: Machine::UNIT, copy_beta: 10.0 };
+    let cfg = SimConfig { copy_beta: 10.0, ..SimConfig::new(Machine::UNIT) };
     let res = simulate_with(&args, &s, &cfg).unwrap();
     assert_eq!(res.time, 320.0 + 32.0);
     assert_eq!(res.critical_copy_bytes, 32.0);
+}
+
+#[test]
+fn long_messages_pay_the_rendezvous() {
+    // Two ranks, one message of n = count·4 bytes: α + α_r + nβ above the eager limit, α + nβ at it.
+    let (p, count) = (2u32, 100u64);
+    let s = all(p, |r| {
+        let mut b = ScheduleBuilder::new(r, p);
+        if r == 0 {
+            b.send(1, Region::new(Buf::Send, 0, count), &[]);
+        } else {
+            b.recv(0, Region::new(Buf::Recv, 0, count), &[]);
+        }
+        b.finish()
+    });
+    let args = job(Collective::Bcast, p, count);
+    let n = (count * u64::from(args.elem_size)) as f64;
+    let m = Machine { alpha: 3.0, beta: 0.5, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 };
+    let long = SimConfig { eager_limit: 399, alpha_rendezvous: 7.0, ..SimConfig::new(m) };
+    let res = simulate_with(&args, &s, &long).unwrap();
+    assert_eq!(res.time, 3.0 + 7.0 + n * 0.5);
+    assert_eq!(res.critical_rendezvous, 1);
+    assert_eq!(res.time, res.critical_path.time(&m) + 7.0 * res.critical_rendezvous as f64);
+    let at_limit = SimConfig { eager_limit: n as u64, ..long };
+    let res = simulate_with(&args, &s, &at_limit).unwrap();
+    assert_eq!((res.time, res.critical_rendezvous), (3.0 + n * 0.5, 0));
+    // off by default
+    assert_eq!(simulate(&args, &s, &m).unwrap().time, 3.0 + n * 0.5);
+    let bad = SimConfig { alpha_rendezvous: -1.0, ..long };
+    assert!(simulate_with(&args, &s, &bad).is_err());
 }
 
 #[test]

@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use fabcoll::select::model::fit::terms;
+use fabcoll::select::model::fit::terms_with;
 use fabcoll::select::model::probe::ProbeReport;
-use fabcoll::select::model::{cache, compare, ModelParams};
+use fabcoll::select::model::{cache, compare, ModelParams, Rendezvous};
 use fabcoll::{Collectives, Communicator};
 
 #[derive(clap::Args, Debug)]
@@ -33,6 +33,10 @@ pub struct ModelArgs {
     /// for each fabric and p of the log).
     #[arg(long, value_name = "FILE")]
     model_file: Option<PathBuf>,
+    /// --compare, --estimate: the executor's eager/rendezvous switch (eager_limit=BYTES,alpha=SECONDS:
+    /// messages above the limit cost alpha more); default: the model file's, else none.
+    #[arg(long, value_name = "K=V,...")]
+    rendezvous: Option<String>,
     /// Probe without writing the cache file.
     #[arg(long)]
     no_cache: bool,
@@ -66,8 +70,8 @@ pub fn main(a: ModelArgs) -> Result<(), String> {
     if let Some(coll) = a.estimate {
         return estimate_main(&a, coll);
     }
-    if a.machine.is_some() || a.model_file.is_some() {
-        return Err("--machine and --model-file go with --compare or --estimate".into());
+    if a.machine.is_some() || a.model_file.is_some() || a.rendezvous.is_some() {
+        return Err("--machine, --model-file and --rendezvous go with --compare or --estimate".into());
     }
     if a.fabric.as_deref() == Some("local") {
         let n = a.n.unwrap_or(2);
@@ -110,7 +114,11 @@ fn report_and_save(c: &Communicator, a: &ModelArgs, report: &ProbeReport) -> Res
     }
     let dir = cache::dir().ok_or("no cache directory: set FABCOLL_MODEL_DIR or HOME")?;
     let path = cache::path_in(&dir, &host, &fabric, c.size());
-    cache::save(&path, &cache::ModelFile::new(&host, &fabric, c.size(), report.params)).map_err(|e| e.to_string())?;
+    let file = cache::ModelFile {
+        rendezvous: Some(report.rendezvous),
+        ..cache::ModelFile::new(&host, &fabric, c.size(), report.params)
+    };
+    cache::save(&path, &file).map_err(|e| e.to_string())?;
     println!("written to {}", path.display());
     Ok(())
 }
@@ -126,7 +134,8 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
          f_alpha   {:>10.3}\n\
          f_beta    {:>10.3}\n\
          copy_beta {:>10.3} ns/B\n\
-         overhead  {:>10.3} µs   per call\n",
+         overhead  {:>10.3} µs   per call\n\
+         rendezvous{:>10.3} µs   more per message above {} B (eager limit)\n",
         r.elapsed,
         m.alpha * 1e6,
         m.beta * 1e9,
@@ -136,7 +145,9 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
         m.f_alpha,
         m.f_beta,
         m.copy_beta * 1e9,
-        m.overhead * 1e6
+        m.overhead * 1e6,
+        r.rendezvous.alpha * 1e6,
+        r.rendezvous.eager_limit
     );
     if !r.samples.is_empty() {
         s += &format!(
@@ -145,7 +156,10 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
         );
     }
     for (case, secs) in &r.samples {
-        let model = case.resolve(p).and_then(|(alg, args)| terms(alg, &args)).map(|t| t.time(m));
+        let model = case
+            .resolve(p)
+            .and_then(|(alg, args)| terms_with(alg, &args, r.rendezvous.eager_limit))
+            .map(|t| t.time_with(m, r.rendezvous.alpha));
         let model = model.map_or(f64::NAN, |t| t * 1e6);
         s += &format!(
             "{:<28} {:>9} {:>8} {:>12.2} {:>12.2} {:>7.3}\n",
@@ -168,18 +182,30 @@ fn gbps(per_byte: f64) -> f64 {
     }
 }
 
-/// Parameters from --machine or --model-file, if given.
-fn given_params(a: &ModelArgs) -> Result<Option<ModelParams>, String> {
+/// Parameters from --machine or --model-file, if given, with --rendezvous (else the file's switch).
+fn given_params(a: &ModelArgs) -> Result<Option<(ModelParams, Rendezvous)>, String> {
+    let given = given_rendezvous(a)?;
     Ok(match (&a.machine, &a.model_file) {
         (Some(_), Some(_)) => return Err("give --machine or --model-file, not both".into()),
-        (Some(kv), None) => Some(ModelParams::parse_kv(kv).map_err(|e| e.to_string())?),
-        (None, Some(f)) => Some(cache::load_params(f).map_err(|e| e.to_string())?),
+        (Some(kv), None) => {
+            Some((ModelParams::parse_kv(kv).map_err(|e| e.to_string())?, given.unwrap_or(Rendezvous::OFF)))
+        }
+        (None, Some(f)) => {
+            let params = cache::load_params(f).map_err(|e| e.to_string())?;
+            // A bare parameter object (no file header) has no switch.
+            let in_file = cache::load(f).ok().flatten().and_then(|file| file.rendezvous);
+            Some((params, given.or(in_file).unwrap_or(Rendezvous::OFF)))
+        }
         (None, None) => None,
     })
 }
 
+fn given_rendezvous(a: &ModelArgs) -> Result<Option<Rendezvous>, String> {
+    a.rendezvous.as_deref().map(|kv| Rendezvous::parse_kv(kv).map_err(|e| format!("--rendezvous: {e}"))).transpose()
+}
+
 fn estimate_main(a: &ModelArgs, coll: fabcoll::collectives::Collective) -> Result<(), String> {
-    let m = given_params(a)?.ok_or("--estimate needs --machine or --model-file")?;
+    let (m, rdv) = given_params(a)?.ok_or("--estimate needs --machine or --model-file")?;
     let elem: u32 = if coll.is_reduction() { 4 } else { 1 };
     let count = a.bytes / u64::from(elem);
     let mut args = fabcoll::collectives::CollArgs::new(coll, 0, a.p, count);
@@ -193,7 +219,7 @@ fn estimate_main(a: &ModelArgs, coll: fabcoll::collectives::Collective) -> Resul
         args = args.with_counts(vec![count; n]);
     }
     let t = std::time::Instant::now();
-    let est = fabcoll::select::model::predict(&args, &m).map_err(|e| e.to_string())?;
+    let est = fabcoll::select::model::predict_with(&args, &m, &rdv).map_err(|e| e.to_string())?;
     let took = t.elapsed();
     println!("{coll}, p = {}, {} B per block, model {m}", a.p, a.bytes);
     println!("{:<40} {:>12}", "algorithm", "predicted µs");
@@ -210,7 +236,8 @@ fn compare_main(a: &ModelArgs, log: &PathBuf) -> Result<(), String> {
     let entries = compare::read_log(&text).map_err(|e| e.to_string())?;
     let fixed = given_params(a)?;
     let host = cache::hostname();
-    let c = compare::compare(&entries, |fabric, p| {
+    let given_rdv = given_rendezvous(a)?;
+    let c = compare::compare_with(&entries, |fabric, p| {
         if let Some(m) = fixed {
             return Ok(m);
         }
@@ -219,7 +246,8 @@ fn compare_main(a: &ModelArgs, log: &PathBuf) -> Result<(), String> {
             msg: "no cache directory (set FABCOLL_MODEL_DIR or HOME), or pass --machine".into(),
         })?;
         let path = cache::path_in(&dir, &host, fabric, p);
-        cache::load(&path)?.map(|f| f.params).ok_or_else(|| fabcoll::Error::InvalidArgument {
+        let found = cache::load(&path)?.map(|f| (f.params, given_rdv.or(f.rendezvous).unwrap_or(Rendezvous::OFF)));
+        found.ok_or_else(|| fabcoll::Error::InvalidArgument {
             coll: "fabcoll model",
             msg: format!(
                 "no parameters for fabric {fabric} at p = {p} ({} missing): run `fabrun -n {p} --fabric {fabric} \

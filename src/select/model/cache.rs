@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{model_err, ModelParams};
+use super::{model_err, ModelParams, Rendezvous};
 use crate::error::Result;
 
 /// The value of `format`.
@@ -42,6 +42,9 @@ pub struct ModelFile {
     pub fabric: String,
     pub p_class: u32,
     pub params: ModelParams,
+    /// The eager/rendezvous switch, when the probe fitted one (absent in older files = none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendezvous: Option<Rendezvous>,
 }
 
 impl ModelFile {
@@ -56,6 +59,7 @@ impl ModelFile {
             fabric: fabric.into(),
             p_class: p_class(p),
             params,
+            rendezvous: None,
         }
     }
 
@@ -67,7 +71,8 @@ impl ModelFile {
         if self.version != FORMAT_VERSION {
             return Err(model_err(format!("version {} (this build reads {FORMAT_VERSION})", self.version)));
         }
-        self.params.validate()
+        self.params.validate()?;
+        self.rendezvous.as_ref().map_or(Ok(()), Rendezvous::validate)
     }
 }
 

@@ -13,8 +13,8 @@ use std::fmt::Write as _;
 use fabcoll_collectives::registry::{self, Algorithm};
 use fabcoll_collectives::{CollArgs, Collective};
 
-use super::predict::{picos, time_of};
-use super::{model_err, ModelParams};
+use super::predict::{picos, time_of_with};
+use super::{model_err, ModelParams, Rendezvous};
 use crate::error::Result;
 use crate::select::file::Measurement;
 
@@ -34,6 +34,9 @@ pub struct Row {
     pub predicted_us: f64,
     /// Candidates measured at this point (and simulated).
     pub candidates: usize,
+    /// The log cannot tell the pick from the best: the pick's fastest repetition is no slower
+    /// than the best's slowest (their `samples_us` ranges overlap).
+    pub indistinguishable: bool,
 }
 
 impl Row {
@@ -57,6 +60,25 @@ impl Comparison {
         self.rows.iter().filter(|r| r.ratio() <= 1.0 + tol + 1e-12).count()
     }
 
+    /// Points within `tol` of the best, or whose pick the log's repetitions cannot tell from the
+    /// best ([`Row::indistinguishable`]): a secondary figure, never the acceptance one.
+    pub fn within_or_noise(&self, tol: f64) -> usize {
+        self.rows.iter().filter(|r| r.ratio() <= 1.0 + tol + 1e-12 || r.indistinguishable).count()
+    }
+
+    /// Per (fabric, op, p): points, points within `tol`, points within `tol` or indistinguishable.
+    pub fn by_op(&self, tol: f64) -> BTreeMap<(String, String, u32), (usize, usize, usize)> {
+        let mut out: BTreeMap<(String, String, u32), (usize, usize, usize)> = BTreeMap::new();
+        for r in &self.rows {
+            let e = out.entry((r.fabric.clone(), r.op.clone(), r.p)).or_default();
+            let ok = r.ratio() <= 1.0 + tol + 1e-12;
+            e.0 += 1;
+            e.1 += usize::from(ok);
+            e.2 += usize::from(ok || r.indistinguishable);
+        }
+        out
+    }
+
     /// [`Comparison::within`] as a share of all points (0 without points).
     pub fn share(&self, tol: f64) -> f64 {
         if self.rows.is_empty() {
@@ -73,7 +95,11 @@ impl Comparison {
             "fabric", "op", "p", "bytes", "measured best", "best µs", "model pick", "pick µs", "pred µs", "ratio"
         );
         for r in &self.rows {
-            let mark = if r.ratio() <= 1.10 + 1e-12 { "" } else { " *" };
+            let mark = match (r.ratio() <= 1.10 + 1e-12, r.indistinguishable) {
+                (true, _) => "",
+                (false, true) => " ~",
+                (false, false) => " *",
+            };
             let _ = writeln!(
                 s,
                 "{:<8} {:<20} {:>3} {:>9}  {:<34} {:>10.2}  {:<34} {:>10.2} {:>10.2} {:>6.3}{mark}",
@@ -89,6 +115,27 @@ impl Comparison {
                 r.ratio()
             );
         }
+        let _ = writeln!(
+            s,
+            "* = more than 10% slower than the measured best; ~ = that too, but within the log's repetition spread"
+        );
+        let _ = writeln!(
+            s,
+            "{:<8} {:<20} {:>3} {:>7} {:>10} {:>16}",
+            "fabric", "op", "p", "points", "within10%", "within10%|noise"
+        );
+        for ((fabric, op, p), (n, ok, loose)) in self.by_op(0.10) {
+            let _ = writeln!(s, "{fabric:<8} {op:<20} {p:>3} {n:>7} {ok:>10} {loose:>16}");
+        }
+        let n = self.rows.len().max(1) as f64;
+        let _ = writeln!(
+            s,
+            "secondary (not the acceptance figure): within 10% or indistinguishable from the best by the log's own \
+             repetitions: {}/{} points ({:.0}%)",
+            self.within_or_noise(0.10),
+            self.rows.len(),
+            100.0 * self.within_or_noise(0.10) as f64 / n
+        );
         let _ = writeln!(
             s,
             "within 10% of the measured best: {}/{} points ({:.0}%){}",
@@ -145,12 +192,20 @@ pub fn call_of(m: &Measurement) -> Result<(&'static Algorithm, CollArgs)> {
 
 /// Compares `log` with the model; `params_for(fabric, p)` gives the parameters of a fabric.
 pub fn compare(log: &[Measurement], params_for: impl Fn(&str, u32) -> Result<ModelParams>) -> Result<Comparison> {
+    compare_with(log, |f, p| Ok((params_for(f, p)?, Rendezvous::OFF)))
+}
+
+/// [`compare`] where `params_for` also gives the fabric's eager/rendezvous switch.
+pub fn compare_with(
+    log: &[Measurement],
+    params_for: impl Fn(&str, u32) -> Result<(ModelParams, Rendezvous)>,
+) -> Result<Comparison> {
     let mut points: BTreeMap<(String, String, u32, u64), Vec<&Measurement>> = BTreeMap::new();
     for m in log {
         points.entry((m.fabric.clone(), m.op.clone(), m.p, m.bytes)).or_default().push(m);
     }
     let mut out = Comparison::default();
-    let mut models: BTreeMap<(String, u32), ModelParams> = BTreeMap::new();
+    let mut models: BTreeMap<(String, u32), (ModelParams, Rendezvous)> = BTreeMap::new();
     for ((fabric, op, p, bytes), ms) in points {
         let model = match models.get(&(fabric.clone(), p)) {
             Some(m) => *m,
@@ -167,7 +222,7 @@ pub fn compare(log: &[Measurement], params_for: impl Fn(&str, u32) -> Result<Mod
                 out.skipped.push(format!("{fabric} {op} p={p} {bytes} B {}: no valid time", label(m)));
                 continue;
             }
-            match call_of(m).and_then(|(alg, args)| time_of(alg, &args, &model)) {
+            match call_of(m).and_then(|(alg, args)| time_of_with(alg, &args, &model.0, &model.1)) {
                 Ok(t) => {
                     cands.insert(label(m), (m, t * 1e6));
                 }
@@ -195,9 +250,22 @@ pub fn compare(log: &[Measurement], params_for: impl Fn(&str, u32) -> Result<Mod
             pick_us: pick.1 .0.median_us,
             predicted_us: pick.1 .1,
             candidates: cands.len(),
+            indistinguishable: spread(&pick.1 .0.samples_us, pick.1 .0.median_us).0
+                <= spread(&best.1 .0.samples_us, best.1 .0.median_us).1,
         });
     }
     Ok(out)
+}
+
+/// (fastest, slowest) repetition, µs; the median alone when there are no valid repetitions.
+fn spread(samples: &[f64], median: f64) -> (f64, f64) {
+    let valid = samples.iter().copied().filter(|v| v.is_finite() && *v > 0.0);
+    let (lo, hi) = valid.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if lo.is_finite() {
+        (lo.min(median), hi.max(median))
+    } else {
+        (median, median)
+    }
 }
 
 #[cfg(test)]
@@ -271,6 +339,27 @@ mod tests {
         let t = c.table();
         assert!(t.contains("within 10% of the measured best"), "{t}");
         assert!(t.contains(" *"), "the miss is marked: {t}");
+    }
+
+    #[test]
+    fn repetition_spread_is_a_secondary_figure() {
+        // The model picks recursive doubling (short message); measured it is 1.5× the best by
+        // median, but its fastest repetition is faster than the best's slowest: noise.
+        let mut rd = meas("allreduce", 8, "recursive_doubling", 0, 64, 15.0);
+        rd.samples_us = vec![9.0, 15.0, 40.0];
+        let mut ring = meas("allreduce", 8, "ring", 0, 64, 10.0);
+        ring.samples_us = vec![8.0, 10.0, 12.0];
+        // Same, 2 KiB, with disjoint spreads: a real miss.
+        let mut rd2 = meas("allreduce", 8, "recursive_doubling", 0, 2048, 15.0);
+        rd2.samples_us = vec![14.0, 15.0, 16.0];
+        let mut ring2 = meas("allreduce", 8, "ring", 0, 2048, 10.0);
+        ring2.samples_us = vec![9.0, 10.0, 11.0];
+        let c = compare(&[rd, ring, rd2, ring2], |_, _| Ok(model())).unwrap();
+        assert!(c.rows.iter().all(|r| r.pick == "recursive_doubling" && r.ratio() == 1.5), "{}", c.table());
+        assert_eq!((c.within(0.10), c.within_or_noise(0.10)), (0, 1));
+        let by = c.by_op(0.10);
+        assert_eq!(by[&("shm".to_string(), "allreduce".to_string(), 8)], (2, 0, 1));
+        assert!(c.table().contains("secondary"));
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub struct Terms {
     pub c: f64,
     /// Bytes copied.
     pub k: f64,
+    /// Rendezvous messages (longer than the eager limit given to [`terms_with`]).
+    pub r: f64,
 }
 
 impl Terms {
@@ -43,13 +45,25 @@ impl Terms {
             + self.c * m.gamma
             + self.k * m.copy_beta
     }
+
+    /// [`Terms::time`] plus `alpha_rendezvous` per rendezvous message.
+    pub fn time_with(&self, m: &ModelParams, alpha_rendezvous: f64) -> f64 {
+        self.time(m) + self.r * alpha_rendezvous
+    }
 }
 
 /// Replays `alg` on `args` twice (f = 1 and f = 2 on a unit machine) and separates the terms.
 pub fn terms(alg: &Algorithm, args: &CollArgs) -> Result<Terms> {
+    terms_with(alg, args, u64::MAX)
+}
+
+/// [`terms`], counting the messages longer than `eager_limit` bytes (`r`).
+pub fn terms_with(alg: &Algorithm, args: &CollArgs, eager_limit: u64) -> Result<Terms> {
     let unit = |f: f64| SimConfig {
-        machine: Machine { alpha: 1.0, beta: 1.0, gamma: 1.0, f_alpha: f, f_beta: f },
         copy_beta: 1.0,
+        eager_limit,
+        alpha_rendezvous: 0.0,
+        ..SimConfig::new(Machine { alpha: 1.0, beta: 1.0, gamma: 1.0, f_alpha: f, f_beta: f })
     };
     let r1 = simulate_alg_with(alg, args, &unit(1.0))?;
     let r2 = simulate_alg_with(alg, args, &unit(2.0))?;
@@ -65,6 +79,7 @@ pub fn terms(alg: &Algorithm, args: &CollArgs) -> Result<Terms> {
         b_bi,
         c: r1.critical_path.gamma,
         k: r1.critical_copy_bytes,
+        r: r1.critical_rendezvous as f64,
     })
 }
 
@@ -76,10 +91,10 @@ pub struct Sample {
 }
 
 /// The unknowns, in column order.
-const NAMES: [&str; 5] = ["overhead", "alpha", "f_alpha*alpha", "beta", "f_beta*beta"];
+const NAMES: [&str; 6] = ["overhead", "alpha", "f_alpha*alpha", "beta", "f_beta*beta", "alpha_rendezvous"];
 
-fn row(t: &Terms) -> [f64; 5] {
-    [1.0, t.a_uni, t.a_bi, t.b_uni, t.b_bi]
+fn row(t: &Terms) -> [f64; 6] {
+    [1.0, t.a_uni, t.a_bi, t.b_uni, t.b_bi, t.r]
 }
 
 /// Fits (o, α, f_α, β, f_β) to `samples` given the measured γ and κ (see the module doc).
@@ -87,10 +102,16 @@ fn row(t: &Terms) -> [f64; 5] {
 /// Unknowns no sample exercises are left out: without bidirectional messages f_α = f_β = 1.
 /// Factors are clamped to [1/4, 8] (outside that the measurement is noise, not a machine).
 pub fn fit(samples: &[Sample], gamma: f64, copy_beta: f64) -> Result<ModelParams> {
+    Ok(fit_with_rendezvous(samples, gamma, copy_beta)?.0)
+}
+
+/// [`fit`] plus the rendezvous surcharge α_r (one more unknown, the column `r`: 0 when no
+/// sample has a rendezvous message).
+pub fn fit_with_rendezvous(samples: &[Sample], gamma: f64, copy_beta: f64) -> Result<(ModelParams, f64)> {
     if samples.iter().any(|s| !s.seconds.is_finite() || s.seconds <= 0.0) {
         return Err(model_err("a probe time is not a positive number"));
     }
-    let mut active: Vec<usize> = (0..5).filter(|&j| samples.iter().any(|s| row(&s.terms)[j] != 0.0)).collect();
+    let mut active: Vec<usize> = (0..6).filter(|&j| samples.iter().any(|s| row(&s.terms)[j] != 0.0)).collect();
     let x = loop {
         if samples.len() < active.len() {
             return Err(model_err(format!("{} probe points for {} unknowns", samples.len(), active.len())));
@@ -102,7 +123,7 @@ pub fn fit(samples: &[Sample], gamma: f64, copy_beta: f64) -> Result<ModelParams
                 active.remove(i);
             }
             None => {
-                let mut x = [0.0; 5];
+                let mut x = [0.0; 6];
                 for (i, &j) in active.iter().enumerate() {
                     x[j] = sol[i];
                 }
@@ -110,7 +131,7 @@ pub fn fit(samples: &[Sample], gamma: f64, copy_beta: f64) -> Result<ModelParams
             }
         }
     };
-    let [overhead, a_uni, a_bi, b_uni, b_bi] = x;
+    let [overhead, a_uni, a_bi, b_uni, b_bi, alpha_rendezvous] = x;
     // Only bidirectional samples of a kind: that is the cost, with f = 1.
     let (alpha, f_alpha) = factor(a_uni, a_bi);
     let (beta, f_beta) = factor(b_uni, b_bi);
@@ -119,7 +140,7 @@ pub fn fit(samples: &[Sample], gamma: f64, copy_beta: f64) -> Result<ModelParams
     }
     let p = ModelParams { alpha, beta, gamma, f_alpha, f_beta, copy_beta, overhead };
     p.validate()?;
-    Ok(p)
+    Ok((p, alpha_rendezvous))
 }
 
 /// (one-way cost, factor) from the fitted one-way and bidirectional costs.
@@ -216,7 +237,7 @@ mod tests {
             .enumerate()
             .map(|(i, case)| {
                 let (alg, args) = case.resolve(p).unwrap();
-                let cfg = SimConfig { machine: m.machine(), copy_beta: m.copy_beta };
+                let cfg = SimConfig { copy_beta: m.copy_beta, ..SimConfig::new(m.machine()) };
                 let t = simulate_alg_with(alg, &args, &cfg).unwrap().time + m.overhead;
                 let wobble = if i % 2 == 0 { 1.0 + noise } else { 1.0 - noise };
                 Sample { terms: terms(alg, &args).unwrap(), seconds: t * wobble }
@@ -238,6 +259,35 @@ mod tests {
             assert!(close(f.f_alpha, m.f_alpha, 1e-6), "p={p}: {f}");
             assert!(close(f.f_beta, m.f_beta, 1e-6), "p={p}: {f}");
             assert!(close(f.overhead, m.overhead, 1e-5), "p={p}: {f}");
+        }
+    }
+
+    #[test]
+    fn recovers_the_rendezvous_surcharge() {
+        let m = truth();
+        let (limit, a_r) = (16u64 << 10, 4e-6);
+        for p in [2, 4] {
+            let samples: Vec<Sample> = plan(p)
+                .iter()
+                .map(|case| {
+                    let (alg, args) = case.resolve(p).unwrap();
+                    let cfg = SimConfig {
+                        copy_beta: m.copy_beta,
+                        eager_limit: limit,
+                        alpha_rendezvous: a_r,
+                        ..SimConfig::new(m.machine())
+                    };
+                    let t = simulate_alg_with(alg, &args, &cfg).unwrap().time + m.overhead;
+                    Sample { terms: terms_with(alg, &args, limit).unwrap(), seconds: t }
+                })
+                .collect();
+            assert!(samples.iter().any(|s| s.terms.r > 0.0) && samples.iter().any(|s| s.terms.r == 0.0));
+            let (f, fr) = fit_with_rendezvous(&samples, m.gamma, m.copy_beta).unwrap();
+            assert!(close(fr, a_r, 1e-5), "p={p}: α_r = {fr}");
+            assert!(close(f.alpha, m.alpha, 1e-5) && close(f.beta, m.beta, 1e-5), "p={p}: {f}");
+            for s in &samples {
+                assert!(close(s.terms.time_with(&f, fr), s.seconds, 1e-6));
+            }
         }
     }
 

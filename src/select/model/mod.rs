@@ -25,8 +25,11 @@
 //!
 //! # Known gaps
 //!
-//! Not modelled: the eager/zero-copy protocol switch (one α for both), scratch-buffer setup and a
-//! per-step cost of local steps (a copy costs κ per byte only), and process scheduling when more
+//! The eager/zero-copy switch is modelled by [`Rendezvous`] (a message above the executor's eager
+//! threshold pays a fitted α_r more) in `fabcoll model --compare`/`--estimate` and the model file;
+//! the in-process selection (`comm/estimate.rs`) still predicts without it (its wire carries the
+//! eight [`ModelParams`] values only). Not modelled: scratch-buffer setup and a per-step cost of
+//! local steps (a copy costs κ per byte only), and process scheduling when more
 //! ranks than cores share a node (there α, o and f_α measure the scheduler, and vary run to run).
 //! At small p many algorithms have the same schedule shape and the model cannot tell them apart;
 //! they are ranked in registry order.
@@ -42,7 +45,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-pub use predict::{predict, Estimate};
+pub use predict::{predict, predict_with, Estimate};
 
 /// The fitted parameters of one machine and fabric (seconds, seconds per byte).
 #[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -150,6 +153,69 @@ impl std::fmt::Display for ModelParams {
     }
 }
 
+/// The executor's eager/rendezvous switch as the model sees it: a message longer than
+/// `eager_limit` bytes goes zero-copy after a grant round trip and costs `alpha` more than
+/// `α + nβ` (the simulator's `SimConfig::eager_limit` / `alpha_rendezvous`). Kept apart from
+/// [`ModelParams`] so that parameter files and wire formats without it stay valid
+/// (= [`Rendezvous::OFF`]).
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rendezvous {
+    /// Largest eager message, bytes (the executor's `eager_threshold`).
+    pub eager_limit: u64,
+    /// Extra seconds per message above it.
+    pub alpha: f64,
+}
+
+impl Rendezvous {
+    /// No protocol switch: every message costs `α + nβ`.
+    pub const OFF: Rendezvous = Rendezvous { eager_limit: u64::MAX, alpha: 0.0 };
+
+    /// `alpha` finite and ≥ 0.
+    pub fn validate(&self) -> Result<()> {
+        if !self.alpha.is_finite() || self.alpha < 0.0 {
+            return Err(model_err(format!("rendezvous alpha = {} must be finite and ≥ 0", self.alpha)));
+        }
+        Ok(())
+    }
+
+    /// Parses `eager_limit=16384,alpha=3e-6` (`fabcoll model --rendezvous`).
+    pub fn parse_kv(s: &str) -> Result<Rendezvous> {
+        let mut r = Rendezvous { eager_limit: 0, alpha: 0.0 };
+        let (mut has_limit, mut has_alpha) = (false, false);
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (k, v) = item.split_once('=').ok_or_else(|| model_err(format!("{item:?} is not name=value")))?;
+            let bad = || model_err(format!("{item:?}: {v:?} is not a number"));
+            match k.trim() {
+                "eager_limit" => {
+                    r.eager_limit = v.trim().parse().map_err(|_| bad())?;
+                    has_limit = true;
+                }
+                "alpha" => {
+                    r.alpha = v.trim().parse().map_err(|_| bad())?;
+                    has_alpha = true;
+                }
+                other => return Err(model_err(format!("unknown rendezvous parameter {other:?} (eager_limit, alpha)"))),
+            }
+        }
+        if !(has_limit && has_alpha) {
+            return Err(model_err("rendezvous needs eager_limit and alpha"));
+        }
+        r.validate()?;
+        Ok(r)
+    }
+
+    /// The simulator's configuration for `m` with this protocol switch.
+    pub fn sim_config(&self, m: &ModelParams) -> fabcoll_collectives::sim::SimConfig {
+        fabcoll_collectives::sim::SimConfig {
+            copy_beta: m.copy_beta,
+            eager_limit: self.eager_limit,
+            alpha_rendezvous: self.alpha,
+            ..fabcoll_collectives::sim::SimConfig::new(m.machine())
+        }
+    }
+}
+
 /// Whether `FABCOLL_SELECT=model` asks the default selection to use the model (read once;
 /// `table`, empty or unset = the decisions; anything else is reported once and ignored).
 pub fn select_by_model() -> bool {
@@ -220,5 +286,15 @@ mod tests {
         assert!(ModelParams::parse_kv("alpha=-1,beta=1").is_err());
         let back = ModelParams::parse_kv(&p.to_string()).unwrap();
         assert!((back.alpha - p.alpha).abs() < 1e-9 && (back.beta - p.beta).abs() < 1e-13);
+    }
+
+    #[test]
+    fn rendezvous_parses_and_rejects() {
+        let r = Rendezvous::parse_kv("eager_limit=16384, alpha=3e-6").unwrap();
+        assert_eq!(r, Rendezvous { eager_limit: 16384, alpha: 3e-6 });
+        assert!(Rendezvous::parse_kv("alpha=3e-6").is_err());
+        assert!(Rendezvous::parse_kv("eager_limit=1,alpha=-1").is_err());
+        assert!(Rendezvous::parse_kv("eager_limit=x,alpha=1").is_err());
+        assert!(Rendezvous::parse_kv("eager_limit=1,alpha=1,beta=2").is_err());
     }
 }

@@ -13,7 +13,7 @@ use fabcoll_collectives::sim::{
 };
 use fabcoll_collectives::{CollArgs, Collective, Params};
 
-use super::{model_err, segment_candidates, segment_params, ModelParams};
+use super::{model_err, segment_candidates, segment_params, ModelParams, Rendezvous};
 use crate::error::Result;
 
 /// One candidate's predicted time.
@@ -31,9 +31,25 @@ pub fn predict(args: &CollArgs, m: &ModelParams) -> Result<Vec<Estimate>> {
     predict_filtered(args, m, |_| true)
 }
 
+/// [`predict`] with the eager/rendezvous switch `rdv`.
+pub fn predict_with(args: &CollArgs, m: &ModelParams, rdv: &Rendezvous) -> Result<Vec<Estimate>> {
+    predict_filtered_with(args, m, rdv, |_| true)
+}
+
 /// [`predict`] over the eligible algorithms that `keep` accepts.
 pub fn predict_filtered(args: &CollArgs, m: &ModelParams, keep: impl Fn(&Algorithm) -> bool) -> Result<Vec<Estimate>> {
+    predict_filtered_with(args, m, &Rendezvous::OFF, keep)
+}
+
+/// [`predict_filtered`] with the eager/rendezvous switch `rdv`.
+pub fn predict_filtered_with(
+    args: &CollArgs,
+    m: &ModelParams,
+    rdv: &Rendezvous,
+    keep: impl Fn(&Algorithm) -> bool,
+) -> Result<Vec<Estimate>> {
     m.validate()?;
+    rdv.validate()?;
     let args = canonical(args);
     let msg = block_bytes(&args)?;
     let mut out = Vec::new();
@@ -41,7 +57,7 @@ pub fn predict_filtered(args: &CollArgs, m: &ModelParams, keep: impl Fn(&Algorit
     for alg in registry::eligible(&args).filter(|a| keep(a)) {
         for seg in std::iter::once(0).chain(segment_candidates(msg)) {
             let params = segment_params(seg, args.elem_size);
-            match time_of(alg, &CollArgs { params: params.clone(), ..args.clone() }, m) {
+            match time_of_with(alg, &CollArgs { params: params.clone(), ..args.clone() }, m, rdv) {
                 Ok(t) => out.push(Estimate { algorithm: alg.name, params, seconds: t }),
                 Err(e) => {
                     tracing::debug!("model: {}:{} not simulated: {e}", alg.coll, alg.name);
@@ -69,8 +85,13 @@ pub fn picos(seconds: f64) -> u64 {
 
 /// The model's time of one configuration (`args.params` as given), seconds.
 pub fn time_of(alg: &Algorithm, args: &CollArgs, m: &ModelParams) -> Result<f64> {
+    time_of_with(alg, args, m, &Rendezvous::OFF)
+}
+
+/// [`time_of`] with the eager/rendezvous switch `rdv`.
+pub fn time_of_with(alg: &Algorithm, args: &CollArgs, m: &ModelParams, rdv: &Rendezvous) -> Result<f64> {
     let args = canonical(args);
-    let cfg = SimConfig { machine: m.machine(), copy_beta: m.copy_beta };
+    let cfg = rdv.sim_config(m);
     let sim = if args.size > 8 { symmetric(alg, &args, &cfg)? } else { None };
     let t = match sim {
         Some(t) => t,
@@ -154,10 +175,26 @@ mod tests {
     }
 
     #[test]
+    fn rendezvous_penalizes_many_long_messages() {
+        // 1 MiB allreduce at p = 4: unsegmented and segmented candidates; with a large α_r per
+        // long message every segmented candidate loses time and never gains.
+        let args = CollArgs::new(Collective::Allreduce, 0, 4, 1 << 18);
+        let alg = registry::find(Collective::Allreduce, "ring").unwrap();
+        let rdv = Rendezvous { eager_limit: 16 << 10, alpha: 20e-6 };
+        let off = time_of(alg, &args, &m()).unwrap();
+        let on = time_of_with(alg, &args, &m(), &rdv).unwrap();
+        // ring: 2(p−1) = 6 messages of 256 KiB, all above the limit, in sequence.
+        assert!((on - off - 6.0 * 20e-6).abs() < 1e-9, "{on} vs {off}");
+        let best = predict_with(&args, &m(), &rdv).unwrap();
+        let plain = predict(&args, &m()).unwrap();
+        assert!(best[0].seconds >= plain[0].seconds);
+    }
+
+    #[test]
     fn symmetric_and_full_replays_agree() {
         let args = CollArgs::new(Collective::Allgather, 0, 16, 1000);
         let alg = registry::find(Collective::Allgather, "ring").unwrap();
-        let cfg = SimConfig { machine: m().machine(), copy_beta: m().copy_beta };
+        let cfg = Rendezvous { eager_limit: 4096, alpha: 3e-6 }.sim_config(&m());
         let sym = symmetric(alg, &args, &cfg).unwrap().expect("ring is rotation-symmetric");
         let full = simulate_alg_with(alg, &args, &cfg).unwrap().time;
         assert!((sym - full).abs() <= 1e-9 * full, "{sym} vs {full}");

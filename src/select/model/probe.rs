@@ -22,8 +22,8 @@ use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::registry::{self, Algorithm};
 use fabcoll_collectives::{CollArgs, Collective, Order};
 
-use super::fit::{fit, terms, Sample};
-use super::{model_err, segment_params, ModelParams};
+use super::fit::{fit_with_rendezvous, terms_with, Sample};
+use super::{model_err, segment_params, ModelParams, Rendezvous};
 use crate::comm::{Collectives, Communicator, Options};
 use crate::error::Result;
 
@@ -73,6 +73,8 @@ pub fn plan(p: u32) -> Vec<ProbeCase> {
 #[derive(Clone, Debug)]
 pub struct ProbeReport {
     pub params: ModelParams,
+    /// The executor's eager limit and the fitted surcharge of a message above it.
+    pub rendezvous: Rendezvous,
     /// Each configuration with its measured seconds (rank 0; empty elsewhere).
     pub samples: Vec<(ProbeCase, f64)>,
     /// Wall time of the whole probe on this rank.
@@ -95,11 +97,12 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     let p = comm.size();
     let mut samples = time_cases(comm, plan(p))?;
     // Rank 0 measures the CPU and fits; the result (or a failure flag) goes to every rank.
-    let mut wire = [0.0f64; 8];
+    let eager_limit = eager_limit()?;
+    let mut wire = [0.0f64; 9];
     if comm.rank() == 0 {
-        match fit_samples(p, &samples) {
-            Ok(m) => {
-                wire = [1.0, m.alpha, m.beta, m.gamma, m.f_alpha, m.f_beta, m.copy_beta, m.overhead];
+        match fit_samples(p, &samples, eager_limit) {
+            Ok((m, a_r)) => {
+                wire = [1.0, m.alpha, m.beta, m.gamma, m.f_alpha, m.f_beta, m.copy_beta, m.overhead, a_r];
             }
             Err(e) => tracing::warn!("model probe: {e}"),
         }
@@ -120,22 +123,30 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     if comm.rank() != 0 {
         samples.clear();
     }
-    Ok(ProbeReport { params, samples, elapsed: start.elapsed().as_secs_f64() })
+    let rendezvous = Rendezvous { eager_limit, alpha: wire[8] };
+    Ok(ProbeReport { params, rendezvous, samples, elapsed: start.elapsed().as_secs_f64() })
 }
 
-fn fit_samples(p: u32, measured: &[(ProbeCase, f64)]) -> Result<ModelParams> {
+/// The executor's eager threshold, bytes: its settings come from the same environment
+/// (`FABCOLL_EAGER`, `FABCOLL_SLOTS`, …) on every rank, and a message above it goes zero-copy.
+fn eager_limit() -> Result<u64> {
+    Ok(crate::exec::ExecConfig::from_env()?.eager_threshold as u64)
+}
+
+fn fit_samples(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64) -> Result<(ModelParams, f64)> {
     let (gamma, copy_beta) = cpu_rates()?;
     if measured.is_empty() {
-        return Ok(ModelParams { alpha: 0.0, beta: 0.0, gamma, f_alpha: 1.0, f_beta: 1.0, copy_beta, overhead: 0.0 });
+        let m = ModelParams { alpha: 0.0, beta: 0.0, gamma, f_alpha: 1.0, f_beta: 1.0, copy_beta, overhead: 0.0 };
+        return Ok((m, 0.0));
     }
     let samples = measured
         .iter()
         .map(|(case, secs)| {
             let (alg, args) = case.resolve(p)?;
-            Ok(Sample { terms: terms(alg, &args)?, seconds: *secs })
+            Ok(Sample { terms: terms_with(alg, &args, eager_limit)?, seconds: *secs })
         })
         .collect::<Result<Vec<_>>>()?;
-    fit(&samples, gamma, copy_beta)
+    fit_with_rendezvous(&samples, gamma, copy_beta)
 }
 
 /// One configuration ready to time: its options, buffers and agreed batch size.
