@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use fabcoll::collectives::registry;
 use fabcoll::collectives::{CollArgs, Collective};
-use fabcoll::select::model::{cache, ModelParams};
+use fabcoll::select::model::{cache, ModelParams, Rendezvous};
 use fabcoll::{Collectives, Communicator, Datatype, ReduceOp};
 
 /// Every test's cache directory (set once, before any communicator reads the environment).
@@ -113,11 +113,15 @@ fn probe_agrees_on_every_rank_and_goes_through_the_cache() {
     let file = cache::load(&path).unwrap().expect("rank 0 wrote the cache");
     assert!(same(&file.params, &probed[0]), "{} vs {}", file.params, probed[0]);
     assert_eq!((file.fabric.as_str(), file.p_class), ("local", 2));
+    assert!(file.rendezvous.is_some(), "the probe's eager/rendezvous switch is cached");
 
-    // A valid file is loaded as is.
+    // A valid file is loaded as is, its rendezvous switch too, on every rank.
     let mine = ModelParams { alpha: 1.2345e-5, ..params() };
-    cache::save(&path, &cache::ModelFile::new(&cache::hostname(), "local", 2, mine)).unwrap();
-    assert!(job(2, |c| c.load_or_probe_model().unwrap()).iter().all(|m| same(m, &mine)));
+    let mut f = cache::ModelFile::new(&cache::hostname(), "local", 2, mine);
+    f.rendezvous = Some(Rendezvous { eager_limit: 4096, alpha: 3e-6 });
+    cache::save(&path, &f).unwrap();
+    let loaded = job(2, |c| (c.load_or_probe_model().unwrap(), c.model_rendezvous()));
+    assert!(loaded.iter().all(|(m, r)| same(m, &mine) && *r == f.rendezvous.unwrap()), "{loaded:?}");
 
     // A corrupt file is probed over (and rewritten), never a panic.
     std::fs::write(&path, "{ \"format\": \"fabcoll-model\", trunc").unwrap();

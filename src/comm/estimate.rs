@@ -19,13 +19,16 @@ use fabcoll_collectives::{CollArgs, Collective, Machine, Params};
 
 use super::{Collectives, Communicator};
 use crate::error::Result;
-use crate::select::model::predict::predict_filtered;
+use crate::select::model::predict::predict_filtered_with;
+use crate::select::model::Rendezvous;
 use crate::select::model::{self, cache, model_err, probe, Estimate, ModelParams};
 
 /// The model state a communicator shares with its dups and splits.
 #[derive(Debug)]
 pub(crate) struct ModelState {
     params: Mutex<Option<ModelParams>>,
+    /// The eager/rendezvous switch of the executor, when the probe fitted one.
+    rendezvous: Mutex<Rendezvous>,
     select: AtomicBool,
     choices: Mutex<HashMap<ChoiceKey, Option<(&'static Algorithm, Params)>>>,
 }
@@ -34,6 +37,7 @@ impl Default for ModelState {
     fn default() -> ModelState {
         ModelState {
             params: Mutex::new(None),
+            rendezvous: Mutex::new(Rendezvous::OFF),
             select: AtomicBool::new(model::select_by_model()),
             choices: Mutex::new(HashMap::new()),
         }
@@ -95,6 +99,20 @@ impl Communicator {
         Ok(())
     }
 
+    /// The eager/rendezvous switch the model charges (`Rendezvous::OFF` unless a probe or a
+    /// model file fitted one).
+    pub fn model_rendezvous(&self) -> Rendezvous {
+        *lock(&self.model.rendezvous)
+    }
+
+    /// Sets the model's eager/rendezvous switch (same rule as [`Communicator::set_model`]).
+    pub fn set_model_rendezvous(&self, rdv: Rendezvous) -> Result<()> {
+        rdv.validate()?;
+        *lock(&self.model.rendezvous) = rdv;
+        lock(&self.model.choices).clear();
+        Ok(())
+    }
+
     /// Turns model selection on or off for this communicator and its dups and splits (default:
     /// `FABCOLL_SELECT=model`). Every rank must make the same setting. Without parameters the
     /// decisions choose.
@@ -119,6 +137,7 @@ impl Communicator {
     pub fn probe_model(&self) -> Result<probe::ProbeReport> {
         let report = probe::run(self)?;
         self.set_model(report.params)?;
+        self.set_model_rendezvous(report.rendezvous)?;
         Ok(report)
     }
 
@@ -128,54 +147,66 @@ impl Communicator {
     /// reported and probed over. A bad `FABCOLL_MODEL` file is an error on every rank.
     pub fn load_or_probe_model(&self) -> Result<ModelParams> {
         let path = cache::dir().map(|d| cache::path_in(&d, &cache::hostname(), &self.fabric_name(), self.size()));
-        // [status, params…]: 1 = loaded, 0 = probe, -1 = FABCOLL_MODEL failed.
-        let mut wire = [0.0f64; 8];
+        // [status, params…, eager limit (-1 = no switch), rendezvous α]: 1 = loaded, 0 = probe,
+        // -1 = FABCOLL_MODEL failed.
+        let mut wire = [0.0f64; 10];
         if self.rank() == 0 {
             let loaded = match model::explicit_file() {
-                Some(f) => cache::load_params(&f).map(Some).map_err(|e| {
+                Some(f) => cache::load_params(&f).map(|m| Some((m, Rendezvous::OFF))).map_err(|e| {
                     tracing::error!("{e}");
                     wire[0] = -1.0;
                 }),
                 None => Ok(path.as_deref().and_then(|p| match cache::load(p) {
-                    Ok(f) => f.map(|f| f.params),
+                    Ok(f) => f.map(|f| (f.params, f.rendezvous.unwrap_or(Rendezvous::OFF))),
                     Err(e) => {
                         tracing::warn!("model cache: {e}; probing again");
                         None
                     }
                 })),
             };
-            if let Ok(Some(m)) = loaded {
-                wire = [1.0, m.alpha, m.beta, m.gamma, m.f_alpha, m.f_beta, m.copy_beta, m.overhead];
+            if let Ok(Some((m, r))) = loaded {
+                let limit = if r.eager_limit == u64::MAX { -1.0 } else { r.eager_limit as f64 };
+                wire = [1.0, m.alpha, m.beta, m.gamma, m.f_alpha, m.f_beta, m.copy_beta, m.overhead, limit, r.alpha];
             }
         }
         self.bcast(&mut wire, 0)?;
         let status = wire[0] as i32;
-        let params = match status {
-            1 => ModelParams {
-                alpha: wire[1],
-                beta: wire[2],
-                gamma: wire[3],
-                f_alpha: wire[4],
-                f_beta: wire[5],
-                copy_beta: wire[6],
-                overhead: wire[7],
-            },
+        let (params, rdv) = match status {
+            1 => {
+                let params = ModelParams {
+                    alpha: wire[1],
+                    beta: wire[2],
+                    gamma: wire[3],
+                    f_alpha: wire[4],
+                    f_beta: wire[5],
+                    copy_beta: wire[6],
+                    overhead: wire[7],
+                };
+                let rdv = if wire[8] < 0.0 {
+                    Rendezvous::OFF
+                } else {
+                    Rendezvous { eager_limit: wire[8] as u64, alpha: wire[9] }
+                };
+                (params, rdv)
+            }
             -1 => return Err(model_err("FABCOLL_MODEL could not be loaded on rank 0 (see its log)")),
             _ => {
                 let report = probe::run(self)?;
                 if self.rank() == 0 {
                     if let Some(p) = &path {
-                        let file =
+                        let mut file =
                             cache::ModelFile::new(&cache::hostname(), &self.fabric_name(), self.size(), report.params);
+                        file.rendezvous = Some(report.rendezvous);
                         if let Err(e) = cache::save(p, &file) {
                             tracing::warn!("model cache not written: {e}");
                         }
                     }
                 }
-                report.params
+                (report.params, report.rendezvous)
             }
         };
         self.set_model(params)?;
+        self.set_model_rendezvous(rdv)?;
         Ok(params)
     }
 
@@ -191,23 +222,23 @@ impl Communicator {
         dtype: Datatype,
         commutative: bool,
     ) -> Result<Vec<Estimate>> {
-        let m = match self.model_params() {
-            Some(m) => m,
+        let (m, rdv) = match self.model_params() {
+            Some(m) => (m, self.model_rendezvous()),
             None => self.stored_model()?,
         };
         let args = call_args(coll, self.size(), count as u64, dtype.size() as u32, commutative);
         args.validate()?;
-        model::predict(&args, &m)
+        model::predict::predict_with(&args, &m, &rdv)
     }
 
     /// Parameters from `FABCOLL_MODEL` or the cache file, without a collective.
-    fn stored_model(&self) -> Result<ModelParams> {
+    fn stored_model(&self) -> Result<(ModelParams, Rendezvous)> {
         if let Some(f) = model::explicit_file() {
-            return cache::load_params(&f);
+            return Ok((cache::load_params(&f)?, Rendezvous::OFF));
         }
         let dir = cache::dir().ok_or_else(|| model_err("no cache directory (set FABCOLL_MODEL_DIR or HOME)"))?;
         let path = cache::path_in(&dir, &cache::hostname(), &self.fabric_name(), self.size());
-        cache::load(&path)?.map(|f| f.params).ok_or_else(|| {
+        cache::load(&path)?.map(|f| (f.params, f.rendezvous.unwrap_or(Rendezvous::OFF))).ok_or_else(|| {
             model_err(format!(
                 "no model parameters: probe them (Communicator::load_or_probe_model, `fabcoll model`) or set \
                  FABCOLL_MODEL; {} does not exist",
@@ -243,7 +274,8 @@ impl Communicator {
         }
         let mut canon = call_args(key.coll, p, key.count, key.elem, key.commutative);
         canon.in_place = in_place;
-        let choice = match predict_filtered(&canon, &m, |a| a.restrictions.violated(args).is_none()) {
+        let rdv = self.model_rendezvous();
+        let choice = match predict_filtered_with(&canon, &m, &rdv, |a| a.restrictions.violated(args).is_none()) {
             Ok(est) => match est.into_iter().next() {
                 Some(e) => Some((registry::find(key.coll, e.algorithm)?, e.params)),
                 None => None,
