@@ -152,7 +152,7 @@ impl Communicator {
         let mut wire = [0.0f64; 10];
         if self.rank() == 0 {
             let loaded = match model::explicit_file() {
-                Some(f) => cache::load_params(&f).map(|m| Some((m, Rendezvous::OFF))).map_err(|e| {
+                Some(f) => cache::load_explicit(&f).map(Some).map_err(|e| {
                     tracing::error!("{e}");
                     wire[0] = -1.0;
                 }),
@@ -234,7 +234,7 @@ impl Communicator {
     /// Parameters from `FABCOLL_MODEL` or the cache file, without a collective.
     fn stored_model(&self) -> Result<(ModelParams, Rendezvous)> {
         if let Some(f) = model::explicit_file() {
-            return Ok((cache::load_params(&f)?, Rendezvous::OFF));
+            return cache::load_explicit(&f);
         }
         let dir = cache::dir().ok_or_else(|| model_err("no cache directory (set FABCOLL_MODEL_DIR or HOME)"))?;
         let path = cache::path_in(&dir, &cache::hostname(), &self.fabric_name(), self.size());

@@ -191,10 +191,9 @@ fn given_params(a: &ModelArgs) -> Result<Option<(ModelParams, Rendezvous)>, Stri
             Some((ModelParams::parse_kv(kv).map_err(|e| e.to_string())?, given.unwrap_or(Rendezvous::OFF)))
         }
         (None, Some(f)) => {
-            let params = cache::load_params(f).map_err(|e| e.to_string())?;
-            // A bare parameter object (no file header) has no switch.
-            let in_file = cache::load(f).ok().flatten().and_then(|file| file.rendezvous);
-            Some((params, given.or(in_file).unwrap_or(Rendezvous::OFF)))
+            // A bare parameter object (no file header) has no switch (OFF).
+            let (params, in_file) = cache::load_explicit(f).map_err(|e| e.to_string())?;
+            Some((params, given.unwrap_or(in_file)))
         }
         (None, None) => None,
     })

@@ -124,16 +124,22 @@ pub fn load(path: &Path) -> Result<Option<ModelFile>> {
 /// Parameters from an explicit file (`FABCOLL_MODEL`): a [`ModelFile`] or a bare
 /// [`ModelParams`] object.
 pub fn load_params(path: &Path) -> Result<ModelParams> {
+    load_explicit(path).map(|(p, _)| p)
+}
+
+/// [`load_params`] with the file's eager/rendezvous switch ([`Rendezvous::OFF`] for a bare
+/// parameter object or a file without one).
+pub fn load_explicit(path: &Path) -> Result<(ModelParams, Rendezvous)> {
     let text =
         std::fs::read_to_string(path).map_err(|e| model_err(format!("FABCOLL_MODEL {}: {e}", path.display())))?;
     if let Ok(f) = serde_json::from_str::<ModelFile>(&text) {
         f.validate().map_err(|e| model_err(format!("{}: {e}", path.display())))?;
-        return Ok(f.params);
+        return Ok((f.params, f.rendezvous.unwrap_or(Rendezvous::OFF)));
     }
     let p: ModelParams = serde_json::from_str(&text)
         .map_err(|e| model_err(format!("{}: neither a model file nor a parameter object: {e}", path.display())))?;
     p.validate()?;
-    Ok(p)
+    Ok((p, Rendezvous::OFF))
 }
 
 /// Writes `file` to `path` (creating the directory) through a temporary file and a rename.
@@ -209,6 +215,11 @@ mod tests {
         let bare = d.join("bare.json");
         std::fs::write(&bare, serde_json::to_string(&params()).unwrap()).unwrap();
         assert_eq!(load_params(&bare).unwrap(), params());
+        assert_eq!(load_explicit(&bare).unwrap(), (params(), Rendezvous::OFF));
+        // An explicit model file brings its rendezvous switch along.
+        let rdv = Rendezvous { eager_limit: 16384, alpha: 2e-6 };
+        save(&path, &ModelFile { rendezvous: Some(rdv), ..f }).unwrap();
+        assert_eq!(load_explicit(&path).unwrap(), (params(), rdv));
         let _ = std::fs::remove_dir_all(&d);
     }
 
