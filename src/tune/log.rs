@@ -112,6 +112,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn logged_times_read_back_bit_for_bit() {
+        // A resumed run must take the same decisions as the run that wrote the log: a figure read
+        // back 1 ULP off can flip a `beats` comparison (serde_json's default float parser is not
+        // exactly round-trip; the crate enables `float_roundtrip`).
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let reps: Vec<f64> = (0..20_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 11) as f64 / (1u64 << 53) as f64 * 10f64.powi((x % 9) as i32 - 2)
+            })
+            .collect();
+        let key: Key = ("bcast".into(), 2, "shm".into(), Candidate::new("binomial"), 64);
+        let line = serde_json::to_string(&measurement(&key, &Sample::exact(1.0), &reps)).unwrap();
+        let back: Measurement = serde_json::from_str(&line).unwrap();
+        let off = reps.iter().zip(&back.samples_us).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(off, 0, "{off} of {} times changed through the log", reps.len());
+    }
+
+    #[test]
     fn log_lines_round_trip_and_torn_lines_are_skipped() {
         let key: Key = ("allreduce".into(), 4, "shm".into(), Candidate::new("ring").with("segment", 8192), 65536);
         let m = measurement(&key, &Sample::from_reps(&[10.0, 11.0, 12.0]).unwrap(), &[10.0, 11.0, 12.0]);
