@@ -109,7 +109,9 @@ fn probe_agrees_on_every_rank_and_goes_through_the_cache() {
         c.load_or_probe_model().unwrap()
     });
     assert_eq!(probed[0], probed[1], "every rank ends with rank 0's fit");
-    assert!(probed[0].beta > 0.0, "{}", probed[0]);
+    // Timings on a busy 2-core machine may fit β = 0 (the fit drops negative unknowns); what
+    // must hold is a valid model, the same on every rank.
+    assert!(probed[0].validate().is_ok() && probed[0].beta >= 0.0, "{}", probed[0]);
     let file = cache::load(&path).unwrap().expect("rank 0 wrote the cache");
     assert!(same(&file.params, &probed[0]), "{} vs {}", file.params, probed[0]);
     assert_eq!((file.fabric.as_str(), file.p_class), ("local", 2));

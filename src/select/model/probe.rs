@@ -89,27 +89,37 @@ const KEEP: usize = 2;
 /// Target wall time of one batch.
 const BATCH_SECONDS: f64 = 2e-3;
 const MAX_BATCH: f64 = 50.0;
+/// Probe rounds before a fit failure is an error.
+const PROBE_ATTEMPTS: usize = 3;
 
 /// Runs the probe (collective: every rank of `comm` must call it). At p = 1 nothing moves: the
 /// parameters are γ and κ with α = β = 0.
 pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     let start = Instant::now();
     let p = comm.size();
-    let mut samples = time_cases(comm, plan(p))?;
-    // Rank 0 measures the CPU and fits; the result (or a failure flag) goes to every rank.
     let eager_limit = eager_limit()?;
+    // Rank 0 measures the CPU and fits; the result (or a failure flag) goes to every rank. On a
+    // busy node one round of timings can be too noisy to fit (e.g. times that do not grow with
+    // bytes): the whole probe is repeated, on every rank alike, before giving up.
     let mut wire = [0.0f64; 9];
-    if comm.rank() == 0 {
-        match fit_samples(p, &samples, eager_limit) {
-            Ok((m, a_r)) => {
-                wire = [1.0, m.alpha, m.beta, m.gamma, m.f_alpha, m.f_beta, m.copy_beta, m.overhead, a_r];
+    let mut samples = Vec::new();
+    for attempt in 1..=PROBE_ATTEMPTS {
+        samples = time_cases(comm, plan(p))?;
+        if comm.rank() == 0 {
+            match fit_samples(p, &samples, eager_limit) {
+                Ok((m, a_r)) => {
+                    wire = [1.0, m.alpha, m.beta, m.gamma, m.f_alpha, m.f_beta, m.copy_beta, m.overhead, a_r];
+                }
+                Err(e) => tracing::warn!("model probe, attempt {attempt} of {PROBE_ATTEMPTS}: {e}"),
             }
-            Err(e) => tracing::warn!("model probe: {e}"),
+        }
+        comm.bcast(&mut wire, 0)?;
+        if wire[0] == 1.0 {
+            break;
         }
     }
-    comm.bcast(&mut wire, 0)?;
     if wire[0] != 1.0 {
-        return Err(model_err("the probe's fit failed on rank 0 (see its log)"));
+        return Err(model_err(format!("the probe's fit failed {PROBE_ATTEMPTS} times on rank 0 (see its log)")));
     }
     let params = ModelParams {
         alpha: wire[1],
