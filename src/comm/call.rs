@@ -242,6 +242,26 @@ pub trait Collectives<'b> {
         self.submit(c.sized()?)
     }
 
+    /// Gatherv with the root's own block already at its displacement in `buf`; other ranks pass
+    /// their `counts[rank]` elements in `buf`.
+    fn gatherv_in_place<T: Element>(
+        &self,
+        buf: &'b mut [T],
+        counts: &[usize],
+        displs: Option<&[usize]>,
+        root: u32,
+    ) -> Result<Self::Out> {
+        let comm = self.comm();
+        let mut c = Call::new::<T>(comm, Collective::Gatherv, 0).root(root)?.counts(counts, displs)?;
+        if comm.rank() == root {
+            c.recv = rbuf(buf);
+            c = c.in_place();
+        } else {
+            c.send = sbuf(buf);
+        }
+        self.submit(c.sized()?)
+    }
+
     /// The root's `send` (p·count) is cut into blocks; rank i gets block i in `recv`.
     fn scatter<T: Element>(&self, send: &'b [T], recv: &'b mut [T], root: u32) -> Result<Self::Out> {
         let comm = self.comm();
@@ -304,6 +324,18 @@ pub trait Collectives<'b> {
         self.submit(c.sized()?)
     }
 
+    /// Allgatherv with this rank's block already at its displacement in `buf`.
+    fn allgatherv_in_place<T: Element>(
+        &self,
+        buf: &'b mut [T],
+        counts: &[usize],
+        displs: Option<&[usize]>,
+    ) -> Result<Self::Out> {
+        let mut c = Call::new::<T>(self.comm(), Collective::Allgatherv, 0).counts(counts, displs)?.in_place();
+        c.recv = rbuf(buf);
+        self.submit(c.sized()?)
+    }
+
     /// Block j of `send` goes to rank j; block i of `recv` came from rank i.
     fn alltoall<T: Element>(&self, send: &'b [T], recv: &'b mut [T]) -> Result<Self::Out> {
         let p = self.comm().size() as usize;
@@ -316,6 +348,21 @@ pub trait Collectives<'b> {
         let mut c = Call::new::<T>(self.comm(), Collective::Alltoall, send.len() / p);
         c.send = sbuf(send);
         c.recv = rbuf(recv);
+        self.submit(c.sized()?)
+    }
+
+    /// Alltoall on one buffer of p equal blocks: block j is sent to rank j and replaced by the
+    /// block rank j sends here.
+    fn alltoall_in_place<T: Element>(&self, buf: &'b mut [T]) -> Result<Self::Out> {
+        let p = self.comm().size() as usize;
+        if !buf.len().is_multiple_of(p) {
+            return Err(Error::invalid(
+                Collective::Alltoall,
+                format!("{} elements are not {p} equal blocks", buf.len()),
+            ));
+        }
+        let mut c = Call::new::<T>(self.comm(), Collective::Alltoall, buf.len() / p).in_place();
+        c.recv = rbuf(buf);
         self.submit(c.sized()?)
     }
 

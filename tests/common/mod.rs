@@ -326,19 +326,25 @@ pub fn cfg() -> fabcoll::ExecConfig {
 }
 
 /// The collectives with an in-place form in the API (`*_in_place`).
-pub const IN_PLACE: [Collective; 6] = [
+pub const IN_PLACE: [Collective; 9] = [
     Collective::Allreduce,
     Collective::Scan,
     Collective::Exscan,
     Collective::Reduce,
     Collective::Allgather,
     Collective::Gather,
+    Collective::Allgatherv,
+    Collective::Gatherv,
+    Collective::Alltoall,
 ];
 
 /// CollArgs of the in-place form of `coll` (root p/2, as [`run_in_place`] uses).
 pub fn in_place_args(coll: Collective, p: u32, count: usize) -> CollArgs {
     let mut args = args_for(coll, p, count, true).with_root(p / 2);
     args.in_place = true;
+    if matches!(coll, Collective::Gatherv | Collective::Allgatherv) {
+        args.displs = Some(gapped(&vcounts(p, count)).into_iter().map(|d| d as u64).collect());
+    }
     args
 }
 
@@ -392,6 +398,40 @@ pub fn run_in_place(c: &Communicator, coll: Collective, opts: &Options, count: u
                 _ if r == root => (0..count).map(|i| fold_sum(0..p, i)).collect(),
                 _ => mine.clone(),
             };
+            (buf, want)
+        }
+        Collective::Gatherv | Collective::Allgatherv => {
+            let counts = vcounts(p, count);
+            let displs = gapped(&counts);
+            let ext = displs[p as usize - 1] + counts[p as usize - 1];
+            let ru = r as usize;
+            let own: Vec<i64> = (0..counts[ru]).map(|i| val(r, i)).collect();
+            if coll == Collective::Gatherv && r != root {
+                let mut b = own.clone();
+                w.gatherv_in_place(&mut b, &counts, Some(&displs), root).map_err(e)?;
+                return check_eq(&ctx, &b, &own);
+            }
+            let mut buf = vec![UNTOUCHED; ext];
+            buf[displs[ru]..displs[ru] + counts[ru]].copy_from_slice(&own);
+            if coll == Collective::Gatherv {
+                w.gatherv_in_place(&mut buf, &counts, Some(&displs), root)
+            } else {
+                w.allgatherv_in_place(&mut buf, &counts, Some(&displs))
+            }
+            .map_err(e)?;
+            let mut want = vec![UNTOUCHED; ext];
+            for q in 0..p as usize {
+                for i in 0..counts[q] {
+                    want[displs[q] + i] = val(q as u32, i);
+                }
+            }
+            (buf, want)
+        }
+        Collective::Alltoall => {
+            let pu = p as usize;
+            let mut buf: Vec<i64> = (0..pu * count).map(|i| val(r, i)).collect();
+            w.alltoall_in_place(&mut buf).map_err(e)?;
+            let want = (0..p).flat_map(|q| (0..count).map(move |i| val(q, r as usize * count + i))).collect();
             (buf, want)
         }
         other => return Err(format!("{ctx}: {other} has no in-place form in the API")),
