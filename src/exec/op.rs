@@ -262,7 +262,7 @@ impl Op {
                 let (sp, n) = self.raw(src);
                 let (dp, _) = self.raw(dst);
                 // SAFETY: as for Reduce: bound, in bounds, non-overlapping, quiet regions.
-                unsafe { std::ptr::copy_nonoverlapping(sp, dp, n) };
+                unsafe { fabcoll_fabric::copy::copy_bulk(dp, sp, n) };
                 core.stats.local_copy_bytes += n as u64;
                 self.complete(s);
             }

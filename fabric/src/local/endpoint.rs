@@ -192,8 +192,16 @@ impl Endpoint for LocalEndpoint {
             check_bounds("remote destination", dst.off, dst.len, region.len)?;
             // SAFETY: the source range is inside a live registration (bounds checked, `src.mr`
             // borrowed); the destination is inside a registration that cannot be deregistered
-            // while we hold the read lock. `copy` tolerates overlap (loopback writes).
-            unsafe { std::ptr::copy(src.mr.as_ptr().add(src.off), (region.addr as *mut u8).add(dst.off), src.len) };
+            // while we hold the read lock. Loopback writes may overlap (`copy`); another rank's
+            // registration is a different allocation.
+            unsafe {
+                let (s, d) = (src.mr.as_ptr().add(src.off), (region.addr as *mut u8).add(dst.off));
+                if peer == self.rank {
+                    std::ptr::copy(s, d, src.len)
+                } else {
+                    crate::copy::copy_bulk(d, s, src.len)
+                }
+            };
         }
         if let Some(imm) = imm {
             self.push(peer, Completion::WriteArrived { peer: self.rank, imm })?;

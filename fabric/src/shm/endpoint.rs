@@ -340,8 +340,9 @@ impl Endpoint for ShmEndpoint {
                 };
                 // SAFETY: the mapping is `len` bytes of the registration's memfd and
                 // `dst.off + dst.len <= len` (checked); source readable (above); shared memory is
-                // written only through raw copies, ordered before the notification by its Release.
-                unsafe { std::ptr::copy_nonoverlapping(s, base.add(dst.off), dst.len) };
+                // written only through raw copies, ordered before the notification by its Release
+                // (a streaming copy ends with its own store fence).
+                unsafe { crate::copy::copy_bulk(base.add(dst.off), s, dst.len) };
                 return Ok(());
             }
             // SAFETY: source readable (above); the kernel checks the remote range.
