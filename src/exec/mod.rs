@@ -75,8 +75,10 @@ const YIELD_AFTER: u32 = 32;
 /// Spinning rounds read the clock (spin budget, deadline) only this often.
 const CLOCK_EVERY: u32 = 16;
 
-/// Polls before a waiter may block, whatever the spin budget.
+/// Polls before a waiter may block, whatever the spin budget (fewer when oversubscribed: the
+/// core is better given to the peer we wait for than burnt in yields).
 const MIN_POLLS: u32 = 64;
+const MIN_POLLS_OVERSUBSCRIBED: u32 = CLOCK_EVERY;
 
 /// The state of one wait (see [`Engine::wait_step`]): when it began and how many rounds it polled.
 #[derive(Debug, Default)]
@@ -115,6 +117,8 @@ pub(crate) struct Engine {
     pinned: Vec<Mr>,
     /// Spinning rounds before a waiter yields between polls (fewer when oversubscribed).
     yield_after: u32,
+    /// Polls before a waiter may block.
+    min_polls: u32,
     /// How long a waiter polls before it blocks: `ExecConfig::spin` on load/store fabrics (a
     /// poll reads a few cache lines); 0 on the others (ofi), whose blocking wait is driven by the
     /// provider's own file descriptors and beats spinning through its progress engine.
@@ -181,6 +185,7 @@ impl Engine {
                 (false, true) => YIELD_AFTER,
                 (false, false) => MIN_POLLS,
             },
+            min_polls: if yield_idle { MIN_POLLS_OVERSUBSCRIBED } else { MIN_POLLS },
             spin: if load_store { cfg_spin } else { Duration::ZERO },
         };
         for (q, s) in setups {
@@ -720,7 +725,7 @@ impl Engine {
             self.time_out(key);
             return true;
         }
-        let block = if w.rounds <= MIN_POLLS || now.duration_since(since) < self.spin {
+        let block = if w.rounds <= self.min_polls || now.duration_since(since) < self.spin {
             if w.rounds > self.yield_after {
                 std::thread::yield_now();
             }
