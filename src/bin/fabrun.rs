@@ -59,10 +59,11 @@ struct Cli {
     #[arg(short = 'x', long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     env: Vec<(String, String)>,
 
-    /// Pin rank r to the r-th CPU fabrun may run on (`cpu`) or leave placement to the kernel
-    /// (`none`). Default: `cpu` when there are 2..=CPUs ranks (two ranks sharing a CPU while
-    /// another is idle turn every message into a context switch: 2-rank shm allreduce 8 B went
-    /// from ~1.8 to ~5 us in the runs where the kernel placed both on one CPU), else `none`.
+    /// Pin rank r to the (r mod CPUs)-th CPU fabrun may run on (`cpu`, the default for 2 or more
+    /// ranks) or leave placement to the kernel (`none`). Two ranks that the kernel puts on one CPU
+    /// while another idles turn every message into a context switch (2-rank shm allreduce 8 B:
+    /// ~1.7 us pinned apart, ~8 us pinned together, unpinned runs in either mode), and 4 ranks on
+    /// 2 CPUs ran 8 B allreduce faster balanced 2 per CPU than placed by the kernel.
     #[arg(long, value_name = "POLICY", value_parser = ["cpu", "none"])]
     bind: Option<String>,
 

@@ -28,16 +28,16 @@ pub struct Plan {
     pub bind: Vec<usize>,
 }
 
-/// The CPU of each of `n` ranks when `bind` and there are 2..=CPUs of them (the CPUs fabrun may
-/// run on, in order); otherwise none. One rank has no peer to share a CPU with, and more ranks
-/// than CPUs are better balanced by the kernel.
+/// The CPU of each of `n` ranks when `bind` and there are at least 2 of them: the CPUs fabrun may
+/// run on, in order, round-robin when the ranks outnumber them (balanced: 4 ranks on 2 CPUs,
+/// 2 per CPU); otherwise none (one rank has no peer to share a CPU with).
 pub fn placement(n: u32, bind: bool) -> Vec<usize> {
     let Ok(set) = rustix::thread::sched_getaffinity(None) else { return Vec::new() };
     let cpus: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect();
-    if !bind || n < 2 || n as usize > cpus.len() {
+    if !bind || n < 2 || cpus.is_empty() {
         return Vec::new();
     }
-    cpus[..n as usize].to_vec()
+    (0..n as usize).map(|r| cpus[r % cpus.len()]).collect()
 }
 
 /// Pins a started rank to `cpu` (threads it starts later inherit the mask). A failure only costs
