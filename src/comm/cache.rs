@@ -2,11 +2,18 @@
 //! pipelining, bounds check, executor index tables) costs more than a small collective itself, and
 //! applications repeat the same calls. Keyed by (algorithm, arguments incl. parameters); the
 //! least recently used entry goes when the cache is full.
+//!
+//! In front of it, [`PlanCache::choice`] remembers the outcome of the whole per-call planning —
+//! forced or selected algorithm, its parameters and the plan — keyed by the call as the user made
+//! it (arguments and options), so a repeated call costs one comparison of its arguments instead of
+//! the selection (rule scan, restriction checks) plus the plan lookup. Selection is a function of
+//! those arguments and of the communicator's decisions, so the memo is cleared when the decisions
+//! change; under cost-model selection (whose state can change) it is not used.
 
 use std::sync::Arc;
 
 use fabcoll_collectives::registry::Algorithm;
-use fabcoll_collectives::CollArgs;
+use fabcoll_collectives::{CollArgs, Params};
 
 use crate::error::Result;
 use crate::exec::plan::Plan;
@@ -14,13 +21,67 @@ use crate::exec::plan::Plan;
 /// Entries kept per communicator.
 pub(crate) const CAPACITY: usize = 32;
 
+/// Calls whose choice is remembered per communicator.
+const CHOICES: usize = 8;
+
+/// A call as made (arguments before selection, options) and what planning made of it.
+#[derive(Debug)]
+pub(crate) struct Choice {
+    call: CollArgs,
+    algorithm: Option<String>,
+    params: Params,
+    /// The algorithm's name and the arguments it runs with (parameters resolved).
+    pub alg: &'static str,
+    pub args: Arc<CollArgs>,
+    pub plan: Arc<Plan>,
+}
+
 /// Most recently used first.
 #[derive(Debug, Default)]
 pub(crate) struct PlanCache {
     entries: Vec<(&'static str, CollArgs, Arc<Plan>)>,
+    choices: Vec<Choice>,
 }
 
 impl PlanCache {
+    /// The remembered planning of a call with these arguments and options, if any.
+    pub fn choice(&mut self, call: &CollArgs, algorithm: Option<&str>, params: &Params) -> Option<&Choice> {
+        let i = self
+            .choices
+            .iter()
+            .position(|c| c.algorithm.as_deref() == algorithm && c.params == *params && c.call == *call)?;
+        self.choices[..=i].rotate_right(1);
+        self.choices.first()
+    }
+
+    /// Remembers the planning of a call (see [`PlanCache::choice`]).
+    pub fn remember(
+        &mut self,
+        call: &CollArgs,
+        algorithm: Option<&str>,
+        params: &Params,
+        made: (&'static str, Arc<CollArgs>, Arc<Plan>),
+    ) {
+        if self.choices.len() >= CHOICES {
+            self.choices.pop();
+        }
+        let (alg, args, plan) = made;
+        let c = Choice {
+            call: call.clone(),
+            algorithm: algorithm.map(str::to_owned),
+            params: params.clone(),
+            alg,
+            args,
+            plan,
+        };
+        self.choices.insert(0, c);
+    }
+
+    /// Forgets every remembered choice (the decisions changed).
+    pub fn forget_choices(&mut self) {
+        self.choices.clear();
+    }
+
     /// The plan of `alg` for `args`, built on a miss.
     pub fn get(&mut self, alg: &'static Algorithm, args: &CollArgs) -> Result<Arc<Plan>> {
         if let Some(i) = self.entries.iter().position(|(n, a, _)| std::ptr::eq(*n, alg.name) && a == args) {
@@ -45,6 +106,33 @@ impl PlanCache {
 mod tests {
     use super::*;
     use fabcoll_collectives::{registry, Collective};
+
+    #[test]
+    fn choices_match_the_call_and_options_and_are_forgotten() {
+        let alg = registry::find(Collective::Allreduce, "recursive_doubling").unwrap();
+        let mut c = PlanCache::default();
+        let call = CollArgs::new(Collective::Allreduce, 0, 4, 8);
+        let plan = c.get(alg, &call).unwrap();
+        let none = Params::default();
+        assert!(c.choice(&call, None, &none).is_none());
+        c.remember(&call, None, &none, (alg.name, Arc::new(call.clone()), plan.clone()));
+        let hit = c.choice(&call, None, &none).expect("remembered");
+        assert!(Arc::ptr_eq(&hit.plan, &plan) && hit.alg == "recursive_doubling");
+        assert!(c.choice(&call, Some("ring"), &none).is_none(), "other forced algorithm");
+        assert!(c.choice(&call, None, &Params::default().with("segment", 2)).is_none(), "other parameters");
+        let mut other = call.clone();
+        other.count = 9;
+        assert!(c.choice(&other, None, &none).is_none(), "other count");
+        for n in 0..2 * CHOICES as u64 {
+            let mut a = call.clone();
+            a.count = 100 + n;
+            c.remember(&a, None, &none, (alg.name, Arc::new(a.clone()), plan.clone()));
+        }
+        assert!(c.choice(&call, None, &none).is_none(), "least recently used choice evicted");
+        assert_eq!(c.choices.len(), CHOICES);
+        c.forget_choices();
+        assert!(c.choices.is_empty());
+    }
 
     #[test]
     fn hits_reuse_and_capacity_bounds() {

@@ -44,6 +44,14 @@ impl Default for ModelState {
     }
 }
 
+impl ModelState {
+    /// Whether the cost model chooses the algorithms (its choices depend on state that can change,
+    /// so the communicator does not memoize calls then).
+    pub(crate) fn selecting(&self) -> bool {
+        self.select.load(Ordering::Relaxed)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct ChoiceKey {
     coll: Collective,

@@ -29,6 +29,7 @@ use cache::PlanCache;
 
 use crate::error::{Error, Result};
 use crate::exec::op::{Check, OpSpec};
+use crate::exec::plan::Plan;
 use crate::exec::{Engine, ExecConfig, OpKey, Stats, Waiter};
 use crate::select::{self, Decisions, Features};
 
@@ -191,6 +192,7 @@ impl Communicator {
     /// per-call [`Options`] and `FABCOLL_ALGO` still win. All ranks must set the same decisions.
     pub fn set_decisions(&mut self, decisions: Arc<Decisions>) {
         self.decisions = decisions;
+        self.plans.get_mut().unwrap_or_else(|p| p.into_inner()).forget_choices();
     }
 
     /// Executor counters of the endpoint this communicator runs on (shared with dup/split).
@@ -203,8 +205,35 @@ impl Communicator {
         self.engine.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Chooses the algorithm and builds this rank's schedule for a call.
-    fn plan(&self, call: &Call<'_>, opts: &Options) -> Result<(OpSpec, CollArgs)> {
+    /// Chooses the algorithm and builds this rank's schedule for a call. A repeated call reuses
+    /// the remembered outcome (see `cache::PlanCache::choice`).
+    fn plan(&self, call: &Call<'_>, opts: &Options) -> Result<(OpSpec, Arc<CollArgs>)> {
+        let memo = !self.model.selecting();
+        if memo {
+            let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(c) = plans.choice(&call.args, opts.algorithm.as_deref(), &opts.params) {
+                let spec = OpSpec {
+                    coll: call.args.coll,
+                    alg: c.alg,
+                    plan: c.plan.clone(),
+                    dtype: call.dtype,
+                    rop: call.op.clone(),
+                };
+                return Ok((spec, c.args.clone()));
+            }
+        }
+        let (alg, args, plan) = self.choose(call, opts)?;
+        let args = Arc::new(args);
+        if memo {
+            let made = (alg, args.clone(), plan.clone());
+            let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+            plans.remember(&call.args, opts.algorithm.as_deref(), &opts.params, made);
+        }
+        Ok((OpSpec { coll: call.args.coll, alg, plan, dtype: call.dtype, rop: call.op.clone() }, args))
+    }
+
+    /// Selection and schedule for a call: the algorithm, the arguments it runs with and its plan.
+    fn choose(&self, call: &Call<'_>, opts: &Options) -> Result<(&'static str, CollArgs, Arc<Plan>)> {
         let mut args = call.args.clone();
         args.params = opts.params.clone();
         let coll = args.coll;
@@ -221,7 +250,7 @@ impl Communicator {
         if let Some((alg, params)) = forced.is_none().then(|| self.model_pick(&args)).transpose()?.flatten() {
             args.params = params;
             let plan = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(alg, &args)?;
-            return Ok((OpSpec { coll, alg: alg.name, plan, dtype: call.dtype, rop: call.op.clone() }, args));
+            return Ok((alg.name, args, plan));
         }
         let alg = match forced {
             Some(a) => a,
@@ -232,8 +261,7 @@ impl Communicator {
             }
         };
         let plan = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(alg, &args)?;
-        let spec = OpSpec { coll, alg: alg.name, plan, dtype: call.dtype, rop: call.op.clone() };
-        Ok((spec, args))
+        Ok((alg.name, args, plan))
     }
 
     /// Starts a call; the buffers behind `call` must stay lent until the op is waited for.
@@ -263,7 +291,11 @@ impl Communicator {
     /// Waits for `key`, releasing the engine between rounds so that other threads using
     /// communicators on the same endpoint (dup/split) can start and progress theirs.
     fn wait_key(&self, key: OpKey) -> Result<()> {
-        let mut w = Waiter::default();
+        self.wait_with(key, Waiter::default())
+    }
+
+    /// [`Communicator::wait_key`] with a given wait state.
+    fn wait_with(&self, key: OpKey, mut w: Waiter) -> Result<()> {
         loop {
             let mut eng = self.lock();
             if eng.wait_step(key, &mut w) {
@@ -275,7 +307,7 @@ impl Communicator {
     /// A blocking call.
     fn run(&self, call: Call<'_>, opts: &Options) -> Result<()> {
         let key = self.start(call, opts)?;
-        self.wait_key(key)
+        self.wait_with(key, Waiter::fresh())
     }
 
     /// The algorithm the default selection (or `FABCOLL_ALGO`) would run for `call`.

@@ -19,7 +19,6 @@ pub(crate) mod proto;
 pub use config::{ExecConfig, Stats};
 pub(crate) use core::Core;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,7 +43,8 @@ pub(crate) struct CtxState {
     /// Endpoint rank → communicator rank.
     ep_to_comm: FastMap<usize, u32>,
     pub next_seq: u64,
-    outstanding: BTreeSet<u64>,
+    /// Sequence numbers of this context's ops in the engine (few: a plain list).
+    outstanding: Vec<u64>,
     pub broken: Option<String>,
 }
 
@@ -62,6 +62,9 @@ enum EarlyWhat {
     Ctrl { kind: Kind, data: Vec<u8> },
 }
 
+/// Finished ops kept for reuse.
+const SPARE_OPS: usize = 4;
+
 /// Polls without yielding before a waiter starts to yield the core between polls (a message
 /// already on its way arrives within a few polls): few when this node's ranks outnumber its cores,
 /// more otherwise (a yield with nobody else runnable returns at once, and with other processes
@@ -72,8 +75,10 @@ const YIELD_AFTER: u32 = 32;
 /// Spinning rounds read the clock (spin budget, deadline) only this often.
 const CLOCK_EVERY: u32 = 16;
 
-/// Polls before a waiter may block, whatever the spin budget.
+/// Polls before a waiter may block, whatever the spin budget (fewer when oversubscribed: the
+/// core is better given to the peer we wait for than burnt in yields).
 const MIN_POLLS: u32 = 64;
+const MIN_POLLS_OVERSUBSCRIBED: u32 = CLOCK_EVERY;
 
 /// The state of one wait (see [`Engine::wait_step`]): when it began and how many rounds it polled.
 #[derive(Debug, Default)]
@@ -82,6 +87,15 @@ pub(crate) struct Waiter {
     rounds: u32,
     /// The spin budget is spent: every round blocks (and reads the clock).
     blocking: bool,
+    /// The op was started right before the wait (a blocking call): the wait begins at its start.
+    fresh: bool,
+}
+
+impl Waiter {
+    /// The wait of a blocking call, right after it started its op.
+    pub fn fresh() -> Waiter {
+        Waiter { fresh: true, ..Waiter::default() }
+    }
 }
 
 /// Per-endpoint executor state.
@@ -91,12 +105,20 @@ pub(crate) struct Engine {
     ops: FastMap<OpKey, Box<Op>>,
     ctxs: FastMap<u32, CtxState>,
     early: Vec<Early>,
+    /// Reused buffer for the early messages of the op being started.
+    early_mine: Vec<Early>,
+    /// Finished ops kept for reuse (`Op::reuse`): a repeated call allocates no new op. Boxed
+    /// because they move back into `ops` as they are.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<Op>>,
     pub next_ctx: u32,
     comp: Vec<Completion>,
     /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
     pinned: Vec<Mr>,
     /// Spinning rounds before a waiter yields between polls (fewer when oversubscribed).
     yield_after: u32,
+    /// Polls before a waiter may block.
+    min_polls: u32,
     /// How long a waiter polls before it blocks: `ExecConfig::spin` on load/store fabrics (a
     /// poll reads a few cache lines); 0 on the others (ofi), whose blocking wait is driven by the
     /// provider's own file descriptors and beats spinning through its progress engine.
@@ -153,6 +175,8 @@ impl Engine {
             ops: FastMap::default(),
             ctxs: FastMap::default(),
             early: Vec::new(),
+            early_mine: Vec::new(),
+            spare: Vec::new(),
             next_ctx: 1,
             comp: Vec::new(),
             pinned: Vec::new(),
@@ -161,6 +185,7 @@ impl Engine {
                 (false, true) => YIELD_AFTER,
                 (false, false) => MIN_POLLS,
             },
+            min_polls: if yield_idle { MIN_POLLS_OVERSUBSCRIBED } else { MIN_POLLS },
             spin: if load_store { cfg_spin } else { Duration::ZERO },
         };
         for (q, s) in setups {
@@ -190,7 +215,7 @@ impl Engine {
             return Err(Error::Protocol(format!("context ids exhausted ({ctx} > {})", proto::MAX_CTX)));
         }
         let ep_to_comm = members.iter().enumerate().map(|(c, &e)| (e as usize, c as u32)).collect();
-        self.ctxs.insert(ctx, CtxState { ep_to_comm, next_seq: 0, outstanding: BTreeSet::new(), broken: None });
+        self.ctxs.insert(ctx, CtxState { ep_to_comm, next_seq: 0, outstanding: Vec::new(), broken: None });
         self.next_ctx = self.next_ctx.max(ctx + 1);
         Ok(())
     }
@@ -252,8 +277,10 @@ impl Engine {
             });
         }
         st.next_seq += 1;
-        st.outstanding.insert(key.seq);
-        let mut scratch = Vec::with_capacity(spec.plan.sched.scratch.len());
+        st.outstanding.push(key.seq);
+        let mut spare = self.spare.pop();
+        let mut scratch = spare.as_mut().map(|o| o.release_buffers()).unwrap_or_default();
+        scratch.clear();
         let elem = spec.dtype.size();
         for &len in &spec.plan.sched.scratch {
             let bytes = len as usize * elem;
@@ -264,7 +291,13 @@ impl Engine {
                 scratch.push(Bound { ptr: mr.as_ptr(), bytes, mr: Some(mr), mr_off: 0 });
             }
         }
-        let mut op = Op::new(key, spec, members, send, recv, scratch);
+        let mut op = match spare {
+            Some(mut op) => {
+                op.reuse(key, spec, members, send, recv, scratch);
+                op
+            }
+            None => Box::new(Op::new(key, spec, members, send, recv, scratch)),
+        };
         if let Some(c) = check {
             for peer in 0..op.members.len() as u32 {
                 if peer != op.rank {
@@ -274,19 +307,21 @@ impl Engine {
             }
             op.check = Some(c);
         }
-        self.ops.insert(key, Box::new(op));
-        // Messages that arrived before we started this collective.
-        let early: Vec<Early> = if self.early.is_empty() {
-            Vec::new()
-        } else {
-            let (mine, rest): (Vec<Early>, Vec<Early>) = std::mem::take(&mut self.early)
-                .into_iter()
-                .partition(|e| e.ctx == ctx && seq_match(key.seq, e.seq_low, e.mask));
-            self.early = rest;
-            mine
-        };
+        self.ops.insert(key, op);
+        // Messages that arrived before we started this collective, in arrival order.
+        let mut early = std::mem::take(&mut self.early_mine);
+        early.clear();
+        let mut i = 0;
+        while i < self.early.len() {
+            let e = &self.early[i];
+            if e.ctx == ctx && seq_match(key.seq, e.seq_low, e.mask) {
+                early.push(self.early.remove(i));
+            } else {
+                i += 1;
+            }
+        }
         let r = (|| {
-            for e in early {
+            for e in early.drain(..) {
                 self.deliver(key, e.peer, e.what)?;
             }
             self.maybe_begin(key)?;
@@ -297,6 +332,8 @@ impl Engine {
             }
             self.flush()
         })();
+        early.clear();
+        self.early_mine = early;
         if let Err(e) = r {
             self.fail(key, e);
         }
@@ -586,14 +623,21 @@ impl Engine {
         }
         let mut op = self.ops.remove(&key).expect("present");
         if let Some(c) = self.ctxs.get_mut(&key.ctx) {
-            c.outstanding.remove(&key.seq);
+            if let Some(i) = c.outstanding.iter().position(|&s| s == key.seq) {
+                c.outstanding.remove(i);
+            }
         }
         match op.error.take() {
             None => {
-                for b in op.scratch.drain(..) {
+                let mut scratch = op.release_buffers();
+                for b in scratch.drain(..) {
                     if let Some(mr) = b.mr {
                         self.core.give_back(mr);
                     }
+                }
+                op.scratch = scratch;
+                if self.spare.len() < SPARE_OPS {
+                    self.spare.push(op);
                 }
                 Ok(())
             }
@@ -654,7 +698,12 @@ impl Engine {
             return true;
         }
         let (t0, in_grace) = (op.t0, op.grace_until.is_some());
-        if w.since.is_some() && !w.blocking && !w.rounds.is_multiple_of(CLOCK_EVERY) && !in_grace {
+        if w.since.is_none() && w.fresh {
+            // The op was started just before this wait: its start time stands for the wait's
+            // (one clock read less per blocking call).
+            w.since = Some(t0);
+        }
+        if w.since.is_some() && !w.blocking && !w.rounds.wrapping_add(1).is_multiple_of(CLOCK_EVERY) && !in_grace {
             // Fast round: poll without reading the clock (deadline and spin budget are checked
             // every CLOCK_EVERY rounds).
             w.rounds = w.rounds.wrapping_add(1);
@@ -676,7 +725,7 @@ impl Engine {
             self.time_out(key);
             return true;
         }
-        let block = if w.rounds <= MIN_POLLS || now.duration_since(since) < self.spin {
+        let block = if w.rounds <= self.min_polls || now.duration_since(since) < self.spin {
             if w.rounds > self.yield_after {
                 std::thread::yield_now();
             }

@@ -148,6 +148,64 @@ impl Op {
         }
     }
 
+    /// Turns a finished, successful op into a new one like [`Op::new`] does, reusing its
+    /// allocations (step tables, maps, per-peer queues): a repeated small collective allocates
+    /// nothing. `scratch` replaces the old (already returned) scratch list.
+    pub fn reuse(
+        &mut self,
+        key: OpKey,
+        spec: OpSpec,
+        members: Arc<[u32]>,
+        send: Bound,
+        recv: Bound,
+        scratch: Vec<Bound>,
+    ) {
+        let n = spec.plan.sched.len();
+        let p = members.len();
+        self.key = key;
+        self.coll = spec.coll;
+        self.alg = spec.alg;
+        self.rank = spec.plan.sched.rank;
+        self.elem = spec.dtype.size();
+        self.dtype = spec.dtype;
+        self.rop = spec.rop;
+        self.deps_left.clone_from(&spec.plan.deps);
+        self.plan = spec.plan;
+        self.send = send;
+        self.recv = recv;
+        self.scratch = scratch;
+        self.members = members;
+        self.st.clear();
+        self.st.resize(n, St::Blocked);
+        self.pending.clear();
+        self.pending.resize(n, 0);
+        self.grants.clear();
+        self.eager_in.clear();
+        self.rts_in.clear();
+        self.fused_slot.clear();
+        self.work.clear();
+        self.done = 0;
+        self.grant_out.iter_mut().for_each(Vec::clear);
+        self.grant_out.resize_with(p, Vec::new);
+        self.rts_out.iter_mut().for_each(Vec::clear);
+        self.rts_out.resize_with(p, Vec::new);
+        self.check = None;
+        self.started = false;
+        self.error = None;
+        self.t0 = Instant::now();
+        self.grace_until = None;
+        self.notices.clear();
+        self.lost = None;
+    }
+
+    /// Lets go of the call's buffers (a recycled op must not keep user registrations alive) and
+    /// hands back the scratch list's allocation.
+    pub fn release_buffers(&mut self) -> Vec<Bound> {
+        self.send = Bound::empty();
+        self.recv = Bound::empty();
+        std::mem::take(&mut self.scratch)
+    }
+
     pub fn finished(&self) -> bool {
         self.error.is_some() || (self.started && self.done == self.st.len())
     }

@@ -3,6 +3,7 @@
 
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -47,7 +48,32 @@ pub struct ShmEndpoint {
     next: usize,
     /// Peers' `alloc`ated (memfd) registrations mapped here, by (peer, key): writes into them are
     /// a plain memcpy instead of a `process_vm_writev` syscall. Entries of retired keys are swept.
-    maps: HashMap<(usize, u64), sys::Mmap>,
+    maps: Maps,
+}
+
+/// Peer mappings by (peer, key), hashed with FxHash's mixing (the keys are ours, not an
+/// attacker's, and a write looks its destination up here).
+type Maps = HashMap<(usize, u64), sys::Mmap, BuildHasherDefault<KeyHasher>>;
+
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        bytes.iter().for_each(|&b| self.write_u64(u64::from(b)));
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
 }
 
 /// Cached peer mappings above this count are dropped wholesale (they are re-created on demand).
@@ -137,7 +163,7 @@ impl ShmEndpoint {
             peers: Vec::new(),
             done: VecDeque::new(),
             next: 0,
-            maps: HashMap::new(),
+            maps: Maps::default(),
         })
     }
 
@@ -183,7 +209,7 @@ impl ShmEndpoint {
 }
 
 /// Drops cached mappings of keys that are no longer live at their peer; all of them if too many.
-fn sweep(maps: &mut HashMap<(usize, u64), sys::Mmap>, peers: &[Peer]) {
+fn sweep(maps: &mut Maps, peers: &[Peer]) {
     maps.retain(|&(peer, key), _| {
         let slot = peers.get(peer).and_then(|p| p.seg.key((key & 0xffff_ffff) as usize));
         slot.is_some_and(|s| s.state.load(Ordering::Relaxed) >> 32 == key >> 32)

@@ -24,6 +24,30 @@ pub struct Plan {
     pub env: Vec<(String, String)>,
     pub prog: PathBuf,
     pub args: Vec<String>,
+    /// The CPU each rank is pinned to (empty: no pinning).
+    pub bind: Vec<usize>,
+}
+
+/// The CPU of each of `n` ranks when `bind` and there are at least 2 of them: the CPUs fabrun may
+/// run on, in order, round-robin when the ranks outnumber them (balanced: 4 ranks on 2 CPUs,
+/// 2 per CPU); otherwise none (one rank has no peer to share a CPU with).
+pub fn placement(n: u32, bind: bool) -> Vec<usize> {
+    let Ok(set) = rustix::thread::sched_getaffinity(None) else { return Vec::new() };
+    let cpus: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect();
+    if !bind || n < 2 || cpus.is_empty() {
+        return Vec::new();
+    }
+    (0..n as usize).map(|r| cpus[r % cpus.len()]).collect()
+}
+
+/// Pins a started rank to `cpu` (threads it starts later inherit the mask). A failure only costs
+/// speed, so it is a warning.
+fn pin(child: &Child, rank: usize, cpu: usize) {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    if let Err(e) = rustix::thread::sched_setaffinity(Some(rustix::process::Pid::from_child(child)), &set) {
+        eprintln!("fabrun: cannot pin rank {rank} to CPU {cpu}: {e}");
+    }
 }
 
 /// Exit code when the job outlived `--timeout` (as timeout(1)).
@@ -125,6 +149,9 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
         }
         match cmd.spawn() {
             Ok(mut c) => {
+                if let Some(&cpu) = plan.bind.get(r) {
+                    pin(&c, r, cpu);
+                }
                 let prefix = if plan.prefix { format!("[{r}] ").into_bytes() } else { Vec::new() };
                 if let Some(p) = c.stdout.take() {
                     forward(Box::new(p), prefix.clone(), false, done_tx.clone());
