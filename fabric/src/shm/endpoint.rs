@@ -20,6 +20,11 @@ use crate::Config;
 const BLOB_MAGIC: &[u8; 8] = b"fabshmad";
 const BLOB_LEN: usize = 32;
 const HAS_FD: u64 = 1 << 8;
+/// Key-slot flag: the owner reads writes into this registration once ([`Endpoint::hint_read_once`]).
+const READ_ONCE: u64 = 1 << 9;
+/// Writes of at least this many bytes into a [`READ_ONCE`] registration use streaming stores
+/// (p=2 bcast through eager slots, p50: 4 KiB 2.3 -> 0.9 us, 16 KiB 8.1 -> 1.5 us; at 1 KiB equal).
+const READ_ONCE_STREAM_MIN: usize = 2048;
 
 struct Peer {
     pid: u32,
@@ -368,7 +373,13 @@ impl Endpoint for ShmEndpoint {
                 // `dst.off + dst.len <= len` (checked); source readable (above); shared memory is
                 // written only through raw copies, ordered before the notification by its Release
                 // (a streaming copy ends with its own store fence).
-                unsafe { crate::copy::copy_bulk(base.add(dst.off), s, dst.len) };
+                unsafe {
+                    if aux & READ_ONCE != 0 && dst.len >= READ_ONCE_STREAM_MIN {
+                        crate::copy::copy_streaming(base.add(dst.off), s, dst.len)
+                    } else {
+                        crate::copy::copy_bulk(base.add(dst.off), s, dst.len)
+                    }
+                };
                 return Ok(());
             }
             // SAFETY: source readable (above); the kernel checks the remote range.
@@ -499,5 +510,16 @@ impl Endpoint for ShmEndpoint {
         let ptr = map.as_ptr();
         // SAFETY: `map` keeps `[ptr, ptr+len)` mapped while the Mapping lives.
         Ok(unsafe { Mapping::from_parts(ptr, len, Box::new(map)) })
+    }
+
+    fn hint_read_once(&mut self, mr: &Mr) {
+        let key = mr.remote().key;
+        if let Some(slot) = self.seg.key((key & 0xffff_ffff) as usize) {
+            // Only while the slot still holds this registration (a hint: a writer that read the
+            // flags just before sees no flag and copies through the cache, which is also correct).
+            if slot.state.load(Ordering::Acquire) >> 32 == key >> 32 {
+                slot.aux.fetch_or(READ_ONCE, Ordering::Relaxed);
+            }
+        }
     }
 }

@@ -69,6 +69,17 @@ pub fn ring(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize) -> Result<(), 
 /// `ring`, with source and destination in plain user memory (`Vec`) registered with `register`
 /// when `user_mem` (exercises e.g. shm's `process_vm_writev` path instead of mapped memfds).
 pub fn ring_with(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize, user_mem: bool) -> Result<(), String> {
+    ring_impl(ep, inbox, len, user_mem, false)
+}
+
+/// `ring` into destinations marked with [`Endpoint::hint_read_once`] (shm then writes them with
+/// streaming stores from 2 KiB on).
+#[allow(dead_code)] // used by the shm tests only
+pub fn ring_read_once(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize) -> Result<(), String> {
+    ring_impl(ep, inbox, len, false, true)
+}
+
+fn ring_impl(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize, user_mem: bool, read_once: bool) -> Result<(), String> {
     let (r, p) = (ep.rank(), ep.size());
     let (right, left) = ((r + 1) % p, (r + p - 1) % p);
     let e = |e: Error| format!("rank {r}, len {len}: {e}");
@@ -85,6 +96,9 @@ pub fn ring_with(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize, user_mem:
     } else {
         (ep.alloc(len, Access::REMOTE_WRITE).map_err(e)?, ep.alloc(len, Access::LOCAL).map_err(e)?)
     };
+    if read_once {
+        ep.hint_read_once(&dst);
+    }
     let data: Vec<u8> = (0..len).map(|i| pattern(r, len, i)).collect();
     src.write_at(0, &data).map_err(e)?;
     ep.send_ctrl(left, TAG_DESC, &dst.remote().to_bytes()).map_err(e)?;
