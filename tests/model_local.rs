@@ -52,7 +52,17 @@ fn same(a: &ModelParams, b: &ModelParams) -> bool {
 }
 
 fn params() -> ModelParams {
-    ModelParams { alpha: 3e-6, beta: 2e-10, gamma: 5e-11, f_alpha: 1.2, f_beta: 1.4, copy_beta: 3e-11, overhead: 2e-6 }
+    ModelParams {
+        alpha: 3e-6,
+        beta: 2e-10,
+        gamma: 5e-11,
+        f_alpha: 1.2,
+        f_beta: 1.4,
+        copy_beta: 3e-11,
+        overhead: 2e-6,
+        step_cost: 0.0,
+        cores: 0,
+    }
 }
 
 #[test]
