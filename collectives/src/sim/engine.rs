@@ -63,7 +63,8 @@ fn later(t1: f64, c1: &Terms, t2: f64, c2: &Terms) -> bool {
 // CPUs pick their next step, then the receive ports pick among every request of the instant, and
 // last the transfers that started get their cost (so every transfer starting at that instant is
 // known when the f factors are decided; computations get their cost in the same last class, for
-// the oversubscription factor). Arbitration therefore never depends on event order.
+// the oversubscription factor, when cores are shared). Arbitration therefore never depends on
+// event order.
 const CPU_DONE: u8 = 0;
 const TRANSFER_END: u8 = 1;
 const GRANT_SEND: u8 = 2;
@@ -602,11 +603,17 @@ impl<'a> Engine<'a> {
         self.after(g, self.ranks[r].cpu_last);
         self.busy += 1;
         self.ranks[r].cpu_cur = g;
-        self.lists[3].push((FINALIZE_CPU, g));
+        if self.cfg.cores == 0 {
+            // No oversubscription: the cost is known now (a computation that costs nothing
+            // completes before this instant's receive grants, as it always has).
+            self.finalize_cpu(g);
+        } else {
+            self.lists[3].push((FINALIZE_CPU, g));
+        }
     }
 
-    /// A computation that started at `now` gets its cost (once every start of the instant is
-    /// known, for the oversubscription factor).
+    /// A computation that started at `now` gets its cost: at once without shared cores, else
+    /// once every start of the instant is known (for the oversubscription factor).
     fn finalize_cpu(&mut self, g: u32) {
         let r = self.owner[g as usize] as usize;
         let i = g as usize;
