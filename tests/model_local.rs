@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use fabcoll::collectives::registry;
 use fabcoll::collectives::{CollArgs, Collective};
-use fabcoll::select::model::{cache, ModelParams, Rendezvous};
+use fabcoll::select::model::{cache, predict, ModelParams, Rendezvous};
 use fabcoll::{Collectives, Communicator, Datatype, ReduceOp};
 
 /// Every test's cache directory (set once, before any communicator reads the environment).
@@ -52,7 +52,17 @@ fn same(a: &ModelParams, b: &ModelParams) -> bool {
 }
 
 fn params() -> ModelParams {
-    ModelParams { alpha: 3e-6, beta: 2e-10, gamma: 5e-11, f_alpha: 1.2, f_beta: 1.4, copy_beta: 3e-11, overhead: 2e-6 }
+    ModelParams {
+        alpha: 3e-6,
+        beta: 2e-10,
+        gamma: 5e-11,
+        f_alpha: 1.2,
+        f_beta: 1.4,
+        copy_beta: 3e-11,
+        overhead: 2e-6,
+        step_cost: 0.0,
+        cores: 0,
+    }
 }
 
 #[test]
@@ -82,7 +92,12 @@ fn estimate_lists_every_eligible_algorithm_sorted() {
             assert!(est.iter().any(|e| e.algorithm == *name), "{coll}: {name} missing from {est:?}");
         }
         assert!(est.iter().all(|e| eligible.contains(&e.algorithm)), "{coll}: an ineligible algorithm");
-        assert!(est.windows(2).all(|w| w[0].seconds <= w[1].seconds), "{coll}: not sorted");
+        // The model's order: within TIE of the fastest by fewest steps, then the rest by time.
+        let limit = est.iter().map(|e| e.seconds).fold(f64::INFINITY, f64::min) * (1.0 + predict::TIE) * (1.0 + 1e-9);
+        let near = est.iter().take_while(|e| e.seconds <= limit).count();
+        assert!(est[near..].iter().all(|e| e.seconds > limit), "{coll}: the near ones come first: {est:?}");
+        assert!(est[..near].windows(2).all(|w| w[0].steps <= w[1].steps), "{coll}: near ones by steps");
+        assert!(est[near..].windows(2).all(|w| w[0].seconds <= w[1].seconds), "{coll}: not sorted");
         assert!(est.iter().all(|e| e.seconds.is_finite() && e.seconds > 0.0));
     }
     // A bad call is an error, not a panic.

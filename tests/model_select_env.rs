@@ -17,6 +17,8 @@ fn env_model_selection_and_explicit_parameters() {
         f_beta: 1.0,
         copy_beta: 0.0,
         overhead: 0.0,
+        step_cost: 0.0,
+        cores: 0,
     };
     let file = std::env::temp_dir().join(format!("fabcoll-model-env-{}.json", std::process::id()));
     std::fs::write(&file, serde_json::to_string(&params).unwrap()).unwrap();

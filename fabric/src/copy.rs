@@ -90,7 +90,8 @@ unsafe fn stream_copy(dst: *mut u8, src: *const u8, n: usize) {
         unsafe {
             let s = src.add(off) as *const __m128i;
             let d = dst.add(off) as *mut __m128i;
-            let (a, b, c, e) = (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+            let (a, b, c, e) =
+                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
             _mm_stream_si128(d, a);
             _mm_stream_si128(d.add(1), b);
             _mm_stream_si128(d.add(2), c);

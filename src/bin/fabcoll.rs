@@ -19,6 +19,8 @@ mod report;
 mod sim;
 #[path = "fabcoll/tune.rs"]
 mod tune;
+#[path = "fabcoll/tune_compare.rs"]
+mod tune_compare;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -29,22 +29,25 @@ struct Terms {
     copy: f64,
     msgs: u64,
     rdv: u64,
+    /// Local steps (Copy, Reduce).
+    local: u64,
 }
 
 impl Terms {
-    fn key(&self) -> [f64; 4] {
-        [self.alpha, self.beta, self.gamma, self.copy]
+    fn key(&self) -> [f64; 5] {
+        [self.alpha, self.beta, self.gamma, self.copy, self.local as f64]
     }
 }
 
-/// Whether (t2, c2) comes after (t1, c1): later time, or the same time with more α, β, γ, copy.
+/// Whether (t2, c2) comes after (t1, c1): later time, or the same time with more α, β, γ, copy,
+/// local steps.
 fn later(t1: f64, c1: &Terms, t2: f64, c2: &Terms) -> bool {
     match t2.total_cmp(&t1) {
         Ordering::Greater => true,
         Ordering::Less => false,
         Ordering::Equal => {
             let (k1, k2) = (c1.key(), c2.key());
-            for i in 0..4 {
+            for i in 0..k1.len() {
                 match k2[i].total_cmp(&k1[i]) {
                     Ordering::Greater => return true,
                     Ordering::Less => return false,
@@ -59,13 +62,16 @@ fn later(t1: f64, c1: &Terms, t2: f64, c2: &Terms) -> bool {
 // Event kinds. At one instant, events run in classes: completions first, then the send ports and
 // CPUs pick their next step, then the receive ports pick among every request of the instant, and
 // last the transfers that started get their cost (so every transfer starting at that instant is
-// known when the f factors are decided). Arbitration therefore never depends on event order.
+// known when the f factors are decided; computations get their cost in the same last class, for
+// the oversubscription factor, when cores are shared). Arbitration therefore never depends on
+// event order.
 const CPU_DONE: u8 = 0;
 const TRANSFER_END: u8 = 1;
 const GRANT_SEND: u8 = 2;
 const GRANT_CPU: u8 = 3;
 const GRANT_RECV: u8 = 4;
 const FINALIZE: u8 = 5;
+const FINALIZE_CPU: u8 = 6;
 
 fn class(kind: u8) -> u64 {
     match kind {
@@ -138,6 +144,8 @@ struct RankState {
     bytes_sent: u64,
     bytes_recv: u64,
     msgs: u64,
+    /// Local steps run.
+    local: u64,
 }
 
 struct Engine<'a> {
@@ -168,6 +176,8 @@ struct Engine<'a> {
     work: Vec<u32>,
     now: f64,
     done: u64,
+    /// Transfers and computations under way (in this replay's ranks), for the oversubscription.
+    busy: u32,
 }
 
 fn sim_err(msg: String) -> Error {
@@ -234,6 +244,7 @@ impl<'a> Engine<'a> {
             work: Vec::new(),
             now: 0.0,
             done: 0,
+            busy: 0,
         })
     }
 
@@ -465,6 +476,7 @@ impl<'a> Engine<'a> {
                 GRANT_SEND => self.grant_send(g as usize),
                 GRANT_CPU => self.grant_cpu(g as usize),
                 GRANT_RECV => self.grant_recv(g as usize),
+                FINALIZE_CPU => self.finalize_cpu(g),
                 _ => self.finalize(g),
             }
             self.drain();
@@ -532,6 +544,20 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// The time factor of an activity starting now with `busy` under way (its own included):
+    /// max(1, k / cores), k counted over the whole job (see the module doc).
+    fn oversubscription(&self) -> f64 {
+        let c = self.cfg.cores;
+        if c == 0 {
+            return 1.0;
+        }
+        let k = match self.mode {
+            Mode::Full => u64::from(self.busy),
+            Mode::Symmetric(_) => u64::from(self.busy) * u64::from(self.scheds[0].size),
+        };
+        (k as f64 / f64::from(c)).max(1.0)
+    }
+
     /// The send port is idle: the next send becomes its head and asks for the receiver's port.
     fn grant_send(&mut self, a: usize) {
         self.ranks[a].send_grant = false;
@@ -561,6 +587,7 @@ impl<'a> Engine<'a> {
         self.after(s, self.ranks[b].recv_last);
         let a = self.owner[s as usize] as usize;
         self.ranks[b].recv_cur = s;
+        self.busy += 1;
         self.ranks[b].recv_start = self.now;
         self.ranks[a].send_start = self.now;
         self.lists[3].push((FINALIZE, s));
@@ -574,22 +601,41 @@ impl<'a> Engine<'a> {
         }
         let Some(std::cmp::Reverse((_, _, g))) = self.ranks[r].cpu_q.pop() else { return };
         self.after(g, self.ranks[r].cpu_last);
+        self.busy += 1;
+        self.ranks[r].cpu_cur = g;
+        if self.cfg.cores == 0 {
+            // No oversubscription: the cost is known now (a computation that costs nothing
+            // completes before this instant's receive grants, as it always has).
+            self.finalize_cpu(g);
+        } else {
+            self.lists[3].push((FINALIZE_CPU, g));
+        }
+    }
+
+    /// A computation that started at `now` gets its cost: at once without shared cores, else
+    /// once every start of the instant is known (for the oversubscription factor).
+    fn finalize_cpu(&mut self, g: u32) {
+        let r = self.owner[g as usize] as usize;
         let i = g as usize;
         let bytes = (self.kind(g).len() * self.elem) as f64;
+        let s = self.oversubscription();
+        self.t[i] += s * self.cfg.step_cost;
+        self.cp[i].local += 1;
+        self.ranks[r].local += 1;
         if matches!(self.kind(g), StepKind::Reduce { .. }) {
-            self.t[i] += bytes * self.cfg.machine.gamma;
-            self.cp[i].gamma += bytes;
+            self.t[i] += s * bytes * self.cfg.machine.gamma;
+            self.cp[i].gamma += s * bytes;
         } else {
-            self.t[i] += bytes * self.cfg.copy_beta;
-            self.cp[i].copy += bytes;
+            self.t[i] += s * bytes * self.cfg.copy_beta;
+            self.cp[i].copy += s * bytes;
         }
-        self.ranks[r].cpu_cur = g;
         self.push(self.t[i], CPU_DONE, g);
     }
 
     fn cpu_done(&mut self, g: u32) {
         let r = self.owner[g as usize] as usize;
         self.ranks[r].cpu_cur = NONE;
+        self.busy -= 1;
         self.ranks[r].cpu_last = g;
         self.work.push(g);
         self.wake(GRANT_CPU, r);
@@ -602,6 +648,8 @@ impl<'a> Engine<'a> {
         let bi = ra.recv_start == now || ra.recv_until > now || rb.send_start == now || rb.send_until > now;
         let m = &self.cfg.machine;
         let (fa, fb) = if bi { (m.f_alpha, m.f_beta) } else { (1.0, 1.0) };
+        let over = self.oversubscription();
+        let (fa, fb) = (fa * over, fb * over);
         let bytes = (self.kind(s).len() * self.elem) as f64;
         let i = s as usize;
         let rdv = self.kind(s).len() * self.elem > self.cfg.eager_limit;
@@ -626,6 +674,7 @@ impl<'a> Engine<'a> {
         self.ranks[a].msgs += 1;
         self.ranks[b].bytes_recv += bytes;
         self.ranks[b].recv_cur = NONE;
+        self.busy -= 1;
         self.ranks[b].recv_last = s;
         self.wake(GRANT_RECV, b);
         self.ranks[a].send_head = NONE;
@@ -688,6 +737,7 @@ impl<'a> Engine<'a> {
         let max_sent = self.ranks.iter().map(|r| r.bytes_sent).max().unwrap_or(0);
         let max_recv = self.ranks.iter().map(|r| r.bytes_recv).max().unwrap_or(0);
         let max_msgs = self.ranks.iter().map(|r| r.msgs).max().unwrap_or(0);
+        let max_local = self.ranks.iter().map(|r| r.local).max().unwrap_or(0);
         let steps = self.n() as u64;
         let (finish, messages, bytes, steps) = match self.mode {
             Mode::Full => (finish, msgs, bytes, steps),
@@ -702,6 +752,8 @@ impl<'a> Engine<'a> {
             critical_copy_bytes: cp.copy,
             critical_messages: cp.msgs,
             critical_rendezvous: cp.rdv,
+            critical_local_steps: cp.local,
+            max_local_steps: max_local,
             critical_chain: chain,
             max_bytes_sent: max_sent,
             max_bytes_received: max_recv,

@@ -30,6 +30,16 @@
 //!   `n·copy_beta` (0 by default, as in the papers' formulas, which leave local copies out).
 //!   Both serialize on the rank's CPU in ready order (ties: lower step id); the CPU is
 //!   independent of the ports, so a rank computes while its NIC transfers.
+//! - **Local steps.** Every `Copy` and `Reduce` also costs [`SimConfig::step_cost`] seconds on
+//!   the CPU, whatever its size (the executor's dispatch and the kernel's start); 0 by default.
+//! - **Oversubscription.** With [`SimConfig::cores`] = c > 0, the ranks share c cores (ranks of
+//!   one node on shared memory, where moving bytes and waiting for them is the ranks' own CPU
+//!   work). A transfer or computation that starts while k activities (transfers and
+//!   computations, its own included) are under way costs max(1, k/c) times its time: k busy
+//!   ranks on c cores each run k/c of the time. The factor is decided once, at the start (as f);
+//!   all that starts at one instant counts each other. In a symmetric replay every rank does
+//!   what rank 0 does: k is p × rank 0's. Off by default; with c ≥ p nothing changes. The
+//!   critical path's α, β, γ and copy terms include the factor applied.
 //! - **Instants.** Everything that happens at one virtual instant is arbitrated after all of it is
 //!   known (completions, then send ports and CPUs, then receive ports, then the f decision), so
 //!   results never depend on the order in which the engine processes simultaneous events.
@@ -40,7 +50,8 @@
 //! steps, messages and port/CPU waits that determined it, and [`SimResult::critical_path`] sums
 //! its terms: α multiplied by the factor applied (1 or f_α) per message, bytes·factor (1 or f_β)
 //! per message, bytes reduced. So the job's time is `critical_path.time(machine)` plus
-//! `critical_copy_bytes·copy_beta` plus `critical_rendezvous·alpha_rendezvous`, and with
+//! `critical_copy_bytes·copy_beta` plus `critical_rendezvous·alpha_rendezvous` plus
+//! `critical_local_steps·step_cost`, and with
 //! [`Machine::UNIT`] the terms are the (a, b, c) that the papers' formulas predict.
 //! Where two chains finish at the same instant the one with more α (then β, then γ) terms is
 //! taken, so results do not depend on event order.
@@ -78,11 +89,18 @@ pub struct SimConfig {
     pub eager_limit: u64,
     /// Extra seconds of a rendezvous message (the receiver's grant round trip before the data).
     pub alpha_rendezvous: f64,
+    /// Fixed seconds of every local step (`Copy` or `Reduce`) on top of its per-byte cost: the
+    /// executor's dispatch of the step and the kernel's start, cache misses on a cold scratch
+    /// buffer (0 = local steps cost their bytes only, as in the papers' formulas).
+    pub step_cost: f64,
+    /// Cores the simulated ranks share (one node), 0 = as many as ranks (off). With more ranks
+    /// busy than cores, the busy ones time-share them: see the module doc (Oversubscription).
+    pub cores: u32,
 }
 
 impl SimConfig {
     pub fn new(machine: Machine) -> SimConfig {
-        SimConfig { machine, copy_beta: 0.0, eager_limit: u64::MAX, alpha_rendezvous: 0.0 }
+        SimConfig { machine, copy_beta: 0.0, eager_limit: u64::MAX, alpha_rendezvous: 0.0, step_cost: 0.0, cores: 0 }
     }
 }
 
@@ -100,6 +118,10 @@ pub struct SimResult {
     /// Rendezvous messages (longer than [`SimConfig::eager_limit`]) on the critical path: each
     /// costs [`SimConfig::alpha_rendezvous`] on top of its α and β terms.
     pub critical_rendezvous: u64,
+    /// Local steps (`Copy`, `Reduce`) on the critical path: each costs [`SimConfig::step_cost`].
+    pub critical_local_steps: u64,
+    /// Local steps of the busiest rank (the most `Copy` and `Reduce` steps).
+    pub max_local_steps: u64,
     /// The critical path, first step to last: each step and the step that held it back (a dep, the
     /// message's send, the previous transfer on a port or the previous computation on the CPU).
     /// In a symmetric replay every rank is rank 0.
@@ -249,6 +271,7 @@ fn check_config(cfg: &SimConfig) -> Result<()> {
         ("gamma", m.gamma),
         ("copy_beta", cfg.copy_beta),
         ("alpha_rendezvous", cfg.alpha_rendezvous),
+        ("step_cost", cfg.step_cost),
     ];
     for (name, v) in vals.into_iter().chain([("f_alpha", m.f_alpha), ("f_beta", m.f_beta)]) {
         if !v.is_finite() || v < 0.0 {

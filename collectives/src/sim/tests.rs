@@ -254,6 +254,77 @@ fn long_messages_pay_the_rendezvous() {
 }
 
 #[test]
+fn local_steps_pay_the_step_cost() {
+    // The exchange of `exchange_and_reduce_terms_are_separated`: per rank one Copy and one
+    // Reduce; the Reduce waits for the message and the Copy, so both are on the critical path.
+    let (p, count) = (2u32, 8u64);
+    let s = all(p, |r| {
+        let mut b = ScheduleBuilder::new(r, p);
+        let t = b.scratch(count);
+        b.send(1 - r, Region::new(Buf::Send, 0, count), &[]);
+        let v = b.recv(1 - r, Region::new(t, 0, count), &[]);
+        let c = b.copy(Region::new(Buf::Send, 0, count), Region::new(Buf::Recv, 0, count), &[]);
+        b.reduce(Region::new(t, 0, count), Region::new(Buf::Recv, 0, count), Order::SrcFirst, &[v, c]);
+        b.finish()
+    });
+    let args = job(Collective::Allreduce, p, count);
+    let plain = simulate(&args, &s, &SKEW).unwrap();
+    assert_eq!((plain.critical_local_steps, plain.max_local_steps), (1, 2));
+    // Copy at [0, 100) overlaps the transfer [0, 35); the Reduce starts at 100 and pays 100 more.
+    let cfg = SimConfig { step_cost: 100.0, ..SimConfig::new(SKEW) };
+    let res = simulate_with(&args, &s, &cfg).unwrap();
+    assert_eq!(res.time, 100.0 + 100.0 + 32.0 * 0.25);
+    assert_eq!((res.critical_local_steps, res.max_local_steps), (2, 2));
+    // A step cost below the transfer's leaves the Copy off the critical path: one step paid.
+    let cfg = SimConfig { step_cost: 1.0, ..SimConfig::new(SKEW) };
+    let res = simulate_with(&args, &s, &cfg).unwrap();
+    assert_eq!(res.time, plain.time + 1.0);
+    assert_eq!(res.critical_local_steps, 1);
+    // Schedules without local steps do not change; a negative cost is refused.
+    let bc = all(4, |r| binomial_bcast(4, 10, r));
+    let bargs = job(Collective::Bcast, 4, 10);
+    let cfg = SimConfig { step_cost: 5.0, ..SimConfig::new(SKEW) };
+    assert_eq!(simulate_with(&bargs, &bc, &cfg).unwrap().time, simulate(&bargs, &bc, &SKEW).unwrap().time);
+    assert!(simulate_with(&args, &s, &SimConfig { step_cost: -1.0, ..cfg }).is_err());
+}
+
+#[test]
+fn oversubscribed_ranks_share_the_cores() {
+    // Ring allgather: every step all p ranks transfer at once. On c cores each transfer takes
+    // p/c times as long; binomial bcast at p = 4 has one, then two transfers at a time.
+    let (p, c) = (4u32, 6u64);
+    let args = job(Collective::Allgather, p, c);
+    let ring = all(p, |r| ring_allgather(p, c, r));
+    let base = simulate(&args, &ring, &SKEW).unwrap();
+    for (cores, factor) in [(0u32, 1.0), (2, 2.0), (1, 4.0), (4, 1.0), (8, 1.0)] {
+        let cfg = SimConfig { cores, ..SimConfig::new(SKEW) };
+        let res = simulate_with(&args, &ring, &cfg).unwrap();
+        assert_eq!(res.time, factor * base.time, "cores={cores}");
+        // the symmetric replay counts p × rank 0's activities
+        let sym = simulate_symmetric_with(&args, &ring[0], Symmetry::Rotation, &cfg).unwrap();
+        assert_eq!(sym.time, res.time, "cores={cores}");
+    }
+    let bargs = job(Collective::Bcast, p, 10);
+    let bc = all(p, |r| binomial_bcast(p, 10, r));
+    let one = 2.0 + 40.0 * 0.5;
+    let t = |cores| simulate_with(&bargs, &bc, &SimConfig { cores, ..SimConfig::new(SKEW) }).unwrap().time;
+    assert_eq!((t(0), t(2), t(1)), (2.0 * one, 2.0 * one, 3.0 * one));
+    // Computations count too: two ranks reducing at once on one core take twice as long.
+    let (p2, n) = (2u32, 8u64);
+    let red = all(p2, |r| {
+        let mut b = ScheduleBuilder::new(r, p2);
+        b.reduce(Region::new(Buf::Send, 0, n), Region::new(Buf::Recv, 0, n), Order::SrcFirst, &[]);
+        b.finish()
+    });
+    let rargs = job(Collective::Allreduce, p2, n);
+    let cfg = SimConfig { cores: 1, step_cost: 1.0, ..SimConfig::new(SKEW) };
+    // both start at t = 0 and count each other (k = 2), whatever the engine's event order
+    let res = simulate_with(&rargs, &red, &cfg).unwrap();
+    assert_eq!(res.finish, vec![2.0 * (1.0 + 32.0 * 0.25); 2]);
+    assert_eq!(res.time, 2.0 * (1.0 + 32.0 * 0.25));
+}
+
+#[test]
 fn deadlock_is_an_error() {
     let p = 2u32;
     let s = all(p, |r| {

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use fabcoll::select::model::fit::terms_with;
+use fabcoll::select::model::fit::terms_on;
 use fabcoll::select::model::probe::ProbeReport;
 use fabcoll::select::model::{cache, compare, ModelParams, Rendezvous};
 use fabcoll::{Collectives, Communicator};
@@ -135,7 +135,9 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
          f_beta    {:>10.3}\n\
          copy_beta {:>10.3} ns/B\n\
          overhead  {:>10.3} µs   per call\n\
-         rendezvous{:>10.3} µs   more per message above {} B (eager limit)\n",
+         rendezvous{:>10.3} µs   more per message above {} B (eager limit)\n\
+         step_cost {:>10.3} µs   per local step (copy, reduction)\n\
+         cores     {:>10}      shared by the ranks (0 = one per rank)\n",
         r.elapsed,
         m.alpha * 1e6,
         m.beta * 1e9,
@@ -147,7 +149,9 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
         m.copy_beta * 1e9,
         m.overhead * 1e6,
         r.rendezvous.alpha * 1e6,
-        r.rendezvous.eager_limit
+        r.rendezvous.eager_limit,
+        m.step_cost * 1e6,
+        m.cores
     );
     if !r.samples.is_empty() {
         s += &format!(
@@ -158,7 +162,7 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
     for (case, secs) in &r.samples {
         let model = case
             .resolve(p)
-            .and_then(|(alg, args)| terms_with(alg, &args, r.rendezvous.eager_limit))
+            .and_then(|(alg, args)| terms_on(alg, &args, r.rendezvous.eager_limit, m.cores))
             .map(|t| t.time_with(m, r.rendezvous.alpha));
         let model = model.map_or(f64::NAN, |t| t * 1e6);
         s += &format!(
@@ -221,11 +225,15 @@ fn estimate_main(a: &ModelArgs, coll: fabcoll::collectives::Collective) -> Resul
     let est = fabcoll::select::model::predict_with(&args, &m, &rdv).map_err(|e| e.to_string())?;
     let took = t.elapsed();
     println!("{coll}, p = {}, {} B per block, model {m}", a.p, a.bytes);
-    println!("{:<40} {:>12}", "algorithm", "predicted µs");
+    println!("{:<40} {:>12} {:>8}", "algorithm", "predicted µs", "steps");
     for e in &est {
         let params: Vec<String> = e.params.iter().map(|(k, v)| format!(",{k}={v}")).collect();
-        println!("{:<40} {:>12.2}", format!("{}{}", e.algorithm, params.concat()), e.seconds * 1e6);
+        println!("{:<40} {:>12.2} {:>8}", format!("{}{}", e.algorithm, params.concat()), e.seconds * 1e6, e.steps);
     }
+    println!(
+        "(in the model's order: within {:.0}% of the fastest, fewest steps first; then by time)",
+        fabcoll::select::model::predict::TIE * 100.0
+    );
     println!("{} candidates simulated in {:.1} ms", est.len(), took.as_secs_f64() * 1e3);
     Ok(())
 }

@@ -32,7 +32,13 @@ two from half the message down to 4 KiB; alltoall barriers: 1, 2, 4, … ≤ p-1
 best value changes (to a factor √2); phase 2 does the same across algorithms, with the embedded
 default as the incumbent: another choice wins only if it is faster by more than --margin AND its
 repetitions do not overlap the incumbent's (after dropping repetitions slower than median +
-3·1.4826·MAD). Each point is verified once per algorithm and size; failures are skipped.
+3·1.4826·MAD), AND the default does not beat it so at both neighbouring grid sizes, AND it wins
+so again in 3 fresh rounds measuring it and the default alternately. Each point is verified once
+per algorithm and size; failures are skipped.
+
+Checking a tuned file: `fabcoll tune --compare FILE [--rounds 4]` measures, per grid size, the
+defaults' choice and the file's alternately and prints tuned/default (median over rounds) with a
+noise band from the sizes where both choose alike (see scripts/tune-vs-defaults.sh).
 
 Decision file: one run tunes one communicator size p (the job's size) and writes `p: [p, p]` rules
 per operation (the last one without a size condition), followed by the embedded default rules for
@@ -49,7 +55,7 @@ Resuming: every measured point is appended (and flushed) to --log as a JSON line
 pub struct TuneArgs {
     /// Operations to tune (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "allreduce,bcast,allgather,alltoall", value_parser = crate::parse_coll)]
-    ops: Vec<Collective>,
+    pub(crate) ops: Vec<Collective>,
     /// Smallest grid size (bytes; suffixes K, M, G).
     #[arg(long, default_value = "1", value_parser = crate::parse_size)]
     min_size: u64,
@@ -90,14 +96,22 @@ pub struct TuneArgs {
     /// PNG; with several operations, one file per operation (`map-allreduce.svg`, …).
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+    /// Instead of tuning: benchmark this decision file's choices against the embedded defaults
+    /// over the grid (--ops, --min-size, --max-size, --reps, --rep-us, --max-iters), alternating
+    /// over --rounds rounds, and report per size the median ratio and a noise band.
+    #[arg(long, value_name = "FILE")]
+    compare: Option<PathBuf>,
+    /// --compare: alternating rounds per size.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
 }
 
-fn err(e: fabcoll::Error) -> String {
+pub(crate) fn err(e: fabcoll::Error) -> String {
     e.to_string()
 }
 
 /// Bytes per element: f32 for reductions, u8 for data movers (as `fabcoll bench`).
-fn elem_size(op: Collective) -> u64 {
+pub(crate) fn elem_size(op: Collective) -> u64 {
     if op.is_reduction() {
         4
     } else {
@@ -127,7 +141,7 @@ fn space(op: Collective, p: u32) -> Vec<AlgSpace> {
 }
 
 /// The embedded default's algorithm for `op` at `p` and `bytes` (commutative reductions).
-fn default_choice(op: Collective, p: u32, bytes: u64) -> Candidate {
+pub(crate) fn default_choice(op: Collective, p: u32, bytes: u64) -> Candidate {
     let es = elem_size(op);
     let args = CollArgs::new(op, 0, p, bytes / es).with_commutative(true);
     let f = Features { msg: bytes, total: bytes.saturating_mul(u64::from(p)), p, commutative: true };
@@ -138,7 +152,7 @@ fn default_choice(op: Collective, p: u32, bytes: u64) -> Candidate {
 }
 
 /// The grid of `op` at `p`: faraj-yuan sizes that hold a whole element.
-fn grid_of(op: Collective, p: u32, a: &TuneArgs) -> Vec<u64> {
+pub(crate) fn grid_of(op: Collective, p: u32, a: &TuneArgs) -> Vec<u64> {
     let es = elem_size(op);
     tune::grid(a.min_size, a.max_size, es)
         .into_iter()
@@ -317,7 +331,7 @@ impl Run<'_> {
 /// Measures one point. Outer error: the communicator failed (fatal); inner: this candidate
 /// failed or gave a wrong result (recorded and skipped). `want`: check the result against it.
 #[allow(clippy::too_many_arguments)]
-fn measure_point<T: BenchElem>(
+pub(crate) fn measure_point<T: BenchElem>(
     c: &Communicator,
     s: &ops::Shape,
     cand: &Candidate,
@@ -584,7 +598,11 @@ pub fn main(a: TuneArgs) -> Result<(), String> {
         return Err("--ops is empty".into());
     }
     let c = Communicator::from_env().map_err(err)?;
-    rank_main(&c, &a).map_err(|e| format!("rank {}: {e}", c.rank()))?;
+    let run = match &a.compare {
+        Some(file) => crate::tune_compare::rank_main(&c, &a, file, a.rounds as usize),
+        None => rank_main(&c, &a),
+    };
+    run.map_err(|e| format!("rank {}: {e}", c.rank()))?;
     // Leave together, so that no rank's exit is taken for a failure by a slower one.
     c.barrier().map_err(|e| format!("rank {}: {e}", c.rank()))
 }

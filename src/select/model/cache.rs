@@ -192,6 +192,8 @@ mod tests {
             f_beta: 1.7,
             copy_beta: 4e-11,
             overhead: 2e-6,
+            step_cost: 1e-7,
+            cores: 2,
         }
     }
 
@@ -220,6 +222,12 @@ mod tests {
         let rdv = Rendezvous { eager_limit: 16384, alpha: 2e-6 };
         save(&path, &ModelFile { rendezvous: Some(rdv), ..f }).unwrap();
         assert_eq!(load_explicit(&path).unwrap(), (params(), rdv));
+        // Without a step cost and shared cores, the parameters are written as before they
+        // existed (older builds reading a shared cache directory deny unknown fields).
+        let plain = ModelParams { step_cost: 0.0, cores: 0, ..params() };
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("step_cost") && !text.contains("cores"), "{text}");
+        assert_eq!(serde_json::from_str::<ModelParams>(&text).unwrap(), plain);
         let _ = std::fs::remove_dir_all(&d);
     }
 

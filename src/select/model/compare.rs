@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use fabcoll_collectives::registry::{self, Algorithm};
 use fabcoll_collectives::{CollArgs, Collective};
 
-use super::predict::{picos, time_of_with};
+use super::predict::{preference, run_with};
 use super::{model_err, ModelParams, Rendezvous};
 use crate::error::Result;
 use crate::select::file::Measurement;
@@ -215,29 +215,41 @@ pub fn compare_with(
                 m
             }
         };
-        // A candidate measured twice (a resumed run) keeps its last measurement.
-        let mut cands: BTreeMap<String, (&Measurement, f64)> = BTreeMap::new();
+        // A candidate measured twice keeps its first measurement: the tuner measures every
+        // candidate of a grid size one after the other in phase 1, and asks again only for a
+        // few of them later (phase 2 re-measures a challenger and the default to confirm a
+        // win). Times taken minutes apart on a shared machine can differ by 3× (seen: p = 2
+        // alltoall at 16 KiB, 11 µs in the sweep, 3.3 µs in the confirmation); comparing the
+        // late figure of two candidates with the early figures of the others compares moments,
+        // not algorithms.
+        let mut cands: BTreeMap<String, (&Measurement, f64, u64)> = BTreeMap::new();
         for m in ms {
+            if cands.contains_key(&label(m)) {
+                continue;
+            }
             if !m.median_us.is_finite() || m.median_us <= 0.0 {
                 out.skipped.push(format!("{fabric} {op} p={p} {bytes} B {}: no valid time", label(m)));
                 continue;
             }
-            match call_of(m).and_then(|(alg, args)| time_of_with(alg, &args, &model.0, &model.1)) {
-                Ok(t) => {
-                    cands.insert(label(m), (m, t * 1e6));
+            match call_of(m).and_then(|(alg, args)| run_with(alg, &args, &model.0, &model.1)) {
+                Ok((t, steps)) => {
+                    cands.insert(label(m), (m, t * 1e6, steps));
                 }
                 Err(e) => out.skipped.push(format!("{fabric} {op} p={p} {bytes} B {}: {e}", label(m))),
             }
         }
         let best = cands.iter().min_by(|a, b| a.1 .0.median_us.total_cmp(&b.1 .0.median_us).then_with(|| a.0.cmp(b.0)));
-        // Ranked as the selection ranks (`predict`): whole picoseconds, then registry order,
-        // then unsegmented first.
+        // Ranked as the selection ranks (`predict::preference`), the candidates given in registry
+        // order, unsegmented first.
         let rank = |m: &Measurement| {
             let coll = Collective::from_name(&m.op);
             let idx = coll.and_then(|c| registry::for_op(c).position(|a| a.name == m.algorithm));
             (idx.unwrap_or(usize::MAX), m.params.get(fabcoll_collectives::args::SEGMENT).copied().unwrap_or(0))
         };
-        let pick = cands.iter().min_by_key(|(label, (m, t))| (picos(*t * 1e-6), rank(m), (*label).clone()));
+        let mut ordered: Vec<_> = cands.iter().collect();
+        ordered.sort_by_key(|(label, (m, _, _))| (rank(m), (*label).clone()));
+        let by_pref = preference(&ordered.iter().map(|(_, (_, t, s))| (*t * 1e-6, *s)).collect::<Vec<_>>());
+        let pick = by_pref.first().map(|&i| ordered[i]);
         let (Some(best), Some(pick)) = (best, pick) else { continue };
         out.rows.push(Row {
             fabric: fabric.clone(),
@@ -290,7 +302,17 @@ mod tests {
     }
 
     fn model() -> ModelParams {
-        ModelParams { alpha: 2e-6, beta: 2e-10, gamma: 1e-10, f_alpha: 1.0, f_beta: 1.0, copy_beta: 0.0, overhead: 0.0 }
+        ModelParams {
+            alpha: 2e-6,
+            beta: 2e-10,
+            gamma: 1e-10,
+            f_alpha: 1.0,
+            f_beta: 1.0,
+            copy_beta: 0.0,
+            overhead: 0.0,
+            step_cost: 0.0,
+            cores: 0,
+        }
     }
 
     #[test]
@@ -305,10 +327,11 @@ mod tests {
             // fastest, so the pick misses by a factor of 2.
             meas("allreduce", 8, "recursive_doubling", 0, 4 << 20, 1000.0),
             meas("allreduce", 8, "ring", 0, 4 << 20, 2000.0),
-            // Segment parameters are kept apart as candidates; a resumed run's duplicate counts once.
+            // Segment parameters are kept apart as candidates; a repeated measurement (a phase-2
+            // confirmation) counts once, with its first figure.
             meas("bcast", 4, "binomial", 0, 1 << 20, 500.0),
-            meas("bcast", 4, "binomial", 65536, 1 << 20, 450.0),
             meas("bcast", 4, "binomial", 65536, 1 << 20, 460.0),
+            meas("bcast", 4, "binomial", 65536, 1 << 20, 450.0),
             meas("bcast", 4, "nosuch", 0, 1 << 20, 1.0),
         ];
         let text: String = log.iter().map(|m| serde_json::to_string(m).unwrap() + "\n\n").collect();
@@ -327,7 +350,7 @@ mod tests {
         let b = row("bcast", 1 << 20);
         assert_eq!(b.candidates, 2);
         assert_eq!(b.best, "binomial,segment=65536");
-        assert_eq!(b.best_us, 460.0, "the later duplicate wins");
+        assert_eq!(b.best_us, 460.0, "the first measurement counts");
         assert_eq!(c.skipped.len(), 1, "{:?}", c.skipped);
         assert!(c.skipped[0].contains("nosuch"));
         // Binomial's root sends the whole message twice at p = 4: on the model, pipelining only

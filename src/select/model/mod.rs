@@ -26,13 +26,17 @@
 //! # Known gaps
 //!
 //! The eager/zero-copy switch is modelled by [`Rendezvous`] (a message above the executor's eager
-//! threshold pays a fitted α_r more) in `fabcoll model --compare`/`--estimate` and the model file;
-//! the in-process selection (`comm/estimate.rs`) still predicts without it (its wire carries the
-//! eight [`ModelParams`] values only). Not modelled: scratch-buffer setup and a per-step cost of
-//! local steps (a copy costs κ per byte only), and process scheduling when more
-//! ranks than cores share a node (there α, o and f_α measure the scheduler, and vary run to run).
-//! At small p many algorithms have the same schedule shape and the model cannot tell them apart;
-//! they are ranked in registry order.
+//! threshold pays a fitted α_r more). Two terms exist in the simulator and the model file but the
+//! probe leaves them off where it cannot measure them: a fixed cost per local step
+//! ([`ModelParams::step_cost`], `SimConfig::step_cost`; 0 from the probe, see [`fit`]) and
+//! ranks time-sharing the node's cores ([`ModelParams::cores`], `SimConfig::cores`; the probe
+//! fits with and without it when p > cores and keeps the better fit — on the 2-core
+//! development machine at p = 4 that was "without": a busy rank there waits for a scheduling
+//! slot, ≈ 10 µs a message, which no factor k/c on a transfer describes). So where ranks
+//! outnumber cores, α, o and f_α still measure the scheduler and vary run to run.
+//! Scratch-buffer setup is not modelled. At small p many algorithms have the same schedule
+//! shape and the model cannot tell them apart: within [`predict::TIE`] the fewest steps win,
+//! then registry order.
 
 pub mod cache;
 pub mod compare;
@@ -67,6 +71,24 @@ pub struct ModelParams {
     /// Per-call overhead, added to every prediction.
     #[serde(default)]
     pub overhead: f64,
+    /// Fixed cost of one local step (`Copy` or `Reduce`) through the executor, on top of its
+    /// bytes: dispatch, kernel start, a cold scratch buffer (`SimConfig::step_cost`). Written
+    /// only when set, so files stay readable by builds that predate it.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub step_cost: f64,
+    /// Cores the job's ranks share on this node when all of them are on it (shm, local), else 0
+    /// (= one core per rank): p > cores time-shares them (`SimConfig::cores`). Written only when
+    /// set.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub cores: u32,
+}
+
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
 }
 
 impl ModelParams {
@@ -85,6 +107,8 @@ impl ModelParams {
             f_beta: m.f_beta,
             copy_beta: 0.0,
             overhead: 0.0,
+            step_cost: 0.0,
+            cores: 0,
         }
     }
 
@@ -98,6 +122,7 @@ impl ModelParams {
             ("f_beta", self.f_beta),
             ("copy_beta", self.copy_beta),
             ("overhead", self.overhead),
+            ("step_cost", self.step_cost),
         ];
         for (name, v) in vals {
             if !v.is_finite() || v < 0.0 {
@@ -108,10 +133,10 @@ impl ModelParams {
     }
 
     /// Parses `alpha=1e-6,beta=1e-10,gamma=2e-10[,f_alpha=..,f_beta=..,copy_beta=..,overhead=..]`
-    /// (`fabcoll model --machine`). Missing factors default to 1, missing costs to 0.
+    /// (`fabcoll model --machine`; also `step_cost=..`, `cores=N`). Missing factors default to 1, missing costs
+    /// to 0.
     pub fn parse_kv(s: &str) -> Result<ModelParams> {
-        let mut p =
-            ModelParams { alpha: 0.0, beta: 0.0, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0, copy_beta: 0.0, overhead: 0.0 };
+        let mut p = ModelParams::from_machine(Machine { alpha: 0.0, beta: 0.0, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 });
         let mut seen = Vec::new();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (k, v) = item.split_once('=').ok_or_else(|| model_err(format!("{item:?} is not name=value")))?;
@@ -124,9 +149,19 @@ impl ModelParams {
                 "f_beta" => &mut p.f_beta,
                 "copy_beta" => &mut p.copy_beta,
                 "overhead" => &mut p.overhead,
+                "step_cost" => &mut p.step_cost,
+                "cores" => {
+                    if v.fract() != 0.0 || !(0.0..=f64::from(u32::MAX)).contains(&v) {
+                        return Err(model_err(format!("{item:?}: cores must be a whole number ≥ 0")));
+                    }
+                    p.cores = v as u32;
+                    seen.push(k.trim().to_owned());
+                    continue;
+                }
                 other => {
                     return Err(model_err(format!(
-                        "unknown parameter {other:?} (alpha, beta, gamma, f_alpha, f_beta, copy_beta, overhead)"
+                        "unknown parameter {other:?} (alpha, beta, gamma, f_alpha, f_beta, copy_beta, overhead, step_cost, \
+                         cores)"
                     )))
                 }
             };
@@ -147,8 +182,17 @@ impl std::fmt::Display for ModelParams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "alpha={:.3e},beta={:.3e},gamma={:.3e},f_alpha={:.3},f_beta={:.3},copy_beta={:.3e},overhead={:.3e}",
-            self.alpha, self.beta, self.gamma, self.f_alpha, self.f_beta, self.copy_beta, self.overhead
+            "alpha={:.3e},beta={:.3e},gamma={:.3e},f_alpha={:.3},f_beta={:.3},copy_beta={:.3e},overhead={:.3e},\
+             step_cost={:.3e},cores={}",
+            self.alpha,
+            self.beta,
+            self.gamma,
+            self.f_alpha,
+            self.f_beta,
+            self.copy_beta,
+            self.overhead,
+            self.step_cost,
+            self.cores
         )
     }
 }
@@ -209,6 +253,8 @@ impl Rendezvous {
     pub fn sim_config(&self, m: &ModelParams) -> fabcoll_collectives::sim::SimConfig {
         fabcoll_collectives::sim::SimConfig {
             copy_beta: m.copy_beta,
+            step_cost: m.step_cost,
+            cores: m.cores,
             eager_limit: self.eager_limit,
             alpha_rendezvous: self.alpha,
             ..fabcoll_collectives::sim::SimConfig::new(m.machine())

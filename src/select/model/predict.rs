@@ -6,6 +6,14 @@
 //! symmetric replay is tried first (rotation, then XOR for powers of two: one rank's schedule,
 //! checked against sampled ranks) and the whole job only where no symmetry holds (rooted trees).
 //! The machine is homogeneous, so a rooted call is replayed with root 0.
+//!
+//! Order ([`preference`]): the candidates predicted within [`TIE`] of the fastest are ones the
+//! model cannot tell apart (the probe's own fit misses its points by 5–25 %): among them the one
+//! with the fewest steps (messages and local steps of the whole job) comes first — less work
+//! and fewer chances to wait on a descheduled peer, which the model does not see. At p = 2
+//! most alltoall algorithms are one exchange plus local copies and bcast's scatter+allgather is
+//! binomial's single message cut in two; by time alone they tie, or differ by a fitted f_β of
+//! 0.97 — the simpler schedule is the one that measures fastest. Then registry order.
 
 use fabcoll_collectives::registry::{self, Algorithm};
 use fabcoll_collectives::sim::{
@@ -23,6 +31,30 @@ pub struct Estimate {
     /// The candidate's parameters (`segment` in elements of the call's datatype; absent = none).
     pub params: Params,
     pub seconds: f64,
+    /// Steps of the whole job (sends, receives, copies, reductions): the tie-breaker.
+    pub steps: u64,
+}
+
+/// Relative resolution of the model: candidates predicted within this fraction of the fastest
+/// are ranked by their steps (see the module doc).
+pub const TIE: f64 = 0.05;
+
+/// The model's preference order of candidates given as (predicted seconds, steps), each already
+/// in registry order: the indices, preferred first. Within [`TIE`] of the fastest: fewest steps,
+/// then the given order; the others by time (whole picoseconds), then the given order.
+pub fn preference(cands: &[(f64, u64)]) -> Vec<usize> {
+    let fastest = cands.iter().map(|c| picos(c.0)).min().unwrap_or(0);
+    let limit = (fastest as f64 * (1.0 + TIE)).round() as u64;
+    let mut idx: Vec<usize> = (0..cands.len()).collect();
+    idx.sort_by_key(|&i| {
+        let t = picos(cands[i].0);
+        if t <= limit {
+            (0, cands[i].1, 0, i)
+        } else {
+            (1, 0, t, i)
+        }
+    });
+    idx
 }
 
 /// Predicted times of every eligible algorithm (and segment choice) for `args`, fastest first
@@ -57,8 +89,8 @@ pub fn predict_filtered_with(
     for alg in registry::eligible(&args).filter(|a| keep(a)) {
         for seg in std::iter::once(0).chain(segment_candidates(msg)) {
             let params = segment_params(seg, args.elem_size);
-            match time_of_with(alg, &CollArgs { params: params.clone(), ..args.clone() }, m, rdv) {
-                Ok(t) => out.push(Estimate { algorithm: alg.name, params, seconds: t }),
+            match run_with(alg, &CollArgs { params: params.clone(), ..args.clone() }, m, rdv) {
+                Ok((t, steps)) => out.push(Estimate { algorithm: alg.name, params, seconds: t, steps }),
                 Err(e) => {
                     tracing::debug!("model: {}:{} not simulated: {e}", alg.coll, alg.name);
                     last_err = Some(e);
@@ -72,10 +104,10 @@ pub fn predict_filtered_with(
             None => model_err(format!("no registered {} algorithm accepts these arguments", args.coll)),
         });
     }
-    // Stable sort on whole picoseconds: candidates the model cannot tell apart (the same
-    // structure at small p) keep registry order, unsegmented first, on every rank alike.
-    out.sort_by_key(|e| picos(e.seconds));
-    Ok(out)
+    // Deterministic on every rank: ties on whole picoseconds and steps keep registry order,
+    // unsegmented first.
+    let order = preference(&out.iter().map(|e| (e.seconds, e.steps)).collect::<Vec<_>>());
+    Ok(order.into_iter().map(|i| out[i].clone()).collect())
 }
 
 /// Seconds as whole picoseconds (the resolution at which candidates are ranked).
@@ -90,18 +122,27 @@ pub fn time_of(alg: &Algorithm, args: &CollArgs, m: &ModelParams) -> Result<f64>
 
 /// [`time_of`] with the eager/rendezvous switch `rdv`.
 pub fn time_of_with(alg: &Algorithm, args: &CollArgs, m: &ModelParams, rdv: &Rendezvous) -> Result<f64> {
+    Ok(run_with(alg, args, m, rdv)?.0)
+}
+
+/// [`time_of_with`] and the job's steps (the tie-breaker of [`preference`]).
+pub fn run_with(alg: &Algorithm, args: &CollArgs, m: &ModelParams, rdv: &Rendezvous) -> Result<(f64, u64)> {
     let args = canonical(args);
     let cfg = rdv.sim_config(m);
     let sim = if args.size > 8 { symmetric(alg, &args, &cfg)? } else { None };
-    let t = match sim {
+    let (t, steps) = match sim {
         Some(t) => t,
-        None => simulate_alg_with(alg, &args, &cfg)?.time,
+        None => {
+            let r = simulate_alg_with(alg, &args, &cfg)?;
+            (r.time, r.steps)
+        }
     };
-    Ok(t + m.overhead)
+    Ok((t + m.overhead, steps))
 }
 
-/// The symmetric replay's time if rank 0's schedule is every rank's up to a rotation or XOR.
-fn symmetric(alg: &Algorithm, args: &CollArgs, cfg: &SimConfig) -> Result<Option<f64>> {
+/// The symmetric replay's time and the job's steps if rank 0's schedule is every rank's up to a
+/// rotation or XOR.
+fn symmetric(alg: &Algorithm, args: &CollArgs, cfg: &SimConfig) -> Result<Option<(f64, u64)>> {
     let s0 = alg.schedule(&args.for_rank(0))?;
     let others: Vec<_> = sample_ranks(args.size).into_iter().map(|r| alg.schedule(&args.for_rank(r))).collect();
     for sym in [Symmetry::Rotation, Symmetry::Xor] {
@@ -110,7 +151,8 @@ fn symmetric(alg: &Algorithm, args: &CollArgs, cfg: &SimConfig) -> Result<Option
         }
         let holds = others.iter().all(|s| s.as_ref().is_ok_and(|s| check_symmetry(&s0, s, sym).is_ok()));
         if holds {
-            return Ok(Some(simulate_symmetric_with(args, &s0, sym, cfg)?.time));
+            let r = simulate_symmetric_with(args, &s0, sym, cfg)?;
+            return Ok(Some((r.time, r.steps)));
         }
     }
     Ok(None)
@@ -146,6 +188,8 @@ mod tests {
             f_beta: 1.5,
             copy_beta: 5e-11,
             overhead: 1e-6,
+            step_cost: 0.0,
+            cores: 0,
         }
     }
 
@@ -158,9 +202,36 @@ mod tests {
             for name in &eligible {
                 assert!(est.iter().any(|e| e.algorithm == *name), "p={p}: {name} missing");
             }
-            assert!(est.windows(2).all(|w| w[0].seconds <= w[1].seconds));
+            // Within TIE of the fastest by steps, then by time.
+            let limit = est.iter().map(|e| e.seconds).fold(f64::INFINITY, f64::min) * (1.0 + TIE) * (1.0 + 1e-9);
+            let (near, far): (Vec<_>, Vec<_>) = est.iter().partition(|e| e.seconds <= limit);
+            assert!(near.windows(2).all(|w| w[0].steps <= w[1].steps));
+            assert!(far.windows(2).all(|w| w[0].seconds <= w[1].seconds));
+            assert_eq!(near.len() + far.len(), est.len());
+            assert!(est[..near.len()].iter().all(|e| e.seconds <= limit), "the near ones come first");
             assert!(est.iter().any(|e| e.params.get("segment").is_some()), "1 MiB: segment candidates");
             assert!(est.iter().all(|e| e.seconds > m().overhead));
+        }
+    }
+
+    #[test]
+    fn ties_go_to_the_simpler_schedule() {
+        // (seconds, steps) in registry order: 0, 1 and 3 are within 5 % of the fastest (3).
+        let order = preference(&[(1.00e-5, 9), (1.03e-5, 3), (1.2e-5, 1), (0.99e-5, 9)]);
+        assert_eq!(order, vec![1, 0, 3, 2]);
+        assert_eq!(preference(&[]), Vec::<usize>::new());
+        // Allgather at p = 2: every algorithm but gather_bcast is one exchange; bruck adds local
+        // rotations (10 steps against 6). Without a per-step cost the times tie and the fewest
+        // steps win; with one, bruck is slower too.
+        for step_cost in [0.0, 3e-7] {
+            let mut args = CollArgs::new(Collective::Allgather, 0, 2, 1024);
+            args.elem_size = 1;
+            let est = predict(&args, &ModelParams { step_cost, ..m() }).unwrap();
+            let fewest = est.iter().filter(|e| e.seconds <= est[0].seconds * 1.05).map(|e| e.steps).min().unwrap();
+            assert_eq!(est[0].steps, fewest, "{step_cost}: {est:?}");
+            let bruck = est.iter().position(|e| e.algorithm == "bruck").unwrap();
+            let ring = est.iter().position(|e| e.algorithm == "ring").unwrap();
+            assert!(ring < bruck, "{step_cost}: {est:?}");
         }
     }
 
@@ -195,8 +266,9 @@ mod tests {
         let args = CollArgs::new(Collective::Allgather, 0, 16, 1000);
         let alg = registry::find(Collective::Allgather, "ring").unwrap();
         let cfg = Rendezvous { eager_limit: 4096, alpha: 3e-6 }.sim_config(&m());
-        let sym = symmetric(alg, &args, &cfg).unwrap().expect("ring is rotation-symmetric");
-        let full = simulate_alg_with(alg, &args, &cfg).unwrap().time;
-        assert!((sym - full).abs() <= 1e-9 * full, "{sym} vs {full}");
+        let (sym, steps) = symmetric(alg, &args, &cfg).unwrap().expect("ring is rotation-symmetric");
+        let full = simulate_alg_with(alg, &args, &cfg).unwrap();
+        assert!((sym - full.time).abs() <= 1e-9 * full.time, "{sym} vs {}", full.time);
+        assert_eq!(steps, full.steps);
     }
 }

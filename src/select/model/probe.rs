@@ -5,6 +5,7 @@
 //!   the per-call overhead o).
 //! - **f_α, f_β**: `allgather:ring` (every message is sent while one is received) at 8 B, 4 KiB,
 //!   64 KiB and 256 KiB per block.
+//! - **step cost**: not probed (0; see [`super::fit`] for why).
 //! - **γ, κ**: the f32-sum reduction kernel and memcpy timed on 4 MiB buffers on rank 0.
 //!
 //! Each configuration runs with the algorithm forced, so what is fitted is what the executor
@@ -22,7 +23,7 @@ use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::registry::{self, Algorithm};
 use fabcoll_collectives::{CollArgs, Collective, Order};
 
-use super::fit::{fit_with_rendezvous, terms_with, Sample};
+use super::fit::{fit_with_rendezvous, terms_on, Sample};
 use super::{model_err, segment_params, ModelParams, Rendezvous};
 use crate::comm::{Collectives, Communicator, Options};
 use crate::error::Result;
@@ -101,14 +102,27 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     // Rank 0 measures the CPU and fits; the result (or a failure flag) goes to every rank. On a
     // busy node one round of timings can be too noisy to fit (e.g. times that do not grow with
     // bytes): the whole probe is repeated, on every rank alike, before giving up.
-    let mut wire = [0.0f64; 9];
+    let mut wire = [0.0f64; 11];
+    let cores = node_cores(&comm.fabric_name());
     let mut samples = Vec::new();
     for attempt in 1..=PROBE_ATTEMPTS {
         samples = time_cases(comm, plan(p))?;
         if comm.rank() == 0 {
-            match fit_samples(p, &samples, eager_limit) {
+            match fit_samples(p, &samples, eager_limit, cores) {
                 Ok((m, a_r)) => {
-                    wire = [1.0, m.alpha, m.beta, m.gamma, m.f_alpha, m.f_beta, m.copy_beta, m.overhead, a_r];
+                    wire = [
+                        1.0,
+                        m.alpha,
+                        m.beta,
+                        m.gamma,
+                        m.f_alpha,
+                        m.f_beta,
+                        m.copy_beta,
+                        m.overhead,
+                        a_r,
+                        m.step_cost,
+                        f64::from(m.cores),
+                    ];
                 }
                 Err(e) => tracing::warn!("model probe, attempt {attempt} of {PROBE_ATTEMPTS}: {e}"),
             }
@@ -129,6 +143,8 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
         f_beta: wire[5],
         copy_beta: wire[6],
         overhead: wire[7],
+        step_cost: wire[9],
+        cores: wire[10] as u32,
     };
     if comm.rank() != 0 {
         samples.clear();
@@ -143,20 +159,76 @@ fn eager_limit() -> Result<u64> {
     Ok(crate::exec::ExecConfig::from_env()?.eager_threshold as u64)
 }
 
-fn fit_samples(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64) -> Result<(ModelParams, f64)> {
+/// The cores the job's ranks share: this machine's when every rank is on this node (`shm`,
+/// `local`), else 0 (unknown: one core per rank).
+pub fn node_cores(fabric: &str) -> u32 {
+    if matches!(fabric, "shm" | "local") {
+        std::thread::available_parallelism().map_or(0, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+    } else {
+        0
+    }
+}
+
+/// Fits the probe's timings. With more ranks than `cores`, two models are fitted: one where
+/// ranks time-share the cores (`SimConfig::cores`) and one with a core per rank (the f factors
+/// and α absorb the sharing); the one whose predictions miss the probe's own points least (root
+/// mean square of the relative errors) is kept. On 2 cores, p = 4 ring exchanges (4 ranks busy)
+/// cost ≈ 10 µs a message where binomial's (≤ 2 busy) cost ≈ 3 µs: a scheduling delay that a
+/// factor k/c on the transfer does not always describe better than a large f_α.
+fn fit_samples(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64, cores: u32) -> Result<(ModelParams, f64)> {
+    if cores == 0 || p <= cores {
+        return fit_samples_on(p, measured, eager_limit, 0);
+    }
+    let shared = fit_samples_on(p, measured, eager_limit, cores);
+    let own = fit_samples_on(p, measured, eager_limit, 0);
+    match (shared, own) {
+        (Ok(a), Ok(b)) => {
+            let (ea, eb) = (misfit(p, measured, eager_limit, &a)?, misfit(p, measured, eager_limit, &b)?);
+            tracing::debug!("model fit: {cores} shared cores misfit {ea:.3}, a core per rank {eb:.3}");
+            Ok(if ea <= eb { a } else { b })
+        }
+        (Ok(a), Err(_)) => Ok(a),
+        (Err(_), b) => b,
+    }
+}
+
+/// Root mean square of the relative errors of `fitted` on the probe's points.
+fn misfit(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64, fitted: &(ModelParams, f64)) -> Result<f64> {
+    let (m, a_r) = fitted;
+    let mut sum = 0.0;
+    for (case, secs) in measured {
+        let (alg, args) = case.resolve(p)?;
+        let t = terms_on(alg, &args, eager_limit, m.cores)?.time_with(m, *a_r);
+        sum += ((t - secs) / secs).powi(2);
+    }
+    Ok((sum / measured.len().max(1) as f64).sqrt())
+}
+
+fn fit_samples_on(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64, cores: u32) -> Result<(ModelParams, f64)> {
     let (gamma, copy_beta) = cpu_rates()?;
     if measured.is_empty() {
-        let m = ModelParams { alpha: 0.0, beta: 0.0, gamma, f_alpha: 1.0, f_beta: 1.0, copy_beta, overhead: 0.0 };
+        let m = ModelParams {
+            alpha: 0.0,
+            beta: 0.0,
+            gamma,
+            f_alpha: 1.0,
+            f_beta: 1.0,
+            copy_beta,
+            overhead: 0.0,
+            step_cost: 0.0,
+            cores: 0,
+        };
         return Ok((m, 0.0));
     }
     let samples = measured
         .iter()
         .map(|(case, secs)| {
             let (alg, args) = case.resolve(p)?;
-            Ok(Sample { terms: terms_with(alg, &args, eager_limit)?, seconds: *secs })
+            Ok(Sample { terms: terms_on(alg, &args, eager_limit, cores)?, seconds: *secs })
         })
         .collect::<Result<Vec<_>>>()?;
-    fit_with_rendezvous(&samples, gamma, copy_beta)
+    let (m, a_r) = fit_with_rendezvous(&samples, gamma, copy_beta)?;
+    Ok((ModelParams { cores, ..m }, a_r))
 }
 
 /// One configuration ready to time: its options, buffers and agreed batch size.
