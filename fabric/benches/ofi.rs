@@ -1,11 +1,14 @@
 //! ofi backend (through the fabric contract, `fabcoll_fabric::open`) vs raw libfabric between 2 processes on
 //! loopback (tcp, shm): 8 B latency (ping-pong of notified writes, half round trip) and streaming bandwidth of
 //! 1 MiB / 16 MiB notified writes (window 8, end ack), and the 8 B exchange a 2-rank allreduce needs at least
-//! (both ranks write at once; each waits for the peer's write and its own completion). On tcp the default
+//! (both ranks write at once; each waits for the peer's write and its own completion), and `wake_us`: how long an
+//! 8 B write takes to reach a rank that sleeps in the backend's blocking `wait` (the peer writes 1 ms after it began). On tcp the default
 //! transmit-complete mode (what the raw program uses) is measured, and delivery-complete
 //! (`FABCOLL_OFI_DELIVERY_COMPLETE=1`) as `fabcoll-dc`.
 //! The raw baseline runs the same protocol in `benches/ofi_raw.c` (compiled here with `cc -O2 -lfabric`), and
-//! `fi_pingpong` (send/recv) from libfabric-bin is printed for reference. `cargo bench -p fabcoll-fabric --bench ofi`.
+//! `fi_pingpong` (send/recv) from libfabric-bin is printed for reference. `cargo bench -p fabcoll-fabric --bench ofi`;
+//! `FABCOLL_BENCH_PROVS="tcp net shm"` picks the providers (default `tcp shm`), `FABCOLL_BENCH_REPS` the runs,
+//! `FABCOLL_BENCH_RAW=0` skips the raw C, delivery-complete and fi_pingpong runs.
 
 #[cfg(not(fabcoll_ofi))]
 fn main() {
@@ -32,6 +35,8 @@ mod bench {
     const LAT_WARM: usize = 200;
     const LAT_ITERS: usize = 1000;
     const WINDOW: usize = 8;
+    /// Rounds of the wake-up measurement (each sleeps 1 ms).
+    const WAKE_ITERS: usize = 100;
     const BW_SIZES: [usize; 2] = [1 << 20, 16 << 20];
     /// Bytes streamed per bandwidth measurement.
     const BW_TOTAL: usize = 128 << 20;
@@ -43,7 +48,9 @@ mod bench {
             run_rank(&prov, role.parse().unwrap(), &dir);
             return;
         }
-        let raw = build_raw();
+        // FABCOLL_BENCH_RAW=0: fabcoll's default mode only (no raw C, no delivery-complete runs).
+        let only_ours = std::env::var("FABCOLL_BENCH_RAW").is_ok_and(|v| v == "0");
+        let raw = if only_ours { Err("FABCOLL_BENCH_RAW=0".to_string()) } else { build_raw() };
         if let Err(e) = &raw {
             eprintln!("raw baseline unavailable: {e}");
         }
@@ -54,11 +61,12 @@ mod bench {
             "{:<6} {:<16} {:>12} {:>12} {:>12} {:>8}",
             "prov", "metric", "fabcoll", "fabcoll-dc", "raw C", "ratio"
         );
-        for prov in ["tcp", "shm"] {
+        let provs = std::env::var("FABCOLL_BENCH_PROVS").unwrap_or_else(|_| "tcp shm".into());
+        for prov in provs.split_whitespace() {
             let (mut ours, mut dc, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..reps {
                 best(&mut ours, pair(&me, &[], prov, &[]));
-                if prov == "tcp" {
+                if prov != "shm" && !only_ours {
                     best(&mut dc, pair(&me, &[], prov, &[("FABCOLL_OFI_DELIVERY_COMPLETE", "1")]));
                 }
                 if let Ok(exe) = &raw {
@@ -72,7 +80,9 @@ mod bench {
                 let ratio = r.map(|r| format!("{:.2}", v / r)).unwrap_or_else(|| "-".into());
                 println!("{prov:<6} {name:<16} {v:>12.2} {:>12} {:>12} {ratio:>8}", show(get(&dc, name)), show(r));
             }
-            fi_pingpong(prov);
+            if !only_ours {
+                fi_pingpong(prov);
+            }
         }
     }
 
@@ -209,8 +219,13 @@ mod bench {
 
         /// One poll; returns the remote writes that arrived (also added to `arrived`).
         fn poll_once(&mut self) -> usize {
-            let mut remote = 0;
             self.ep.poll(&mut self.events).unwrap();
+            self.count_events()
+        }
+
+        /// Accounts the events in `events`; returns the remote writes among them.
+        fn count_events(&mut self) -> usize {
+            let mut remote = 0;
             for e in self.events.drain(..) {
                 match e {
                     Completion::WriteArrived { .. } => remote += 1,
@@ -235,6 +250,11 @@ mod bench {
             }
             self.writes_out += 1;
         }
+    }
+
+    /// Nanoseconds since the Unix epoch (the same clock in both processes).
+    fn wall_ns() -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
     }
 
     fn run_rank(prov: &str, rank: usize, dir: &Path) {
@@ -312,6 +332,36 @@ mod bench {
         if rank == 0 {
             println!("xchg_8B_us {:.3}", t0.elapsed().as_secs_f64() * 1e6 / LAT_ITERS as f64);
         }
+        // Wake-up: rank 1 writes its send time (wall clock, shared by both processes) 1 ms after rank 0 started a
+        // blocking `wait`, so rank 0 sleeps in the backend's wait; rank 0 reports the median delivery latency.
+        let mut lat = Vec::new();
+        for _ in 0..WAKE_ITERS {
+            if rank == 1 {
+                std::thread::sleep(Duration::from_millis(1));
+                src.write_at(0, &wall_ns().to_le_bytes()).unwrap();
+                r.write(&src, 8);
+                r.wait_remote();
+            } else {
+                while r.arrived == 0 {
+                    r.ep.wait(&mut r.events, Some(Duration::from_secs(10))).unwrap();
+                    r.count_events();
+                }
+                let now = wall_ns();
+                r.arrived -= 1;
+                let mut b = [0u8; 8];
+                dst.read_at(0, &mut b).unwrap();
+                lat.push(now.saturating_sub(u64::from_le_bytes(b)) as f64 / 1e3);
+                r.write(&src, 8);
+            }
+            while r.writes_out > 0 {
+                r.poll_once();
+            }
+        }
+        if rank == 0 {
+            lat.sort_by(f64::total_cmp);
+            println!("wake_us {:.3}", lat[lat.len() / 2]);
+        }
+        src.write_at(0, &[1u8; 8]).unwrap();
         // Bandwidth: rank 0 streams with a window, rank 1 acks after the last arrival with one 8 B write.
         for &size in &BW_SIZES {
             let n = (BW_TOTAL / size).max(8);

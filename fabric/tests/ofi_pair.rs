@@ -289,3 +289,30 @@ fn registration_outlives_its_endpoint() {
         drop(a);
     }
 }
+
+/// `may_sleep` (when a blocking wait may sleep between polls) is false from a write's post until its completion
+/// was read — with manual progress a sleeping initiator would stall the write — and true again once the endpoint
+/// has nothing in flight.
+#[test]
+fn tcp_may_not_sleep_while_a_write_is_in_flight() {
+    let mut p = pair("tcp");
+    let len = 1 << 20;
+    let src = vec![7u8; len];
+    let dst = vec![0u8; len];
+    // SAFETY: src and dst outlive the registrations (dropped at the end of the test, after the MRs).
+    let (smr, dmr) =
+        unsafe { (p.eps[0].register(src.as_ptr(), len).unwrap(), p.eps[1].register(dst.as_ptr(), len).unwrap()) };
+    let remote = dmr.remote();
+    // SAFETY: src stays registered and unmodified until WriteDone below.
+    let op = unsafe { p.eps[0].write(&smr, 0, len, 1, &remote, 0, Some(3)).unwrap() };
+    assert!(!p.eps[0].may_sleep(), "may sleep with a 1 MiB write in flight");
+    drive(&mut p, 1, |e| matches!(e, OfiEvent::RemoteWrite { .. }));
+    drive(&mut p, 0, |e| matches!(e, OfiEvent::WriteDone(o) if *o == op));
+    let start = Instant::now();
+    while !p.eps[0].may_sleep() {
+        p.eps[0].poll(&mut p.stash[0]).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(10), "never idle after the write completed");
+    }
+    assert!(dst == src, "write corrupted");
+    drop((smr, dmr));
+}
