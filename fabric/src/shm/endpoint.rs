@@ -361,7 +361,15 @@ impl Endpoint for ShmEndpoint {
                     None => {
                         // While we are entered the slot cannot be retired, so the fd still names the
                         // registration's memfd (deregistration retires the slot before closing it).
-                        let fd = sys::open_proc_fd(p.pid, (aux >> 32) as u32)?;
+                        // The registration's fd can only be missing if the peer is going away:
+                        // an exiting process closes its descriptors before it is a zombie that
+                        // `dead_peer` would see (a killed-peer test caught that window).
+                        let fd = sys::open_proc_fd(p.pid, (aux >> 32) as u32).map_err(|e| match e {
+                            Error::Os { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                                Error::Peer { peer, msg: format!("process {} is exiting ({e})", p.pid) }
+                            }
+                            e => e,
+                        })?;
                         let map = sys::map_shared(fd.as_raw_fd(), len)?;
                         sweep(&mut self.maps, &self.peers);
                         let base = map.as_ptr();
