@@ -36,6 +36,15 @@ fn rbuf<T: Element>(s: &mut [T]) -> (*mut u8, usize) {
 
 const NONE: (*mut u8, usize) = (std::ptr::null_mut(), 0);
 
+/// The block length of a buffer of `len` elements cut into one equal block per rank.
+fn equal_blocks(comm: &Communicator, coll: Collective, what: &str, len: usize) -> Result<usize> {
+    let p = comm.size() as usize;
+    if !len.is_multiple_of(p) {
+        return Err(Error::invalid(coll, format!("{what} has {len} elements, not {p} equal blocks")));
+    }
+    Ok(len / p)
+}
+
 fn fnv(values: impl IntoIterator<Item = u64>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for v in values {
@@ -299,14 +308,8 @@ pub trait Collectives<'b> {
 
     /// Allgather with this rank's block already at its place in `buf` (p equal blocks).
     fn allgather_in_place<T: Element>(&self, buf: &'b mut [T]) -> Result<Self::Out> {
-        let p = self.comm().size() as usize;
-        if !buf.len().is_multiple_of(p) {
-            return Err(Error::invalid(
-                Collective::Allgather,
-                format!("{} elements are not {p} equal blocks", buf.len()),
-            ));
-        }
-        let mut c = Call::new::<T>(self.comm(), Collective::Allgather, buf.len() / p).in_place();
+        let block = equal_blocks(self.comm(), Collective::Allgather, "buffer", buf.len())?;
+        let mut c = Call::new::<T>(self.comm(), Collective::Allgather, block).in_place();
         c.recv = rbuf(buf);
         self.submit(c.sized()?)
     }
@@ -338,14 +341,8 @@ pub trait Collectives<'b> {
 
     /// Block j of `send` goes to rank j; block i of `recv` came from rank i.
     fn alltoall<T: Element>(&self, send: &'b [T], recv: &'b mut [T]) -> Result<Self::Out> {
-        let p = self.comm().size() as usize;
-        if !send.len().is_multiple_of(p) {
-            return Err(Error::invalid(
-                Collective::Alltoall,
-                format!("send has {} elements, not {p} equal blocks", send.len()),
-            ));
-        }
-        let mut c = Call::new::<T>(self.comm(), Collective::Alltoall, send.len() / p);
+        let block = equal_blocks(self.comm(), Collective::Alltoall, "send", send.len())?;
+        let mut c = Call::new::<T>(self.comm(), Collective::Alltoall, block);
         c.send = sbuf(send);
         c.recv = rbuf(recv);
         self.submit(c.sized()?)
@@ -354,14 +351,8 @@ pub trait Collectives<'b> {
     /// Alltoall on one buffer of p equal blocks: block j is sent to rank j and replaced by the
     /// block rank j sends here.
     fn alltoall_in_place<T: Element>(&self, buf: &'b mut [T]) -> Result<Self::Out> {
-        let p = self.comm().size() as usize;
-        if !buf.len().is_multiple_of(p) {
-            return Err(Error::invalid(
-                Collective::Alltoall,
-                format!("{} elements are not {p} equal blocks", buf.len()),
-            ));
-        }
-        let mut c = Call::new::<T>(self.comm(), Collective::Alltoall, buf.len() / p).in_place();
+        let block = equal_blocks(self.comm(), Collective::Alltoall, "buffer", buf.len())?;
+        let mut c = Call::new::<T>(self.comm(), Collective::Alltoall, block).in_place();
         c.recv = rbuf(buf);
         self.submit(c.sized()?)
     }
