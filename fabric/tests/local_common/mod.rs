@@ -79,7 +79,13 @@ pub fn ring_read_once(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize) -> R
     ring_impl(ep, inbox, len, false, true)
 }
 
-fn ring_impl(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize, user_mem: bool, read_once: bool) -> Result<(), String> {
+fn ring_impl(
+    ep: &mut dyn Endpoint,
+    inbox: &mut Inbox,
+    len: usize,
+    user_mem: bool,
+    read_once: bool,
+) -> Result<(), String> {
     let (r, p) = (ep.rank(), ep.size());
     let (right, left) = ((r + 1) % p, (r + p - 1) % p);
     let e = |e: Error| format!("rank {r}, len {len}: {e}");
