@@ -423,3 +423,28 @@ fn in_place_variants() {
         }
     });
 }
+
+/// A barrier returns on no rank before the last rank has entered it, for every barrier
+/// algorithm and p (the late rank sleeps 150 ms first; the others must wait for it).
+#[test]
+fn barrier_waits_for_the_last_rank() {
+    for alg in ["dissemination", "recursive_doubling"] {
+        for p in [2usize, 3, 4, 5] {
+            let late = p - 1;
+            let waited = job(p, common::cfg(), |c| {
+                c.with(&Options::algorithm(alg)).barrier().unwrap();
+                if c.rank() as usize == late {
+                    std::thread::sleep(Duration::from_millis(150));
+                }
+                let t = Instant::now();
+                c.with(&Options::algorithm(alg)).barrier().unwrap();
+                t.elapsed()
+            });
+            for (r, w) in waited.iter().enumerate() {
+                if r != late {
+                    assert!(*w >= Duration::from_millis(100), "{alg} p={p}: rank {r} left the barrier after {w:?}");
+                }
+            }
+        }
+    }
+}

@@ -2,7 +2,8 @@
 //! r XOR 2^k; for p not a power of two the p − 2^⌊lg p⌋ extra ranks first signal a partner below
 //! 2^⌊lg p⌋ and are released by it at the end.
 //!
-//! Cost: power of two lg p α; other p (⌊lg p⌋ + 2) α. No β or γ term (zero-length messages).
+//! Cost: power of two lg p α; other p (⌊lg p⌋ + 2) α; plus one element of e bytes per signal
+//! (k rounds: k·e β; the paper's signals are empty, ours must carry data). No γ term.
 //! Restrictions: none. Paper: thakur §4.1.1 (recursive doubling) with the fold of §5 for
 //! non-power-of-two p.
 
@@ -10,7 +11,7 @@ use crate::args::{CollArgs, Collective};
 use crate::cost::{floor_log2, pow2_floor, Cost};
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
-use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder, StepId};
+use crate::schedule::{Schedule, ScheduleBuilder, StepId};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Barrier,
@@ -25,27 +26,29 @@ pub(crate) const ALGORITHM: Algorithm = Algorithm {
 fn cost(a: &CollArgs) -> Cost {
     let p = a.p();
     let extra = if p.is_power_of_two() { 0 } else { 2 };
-    Cost::new(f64::from(floor_log2(p) + extra), 0.0, 0.0)
+    let rounds = f64::from(floor_log2(p) + extra);
+    // One element per signal (see `signal_regions`).
+    Cost::new(rounds, rounds * f64::from(a.elem_size), 0.0)
 }
 
 fn build(a: &CollArgs) -> Result<Schedule> {
     let (p, r) = (a.size, a.rank);
     let pof2 = pow2_floor(u64::from(p)) as u32;
     let mut b = ScheduleBuilder::for_args(a);
-    let signal = Region::new(Buf::Recv, 0, 0);
+    let (signal, landing) = super::signal_regions(&mut b);
     if r >= pof2 {
         let s = b.send(r - pof2, signal, &[]);
-        b.recv(r - pof2, signal, &[s]);
+        b.recv(r - pof2, landing, &[s]);
         return Ok(b.finish());
     }
     let mut prev: Vec<StepId> = Vec::new();
     if r + pof2 < p {
-        prev = vec![b.recv(r + pof2, signal, &[])];
+        prev = vec![b.recv(r + pof2, landing, &[])];
     }
     let mut mask = 1;
     while mask < pof2 {
         b.send(r ^ mask, signal, &prev);
-        prev = vec![b.recv(r ^ mask, signal, &prev)];
+        prev = vec![b.recv(r ^ mask, landing, &prev)];
         mask <<= 1;
     }
     if r + pof2 < p {
