@@ -155,9 +155,10 @@ impl Communicator {
     /// reported and probed over. A bad `FABCOLL_MODEL` file is an error on every rank.
     pub fn load_or_probe_model(&self) -> Result<ModelParams> {
         let path = cache::dir().map(|d| cache::path_in(&d, &cache::hostname(), &self.fabric_name(), self.size()));
-        // [status, params…, eager limit (-1 = no switch), rendezvous α, step cost, cores]: 1 = loaded,
-        // 0 = probe, -1 = FABCOLL_MODEL failed.
-        let mut wire = [0.0f64; 12];
+        // [status, params (ModelParams::to_wire), eager limit (-1 = no switch), rendezvous α]:
+        // status 1 = loaded, 0 = probe, -1 = FABCOLL_MODEL failed.
+        const P: usize = ModelParams::WIRE_LEN;
+        let mut wire = [0.0f64; P + 3];
         if self.rank() == 0 {
             let loaded = match model::explicit_file() {
                 Some(f) => cache::load_explicit(&f).map(Some).map_err(|e| {
@@ -174,41 +175,21 @@ impl Communicator {
             };
             if let Ok(Some((m, r))) = loaded {
                 let limit = if r.eager_limit == u64::MAX { -1.0 } else { r.eager_limit as f64 };
-                wire = [
-                    1.0,
-                    m.alpha,
-                    m.beta,
-                    m.gamma,
-                    m.f_alpha,
-                    m.f_beta,
-                    m.copy_beta,
-                    m.overhead,
-                    limit,
-                    r.alpha,
-                    m.step_cost,
-                    f64::from(m.cores),
-                ];
+                wire[0] = 1.0;
+                wire[1..=P].copy_from_slice(&m.to_wire());
+                wire[P + 1] = limit;
+                wire[P + 2] = r.alpha;
             }
         }
         self.bcast(&mut wire, 0)?;
         let status = wire[0] as i32;
         let (params, rdv) = match status {
             1 => {
-                let params = ModelParams {
-                    alpha: wire[1],
-                    beta: wire[2],
-                    gamma: wire[3],
-                    f_alpha: wire[4],
-                    f_beta: wire[5],
-                    copy_beta: wire[6],
-                    overhead: wire[7],
-                    step_cost: wire[10],
-                    cores: wire[11] as u32,
-                };
-                let rdv = if wire[8] < 0.0 {
+                let params = ModelParams::from_wire(&wire[1..=P]);
+                let rdv = if wire[P + 1] < 0.0 {
                     Rendezvous::OFF
                 } else {
-                    Rendezvous { eager_limit: wire[8] as u64, alpha: wire[9] }
+                    Rendezvous { eager_limit: wire[P + 1] as u64, alpha: wire[P + 2] }
                 };
                 (params, rdv)
             }

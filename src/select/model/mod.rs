@@ -92,6 +92,39 @@ fn is_zero_u32(v: &u32) -> bool {
 }
 
 impl ModelParams {
+    /// Length of [`ModelParams::to_wire`].
+    pub const WIRE_LEN: usize = 9;
+
+    /// The parameters as numbers, for the rank that measured or loaded them to broadcast.
+    pub fn to_wire(&self) -> [f64; Self::WIRE_LEN] {
+        [
+            self.alpha,
+            self.beta,
+            self.gamma,
+            self.f_alpha,
+            self.f_beta,
+            self.copy_beta,
+            self.overhead,
+            self.step_cost,
+            f64::from(self.cores),
+        ]
+    }
+
+    /// The inverse of [`ModelParams::to_wire`] (`w` holds at least [`ModelParams::WIRE_LEN`] numbers).
+    pub fn from_wire(w: &[f64]) -> ModelParams {
+        ModelParams {
+            alpha: w[0],
+            beta: w[1],
+            gamma: w[2],
+            f_alpha: w[3],
+            f_beta: w[4],
+            copy_beta: w[5],
+            overhead: w[6],
+            step_cost: w[7],
+            cores: w[8] as u32,
+        }
+    }
+
     /// The simulator's machine.
     pub fn machine(&self) -> Machine {
         Machine { alpha: self.alpha, beta: self.beta, gamma: self.gamma, f_alpha: self.f_alpha, f_beta: self.f_beta }

@@ -102,7 +102,9 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     // Rank 0 measures the CPU and fits; the result (or a failure flag) goes to every rank. On a
     // busy node one round of timings can be too noisy to fit (e.g. times that do not grow with
     // bytes): the whole probe is repeated, on every rank alike, before giving up.
-    let mut wire = [0.0f64; 11];
+    // [status (1 = fitted), params (ModelParams::to_wire), rendezvous α]
+    const P: usize = ModelParams::WIRE_LEN;
+    let mut wire = [0.0f64; P + 2];
     let cores = node_cores(&comm.fabric_name());
     let mut samples = Vec::new();
     for attempt in 1..=PROBE_ATTEMPTS {
@@ -110,19 +112,9 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
         if comm.rank() == 0 {
             match fit_samples(p, &samples, eager_limit, cores) {
                 Ok((m, a_r)) => {
-                    wire = [
-                        1.0,
-                        m.alpha,
-                        m.beta,
-                        m.gamma,
-                        m.f_alpha,
-                        m.f_beta,
-                        m.copy_beta,
-                        m.overhead,
-                        a_r,
-                        m.step_cost,
-                        f64::from(m.cores),
-                    ];
+                    wire[0] = 1.0;
+                    wire[1..=P].copy_from_slice(&m.to_wire());
+                    wire[P + 1] = a_r;
                 }
                 Err(e) => tracing::warn!("model probe, attempt {attempt} of {PROBE_ATTEMPTS}: {e}"),
             }
@@ -135,21 +127,11 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     if wire[0] != 1.0 {
         return Err(model_err(format!("the probe's fit failed {PROBE_ATTEMPTS} times on rank 0 (see its log)")));
     }
-    let params = ModelParams {
-        alpha: wire[1],
-        beta: wire[2],
-        gamma: wire[3],
-        f_alpha: wire[4],
-        f_beta: wire[5],
-        copy_beta: wire[6],
-        overhead: wire[7],
-        step_cost: wire[9],
-        cores: wire[10] as u32,
-    };
+    let params = ModelParams::from_wire(&wire[1..=P]);
     if comm.rank() != 0 {
         samples.clear();
     }
-    let rendezvous = Rendezvous { eager_limit, alpha: wire[8] };
+    let rendezvous = Rendezvous { eager_limit, alpha: wire[P + 1] };
     Ok(ProbeReport { params, rendezvous, samples, elapsed: start.elapsed().as_secs_f64() })
 }
 
