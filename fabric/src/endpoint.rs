@@ -81,13 +81,19 @@ pub struct Caps {
     pub writes_land_without_target_poll: bool,
     /// Writes and control messages of one initiator to one target become visible in issue order.
     pub ordered_writes: bool,
-    /// Every write is complete when `write` returns (WriteDone still reported via `poll`).
+    /// Every write is complete when `write` returns (WriteDone still reported via `poll`, unless
+    /// the write's `ctx` is [`SILENT_WRITE`]).
     pub inline_completion: bool,
     /// Progress model.
     pub progress: Progress,
     /// Peers' registrations can be mapped for direct load/store ([`Endpoint::map_remote`]).
     pub load_store: bool,
 }
+
+/// The `ctx` of a write that reports no [`Completion::WriteDone`] on endpoints whose writes
+/// complete inside `write` ([`Caps::inline_completion`]); elsewhere it is an ordinary value.
+/// Saves the executor's per-message completion bookkeeping on shared memory.
+pub const SILENT_WRITE: u64 = u64::MAX;
 
 /// Something `poll` reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,7 +207,8 @@ pub trait Endpoint: Send {
 
     /// One-sided write of `src` into the peer's `dst` (equal lengths), optionally with immediate
     /// data reported at the target as [`Completion::WriteArrived`]. `ctx` comes back in
-    /// [`Completion::WriteDone`].
+    /// [`Completion::WriteDone`] — except `ctx` = [`SILENT_WRITE`] on an endpoint with
+    /// [`Caps::inline_completion`]: that write is complete on return and reports nothing.
     fn write(&mut self, peer: usize, src: LocalRange<'_>, dst: RemoteRange, imm: Option<u64>, ctx: u64) -> Result<()>;
 
     /// Send a small tagged control message (≤ `Caps::max_ctrl` bytes); copied, no completion.

@@ -23,7 +23,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-pub use endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
+pub use endpoint::{Caps, Completion, Endpoint, Mapping, Progress, SILENT_WRITE};
 pub use error::{Error, Result};
 pub use local::LocalFabric;
 pub use mr::{Access, LocalRange, Mr, RemoteMr, RemoteRange};

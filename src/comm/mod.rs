@@ -207,7 +207,8 @@ impl Communicator {
 
     /// Chooses the algorithm and builds this rank's schedule for a call. A repeated call reuses
     /// the remembered outcome (see `cache::PlanCache::choice`).
-    fn plan(&self, call: &Call<'_>, opts: &Options) -> Result<(OpSpec, Arc<CollArgs>)> {
+    /// The arguments the algorithm runs with come back only if `want_args` (checked mode).
+    fn plan(&self, call: &Call<'_>, opts: &Options, want_args: bool) -> Result<(OpSpec, Option<Arc<CollArgs>>)> {
         let memo = !self.model.selecting();
         if memo {
             let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
@@ -219,7 +220,7 @@ impl Communicator {
                     dtype: call.dtype,
                     rop: call.op.clone(),
                 };
-                return Ok((spec, c.args.clone()));
+                return Ok((spec, want_args.then(|| c.args.clone())));
             }
         }
         let (alg, args, plan) = self.choose(call, opts)?;
@@ -229,7 +230,10 @@ impl Communicator {
             let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
             plans.remember(&call.args, opts.algorithm.as_deref(), &opts.params, made);
         }
-        Ok((OpSpec { coll: call.args.coll, alg, plan, dtype: call.dtype, rop: call.op.clone() }, args))
+        Ok((
+            OpSpec { coll: call.args.coll, alg, plan, dtype: call.dtype, rop: call.op.clone() },
+            want_args.then_some(args),
+        ))
     }
 
     /// Selection and schedule for a call: the algorithm, the arguments it runs with and its plan.
@@ -266,9 +270,9 @@ impl Communicator {
 
     /// Starts a call; the buffers behind `call` must stay lent until the op is waited for.
     fn start(&self, call: Call<'_>, opts: &Options) -> Result<OpKey> {
-        let (spec, args) = self.plan(&call, opts)?;
+        let (spec, args) = self.plan(&call, opts, self.check)?;
         let mut eng = self.lock();
-        let check = self.check.then(|| {
+        let check = args.map(|args| {
             // The executor settings every rank must share (they decide eager vs zero-copy per
             // message on both sides) are part of the signature.
             let mine = format!("{} {}", call.signature(&args, spec.alg), eng.protocol_signature()).into_bytes();
@@ -285,7 +289,7 @@ impl Communicator {
         let send = unsafe { eng.bind_user(call.send.0, call.send.1, Access::LOCAL)? };
         // SAFETY: as above.
         let recv = unsafe { eng.bind_user(call.recv.0, call.recv.1, Access::REMOTE_WRITE)? };
-        eng.start(self.ctx, self.members.clone(), spec, send, recv, check)
+        eng.start(self.ctx, &self.members, spec, send, recv, check)
     }
 
     /// Waits for `key`, releasing the engine between rounds so that other threads using
@@ -312,7 +316,7 @@ impl Communicator {
 
     /// The algorithm the default selection (or `FABCOLL_ALGO`) would run for `call`.
     pub fn algorithm_for(&self, call: &Call<'_>) -> Result<&'static str> {
-        Ok(self.plan(call, &Options::default())?.0.alg)
+        Ok(self.plan(call, &Options::default(), false)?.0.alg)
     }
 
     /// A new communicator with the same ranks and a new context.

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use fabcoll_fabric::{Access, Caps, Completion, Endpoint, Mr, RemoteRange};
+use fabcoll_fabric::{Access, Caps, Completion, Endpoint, Mr, RemoteRange, SILENT_WRITE};
 
 use super::eager::Eager;
 use super::fasthash::FastMap;
@@ -25,6 +25,8 @@ pub(crate) struct Core {
     pub next_gid: Vec<u64>,
     pub backlog: Vec<Completion>,
     pub ctrl_out: Vec<(usize, u64, Vec<u8>)>,
+    /// Some op queued grants or RTS messages (in its `grant_out`/`rts_out`) since the last flush.
+    pub ctrl_queued: bool,
     pub stats: Stats,
     pub mrs: MrCache,
     pub pool: Vec<Mr>,
@@ -72,7 +74,9 @@ impl Core {
                     std::thread::yield_now();
                 }
                 Err(e) => {
-                    self.writes.remove(&wid);
+                    if wid != SILENT_WRITE {
+                        self.writes.remove(&wid);
+                    }
                     return Err(e.into());
                 }
             }
@@ -118,7 +122,12 @@ impl Core {
     /// We consumed an eager slot: free it, returning credits when a batch is full.
     pub fn release_slot(&mut self, peer: usize, slot: u32) -> Result<()> {
         if let Some(mask) = self.eager.release(peer, slot) {
-            self.ctrl(peer, proto::tag(Kind::Credit, 0, 0), mask.to_le_bytes().to_vec());
+            // Credits are independent of other control messages: send at once (no allocation);
+            // if that fails, queue them so that `flush_ctrl` retries or reports as for any other.
+            let tag = proto::tag(Kind::Credit, 0, 0);
+            if self.ep.send_ctrl(peer, tag, &mask.to_le_bytes()).is_err() {
+                self.ctrl(peer, tag, mask.to_le_bytes().to_vec());
+            }
         }
         Ok(())
     }

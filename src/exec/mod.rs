@@ -40,13 +40,16 @@ pub(crate) struct OpKey {
 
 /// A communicator's view inside the engine.
 pub(crate) struct CtxState {
-    /// Endpoint rank → communicator rank.
-    ep_to_comm: FastMap<usize, u32>,
+    /// Endpoint rank → communicator rank ([`NOT_A_MEMBER`] for endpoints outside the context).
+    ep_to_comm: Vec<u32>,
     pub next_seq: u64,
     /// Sequence numbers of this context's ops in the engine (few: a plain list).
     outstanding: Vec<u64>,
     pub broken: Option<String>,
 }
+
+/// `CtxState::ep_to_comm` of an endpoint rank outside the context.
+const NOT_A_MEMBER: u32 = u32::MAX;
 
 /// A message for a collective not started yet (or a communicator not created yet here).
 struct Early {
@@ -166,6 +169,7 @@ impl Engine {
             next_gid: vec![0; p],
             backlog: Vec::new(),
             ctrl_out: Vec::new(),
+            ctrl_queued: false,
             stats: Stats::default(),
             mrs,
             pool: Vec::new(),
@@ -214,7 +218,12 @@ impl Engine {
         if ctx > proto::MAX_CTX {
             return Err(Error::Protocol(format!("context ids exhausted ({ctx} > {})", proto::MAX_CTX)));
         }
-        let ep_to_comm = members.iter().enumerate().map(|(c, &e)| (e as usize, c as u32)).collect();
+        let mut ep_to_comm = vec![NOT_A_MEMBER; self.core.ep.size()];
+        for (c, &e) in members.iter().enumerate() {
+            *ep_to_comm.get_mut(e as usize).ok_or_else(|| {
+                Error::Protocol(format!("context {ctx}: member endpoint {e} >= {}", self.core.ep.size()))
+            })? = c as u32;
+        }
         self.ctxs.insert(ctx, CtxState { ep_to_comm, next_seq: 0, outstanding: Vec::new(), broken: None });
         self.next_ctx = self.next_ctx.max(ctx + 1);
         Ok(())
@@ -258,7 +267,7 @@ impl Engine {
     pub fn start(
         &mut self,
         ctx: u32,
-        members: Arc<[u32]>,
+        members: &Arc<[u32]>,
         spec: OpSpec,
         send: Bound,
         recv: Bound,
@@ -296,7 +305,7 @@ impl Engine {
                 op.reuse(key, spec, members, send, recv, scratch);
                 op
             }
-            None => Box::new(Op::new(key, spec, members, send, recv, scratch)),
+            None => Box::new(Op::new(key, spec, members.clone(), send, recv, scratch)),
         };
         if let Some(c) = check {
             for peer in 0..op.members.len() as u32 {
@@ -371,7 +380,7 @@ impl Engine {
 
     fn deliver(&mut self, key: OpKey, peer_ep: usize, what: EarlyWhat) -> Result<()> {
         let ctx = self.ctxs.get(&key.ctx).ok_or_else(|| Error::Protocol(format!("unknown context {}", key.ctx)))?;
-        let peer = *ctx.ep_to_comm.get(&peer_ep).ok_or_else(|| {
+        let peer = ctx.ep_to_comm.get(peer_ep).copied().filter(|&c| c != NOT_A_MEMBER).ok_or_else(|| {
             Error::Protocol(format!("message from endpoint rank {peer_ep}, not in context {}", key.ctx))
         })?;
         let Some(op) = self.ops.get_mut(&key) else { return Ok(()) };
@@ -550,6 +559,9 @@ impl Engine {
 
     /// Sends the grants and RTS the ops queued, then the control queue.
     fn flush(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.core.ctrl_queued) {
+            return self.core.flush_ctrl();
+        }
         let max = self.core.caps.max_ctrl.clamp(GrantEntry::LEN, 4096);
         for op in self.ops.values_mut() {
             for peer in 0..op.grant_out.len() {
@@ -693,14 +705,19 @@ impl Engine {
     /// peer's write wakes it). A sleeping peer costs a futex wake-up of tens of microseconds, so
     /// the spin budget covers the waits of small and medium collectives.
     pub fn wait_step(&mut self, key: OpKey, w: &mut Waiter) -> bool {
-        let Some(op) = self.ops.get(&key) else { return true };
+        let Some(op) = self.ops.get_mut(&key) else { return true };
         if op.finished() {
             return true;
         }
-        let (t0, in_grace) = (op.t0, op.grace_until.is_some());
+        let in_grace = op.grace_until.is_some();
+        let t0 = match op.t0 {
+            Some(t) => t,
+            // The first wait for this op: its deadline counts from here.
+            None => *op.t0.insert(Instant::now()),
+        };
         if w.since.is_none() && w.fresh {
-            // The op was started just before this wait: its start time stands for the wait's
-            // (one clock read less per blocking call).
+            // The op was started just before this wait: the op's clock reading stands for the
+            // wait's (one clock read less per blocking call).
             w.since = Some(t0);
         }
         if w.since.is_some() && !w.blocking && !w.rounds.wrapping_add(1).is_multiple_of(CLOCK_EVERY) && !in_grace {
@@ -770,7 +787,18 @@ impl Engine {
     pub fn check_deadline(&mut self, key: OpKey) {
         let timeout = self.core.cfg.timeout;
         let Some(op) = self.ops.get_mut(&key) else { return };
-        if op.finished() || (op.t0.elapsed() < timeout && op.grace_until.is_none()) {
+        if op.finished() {
+            return;
+        }
+        // A `test` loop waits too: the deadline starts at the first check.
+        let waited = match op.t0 {
+            Some(t) => t.elapsed(),
+            None => {
+                op.t0 = Some(Instant::now());
+                Duration::ZERO
+            }
+        };
+        if waited < timeout && op.grace_until.is_none() {
             return;
         }
         match op.grace_until {
@@ -802,7 +830,7 @@ impl Engine {
                     coll: op.coll,
                     seq: key.seq,
                     rank: op.rank,
-                    after: op.t0.elapsed(),
+                    after: op.waited(),
                     waiting_for: op.suspects(),
                 },
             };

@@ -18,10 +18,10 @@ use fabcoll_collectives::kernels;
 use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::schedule::{Buf, Region, StepId, StepKind};
 use fabcoll_collectives::Collective;
-use fabcoll_fabric::Mr;
+use fabcoll_fabric::{Mr, SILENT_WRITE};
 
 use super::fasthash::{FastMap, FastSet};
-use super::plan::Plan;
+use super::plan::{Plan, NOT_FUSED};
 use super::proto::GrantEntry;
 use super::{Core, OpKey};
 use crate::error::{Error, Result};
@@ -77,8 +77,9 @@ pub(crate) struct Op {
     grants: FastMap<(u32, u32), GrantEntry>,
     eager_in: FastMap<(u32, u32), u32>,
     rts_in: FastSet<(u32, u32)>,
-    /// Fused Recv steps done whose message still sits in a slot: (endpoint peer, slot).
-    fused_slot: FastMap<StepId, (usize, u32)>,
+    /// Fused Recv steps done whose message still sits in its eager slot: (step, (endpoint rank,
+    /// slot)); a few at a time, so a list.
+    fused_slot: Vec<(StepId, (usize, u32))>,
     work: Vec<StepId>,
     done: usize,
     /// Grants and RTS to flush, per peer (communicator rank).
@@ -87,7 +88,9 @@ pub(crate) struct Op {
     pub check: Option<Check>,
     pub started: bool,
     pub error: Option<Error>,
-    pub t0: Instant,
+    /// When the first wait for this op began (the deadline counts from there); `None` until then,
+    /// so an op that finishes inside its start never reads the clock.
+    pub t0: Option<Instant>,
     /// Set when the deadline passed: abort notices were sent, waiting for peers' notices until then.
     pub grace_until: Option<Instant>,
     /// Peers' abort notices: who timed out here, and whom they were waiting for.
@@ -133,7 +136,7 @@ impl Op {
             grants: FastMap::default(),
             eager_in: FastMap::default(),
             rts_in: FastSet::default(),
-            fused_slot: FastMap::default(),
+            fused_slot: Vec::new(),
             work: Vec::new(),
             done: 0,
             grant_out: vec![Vec::new(); p],
@@ -141,7 +144,7 @@ impl Op {
             check: None,
             started: false,
             error: None,
-            t0: Instant::now(),
+            t0: None,
             grace_until: None,
             notices: FastMap::default(),
             lost: None,
@@ -155,7 +158,7 @@ impl Op {
         &mut self,
         key: OpKey,
         spec: OpSpec,
-        members: Arc<[u32]>,
+        members: &Arc<[u32]>,
         send: Bound,
         recv: Bound,
         scratch: Vec<Bound>,
@@ -174,7 +177,9 @@ impl Op {
         self.send = send;
         self.recv = recv;
         self.scratch = scratch;
-        self.members = members;
+        if !Arc::ptr_eq(&self.members, members) {
+            self.members = members.clone();
+        }
         self.st.clear();
         self.st.resize(n, St::Blocked);
         self.pending.clear();
@@ -192,7 +197,7 @@ impl Op {
         self.check = None;
         self.started = false;
         self.error = None;
-        self.t0 = Instant::now();
+        self.t0 = None;
         self.grace_until = None;
         self.notices.clear();
         self.lost = None;
@@ -204,6 +209,11 @@ impl Op {
         self.send = Bound::empty();
         self.recv = Bound::empty();
         std::mem::take(&mut self.scratch)
+    }
+
+    /// Time since the first wait began (zero before).
+    pub fn waited(&self) -> std::time::Duration {
+        self.t0.map_or(std::time::Duration::ZERO, |t| t.elapsed())
     }
 
     pub fn finished(&self) -> bool {
@@ -275,7 +285,9 @@ impl Op {
             StepKind::Send { peer, src } => {
                 if bytes == 0 {
                     self.complete(s);
-                } else if let Some(e) = self.grants.remove(&(peer, self.plan.idx[s as usize])) {
+                } else if let Some(e) =
+                    (!self.grants.is_empty()).then(|| self.grants.remove(&(peer, self.plan.idx[s as usize]))).flatten()
+                {
                     self.zcopy(core, s, peer, src, e)?;
                 } else if bytes <= core.cfg.eager_threshold {
                     self.eager_send(core, s, peer, src, bytes)?;
@@ -286,9 +298,9 @@ impl Op {
                 let key = (peer, self.plan.idx[s as usize]);
                 if bytes == 0 {
                     self.complete(s);
-                } else if let Some(slot) = self.eager_in.remove(&key) {
+                } else if let Some(slot) = (!self.eager_in.is_empty()).then(|| self.eager_in.remove(&key)).flatten() {
                     self.eager_copy(core, s, peer, slot, dst)?;
-                } else if bytes > core.cfg.eager_threshold || self.rts_in.remove(&key) {
+                } else if bytes > core.cfg.eager_threshold || (!self.rts_in.is_empty() && self.rts_in.remove(&key)) {
                     self.grant(core, s, peer, dst);
                 }
                 // else: wait for the eager message or an RTS.
@@ -296,7 +308,12 @@ impl Op {
             StepKind::Reduce { src, dst, order } => {
                 let (mut sp, n) = self.raw(src);
                 let (dp, _) = self.raw(dst);
-                let fused = self.plan.fused_from.get(&s).and_then(|r| self.fused_slot.remove(r));
+                let from = self.plan.fused_from[s as usize];
+                let fused = if from == NOT_FUSED {
+                    None
+                } else {
+                    self.fused_slot.iter().position(|&(r, _)| r == from).map(|i| self.fused_slot.swap_remove(i).1)
+                };
                 if let Some((ep, slot)) = fused {
                     // The Recv left its message in the slot: reduce straight out of it.
                     sp = core.eager.slot_ptr(ep, slot, n)?.cast_mut();
@@ -334,12 +351,18 @@ impl Op {
         if let Some((slot, dst)) = core.eager.take_slot(ep, bytes) {
             if let Some(imm) = core.layout.encode_eager(slot, self.key.ctx, self.key.seq, idx) {
                 let (mr, base) = self.mr(src.buf)?;
-                let mr = mr.clone();
-                let wid = core.new_write(self.key, s);
-                core.write(ep, &mr, base + src.off as usize * self.elem, bytes, dst, Some(imm), wid)?;
-                self.pending[s as usize] = 1;
+                let off = base + src.off as usize * self.elem;
                 core.stats.eager_msgs += 1;
                 core.stats.eager_bytes += bytes as u64;
+                if core.caps.inline_completion {
+                    // Complete on return: no completion to track.
+                    core.write(ep, mr, off, bytes, dst, Some(imm), SILENT_WRITE)?;
+                    self.complete(s);
+                    return Ok(());
+                }
+                let wid = core.new_write(self.key, s);
+                core.write(ep, mr, off, bytes, dst, Some(imm), wid)?;
+                self.pending[s as usize] = 1;
                 return Ok(());
             }
             // The identity does not fit the immediate: give the slot back, use rendezvous.
@@ -347,6 +370,7 @@ impl Op {
         }
         core.stats.rts_msgs += 1;
         self.rts_out[peer as usize].push(idx);
+        core.ctrl_queued = true;
         Ok(())
     }
 
@@ -363,19 +387,25 @@ impl Op {
         let mr = mr.clone();
         let seg = core.caps.max_write.max(1);
         let imm = core.layout.encode_zcopy(g.gid);
+        let inline = core.caps.inline_completion;
         let mut off = 0;
         let mut n = 0;
         while off < bytes {
             let len = seg.min(bytes - off);
             let dst = g.mr.slice(g.off as usize + off, len)?;
-            let wid = core.new_write(self.key, s);
+            let wid = if inline { SILENT_WRITE } else { core.new_write(self.key, s) };
             core.write(ep, &mr, base + src.off as usize * self.elem + off, len, dst, Some(imm), wid)?;
             off += len;
             n += 1;
         }
-        self.pending[s as usize] = n;
         core.stats.zcopy_msgs += 1;
         core.stats.zcopy_bytes += bytes as u64;
+        if inline {
+            // Every segment completed inside `write`.
+            self.complete(s);
+        } else {
+            self.pending[s as usize] = n;
+        }
         Ok(())
     }
 
@@ -390,6 +420,7 @@ impl Op {
         let gid = core.new_grant(ep, self.key, s);
         self.pending[s as usize] = segs;
         core.stats.grants += 1;
+        core.ctrl_queued = true;
         self.grant_out[peer as usize].push(GrantEntry {
             idx: self.plan.idx[s as usize],
             gid,
@@ -402,10 +433,10 @@ impl Op {
     fn eager_copy(&mut self, core: &mut Core, s: StepId, peer: u32, slot: u32, dst: Region) -> Result<()> {
         let ep = self.ep(peer);
         let (dp, n) = self.raw(dst);
-        if self.plan.fuse.contains_key(&s) {
+        if self.plan.fuse[s as usize] {
             // Its only consumer reduces straight out of the slot (no copy at all).
             core.eager.slot_ptr(ep, slot, n)?;
-            self.fused_slot.insert(s, (ep, slot));
+            self.fused_slot.push((s, (ep, slot)));
             core.stats.eager_fused_bytes += n as u64;
             self.complete(s);
             return Ok(());
@@ -572,6 +603,6 @@ impl Op {
     /// Eager slots held for receives that never ran (returned on abort).
     pub fn held_slots(&self) -> Vec<(usize, u32)> {
         let waiting = self.eager_in.iter().map(|(&(peer, _), &slot)| (self.ep(peer), slot));
-        waiting.chain(self.fused_slot.values().copied()).collect()
+        waiting.chain(self.fused_slot.iter().map(|&(_, v)| v)).collect()
     }
 }

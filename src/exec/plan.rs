@@ -6,6 +6,9 @@ use fabcoll_collectives::schedule::{Region, Schedule, StepId, StepKind};
 
 use super::fasthash::FastMap;
 
+/// `Plan::fused_from` of a step that is not a fused Reduce.
+pub(crate) const NOT_FUSED: StepId = StepId::MAX;
+
 /// A schedule ready to run, shared by every call with the same algorithm and arguments.
 #[derive(Debug)]
 pub(crate) struct Plan {
@@ -17,11 +20,11 @@ pub(crate) struct Plan {
     pub idx: Vec<u32>,
     pub recv_of: FastMap<(u32, u32), StepId>,
     pub send_of: FastMap<(u32, u32), StepId>,
-    /// Recv step → the Reduce that alone consumes its region (fusable: reduce straight out of
-    /// the eager slot, the Recv region is never written).
-    pub fuse: FastMap<StepId, StepId>,
-    /// Reduce step → its fused Recv step.
-    pub fused_from: FastMap<StepId, StepId>,
+    /// Per step: a Recv whose region the Reduce that alone consumes it reads (fusable: reduce
+    /// straight out of the eager slot, the Recv region is never written).
+    pub fuse: Vec<bool>,
+    /// Per step: for a Reduce, its fused Recv step, else [`NOT_FUSED`].
+    pub fused_from: Vec<StepId>,
     /// Steps without deps, in reverse order (a work stack that issues them in order).
     pub roots: Vec<StepId>,
 }
@@ -69,10 +72,10 @@ impl Plan {
 /// pair on exactly that region (e.g. recursive doubling reusing one scratch block per round): by
 /// race freedom each pair's Recv → Reduce window excludes the other pairs' steps. Only for
 /// schedules of up to 512 steps (the check is quadratic); longer (pipelined) ones copy as usual.
-type Fusion = (FastMap<StepId, StepId>, FastMap<StepId, StepId>);
+type Fusion = (Vec<bool>, Vec<StepId>);
 
 fn fusable(s: &Schedule, dependents: &[Vec<StepId>]) -> Fusion {
-    let (mut fuse, mut from) = (FastMap::default(), FastMap::default());
+    let (mut fuse, mut from) = (vec![false; s.len()], vec![NOT_FUSED; s.len()]);
     if s.len() > 512 {
         return (fuse, from);
     }
@@ -98,8 +101,8 @@ fn fusable(s: &Schedule, dependents: &[Vec<StepId>]) -> Fusion {
             !touches || pair_region.get(&i) == Some(&g)
         });
         if ok {
-            fuse.insert(r, d);
-            from.insert(d, r);
+            fuse[r as usize] = true;
+            from[d as usize] = r;
         }
     }
     (fuse, from)

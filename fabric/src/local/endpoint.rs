@@ -206,7 +206,9 @@ impl Endpoint for LocalEndpoint {
         if let Some(imm) = imm {
             self.push(peer, Completion::WriteArrived { peer: self.rank, imm })?;
         }
-        self.done.push_back(Completion::WriteDone { ctx });
+        if ctx != crate::endpoint::SILENT_WRITE {
+            self.done.push_back(Completion::WriteDone { ctx });
+        }
         Ok(())
     }
 

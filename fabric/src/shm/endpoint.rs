@@ -2,6 +2,7 @@
 //! the design: per-rank memfd segments, key table, SPSC queues, futex doorbell).
 
 use std::any::Any;
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -9,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::segment::{self, job_hash, Segment, KIND_CTRL, KIND_WRITE, NKEYS, PAYLOAD};
+use super::segment::{self, job_hash, Msg, Queue, Segment, KIND_CTRL, KIND_WRITE, NKEYS, PAYLOAD};
 use super::sys;
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
 use crate::error::{Error, Result};
@@ -29,6 +30,24 @@ const READ_ONCE_STREAM_MIN: usize = 2048;
 struct Peer {
     pid: u32,
     seg: Arc<Segment>,
+    /// Our last view of the head of our queue at this peer (`Spsc::push_seen`).
+    head_seen: Cell<u64>,
+}
+
+/// `queue.free_seen` through the peer's cached head.
+fn free_slots(queue: &Queue, seen: &Cell<u64>) -> usize {
+    let mut h = seen.get();
+    let n = queue.free_seen(&mut h);
+    seen.set(h);
+    n
+}
+
+/// `queue.push_seen` through the peer's cached head.
+fn push(queue: &Queue, seen: &Cell<u64>, fill: impl FnOnce(&mut Msg)) -> bool {
+    let mut h = seen.get();
+    let pushed = queue.push_seen(&mut h, fill);
+    seen.set(h);
+    pushed
 }
 
 /// Free key-table slots of our own segment, shared with registrations (returned on drop).
@@ -277,7 +296,7 @@ impl Endpoint for ShmEndpoint {
                 )));
             }
             if r == self.rank {
-                peers.push(Peer { pid, seg: self.seg.clone() });
+                peers.push(Peer { pid, seg: self.seg.clone(), head_seen: Cell::new(0) });
                 continue;
             }
             let pfd = sys::open_proc_fd(pid, fd).map_err(|e| Error::Peer { peer: r, msg: e.to_string() })?;
@@ -292,7 +311,7 @@ impl Endpoint for ShmEndpoint {
             if !ok {
                 return Err(Error::Address(format!("segment of rank {r} (pid {pid}, fd {fd}) has a foreign header")));
             }
-            peers.push(Peer { pid, seg: Arc::new(seg) });
+            peers.push(Peer { pid, seg: Arc::new(seg), head_seen: Cell::new(0) });
         }
         self.peers = peers;
         Ok(())
@@ -328,7 +347,7 @@ impl Endpoint for ShmEndpoint {
             return Err(Error::invalid(format!("write: source length {} != destination length {}", src.len, dst.len)));
         }
         let queue = p.seg.queue(me).ok_or_else(|| Error::invalid("own rank has no queue at the peer"))?;
-        if imm.is_some() && queue.free() == 0 {
+        if imm.is_some() && free_slots(queue, &p.head_seen) == 0 {
             return Err(self.dead_peer(peer).unwrap_or(Error::Busy("shm notification queue full")));
         }
         let key = dst.mr.key;
@@ -396,7 +415,7 @@ impl Endpoint for ShmEndpoint {
         slot.leave();
         copied?;
         if let Some(imm) = imm {
-            let pushed = queue.push(|m| {
+            let pushed = push(queue, &p.head_seen, |m| {
                 m.kind = KIND_WRITE;
                 m.len = 0;
                 m.tag = 0;
@@ -407,7 +426,9 @@ impl Endpoint for ShmEndpoint {
             }
             p.seg.ring();
         }
-        self.done.push_back(Completion::WriteDone { ctx });
+        if ctx != crate::endpoint::SILENT_WRITE {
+            self.done.push_back(Completion::WriteDone { ctx });
+        }
         Ok(())
     }
 
@@ -418,7 +439,7 @@ impl Endpoint for ShmEndpoint {
             return Err(Error::invalid(format!("control message of {} bytes > max {PAYLOAD}", data.len())));
         }
         let queue = p.seg.queue(me).ok_or_else(|| Error::invalid("own rank has no queue at the peer"))?;
-        let pushed = queue.push(|m| {
+        let pushed = push(queue, &p.head_seen, |m| {
             m.kind = KIND_CTRL;
             m.len = data.len() as u32;
             m.tag = tag;
@@ -434,7 +455,9 @@ impl Endpoint for ShmEndpoint {
 
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
         let before = out.len();
-        out.extend(self.done.drain(..));
+        if !self.done.is_empty() {
+            out.extend(self.done.drain(..));
+        }
         for k in 0..self.size {
             let from = (self.next + k) % self.size;
             let Some(q) = self.seg.queue(from) else { continue };

@@ -61,18 +61,38 @@ impl<T, const N: usize> Spsc<T, N> {
     }
 
     /// Producer: free slots right now (at least this many pushes will succeed).
+    #[cfg(test)]
     pub(crate) fn free(&self) -> usize {
-        let t = self.tail.load(Ordering::Relaxed);
-        let h = self.head.load(Ordering::Acquire);
-        N - (t.wrapping_sub(h) as usize).min(N)
+        self.free_seen(&mut 0)
     }
 
     /// Producer: fill the next slot in place with `fill` and publish it; false if full.
+    #[cfg(any(test, loom))]
     pub(crate) fn push(&self, fill: impl FnOnce(&mut T)) -> bool {
+        self.push_seen(&mut 0, fill)
+    }
+
+    /// [`Spsc::free`] with the producer's last view of `head` (`seen`, kept in its private
+    /// memory; 0 at first): the shared `head` — a line the consumer writes on every pop — is read
+    /// only when `seen` says the ring may be full. A stale `seen` is never above `head`, so it only
+    /// underestimates the free slots.
+    pub(crate) fn free_seen(&self, seen: &mut u64) -> usize {
         let t = self.tail.load(Ordering::Relaxed);
-        let h = self.head.load(Ordering::Acquire);
-        if t.wrapping_sub(h) >= N as u64 {
-            return false;
+        if t.wrapping_sub(*seen) >= N as u64 {
+            *seen = self.head.load(Ordering::Acquire);
+        }
+        N - (t.wrapping_sub(*seen) as usize).min(N)
+    }
+
+    /// [`Spsc::push`] with the producer's view of `head` (see [`Spsc::free_seen`]).
+    pub(crate) fn push_seen(&self, seen: &mut u64, fill: impl FnOnce(&mut T)) -> bool {
+        let t = self.tail.load(Ordering::Relaxed);
+        if t.wrapping_sub(*seen) >= N as u64 {
+            // Acquire: the consumer's reads of the slots it freed happen before our overwrite.
+            *seen = self.head.load(Ordering::Acquire);
+            if t.wrapping_sub(*seen) >= N as u64 {
+                return false;
+            }
         }
         // SAFETY: the slot at t % N is owned by the producer until `tail` passes it (module doc).
         self.slots[(t % N as u64) as usize].with_mut(|p| fill(unsafe { &mut *p }));
@@ -160,8 +180,9 @@ mod tests {
             let q = Arc::new(Spsc::<[u64; 2], 2>::new(|| [0; 2]));
             let qp = q.clone();
             let prod = loom::thread::spawn(move || {
+                let mut seen = 0;
                 for i in 1..=3u64 {
-                    while !qp.push(|s| *s = [i, i * 10]) {
+                    while !qp.push_seen(&mut seen, |s| *s = [i, i * 10]) {
                         loom::thread::yield_now();
                     }
                 }

@@ -49,6 +49,8 @@ pub struct Shape {
     pub n: usize,
     /// reduce_scatter: elements of each rank's result block.
     pub counts: Vec<usize>,
+    /// The v-forms' counts: `n` for every rank (built once, not inside the timed call).
+    pub uniform: Vec<usize>,
     pub send_len: usize,
     pub recv_len: usize,
     /// The size as OSU reports it, in bytes.
@@ -104,7 +106,7 @@ pub fn shape(coll: Collective, p: u32, rank: u32, bytes: u64, es: usize) -> Opti
         | Collective::Alltoallv => (block, whole),
         _ => (block, block),
     };
-    Some(Shape { coll, p, n, counts, send_len, recv_len, bytes: osu, nccl_bytes: nccl })
+    Some(Shape { coll, p, n, counts, uniform: vec![n; p as usize], send_len, recv_len, bytes: osu, nccl_bytes: nccl })
 }
 
 /// nccl-tests' busbw / algbw factor (PERFORMANCE.md): allreduce 2(n−1)/n; allgather,
@@ -135,22 +137,21 @@ pub fn issue<'b, C: Collectives<'b>, T: BenchElem>(
     send: &'b [T],
     recv: &'b mut [T],
 ) -> fabcoll::Result<C::Out> {
-    let (p, n) = (s.p as usize, s.n);
     let sum = ReduceOp::Sum;
-    let uniform = vec![n; p];
+    let uniform = &s.uniform;
     match s.coll {
         Collective::Barrier => c.barrier(),
         Collective::Bcast => c.bcast(recv, ROOT),
         Collective::Reduce => c.reduce(send, recv, &sum, ROOT),
         Collective::Allreduce => c.allreduce(send, recv, &sum),
         Collective::Gather => c.gather(send, recv, ROOT),
-        Collective::Gatherv => c.gatherv(send, recv, &uniform, None, ROOT),
+        Collective::Gatherv => c.gatherv(send, recv, uniform, None, ROOT),
         Collective::Scatter => c.scatter(send, recv, ROOT),
-        Collective::Scatterv => c.scatterv(send, &uniform, None, recv, ROOT),
+        Collective::Scatterv => c.scatterv(send, uniform, None, recv, ROOT),
         Collective::Allgather => c.allgather(send, recv),
-        Collective::Allgatherv => c.allgatherv(send, recv, &uniform, None),
+        Collective::Allgatherv => c.allgatherv(send, recv, uniform, None),
         Collective::Alltoall => c.alltoall(send, recv),
-        Collective::Alltoallv => c.alltoallv(send, &uniform, None, recv, &uniform, None),
+        Collective::Alltoallv => c.alltoallv(send, uniform, None, recv, uniform, None),
         Collective::ReduceScatter => c.reduce_scatter(send, recv, &s.counts, &sum),
         Collective::ReduceScatterBlock => c.reduce_scatter_block(send, recv, &sum),
         Collective::Scan => c.scan(send, recv, &sum),
