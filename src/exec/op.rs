@@ -243,10 +243,10 @@ impl Op {
         debug_assert_ne!(self.st[s as usize], St::Done);
         self.st[s as usize] = St::Done;
         self.done += 1;
-        for i in 0..self.plan.dependents[s as usize].len() {
-            let d = self.plan.dependents[s as usize][i];
-            self.deps_left[d as usize] -= 1;
-            if self.deps_left[d as usize] == 0 {
+        for &d in &self.plan.dependents[s as usize] {
+            let left = &mut self.deps_left[d as usize];
+            *left -= 1;
+            if *left == 0 {
                 self.work.push(d);
             }
         }
