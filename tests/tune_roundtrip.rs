@@ -32,7 +32,7 @@ fn tuned(p: u32) -> Tuned {
         .collect();
     let problem =
         Problem { grid: tune::grid(1, 16 << 20, 4), align: 4, algorithms, default: &def, policy: Policy::default() };
-    tune::tune(&problem, &mut |c, s| Outcome::Ok(Sample::exact(cost(c, s, p))))
+    tune::tune_each(&problem, &mut |c, s| Outcome::Ok(Sample::exact(cost(c, s, p))))
 }
 
 #[test]

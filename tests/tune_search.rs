@@ -12,7 +12,7 @@ fn run(algs: Vec<AlgSpace>, grid: Vec<u64>, default: &str, f: &mut dyn FnMut(&Ca
     let d = default.to_owned();
     let def = move |_: u64| Candidate::new(&d);
     let problem = Problem { grid, align: 1, algorithms: algs, default: &def, policy: Policy::default() };
-    tune::tune(&problem, f)
+    tune::tune_each(&problem, f)
 }
 
 /// Pieces cover 0..=u64::MAX without gaps or overlaps, and neighbours differ.
@@ -86,27 +86,47 @@ fn parameter_change_points_are_found_in_phase_one() {
 }
 
 #[test]
-fn segment_search_tries_large_to_small_and_stops_on_patience() {
+fn one_batch_per_grid_size_holds_every_parameter_value_of_every_algorithm() {
     // Segmenting helps long messages; the best segment is 64 KiB, each halving or doubling away
     // from it costs 1000 µs, no segmentation 10 000 µs.
     let cost = |c: &Candidate, _s: u64| match *c.params.get("segment").unwrap_or(&0) {
         0 => 10_000.0,
         seg => 6000.0 + 1000.0 * (seg as f64 / 65536.0).log2().abs(),
     };
-    let mut asked = Vec::new();
-    let t = run(
-        vec![AlgSpace { name: "r".into(), axes: vec![Axis::Segment { min: 4096 }] }],
-        tune::grid(1 << 20, 1 << 20, 1),
-        "r",
-        &mut |c, s| {
-            asked.push(*c.params.get("segment").unwrap_or(&0));
-            Outcome::Ok(Sample::exact(cost(c, s)))
-        },
-    );
+    let seg = || Axis::Segment { min: 4096 };
+    let def = |_: u64| Candidate::new("r");
+    let problem = Problem {
+        grid: tune::grid(1 << 20, 1 << 20, 1),
+        align: 1,
+        algorithms: vec![
+            AlgSpace { name: "r".into(), axes: vec![seg()] },
+            AlgSpace { name: "q".into(), axes: vec![seg()] },
+        ],
+        default: &def,
+        policy: Policy::default(),
+    };
+    let mut batches: Vec<Vec<String>> = Vec::new();
+    let t = tune::tune(&problem, &mut |cs: &[Candidate], s: u64| {
+        batches.push(cs.iter().map(|c| c.to_string()).collect());
+        cs.iter().map(|c| Outcome::Ok(Sample::exact(cost(c, s) * if c.algorithm == "q" { 1.5 } else { 1.0 }))).collect()
+    });
     assert_eq!(t.pieces.last().unwrap().candidate.params.get("segment"), Some(&65536));
-    // 0, 512K, 256K, 128K, 64K (best), 32K, 16K (two misses: stop) — never down to 4K; then the
-    // phase-2 confirmation of 64K against the default, three alternating rounds.
-    assert_eq!(asked, [0, 524288, 262144, 131072, 65536, 32768, 16384, 65536, 0, 65536, 0, 65536, 0]);
+    // The sweep: both algorithms, unsegmented and every segment from 512 KiB down to 16 KiB
+    // (no finer than 1/64 of the message), in one batch; then three confirmation rounds, each a
+    // batch of the challenger and the default.
+    let values = [
+        "",
+        " segment=524288",
+        " segment=262144",
+        " segment=131072",
+        " segment=65536",
+        " segment=32768",
+        " segment=16384",
+    ];
+    let sweep: Vec<String> = ["r", "q"].iter().flat_map(|a| values.iter().map(move |v| format!("{a}{v}"))).collect();
+    assert_eq!(batches[0], sweep);
+    assert_eq!(batches.len(), 4, "{batches:?}");
+    assert!(batches[1..].iter().all(|b| b == &["r segment=65536", "r"]), "{batches:?}");
 }
 
 /// Deterministic pseudo-random numbers in [0, 1).
@@ -181,7 +201,7 @@ fn pruning_stops_measuring_slow_algorithms_and_the_default_is_still_measured() {
         default: &def,
         policy: Policy { prune: 2.0, prune_above: 64 << 10, ..Policy::default() },
     };
-    let t = tune::tune(&problem, &mut |c, s| {
+    let t = tune::tune_each(&problem, &mut |c, s| {
         seen.insert((c.algorithm.clone(), s));
         Outcome::Ok(Sample::exact(if c.algorithm == "slow" { 10.0 } else { 1.0 } * (1.0 + s as f64)))
     });

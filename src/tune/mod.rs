@@ -5,16 +5,21 @@
 //! - [`search`]: phase 1 (best parameters per algorithm per grid size, binary search for the
 //!   sizes where they change), phase 2 (best algorithm per size against the embedded default,
 //!   same change-point search), output as contiguous size ranges.
+//! - [`rounds`]: a batch's repetitions interleaved across candidates, with optional racing.
 //! - [`stats`]: repetitions → median and noise with outlier rejection; "beats beyond noise".
 //! - [`rules`]: ranges → decision-file rules (`p: [n, n]` per tuned size), merging into a file.
 //! - [`log`]: the JSON-lines log of measured points that makes a run resumable.
 
 pub mod log;
+pub mod rounds;
 pub mod rules;
 pub mod search;
 pub mod stats;
 
-pub use search::{tune, AlgSpace, Axis, Candidate, GridPoint, Outcome, ParamMap, Piece, Policy, Problem, Tuned};
+pub use rounds::Rounds;
+pub use search::{
+    tune, tune_each, AlgSpace, Axis, Candidate, GridPoint, Measure, Outcome, ParamMap, Piece, Policy, Problem, Tuned,
+};
 pub use stats::Sample;
 
 /// The grid of faraj-yuan §3.4 (1 B, 64 B, 512 B, 1 KiB, 2 KiB, … doubling) from `min` to `max`

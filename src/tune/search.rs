@@ -1,13 +1,21 @@
 //! The two-phase empirical search of faraj-yuan 2005 §3.4 (Figure 2), over any `measure`
 //! function, so it is tested with synthetic costs and run on a fabric by `fabcoll tune`.
 //!
-//! Phase 1 (their step 3), per algorithm: at every grid size, a linear search per parameter with
-//! the other parameters fixed (§3.3: parameters are assumed independent), starting from the
-//! default value; a value replaces the current best only if it beats it beyond noise
-//! ([`Sample::beats`]), and the search of one parameter stops after `patience` values slower
-//! than the best beyond noise (segment sizes are tried from the largest down, so the search
-//! stops once segments get too small). Between adjacent grid sizes whose best values differ, a
-//! binary search (in log size) finds the change point to the resolution (a size ratio).
+//! Measurements come in **batches**: `measure(candidates, bytes)` measures several candidates
+//! of one size together, and a fabric measurer interleaves their repetitions (A B C A B C …, not
+//! AAA BBB CCC), so a slow drift of the machine (another job, a frequency change) hits every
+//! candidate of the batch alike and the comparisons the search makes inside a batch compare
+//! algorithms, not moments. Every comparison the search makes is inside one batch where it can
+//! be: the whole phase-1 sweep of a grid size, a confirmation round, a binary-search midpoint.
+//!
+//! Phase 1 (their step 3), per algorithm: at every grid size, every value of every parameter
+//! (the others at their defaults; §3.3: parameters are assumed independent), all algorithms in
+//! one batch; then a linear search over those figures per parameter, starting from the default
+//! value: a value replaces the current best only if it beats it beyond noise
+//! ([`Sample::beats`]). Where a later parameter is searched with an earlier one's non-default
+//! best, its combinations are measured in a batch of their own. Between adjacent grid sizes
+//! whose best values differ, a binary search (in log size) finds the change point to the
+//! resolution (a size ratio).
 //!
 //! (The change points of an algorithm's parameters are searched only if it wins at some grid
 //! size in phase 2: nothing else uses them.)
@@ -29,7 +37,8 @@
 //!   on a quiet machine (4.6 against 1.9 µs): the zero-copy grant's round trip waits for a
 //!   descheduled peer only under load; 16 and 64 KiB chose the default;
 //! - **confirmation** (`confirm_rounds`): the challenger and the default are measured again,
-//!   alternating, that many rounds, and the challenger must win beyond noise in every round.
+//!   in one batch per round, that many rounds, and the challenger must win beyond noise in
+//!   every round.
 //!
 //! Optional pruning (not in the paper; for a time budget): above `prune_above` bytes, an
 //! algorithm slower than `prune` × the best at one grid size is not measured at larger sizes.
@@ -141,8 +150,6 @@ pub struct Policy {
     pub rel: f64,
     /// Binary searches stop when the size interval's ratio is at most this.
     pub resolution: f64,
-    /// Values of one parameter slower than the best (beyond noise) before its search stops.
-    pub patience: usize,
     /// Pruning factor (`f64::INFINITY` = off) and the size from which it applies.
     pub prune: f64,
     pub prune_above: u64,
@@ -160,7 +167,6 @@ impl Default for Policy {
         Policy {
             rel: 0.03,
             resolution: std::f64::consts::SQRT_2,
-            patience: 2,
             prune: f64::INFINITY,
             prune_above: 0,
             confirm_rounds: 3,
@@ -226,8 +232,12 @@ struct Strategy {
     tuned: bool,
 }
 
+/// Measures a batch of candidates at one size (their repetitions interleaved), one outcome per
+/// candidate in order.
+pub type Measure<'m> = dyn FnMut(&[Candidate], u64) -> Vec<Outcome> + 'm;
+
 struct Ctx<'m, 'p> {
-    measure: &'m mut dyn FnMut(&Candidate, u64) -> Outcome,
+    measure: &'m mut Measure<'m>,
     problem: &'p Problem<'p>,
     cache: HashMap<(Candidate, u64), Outcome>,
     failures: Vec<(Candidate, u64, String)>,
@@ -237,26 +247,54 @@ struct Ctx<'m, 'p> {
 }
 
 impl Ctx<'_, '_> {
-    fn outcome(&mut self, c: &Candidate, bytes: u64) -> Outcome {
-        let key = (c.clone(), bytes);
-        if let Some(o) = self.cache.get(&key) {
-            return o.clone();
+    /// One batch of fresh measurements (`cs` without duplicates), failures recorded.
+    fn batch(&mut self, cs: &[Candidate], bytes: u64) -> Vec<Outcome> {
+        if cs.is_empty() {
+            return Vec::new();
         }
-        let o = (self.measure)(c, bytes);
-        self.measured += 1;
-        if let Outcome::Failed(why) = &o {
-            self.failures.push((c.clone(), bytes, why.clone()));
+        let mut out = (self.measure)(cs, bytes);
+        // A measurer that answers short is out of budget for the rest.
+        out.resize(cs.len(), Outcome::Unmeasured);
+        self.measured += cs.len();
+        for (c, o) in cs.iter().zip(&out) {
+            if let Outcome::Failed(why) = o {
+                self.failures.push((c.clone(), bytes, why.clone()));
+            }
         }
-        if o != Outcome::Unmeasured {
-            self.cache.insert(key, o.clone());
-        }
-        o
+        out
     }
 
-    /// A second, fresh measurement of `c` (the confirmation of a win over the default).
-    fn remeasure(&mut self, c: &Candidate, bytes: u64) -> Outcome {
-        self.measured += 1;
-        (self.measure)(c, bytes)
+    /// The outcomes of `cs` at `bytes`: cached ones as they are, the others measured in one
+    /// batch (and cached unless unmeasured).
+    fn outcomes(&mut self, cs: &[Candidate], bytes: u64) -> Vec<Outcome> {
+        let mut todo: Vec<Candidate> = Vec::new();
+        for c in cs {
+            if !self.cache.contains_key(&(c.clone(), bytes)) && !todo.contains(c) {
+                todo.push(c.clone());
+            }
+        }
+        let fresh = self.batch(&todo, bytes);
+        let mut unmeasured = Vec::new();
+        for (c, o) in todo.into_iter().zip(fresh) {
+            if o == Outcome::Unmeasured {
+                unmeasured.push(c);
+            } else {
+                self.cache.insert((c, bytes), o);
+            }
+        }
+        cs.iter()
+            .map(|c| {
+                if unmeasured.contains(c) {
+                    Outcome::Unmeasured
+                } else {
+                    self.cache.get(&(c.clone(), bytes)).cloned().unwrap_or(Outcome::Unmeasured)
+                }
+            })
+            .collect()
+    }
+
+    fn outcome(&mut self, c: &Candidate, bytes: u64) -> Outcome {
+        self.outcomes(std::slice::from_ref(c), bytes).pop().unwrap_or(Outcome::Unmeasured)
     }
 
     fn get(&mut self, c: &Candidate, bytes: u64) -> Option<Sample> {
@@ -270,29 +308,46 @@ impl Ctx<'_, '_> {
         self.problem.policy.rel
     }
 
-    /// Phase 1 at one size: the best parameters of `alg` and their figure (`None`: the default
-    /// parameters could not be measured).
+    /// Phase 1's batch at one size: every algorithm with its defaults and with each value of each
+    /// parameter alone.
+    fn sweep(&mut self, algs: &[&AlgSpace], bytes: u64) {
+        let mut all = Vec::new();
+        for alg in algs {
+            all.push(Candidate::new(&alg.name));
+            for axis in &alg.axes {
+                for v in axis.values(bytes).into_iter().skip(1) {
+                    all.push(Candidate::new(&alg.name).with(axis.name(), v));
+                }
+            }
+        }
+        self.outcomes(&all, bytes);
+    }
+
+    /// Phase 1 at one size, on the sweep's figures: the best parameters of `alg` and their
+    /// figure (`None`: the default parameters could not be measured).
     fn best_params(&mut self, alg: &AlgSpace, bytes: u64) -> Option<(ParamMap, Sample)> {
         let mut params = ParamMap::new();
         let mut best = self.get(&Candidate::new(&alg.name), bytes)?;
         for axis in &alg.axes {
-            let mut misses = 0;
-            for v in axis.values(bytes).into_iter().skip(1) {
-                let mut p = params.clone();
-                p.insert(axis.name().to_owned(), v);
-                let c = Candidate { algorithm: alg.name.clone(), params: p };
-                match self.outcome(&c, bytes) {
+            let values: Vec<Candidate> = axis
+                .values(bytes)
+                .into_iter()
+                .skip(1)
+                .map(|v| {
+                    let mut p = params.clone();
+                    p.insert(axis.name().to_owned(), v);
+                    Candidate { algorithm: alg.name.clone(), params: p }
+                })
+                .collect();
+            // With an earlier parameter's best set, these are new combinations: one batch.
+            for (c, o) in values.iter().zip(self.outcomes(&values, bytes)) {
+                match o {
                     Outcome::Ok(x) if x.beats(&best, self.rel()) => {
                         best = x;
-                        params = c.params;
-                        misses = 0;
+                        params = c.params.clone();
                     }
-                    Outcome::Ok(x) if !best.beats(&x, self.rel()) => {}
                     Outcome::Unmeasured => break,
-                    _ => misses += 1,
-                }
-                if misses >= self.problem.policy.patience {
-                    break;
+                    _ => {}
                 }
             }
         }
@@ -302,9 +357,8 @@ impl Ctx<'_, '_> {
     /// Whether `inc` (the incumbent) keeps `bytes` against `other`; `None` if neither could be
     /// measured or the budget ran out.
     fn incumbent_keeps(&mut self, inc: &Candidate, other: &Candidate, bytes: u64) -> Option<bool> {
-        let a = self.outcome(inc, bytes);
-        let b = self.outcome(other, bytes);
-        match (a, b) {
+        let mut o = self.outcomes(&[inc.clone(), other.clone()], bytes).into_iter();
+        match (o.next().unwrap_or(Outcome::Unmeasured), o.next().unwrap_or(Outcome::Unmeasured)) {
             (Outcome::Unmeasured, _) | (_, Outcome::Unmeasured) => None,
             (Outcome::Ok(a), Outcome::Ok(b)) => Some(!b.beats(&a, self.rel())),
             (Outcome::Ok(_), _) => Some(true),
@@ -349,8 +403,14 @@ impl Ctx<'_, '_> {
     }
 }
 
+/// [`tune`] over a measurer of one candidate at a time (synthetic costs, replaying a log): a
+/// batch is its candidates measured in order.
+pub fn tune_each(problem: &Problem<'_>, measure: &mut dyn FnMut(&Candidate, u64) -> Outcome) -> Tuned {
+    tune(problem, &mut |cs: &[Candidate], bytes: u64| cs.iter().map(|c| measure(c, bytes)).collect())
+}
+
 /// Runs both phases for one operation at one communicator size.
-pub fn tune(problem: &Problem<'_>, measure: &mut dyn FnMut(&Candidate, u64) -> Outcome) -> Tuned {
+pub fn tune(problem: &Problem<'_>, measure: &mut Measure<'_>) -> Tuned {
     let mut ctx =
         Ctx { measure, problem, cache: HashMap::new(), failures: Vec::new(), measured: 0, params: HashMap::new() };
     let grid = &problem.grid;
@@ -361,6 +421,8 @@ pub fn tune(problem: &Problem<'_>, measure: &mut dyn FnMut(&Candidate, u64) -> O
     let mut best: Vec<Vec<Option<(ParamMap, Sample)>>> = vec![vec![None; grid.len()]; algs.len()];
     let mut pruned = vec![false; algs.len()];
     for (i, &s) in grid.iter().enumerate() {
+        let live: Vec<&AlgSpace> = algs.iter().zip(&pruned).filter(|(_, &p)| !p).map(|(a, _)| a).collect();
+        ctx.sweep(&live, s);
         for (a, alg) in algs.iter().enumerate() {
             if !pruned[a] {
                 best[a][i] = ctx.best_params(alg, s);
@@ -420,7 +482,8 @@ pub fn tune(problem: &Problem<'_>, measure: &mut dyn FnMut(&Candidate, u64) -> O
         // budget left for them, the verdict so far stands.
         let confirmed = |ctx: &mut Ctx, c: &Candidate| {
             for _ in 0..pol.confirm_rounds {
-                match (ctx.remeasure(c, s), ctx.remeasure(&d, s)) {
+                let mut o = ctx.batch(&[c.clone(), d.clone()], s).into_iter();
+                match (o.next().unwrap_or(Outcome::Unmeasured), o.next().unwrap_or(Outcome::Unmeasured)) {
                     (Outcome::Ok(x), Outcome::Ok(y)) if x.beats(&y, pol.rel) => {}
                     (Outcome::Unmeasured, _) | (_, Outcome::Unmeasured) => return true,
                     _ => return false,

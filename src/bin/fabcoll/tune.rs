@@ -1,13 +1,14 @@
 //! `fabcoll tune`: the faraj-yuan 2005 §3 empirical autotuner on a real fabric. The search itself
-//! is [`fabcoll::tune`]; this file measures its points and writes the results.
+//! is [`fabcoll::tune`]; this file measures its batches and writes the results.
 //!
-//! A point = one algorithm with parameters at one size: one checked call (the result is verified
-//! once per algorithm and size, so a broken algorithm never wins), one timed call that sets the
-//! iteration count (`--rep-us` per repetition, at most `--max-iters`), then `--reps` repetitions
-//! of the bench's timing loop ([`crate::bench::timed_calls`]: barrier-separated calls). A
-//! repetition's figure is the max over ranks of the per-rank average (one allreduce MAX), so
-//! every rank sees the same numbers and takes the same decisions. Rank 0 appends each point to
-//! the log (flushed at once) and draws the progress bar; a rerun skips the logged points.
+//! A batch = several candidates (algorithm with parameters) at one size ([`measure_batch`]):
+//! each is checked once per algorithm and size (so a broken algorithm never wins) and timed once
+//! to set its iteration count (`--rep-us` per repetition, at most `--max-iters`); then `--reps`
+//! rounds, each one repetition of every candidate, interleaved ([`fabcoll::tune::Rounds`]). A
+//! repetition is the bench's timing loop ([`crate::bench::timed_calls`]: barrier-separated
+//! calls) and its figure the max over ranks of the per-rank average (one allreduce per round),
+//! so every rank sees the same numbers and takes the same decisions. Rank 0 appends each point
+//! to the log (flushed at once) and draws the progress bar; a rerun skips the logged points.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
@@ -32,9 +33,14 @@ two from half the message down to 4 KiB; alltoall barriers: 1, 2, 4, … ≤ p-1
 best value changes (to a factor √2); phase 2 does the same across algorithms, with the embedded
 default as the incumbent: another choice wins only if it is faster by more than --margin AND its
 repetitions do not overlap the incumbent's (after dropping repetitions slower than median +
-3·1.4826·MAD), AND the default does not beat it so at both neighbouring grid sizes, AND it wins
-so again in 3 fresh rounds measuring it and the default alternately. Each point is verified once
-per algorithm and size; failures are skipped.
+3·1.4826·MAD or than 1.5 × the second-fastest), AND the default does not beat it so at both
+neighbouring grid sizes, AND it wins so again in 3 fresh rounds measuring it and the default
+together. Each point is verified once per algorithm and size; failures are skipped.
+
+Measuring: all candidates of a grid size (every algorithm, every parameter value) are one batch
+whose repetitions interleave (A B C, B C A, … for --reps rounds), so a drift of the machine hits
+them alike; from the second round, a candidate whose repetition is a single call and whose fastest
+repetition is --race × the leader's median leaves the batch.
 
 Checking a tuned file: `fabcoll tune --compare FILE [--rounds 4]` measures, per grid size, the
 defaults' choice and the file's alternately and prints tuned/default (median over rounds) with a
@@ -63,14 +69,21 @@ pub struct TuneArgs {
     #[arg(long, default_value = "64M", value_parser = crate::parse_size)]
     max_size: u64,
     /// Repetitions per point.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..=1000))]
     reps: u32,
-    /// Target time of one repetition in µs (iterations = this / one call's time).
-    #[arg(long, default_value_t = 2000.0)]
+    /// Target time of one repetition in µs (iterations = this / one call's time). Short
+    /// repetitions, many of them: another job's burst on a shared core disturbs whole
+    /// repetitions, and the figure drops the disturbed ones (fabcoll::tune::stats).
+    #[arg(long, default_value_t = 500.0)]
     rep_us: f64,
     /// Most iterations per repetition.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 200)]
     max_iters: usize,
+    /// Racing: from the second round of a batch, a candidate whose repetition is one call and
+    /// whose fastest repetition is slower than this factor × the leader's median stops being
+    /// measured (0 = off).
+    #[arg(long, default_value_t = 1.5)]
+    race: f64,
     /// Relative margin a choice must beat the incumbent by.
     #[arg(long, default_value_t = 0.03)]
     margin: f64,
@@ -250,36 +263,50 @@ impl Run<'_> {
         let mut verified: HashSet<(String, u64)> = HashSet::new();
         let mut expected: Option<(u64, Vec<T>)> = None;
         let mut fatal: Option<String> = None;
-        let t = tune::tune(&problem, &mut |cand, bytes| {
+        let race = self.a.race;
+        let t = tune::tune(&problem, &mut |cands: &[Candidate], bytes: u64| {
+            let mut outcomes = vec![Outcome::Unmeasured; cands.len()];
             if fatal.is_some() {
-                return Outcome::Unmeasured;
+                return outcomes;
             }
-            let key: Key = (op.name().into(), p, self.fabric.clone(), cand.clone(), bytes);
-            if let Some(o) = self.out.as_mut() {
-                // Within the operation's share of the bar (the search's length is not known ahead).
-                let room = o.op_end.saturating_sub(o.bar.position() + 1);
-                o.bar.inc(weight(bytes).min(room));
-                o.bar.set_message(format!("{op} {bytes} B {cand}"));
-                o.tick();
+            // Logged points (a resumed run) are replayed; the others are measured in one batch.
+            let mut todo: Vec<(usize, Key)> = Vec::new();
+            for (i, cand) in cands.iter().enumerate() {
+                let key: Key = (op.name().into(), p, self.fabric.clone(), cand.clone(), bytes);
+                if let Some(o) = self.out.as_mut() {
+                    // Within the operation's share of the bar (the search's length is not known ahead).
+                    let room = o.op_end.saturating_sub(o.bar.position() + 1);
+                    o.bar.inc(weight(bytes).min(room));
+                    o.bar.set_message(format!("{op} {bytes} B {cand}"));
+                    o.tick();
+                }
+                let nth = self.asked.entry(key.clone()).or_insert(0);
+                *nth += 1;
+                match self.resume.get(&key, *nth - 1) {
+                    Some(o) => outcomes[i] = o.clone(),
+                    None => todo.push((i, key)),
+                }
             }
-            let nth = self.asked.entry(key.clone()).or_insert(0);
-            *nth += 1;
-            if let Some(o) = self.resume.get(&key, *nth - 1) {
-                return o.clone();
+            if todo.is_empty() {
+                return outcomes;
             }
             match self.over_budget() {
                 Ok(false) => {}
-                Ok(true) => return Outcome::Unmeasured,
+                Ok(true) => return outcomes,
                 Err(e) => {
                     fatal = Some(e);
-                    return Outcome::Unmeasured;
+                    return outcomes;
                 }
             }
             let Some(s) = ops::shape(op, p, r, bytes, es) else {
-                return Outcome::Failed(format!("{bytes} bytes hold no whole element"));
+                for (i, _) in &todo {
+                    outcomes[*i] = Outcome::Failed(format!("{bytes} bytes hold no whole element"));
+                }
+                return outcomes;
             };
-            let check = verified.insert((cand.algorithm.clone(), bytes));
-            let want = if check {
+            let batch: Vec<Candidate> = todo.iter().map(|(i, _)| cands[*i].clone()).collect();
+            let check: Vec<bool> = batch.iter().map(|c| verified.insert((c.algorithm.clone(), bytes))).collect();
+            let want = if check.iter().any(|&x| x) {
                 if expected.as_ref().is_none_or(|(b, _)| *b != bytes) {
                     expected = Some((bytes, ops::expected::<T>(&s, r)));
                 }
@@ -287,38 +314,44 @@ impl Run<'_> {
             } else {
                 None
             };
-            self.fresh += 1;
+            self.fresh += batch.len();
             let (send, recv) = (&mut sendbuf[..s.send_len], &mut recvbuf[..s.recv_len]);
-            let res = measure_point(c, &s, cand, es as u64, send, recv, want, self.a);
-            let outcome = match res {
-                Ok(Ok(reps)) => match Sample::from_reps(&reps) {
-                    Some(x) => {
+            let results = match measure_batch(c, &s, &batch, es as u64, send, recv, &check, want, self.a, race) {
+                Ok(x) => x,
+                Err(e) => {
+                    fatal = Some(e);
+                    return outcomes;
+                }
+            };
+            for ((i, key), res) in todo.iter().zip(results) {
+                let cand = &cands[*i];
+                outcomes[*i] = match res {
+                    Ok(reps) => match Sample::from_reps(&reps) {
+                        Some(x) => {
+                            if let Some(o) = self.out.as_mut() {
+                                let line =
+                                    serde_json::to_string(&tlog::measurement(key, &x, &reps)).unwrap_or_default();
+                                if let Err(e) = Out::append(&mut o.log, &line) {
+                                    fatal = Some(e);
+                                }
+                            }
+                            Outcome::Ok(x)
+                        }
+                        None => Outcome::Failed("no finite repetition".into()),
+                    },
+                    Err(why) => {
                         if let Some(o) = self.out.as_mut() {
-                            let line = serde_json::to_string(&tlog::measurement(&key, &x, &reps)).unwrap_or_default();
-                            if let Err(e) = Out::append(&mut o.log, &line) {
+                            o.bar.suspend(|| eprintln!("tune: {op} {cand} at {bytes} B failed: {why}"));
+                            let line = serde_json::to_string(&tlog::failure(key, &why)).unwrap_or_default();
+                            if let Err(e) = Out::append(&mut o.failed, &line) {
                                 fatal = Some(e);
                             }
                         }
-                        Outcome::Ok(x)
+                        Outcome::Failed(why)
                     }
-                    None => Outcome::Failed("no finite repetition".into()),
-                },
-                Ok(Err(why)) => {
-                    if let Some(o) = self.out.as_mut() {
-                        o.bar.suspend(|| eprintln!("tune: {op} {cand} at {bytes} B failed: {why}"));
-                        let line = serde_json::to_string(&tlog::failure(&key, &why)).unwrap_or_default();
-                        if let Err(e) = Out::append(&mut o.failed, &line) {
-                            fatal = Some(e);
-                        }
-                    }
-                    Outcome::Failed(why)
-                }
-                Err(e) => {
-                    fatal = Some(e);
-                    Outcome::Unmeasured
-                }
-            };
-            outcome
+                };
+            }
+            outcomes
         });
         c.barrier().map_err(err)?;
         match fatal {
@@ -328,49 +361,84 @@ impl Run<'_> {
     }
 }
 
-/// Measures one point. Outer error: the communicator failed (fatal); inner: this candidate
-/// failed or gave a wrong result (recorded and skipped). `want`: check the result against it.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn measure_point<T: BenchElem>(
-    c: &Communicator,
-    s: &ops::Shape,
-    cand: &Candidate,
-    es: u64,
-    send: &mut [T],
-    recv: &mut [T],
-    want: Option<&[T]>,
-    a: &TuneArgs,
-) -> Result<Result<Vec<f64>, String>, String> {
-    let r = c.rank();
+/// The options that force `cand` (`segment` from bytes to elements of `es` bytes).
+fn options_of(cand: &Candidate, es: u64) -> Options {
     let mut opts = Options::algorithm(&cand.algorithm);
     for (k, &v) in &cand.params {
         opts = opts.param(k, if k == "segment" { (v / es).max(1) } else { v });
     }
-    let w = c.with(&opts);
-    if want.is_some() {
-        ops::fill(s, r, send, recv);
+    opts
+}
+
+/// Measures a batch of candidates at one size. Outer error: the communicator failed (fatal);
+/// inner, per candidate: it failed or gave a wrong result (recorded and skipped). `check[i]`:
+/// check candidate i's result against `want`.
+///
+/// Each candidate: one call (checked), one timed call that sets its iteration count (`--rep-us`
+/// per repetition, at most `--max-iters`); then `--reps` rounds, each one repetition of every
+/// candidate in the race, interleaved with a rotating start ([`tune::Rounds`], racing factor
+/// `race` for the candidates whose repetition is a single call). A repetition is the bench's timing loop (barrier-separated calls, after one untimed
+/// call that brings the candidate's plan and buffers back when it runs more than one call);
+/// its figure is the max over ranks of the per-rank average (one allreduce per round, so every
+/// rank sees the same numbers and drops the same candidates).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn measure_batch<T: BenchElem>(
+    c: &Communicator,
+    s: &ops::Shape,
+    cands: &[Candidate],
+    es: u64,
+    send: &mut [T],
+    recv: &mut [T],
+    check: &[bool],
+    want: Option<&[T]>,
+    a: &TuneArgs,
+    race: f64,
+) -> Result<Vec<Result<Vec<f64>, String>>, String> {
+    let r = c.rank();
+    let opts: Vec<Options> = cands.iter().map(|cand| options_of(cand, es)).collect();
+    let ws: Vec<_> = opts.iter().map(|o| c.with(o)).collect();
+    let mut out: Vec<Result<Vec<f64>, String>> = vec![Ok(Vec::new()); cands.len()];
+    let mut iters = vec![1usize; cands.len()];
+    for (i, w) in ws.iter().enumerate() {
+        let want = if check.get(i).copied().unwrap_or(false) { want } else { None };
+        if want.is_some() {
+            ops::fill(s, r, send, recv);
+        }
+        let res = ops::issue(w, s, send, recv);
+        let bad = want.is_some_and(|want| res.is_ok() && recv != want);
+        let mut flags = [u32::from(res.is_err()), u32::from(bad)];
+        c.allreduce_in_place(&mut flags[..], &ReduceOp::Sum).map_err(err)?;
+        if flags[0] > 0 {
+            let why = res.err().map_or("(on another rank)".to_owned(), |e| e.to_string());
+            out[i] = Err(format!("error on {} rank(s): {why}", flags[0]));
+            continue;
+        }
+        if flags[1] > 0 {
+            out[i] = Err(format!("wrong result on {} rank(s)", flags[1]));
+            continue;
+        }
+        let mut once = timed_calls(c, w, s, send, recv, 1, 0, true)?;
+        c.allreduce_in_place(&mut once[..], &ReduceOp::Max).map_err(err)?;
+        iters[i] = ((a.rep_us / once[0].max(0.01)).ceil() as usize).clamp(1, a.max_iters.max(1));
     }
-    let res = ops::issue(&w, s, send, recv);
-    let bad = want.is_some_and(|want| res.is_ok() && recv != want);
-    let mut flags = [u32::from(res.is_err()), u32::from(bad)];
-    c.allreduce_in_place(&mut flags[..], &ReduceOp::Sum).map_err(err)?;
-    if flags[0] > 0 {
-        let why = res.err().map_or("(on another rank)".to_owned(), |e| e.to_string());
-        return Ok(Err(format!("error on {} rank(s): {why}", flags[0])));
+    let ok: Vec<usize> = (0..cands.len()).filter(|&i| out[i].is_ok()).collect();
+    // Racing only where a repetition is one call (long messages: module doc of tune::rounds).
+    let racing = ok.iter().map(|&i| iters[i] == 1).collect();
+    let mut rounds = tune::Rounds::new(ok.len(), a.reps as usize, race).racing(racing);
+    while let Some(order) = rounds.next_order() {
+        let mut v = Vec::with_capacity(order.len());
+        for &k in &order {
+            let i = ok[k];
+            let t = timed_calls(c, &ws[i], s, send, recv, iters[i], usize::from(iters[i] > 1), true)?;
+            v.push(t.iter().sum::<f64>() / t.len().max(1) as f64);
+        }
+        c.allreduce_in_place(&mut v[..], &ReduceOp::Max).map_err(err)?;
+        rounds.record(&order, &v);
     }
-    if flags[1] > 0 {
-        return Ok(Err(format!("wrong result on {} rank(s)", flags[1])));
+    for (k, reps) in rounds.into_reps().into_iter().enumerate() {
+        out[ok[k]] = Ok(reps);
     }
-    let mut once = timed_calls(c, &w, s, send, recv, 1, 0, true)?;
-    c.allreduce_in_place(&mut once[..], &ReduceOp::Max).map_err(err)?;
-    let iters = ((a.rep_us / once[0].max(0.01)).ceil() as usize).clamp(1, a.max_iters.max(1));
-    let mut reps = Vec::with_capacity(a.reps as usize);
-    for _ in 0..a.reps {
-        let v = timed_calls(c, &w, s, send, recv, iters, 0, true)?;
-        reps.push(v.iter().sum::<f64>() / v.len().max(1) as f64);
-    }
-    c.allreduce_in_place(&mut reps[..], &ReduceOp::Max).map_err(err)?;
-    Ok(Ok(reps))
+    Ok(out)
 }
 
 /// A file's text, or empty if it does not exist.
@@ -443,7 +511,7 @@ fn plot(op: Collective, a: &TuneArgs, fabric: &str, this_p: u32, this: &Tuned, p
                 policy: policy(a),
             };
             let mut asked: HashMap<Key, usize> = HashMap::new();
-            tune::tune(&problem, &mut |cand, bytes| {
+            tune::tune_each(&problem, &mut |cand, bytes| {
                 let key: Key = (op.name().into(), p, fabric.to_owned(), cand.clone(), bytes);
                 let nth = asked.entry(key.clone()).or_insert(0);
                 *nth += 1;

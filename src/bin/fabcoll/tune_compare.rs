@@ -1,9 +1,9 @@
 //! `fabcoll tune --compare FILE`: is a tuned decision file faster than the embedded defaults on
 //! this job? Per operation and grid size, the defaults' choice and the file's choice (with its
-//! parameters) are measured as the tuner measures a point (`tune::measure_point`: repetitions of
-//! barrier-separated calls, max over ranks), alternating over `--rounds` rounds (default then
-//! tuned in even rounds, tuned then default in odd ones). A size's figure is the median over
-//! rounds of tuned/default.
+//! parameters) are measured as the tuner measures a batch (`tune::measure_batch`: repetitions of
+//! barrier-separated calls, max over ranks, the two candidates' repetitions interleaved, no
+//! racing), once per round over `--rounds` rounds (default first in even rounds, tuned first in
+//! odd ones). A size's figure is the median over rounds of tuned/default.
 //!
 //! Noise band: where both pick the same algorithm and parameters, the two measure the same thing
 //! and their ratio is pure noise; the band is the 5th–95th percentile of those sizes' medians
@@ -16,7 +16,7 @@ use fabcoll::tune::{Candidate, Sample};
 use fabcoll::Communicator;
 
 use crate::ops::{self, BenchElem};
-use crate::tune::{default_choice, elem_size, err, grid_of, measure_point, TuneArgs};
+use crate::tune::{default_choice, elem_size, err, grid_of, measure_batch, TuneArgs};
 
 /// One grid size's verdict.
 #[derive(Clone, Debug)]
@@ -114,22 +114,17 @@ fn compare_op<T: BenchElem>(
         let (send, recv) = (&mut sendbuf[..s.send_len], &mut recvbuf[..s.recv_len]);
         let def = default_choice(op, p, bytes);
         let tuned = tuned_choice(d, op, p, bytes)?;
-        let time = |cand: &Candidate, send: &mut [T], recv: &mut [T]| -> Result<f64, String> {
-            match measure_point(c, &s, cand, es as u64, send, recv, None, a)? {
-                Ok(reps) => Ok(Sample::from_reps(&reps).map_or(f64::NAN, |x| x.median)),
-                Err(why) => Err(format!("{op} {cand} at {bytes} B: {why}")),
-            }
+        let median_of = |res: &Result<Vec<f64>, String>, cand: &Candidate| match res {
+            Ok(reps) => Ok(Sample::from_reps(reps).map_or(f64::NAN, |x| x.median)),
+            Err(why) => Err(format!("{op} {cand} at {bytes} B: {why}")),
         };
         let mut ratios = Vec::with_capacity(rounds);
         let (mut tds, mut tts) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
         for round in 0..rounds {
-            let (td, tt) = if round % 2 == 0 {
-                let td = time(&def, send, recv)?;
-                (td, time(&tuned, send, recv)?)
-            } else {
-                let tt = time(&tuned, send, recv)?;
-                (time(&def, send, recv)?, tt)
-            };
+            let batch = if round % 2 == 0 { [def.clone(), tuned.clone()] } else { [tuned.clone(), def.clone()] };
+            let res = measure_batch(c, &s, &batch, es as u64, send, recv, &[false, false], None, a, 0.0)?;
+            let (d, t) = if round % 2 == 0 { (&res[0], &res[1]) } else { (&res[1], &res[0]) };
+            let (td, tt) = (median_of(d, &def)?, median_of(t, &tuned)?);
             ratios.push(tt / td);
             tds.push(td);
             tts.push(tt);

@@ -10,10 +10,10 @@
 //!
 //! Each configuration runs with the algorithm forced, so what is fitted is what the executor
 //! really costs. A configuration is timed as `fabcoll bench` and the tuner time (`t0; call; t1`
-//! and an untimed barrier, so that calls never overlap) in 11 repetitions of a batch of calls
-//! (batch size agreed on from a first timed call, ≈ 2 ms per batch), interleaved across
-//! configurations, each repetition's per-call mean taken as the maximum over ranks; the lower
-//! quartile of the repetitions is the sample (see `time_cases`). Rank 0 fits ([`super::fit`]) and
+//! and an untimed barrier, so that calls never overlap) in 31 repetitions of a batch of calls
+//! (batch size agreed on from a first timed call, ≈ 0.5 ms per batch), interleaved across
+//! configurations, each repetition's per-call mean taken as the maximum over ranks; the 5th
+//! fastest of 31 repetitions is the sample (see `time_cases`). Rank 0 fits ([`super::fit`]) and
 //! broadcasts the parameters, so every rank ends with the same model. About 0.2–1 s at p ≤ 8.
 
 use std::time::Instant;
@@ -25,7 +25,7 @@ use fabcoll_collectives::{CollArgs, Collective, Order};
 
 use super::fit::{fit_with_rendezvous, terms_on, Sample};
 use super::{model_err, segment_params, ModelParams, Rendezvous};
-use crate::comm::{Collectives, Communicator, Options};
+use crate::comm::{Collectives, Communicator, Options, Pinned};
 use crate::error::Result;
 
 /// One probe configuration (bytes of u8 elements).
@@ -82,13 +82,16 @@ pub struct ProbeReport {
     pub elapsed: f64,
 }
 
-/// Repetitions per configuration; the sample is the [`KEEP`]-th fastest, about the lower quartile
-/// (interference on a shared node only adds time, so the low end estimates the machine; the
-/// fastest alone is luck).
-const REPS: usize = 11;
-const KEEP: usize = 2;
+/// Repetitions per configuration; the sample is the [`KEEP`]-th fastest, about the 15th
+/// percentile (interference on a shared node only adds time, so the low end estimates the
+/// machine; the fastest alone is luck). Many short batches rather than a few long ones: another
+/// job's burst on a core disturbs a whole batch for milliseconds, and under a load of 5–6 on 2
+/// cores 11 batches of 2 ms left too few clean ones (p = 2 shm, bcast:binomial 8 B: 6.5 µs in
+/// one probe, 1.0–1.2 µs in others, and a fitted per-call overhead of 4.7 µs).
+const REPS: usize = 31;
+const KEEP: usize = 4;
 /// Target wall time of one batch.
-const BATCH_SECONDS: f64 = 2e-3;
+const BATCH_SECONDS: f64 = 5e-4;
 const MAX_BATCH: f64 = 50.0;
 /// Probe rounds before a fit failure is an error.
 const PROBE_ATTEMPTS: usize = 3;
@@ -105,7 +108,7 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     // [status (1 = fitted), params (ModelParams::to_wire), rendezvous α]
     const P: usize = ModelParams::WIRE_LEN;
     let mut wire = [0.0f64; P + 2];
-    let cores = node_cores(&comm.fabric_name());
+    let cores = job_cores(comm)?;
     let mut samples = Vec::new();
     for attempt in 1..=PROBE_ATTEMPTS {
         samples = time_cases(comm, plan(p))?;
@@ -141,14 +144,51 @@ fn eager_limit() -> Result<u64> {
     Ok(crate::exec::ExecConfig::from_env()?.eager_threshold as u64)
 }
 
-/// The cores the job's ranks share: this machine's when every rank is on this node (`shm`,
-/// `local`), else 0 (unknown: one core per rank).
-pub fn node_cores(fabric: &str) -> u32 {
-    if matches!(fabric, "shm" | "local") {
-        std::thread::available_parallelism().map_or(0, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
-    } else {
-        0
+/// The cores the job's ranks share when every rank is on this node (`shm`, `local`): the CPUs
+/// any of them may run on (the union of their affinity masks, agreed by two allreduces), else 0
+/// (unknown: one core per rank). Not this process's own count: `fabrun` pins rank r to one CPU,
+/// so `available_parallelism` says 1 in every rank of a 2-rank job on 2 CPUs, and the fit then
+/// priced every exchange as two ranks on one core (p = 2 shm: f_α = 0.28, f_β = 0.29).
+pub fn job_cores(comm: &Communicator) -> Result<u32> {
+    if !matches!(comm.fabric_name().as_str(), "shm" | "local") {
+        return Ok(0);
     }
+    let mine = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| parse_cpu_list(v.trim()))))
+        .flatten();
+    // Without /proc: this process's count, as a set of that many CPUs.
+    let mine =
+        mine.unwrap_or_else(|| (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect());
+    let mut len = [mine.iter().max().map_or(0, |&c| c + 1)];
+    comm.allreduce_in_place(&mut len[..], &ReduceOp::Max)?;
+    let mut flags = vec![0u8; len[0] as usize];
+    for &c in &mine {
+        flags[c as usize] = 1;
+    }
+    if !flags.is_empty() {
+        comm.allreduce_in_place(&mut flags[..], &ReduceOp::Max)?;
+    }
+    Ok(flags.iter().map(|&f| u32::from(f)).sum())
+}
+
+/// A kernel CPU list (`0-3,8,10-11`) as CPU numbers; `None` if malformed or over 65536 CPUs.
+pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?),
+            None => {
+                let a = part.parse::<u32>().ok()?;
+                (a, a)
+            }
+        };
+        if a > b || b >= 65536 {
+            return None;
+        }
+        out.extend(a..=b);
+    }
+    Some(out)
 }
 
 /// Fits the probe's timings. With more ranks than `cores`, two models are fitted: one where
@@ -214,11 +254,18 @@ fn fit_samples_on(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64, cores
 }
 
 /// One configuration ready to time: its options, buffers and agreed batch size.
+///
+/// The buffers are the communicator's registered allocations ([`Communicator::alloc`]), as in
+/// `fabcoll bench` and `fabcoll tune`: with plain heap buffers a long message on shm cannot be
+/// written into its destination (peers write shared memory only) and takes the copying path —
+/// the probe then measured a different executor path than the calls it predicts (p = 2 shm:
+/// bcast:binomial 1 MiB 99.8 µs from heap buffers, 25.2 µs in the tuner's log; allgather:ring
+/// 256 KiB 38.7 against 13.1 µs).
 struct Timed {
     case: ProbeCase,
     opts: Options,
-    send: Vec<u8>,
-    recv: Vec<u8>,
+    send: Pinned<u8>,
+    recv: Pinned<u8>,
     batch: usize,
 }
 
@@ -231,10 +278,14 @@ impl Timed {
         if case.segment > 0 {
             opts = opts.param(fabcoll_collectives::args::SEGMENT, case.segment);
         }
-        let (send, recv) = match case.coll {
-            Collective::Allgather => (vec![1u8; n], vec![0u8; n * p]),
-            _ => (Vec::new(), vec![1u8; n]),
+        let (mut send, mut recv) = match case.coll {
+            Collective::Allgather => (comm.alloc::<u8>(n)?, comm.alloc::<u8>(n * p)?),
+            _ => (comm.alloc::<u8>(0)?, comm.alloc::<u8>(n)?),
         };
+        send.fill(1);
+        if case.coll != Collective::Allgather {
+            recv.fill(1);
+        }
         let mut t = Timed { case, opts, send, recv, batch: 1 };
         t.call(comm)?;
         comm.barrier()?;
@@ -319,4 +370,20 @@ pub fn cpu_rates() -> Result<(f64, f64)> {
         std::hint::black_box(&mut dst);
     }
     Ok((median(&mut g), median(&mut k)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cpu_list;
+
+    #[test]
+    fn cpu_lists_parse_and_malformed_ones_are_none() {
+        assert_eq!(parse_cpu_list("0-1"), Some(vec![0, 1]));
+        assert_eq!(parse_cpu_list("1"), Some(vec![1]));
+        assert_eq!(parse_cpu_list("0-2,8,10-11"), Some(vec![0, 1, 2, 8, 10, 11]));
+        assert_eq!(parse_cpu_list(""), Some(vec![]));
+        for bad in ["x", "3-1", "1-", "0-70000", "1,,a"] {
+            assert_eq!(parse_cpu_list(bad), None, "{bad}");
+        }
+    }
 }
