@@ -230,4 +230,16 @@ pub trait Endpoint: Send {
     /// may then let writers bypass their own caches (the lines live in the owner's cache, and a
     /// cached store would first have to fetch each of them from there). Default: ignored.
     fn hint_read_once(&mut self, _mr: &Mr) {}
+
+    /// Announces that this rank gives up its CPU (`true`: it yields or sleeps waiting for
+    /// peers) or runs again (`false`), so that node-local peers can tell whether waiting for it
+    /// by spinning is worth it ([`Endpoint::peer_busy_elsewhere`]). Default: ignored.
+    fn set_idle(&self, _idle: bool) {}
+
+    /// Whether `peer` is running right now on another CPU than this rank (so a message from it
+    /// can come while we spin, and yielding our CPU would not help it). `false` when it yields or
+    /// sleeps, shares our CPU, or the backend cannot tell (the default).
+    fn peer_busy_elsewhere(&self, _peer: usize) -> bool {
+        false
+    }
 }

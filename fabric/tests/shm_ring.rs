@@ -235,3 +235,55 @@ fn shm_dead_peer_is_an_error() {
         }
     });
 }
+
+/// Pins the calling thread to the `k`-th CPU it may run on; false if it may run on fewer.
+fn pin_to_nth_cpu(k: usize) -> bool {
+    // SAFETY: zeroed cpu_set_t is a valid empty set; the calls get valid pointers and sizes.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return false;
+        }
+        let Some(cpu) = (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).nth(k) else {
+            return false;
+        };
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) == 0
+    }
+}
+
+/// `peer_busy_elsewhere` is true exactly for a peer that runs (no `set_idle(true)`) on another
+/// CPU: ranks pinned to different CPUs see each other busy, not while the other announced
+/// idleness, never themselves (same CPU), never an unknown rank. With one CPU, never.
+#[test]
+fn shm_presence_tells_where_peers_run() {
+    support::ranks("shm_presence_tells_where_peers_run", 2, LIMIT, &[], |job| {
+        let ep = connect(&job, "shm_presence_tells_where_peers_run");
+        let (r, other) = (ep.rank(), 1 - ep.rank());
+        let pinned = pin_to_nth_cpu(r);
+        let apart = job.exchange("pinned", &[u8::from(pinned)]).iter().all(|b| b == &[1]);
+        ep.set_idle(false); // publishes the CPU we now run on
+        job.barrier("published");
+        assert_eq!(ep.peer_busy_elsewhere(other), apart, "rank {r}: peer busy elsewhere");
+        assert!(!ep.peer_busy_elsewhere(r), "rank {r}: itself busy elsewhere");
+        assert!(!ep.peer_busy_elsewhere(7), "rank {r}: unknown rank busy elsewhere");
+        job.barrier("checked");
+        if r == 1 {
+            ep.set_idle(true);
+        }
+        job.barrier("one idle");
+        if r == 0 {
+            assert!(!ep.peer_busy_elsewhere(1), "an idle peer counts as busy");
+        }
+        job.barrier("seen idle");
+        if r == 1 {
+            ep.set_idle(false);
+        }
+        job.barrier("running again");
+        if r == 0 {
+            assert_eq!(ep.peer_busy_elsewhere(1), apart, "a peer running again");
+        }
+        job.barrier("done");
+    });
+}

@@ -68,12 +68,20 @@ enum EarlyWhat {
 /// Finished ops kept for reuse.
 const SPARE_OPS: usize = 4;
 
-/// Polls without yielding before a waiter starts to yield the core between polls (a message
-/// already on its way arrives within a few polls): few when this node's ranks outnumber its cores,
-/// more otherwise (a yield with nobody else runnable returns at once, and with other processes
-/// runnable it lets them — perhaps the peer we wait for — run instead of burning our time slice).
-const YIELD_AFTER_OVERSUBSCRIBED: u32 = 8;
+/// Polls in a row that bring nothing before a waiter yields its core (a message already on its
+/// way arrives within a few polls, and a poll that brought something means more work may follow:
+/// yielding then would hand the core away with work left): few when this node's ranks outnumber
+/// its cores, more otherwise (a yield with nobody else runnable returns at once, and with other
+/// processes runnable it lets them — perhaps the peer we wait for — run instead of burning our
+/// time slice).
+const YIELD_AFTER_OVERSUBSCRIBED: u32 = 2;
 const YIELD_AFTER: u32 = 32;
+
+/// Oversubscribed: polls in a row without news a waiter spins on (instead of yielding after
+/// `YIELD_AFTER_OVERSUBSCRIBED`) while every rank it waits for runs on another CPU
+/// (`Endpoint::peer_busy_elsewhere`): their message can come any moment, and a yield (about 2 µs
+/// on the 2-core test VM) would give our core to a co-located rank that usually waits for us.
+const BUSY_PEER_SPIN: u32 = 64;
 
 /// Spinning rounds read the clock (spin budget, deadline) only this often.
 const CLOCK_EVERY: u32 = 16;
@@ -92,6 +100,8 @@ pub(crate) struct Waiter {
     blocking: bool,
     /// The op was started right before the wait (a blocking call): the wait begins at its start.
     fresh: bool,
+    /// Rounds in a row whose poll brought nothing.
+    idle: u32,
 }
 
 impl Waiter {
@@ -118,14 +128,22 @@ pub(crate) struct Engine {
     comp: Vec<Completion>,
     /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
     pinned: Vec<Mr>,
-    /// Spinning rounds before a waiter yields between polls (fewer when oversubscribed).
+    /// Polls in a row without news before a waiter yields (fewer when oversubscribed).
     yield_after: u32,
+    /// This node's ranks outnumber its cores (see `ExecConfig::yield_when_idle`).
+    oversubscribed: bool,
     /// Polls before a waiter may block.
     min_polls: u32,
     /// How long a waiter polls before it blocks: `ExecConfig::spin` on load/store fabrics (a
     /// poll reads a few cache lines); 0 on the others (ofi), whose blocking wait is driven by the
     /// provider's own file descriptors and beats spinning through its progress engine.
     spin: Duration,
+    /// Bumped by every `progress` that handled something (a waiter's poll brought news).
+    events: u64,
+    /// Endpoint ranks the waited-for op waits for, as of (op, `events`): recomputed when
+    /// something happened, read at every idle round of an oversubscribed waiter.
+    awaited: Vec<usize>,
+    awaited_at: Option<(OpKey, u64)>,
 }
 
 /// An abort notice's payload: the awaited ranks, as many as fit one control message.
@@ -191,6 +209,10 @@ impl Engine {
             },
             min_polls: if yield_idle { MIN_POLLS_OVERSUBSCRIBED } else { MIN_POLLS },
             spin: if load_store { cfg_spin } else { Duration::ZERO },
+            oversubscribed: yield_idle,
+            events: 0,
+            awaited: Vec::new(),
+            awaited_at: None,
         };
         for (q, s) in setups {
             e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0), s.to_bytes());
@@ -608,6 +630,7 @@ impl Engine {
             return Ok(());
         }
         let mut r = Ok(());
+        self.events = self.events.wrapping_add(1);
         for c in comp.drain(..) {
             if let Err(e) = self.dispatch(c) {
                 r = Err(e);
@@ -700,9 +723,10 @@ impl Engine {
     /// engine with other threads release it between rounds.
     ///
     /// Polling: for `ExecConfig::spin` after the wait began the endpoint is polled without
-    /// blocking — after a few polls (fewer when this node's ranks outnumber its cores) yielding
-    /// the core between polls — then each round blocks up to 1 ms on the fabric's doorbell (a
-    /// peer's write wakes it). A sleeping peer costs a futex wake-up of tens of microseconds, so
+    /// blocking — once a few polls in a row brought nothing (fewer when this node's ranks
+    /// outnumber its cores, unless every awaited rank runs on another CPU: see
+    /// [`Engine::should_yield`]) yielding the core between polls — then each round blocks up to
+    /// 1 ms on the fabric's doorbell (a peer's write wakes it). A sleeping peer costs a futex wake-up of tens of microseconds, so
     /// the spin budget covers the waits of small and medium collectives.
     pub fn wait_step(&mut self, key: OpKey, w: &mut Waiter) -> bool {
         let Some(op) = self.ops.get_mut(&key) else { return true };
@@ -724,12 +748,14 @@ impl Engine {
             // Fast round: poll without reading the clock (deadline and spin budget are checked
             // every CLOCK_EVERY rounds).
             w.rounds = w.rounds.wrapping_add(1);
-            if w.rounds > self.yield_after {
-                std::thread::yield_now();
+            if self.should_yield(key, w.idle) {
+                self.yield_core();
             }
+            let ev = self.events;
             if let Err(e) = self.progress(None) {
                 self.fail(key, e);
             }
+            w.idle = if self.events == ev { w.idle.saturating_add(1) } else { 0 };
             return self.is_finished(key);
         }
         let now = Instant::now();
@@ -743,22 +769,51 @@ impl Engine {
             return true;
         }
         let block = if w.rounds <= self.min_polls || now.duration_since(since) < self.spin {
-            if w.rounds > self.yield_after {
-                std::thread::yield_now();
+            if self.should_yield(key, w.idle) {
+                self.yield_core();
             }
             None
         } else {
             w.blocking = true;
             Some(Duration::from_millis(1))
         };
+        let ev = self.events;
         if let Err(e) = self.progress(block) {
             // Ends the op, possibly after the grace period of a lost peer.
             self.fail(key, e);
         }
+        w.idle = if self.events == ev { w.idle.saturating_add(1) } else { 0 };
         if in_grace || now >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
             self.check_deadline(key);
         }
         self.is_finished(key)
+    }
+
+    /// Whether a waiter whose last `idle` polls brought nothing should yield its core before the
+    /// next one: after `yield_after` such polls, unless this node is oversubscribed and every
+    /// rank the op waits for runs on another CPU (then after `BUSY_PEER_SPIN`).
+    fn should_yield(&mut self, key: OpKey, idle: u32) -> bool {
+        if idle < self.yield_after {
+            return false;
+        }
+        if !self.oversubscribed || idle >= BUSY_PEER_SPIN {
+            return true;
+        }
+        if self.awaited_at != Some((key, self.events)) {
+            self.awaited.clear();
+            if let Some(op) = self.ops.get(&key) {
+                self.awaited.extend(op.waiting_for().into_iter().map(|p| op.ep(p)));
+            }
+            self.awaited_at = Some((key, self.events));
+        }
+        self.awaited.is_empty() || !self.awaited.iter().all(|&p| self.core.ep.peer_busy_elsewhere(p))
+    }
+
+    /// Gives the core away once, telling node-local peers that this rank does not run meanwhile.
+    fn yield_core(&self) {
+        self.core.ep.set_idle(true);
+        std::thread::yield_now();
+        self.core.ep.set_idle(false);
     }
 
     /// Waits until every peer's eager-ring setup arrived (until then small messages take the

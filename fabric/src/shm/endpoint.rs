@@ -156,6 +156,7 @@ impl ShmEndpoint {
         h.pid.store(std::process::id(), Ordering::Relaxed);
         h.rank.store(cfg.rank as u32, Ordering::Relaxed);
         h.size.store(cfg.size as u32, Ordering::Relaxed);
+        h.presence.store(sys::current_cpu(), Ordering::Relaxed);
         h.magic.store(segment::MAGIC, Ordering::Release);
         let keys = Arc::new(Keys {
             seg: seg.clone(),
@@ -494,7 +495,9 @@ impl Endpoint for ShmEndpoint {
                     let seq = h.doorbell.load(Ordering::SeqCst);
                     h.sleepers.fetch_add(1, Ordering::SeqCst);
                     if !self.any_pending() {
+                        self.set_idle(true);
                         sys::futex_wait(&h.doorbell, seq, d);
+                        self.set_idle(false);
                     }
                     h.sleepers.fetch_sub(1, Ordering::SeqCst);
                 }
@@ -541,6 +544,21 @@ impl Endpoint for ShmEndpoint {
         let ptr = map.as_ptr();
         // SAFETY: `map` keeps `[ptr, ptr+len)` mapped while the Mapping lives.
         Ok(unsafe { Mapping::from_parts(ptr, len, Box::new(map)) })
+    }
+
+    fn set_idle(&self, idle: bool) {
+        let p = &self.seg.header().presence;
+        // Only this rank writes its word: a load and a store, no read-modify-write.
+        let v = if idle { p.load(Ordering::Relaxed) | segment::IDLE } else { sys::current_cpu() };
+        p.store(v, Ordering::Relaxed);
+    }
+
+    fn peer_busy_elsewhere(&self, peer: usize) -> bool {
+        let Some(p) = self.peers.get(peer) else { return false };
+        let theirs = p.seg.header().presence.load(Ordering::Relaxed);
+        let mine = self.seg.header().presence.load(Ordering::Relaxed) & segment::NO_CPU;
+        let cpu = theirs & segment::NO_CPU;
+        theirs & segment::IDLE == 0 && cpu != segment::NO_CPU && mine != segment::NO_CPU && cpu != mine
     }
 
     fn hint_read_once(&mut self, mr: &Mr) {

@@ -50,7 +50,16 @@ pub(crate) struct Header {
     /// Set to 1 when the endpoint is dropped: its process left in an orderly way (a process that
     /// is gone with this still 0 died or exited without closing its endpoint).
     pub(crate) closed: AtomicU32,
+    /// Where the owner runs, for peers deciding between spinning and yielding: the CPU it last
+    /// ran on (low 32 bits, [`NO_CPU`] before it is known) and [`IDLE`] while it yields or
+    /// sleeps. One word, written by the owner only, around its yields and sleeps.
+    pub(crate) presence: CachePadded<AtomicU64>,
 }
+
+/// `Header::presence` bit: the owner yields or sleeps.
+pub(crate) const IDLE: u64 = 1 << 32;
+/// `Header::presence` CPU before the owner published one.
+pub(crate) const NO_CPU: u64 = 0xffff_ffff;
 
 const HEADER_SPACE: usize = 4096;
 const KEYS_OFF: usize = HEADER_SPACE;

@@ -154,3 +154,11 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
     // SAFETY: valid aligned u32; waking has no memory effects.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0, 0, 0) };
 }
+
+/// The CPU this thread runs on (`sched_getcpu`, served by the vDSO or rseq: no system call), or
+/// `0xffff_ffff` if the kernel cannot tell.
+pub(crate) fn current_cpu() -> u64 {
+    // SAFETY: no arguments, no memory effects.
+    let c = unsafe { libc::sched_getcpu() };
+    u32::try_from(c).map_or(0xffff_ffff, u64::from)
+}

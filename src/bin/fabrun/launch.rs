@@ -29,15 +29,24 @@ pub struct Plan {
 }
 
 /// The CPU of each of `n` ranks when `bind` and there are at least 2 of them: the CPUs fabrun may
-/// run on, in order, round-robin when the ranks outnumber them (balanced: 4 ranks on 2 CPUs,
-/// 2 per CPU); otherwise none (one rank has no peer to share a CPU with).
+/// run on, in order; when the ranks outnumber them, in blocks of consecutive ranks (balanced to
+/// within one: 4 ranks on 2 CPUs put ranks 0, 1 on the first and 2, 3 on the second); otherwise
+/// none (one rank has no peer to share a CPU with).
 pub fn placement(n: u32, bind: bool) -> Vec<usize> {
     let Ok(set) = rustix::thread::sched_getaffinity(None) else { return Vec::new() };
     let cpus: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect();
     if !bind || n < 2 || cpus.is_empty() {
         return Vec::new();
     }
-    (0..n as usize).map(|r| cpus[r % cpus.len()]).collect()
+    blocks(n as usize, &cpus)
+}
+
+/// Rank r of `n` on `cpus[r]` if there are enough, else on `cpus[r * cpus.len() / n]`.
+fn blocks(n: usize, cpus: &[usize]) -> Vec<usize> {
+    if n <= cpus.len() {
+        return cpus[..n].to_vec();
+    }
+    (0..n).map(|r| cpus[r * cpus.len() / n]).collect()
 }
 
 /// Pins a started rank to `cpu` (threads it starts later inherit the mask). A failure only costs
@@ -273,4 +282,25 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
     }
     drop(server);
     Ok(code.unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::blocks;
+
+    #[test]
+    fn oversubscribed_ranks_go_in_balanced_blocks() {
+        assert_eq!(blocks(4, &[0, 1]), [0, 0, 1, 1]);
+        assert_eq!(blocks(3, &[0, 1]), [0, 0, 1]);
+        assert_eq!(blocks(5, &[2, 5]), [2, 2, 2, 5, 5]);
+        assert_eq!(blocks(8, &[0, 1, 2]), [0, 0, 0, 1, 1, 1, 2, 2]);
+        assert_eq!(blocks(2, &[0, 1, 2, 3]), [0, 1]);
+        for (n, k) in [(7usize, 3usize), (9, 2), (16, 5)] {
+            let cpus: Vec<usize> = (0..k).collect();
+            let b = blocks(n, &cpus);
+            let per: Vec<usize> = cpus.iter().map(|c| b.iter().filter(|&&x| x == *c).count()).collect();
+            assert!(per.iter().max().unwrap() - per.iter().min().unwrap() <= 1, "{n} on {k}: {per:?}");
+            assert!(b.windows(2).all(|w| w[0] <= w[1]), "{n} on {k}: not in blocks: {b:?}");
+        }
+    }
 }
