@@ -80,7 +80,9 @@ pub(crate) struct Op {
     /// Fused Recv steps done whose message still sits in its eager slot: (step, (endpoint rank,
     /// slot)); a few at a time, so a list.
     fused_slot: Vec<(StepId, (usize, u32))>,
+    /// Ready Sends and Recvs (a stack), and ready local steps: `run` issues communication first.
     work: Vec<StepId>,
+    work_local: Vec<StepId>,
     done: usize,
     /// Grants and RTS to flush, per peer (communicator rank).
     pub grant_out: Vec<Vec<GrantEntry>>,
@@ -138,6 +140,7 @@ impl Op {
             rts_in: FastSet::default(),
             fused_slot: Vec::new(),
             work: Vec::new(),
+            work_local: Vec::new(),
             done: 0,
             grant_out: vec![Vec::new(); p],
             rts_out: vec![Vec::new(); p],
@@ -189,6 +192,7 @@ impl Op {
         self.rts_in.clear();
         self.fused_slot.clear();
         self.work.clear();
+        self.work_local.clear();
         self.done = 0;
         self.grant_out.iter_mut().for_each(Vec::clear);
         self.grant_out.resize_with(p, Vec::new);
@@ -228,12 +232,16 @@ impl Op {
     pub fn start(&mut self, core: &mut Core) -> Result<()> {
         self.started = true;
         self.work.clone_from(&self.plan.roots);
+        self.work_local.clone_from(&self.plan.local_roots);
         self.run(core)
     }
 
     /// Runs the work list until nothing more can be issued.
     pub fn run(&mut self, core: &mut Core) -> Result<()> {
-        while let Some(s) = self.work.pop() {
+        // Every ready Send and Recv goes out before ready local copies and reductions (any order
+        // of ready steps is valid): the peer's side starts while we copy, e.g. a Send of the input
+        // is not held up behind the input's copy into the result.
+        while let Some(s) = self.work.pop().or_else(|| self.work_local.pop()) {
             self.exec(core, s)?;
         }
         Ok(())
@@ -247,7 +255,11 @@ impl Op {
             let left = &mut self.deps_left[d as usize];
             *left -= 1;
             if *left == 0 {
-                self.work.push(d);
+                if self.plan.local[d as usize] {
+                    self.work_local.push(d);
+                } else {
+                    self.work.push(d);
+                }
             }
         }
     }

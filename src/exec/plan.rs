@@ -25,8 +25,12 @@ pub(crate) struct Plan {
     pub fuse: Vec<bool>,
     /// Per step: for a Reduce, its fused Recv step, else [`NOT_FUSED`].
     pub fused_from: Vec<StepId>,
-    /// Steps without deps, in reverse order (a work stack that issues them in order).
+    /// Steps without deps, in reverse order (a work stack that issues them in order): the
+    /// Sends and Recvs, and the local steps (Copy, Reduce) apart (see `Op::run`).
     pub roots: Vec<StepId>,
+    pub local_roots: Vec<StepId>,
+    /// Per step: a local step (Copy or Reduce), issued after every ready Send and Recv.
+    pub local: Vec<bool>,
 }
 
 impl Plan {
@@ -61,8 +65,12 @@ impl Plan {
             }
         }
         let (fuse, fused_from) = fusable(&sched, &dependents);
-        let roots = (0..n as StepId).rev().filter(|&i| deps[i as usize] == 0).collect();
-        Plan { sched, deps, dependents, idx, recv_of, send_of, fuse, fused_from, roots }
+        let local: Vec<bool> = (0..n as StepId)
+            .map(|i| matches!(sched.step(i), StepKind::Copy { .. } | StepKind::Reduce { .. }))
+            .collect();
+        let (local_roots, roots) =
+            (0..n as StepId).rev().filter(|&i| deps[i as usize] == 0).partition(|&i| local[i as usize]);
+        Plan { sched, deps, dependents, idx, recv_of, send_of, fuse, fused_from, roots, local_roots, local }
     }
 }
 
