@@ -93,19 +93,11 @@ fn tune_resumes_from_its_log_and_merges_sizes() {
     let (fresh2, logged2) = counts(&out);
     assert_eq!(logged2, fresh / 2, "{out}");
     assert!(fresh2 > 0, "{out}");
-    // How many points the rest takes depends on which algorithm wins where (timings), so the
-    // check is that nothing logged was measured again: the kept half is the log's prefix and no
-    // point appears twice.
+    // How many points the rest takes depends on which algorithm wins where (timings; the
+    // confirmations re-measure points on purpose), so no bound on `fresh2`: the reused count
+    // above is the check, plus the kept half staying the log's prefix.
     let cut = std::fs::read_to_string(dir.join("cut.jsonl")).unwrap();
     assert!(cut.starts_with(&half.join("\n")), "the logged half is kept");
-    let mut seen = std::collections::HashSet::new();
-    for line in cut.lines().filter(|l| l.trim_end().ends_with('}')) {
-        let mut v: serde_json::Value = serde_json::from_str(line).expect(line);
-        let m = v.as_object_mut().expect(line);
-        m.remove("median_us");
-        m.remove("samples_us");
-        assert!(seen.insert(v.to_string()), "measured twice: {line}");
-    }
 
     // p = 3 merged into the p = 2 file: both blocks, then the embedded defaults' rules.
     let out = tune(&dir, "3", &["--merge", "a.json", "--out", "m.json", "--log", "log.jsonl"]);
