@@ -3,9 +3,14 @@
 use crate::registry::Algorithm;
 
 pub(crate) mod binomial;
+mod linear;
 mod scatter_recursive_doubling_allgather;
 mod scatter_ring_allgather;
 
 /// The registry rows of this operation.
-pub(crate) const ALGORITHMS: &[Algorithm] =
-    &[binomial::ALGORITHM, scatter_recursive_doubling_allgather::ALGORITHM, scatter_ring_allgather::ALGORITHM];
+pub(crate) const ALGORITHMS: &[Algorithm] = &[
+    binomial::ALGORITHM,
+    scatter_recursive_doubling_allgather::ALGORITHM,
+    scatter_ring_allgather::ALGORITHM,
+    linear::ALGORITHM,
+];
