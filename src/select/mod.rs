@@ -153,6 +153,21 @@ mod tests {
     }
 
     #[test]
+    fn network_fabrics_use_recursive_doubling_longer_at_p2() {
+        let d = Decisions::embedded().unwrap();
+        let pick = |p: u32, bytes: u64, fabric: FabricClass| {
+            let args = CollArgs::new(Collective::Allreduce, 0, p, bytes / 4);
+            d.choose(&args, &Features::of(&args).unwrap().on(fabric)).unwrap().0.name
+        };
+        assert_eq!(pick(2, 512 << 10, FabricClass::Network), "recursive_doubling");
+        assert_eq!(pick(2, 32 << 10, FabricClass::Node), "rabenseifner");
+        assert_eq!(pick(2, 1 << 20, FabricClass::Network), "rabenseifner");
+        assert_eq!(pick(2, 16 << 10, FabricClass::Node), "recursive_doubling");
+        // p > 2 keeps the thakur cutoffs on every fabric.
+        assert_eq!(pick(4, 32 << 10, FabricClass::Network), "rabenseifner");
+    }
+
+    #[test]
     fn vector_features_use_the_average_block() {
         let args = CollArgs::new(Collective::Allgatherv, 0, 4, 0).with_counts(vec![1u64, 2, 3, 6]);
         let f = Features::of(&args).unwrap();
