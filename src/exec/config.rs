@@ -60,23 +60,24 @@ impl Default for ExecConfig {
 
 /// Eager limit and slot size on network fabrics ([`FabricClass::Network`]). A zero-copy message
 /// pays a rendezvous round trip (grant, then write) that costs ~15–25 µs on ofi:tcp, more than
-/// copying 64 KiB; measured on ofi:tcp p=2 (allreduce recursive doubling, OSU method):
-/// 32 KiB 49–67 → 38–40 µs, 64 KiB 82 → 45 µs with a 64 KiB limit instead of 16 KiB.
+/// copying 64 KiB; measured on ofi:tcp p=2 (allreduce recursive doubling, OSU method, previous
+/// session): 32 KiB 49–67 → 38–40 µs, 64 KiB 82 → 45 µs with a 64 KiB limit instead of 16 KiB;
+/// this session (loaded machine, 3 rounds, p50) Rabenseifner at 64 KiB 120 → 86 µs.
 pub const NETWORK_EAGER: usize = 65536;
 
 impl ExecConfig {
     /// The defaults for a fabric of class `class`: [`ExecConfig::default`] on node-local fabrics;
-    /// on network fabrics a [`NETWORK_EAGER`] eager limit and slot size (and 8 slots per pair
-    /// instead of 16, which keeps the rings at p·8·64 KiB per rank).
+    /// on network fabrics a [`NETWORK_EAGER`] eager limit and slot size, still 16 slots per pair
+    /// (rings of p·16·64 KiB = p MiB per rank): the receiver returns credits every slots/4
+    /// messages, and with 8 slots the extra credit messages cost small messages on ofi:tcp
+    /// (p=2, 3 alternating rounds, p50, 8 vs 16 slots: allreduce 8 B–8 KiB better with 16 at 9 of
+    /// 11 sizes, e.g. 128 B 18.2 → 14.0 µs; bcast at 10 of 12, e.g. 2 KiB 16.5 → 11.7 µs).
     pub fn for_class(class: FabricClass) -> ExecConfig {
         match class {
             FabricClass::Node => ExecConfig::default(),
-            FabricClass::Network => ExecConfig {
-                eager_threshold: NETWORK_EAGER,
-                slot_size: NETWORK_EAGER,
-                slots: 8,
-                ..ExecConfig::default()
-            },
+            FabricClass::Network => {
+                ExecConfig { eager_threshold: NETWORK_EAGER, slot_size: NETWORK_EAGER, ..ExecConfig::default() }
+            }
         }
     }
 
@@ -177,7 +178,7 @@ mod tests {
         let node = ExecConfig::for_class(FabricClass::Node);
         let net = ExecConfig::for_class(FabricClass::Network);
         assert_eq!((node.eager_threshold, node.slot_size, node.slots), (16384, 16384, 16));
-        assert_eq!((net.eager_threshold, net.slot_size, net.slots), (NETWORK_EAGER, NETWORK_EAGER, 8));
+        assert_eq!((net.eager_threshold, net.slot_size, net.slots), (NETWORK_EAGER, NETWORK_EAGER, 16));
         assert!(net.eager_threshold <= net.slot_size, "the eager limit is capped at the slot size");
         // Everything but the eager ring is the same.
         assert_eq!((net.timeout, net.mr_cache, net.spin), (node.timeout, node.mr_cache, node.spin));
