@@ -115,6 +115,8 @@ impl Communicator {
 
     /// A communicator over an endpoint whose peers are already inserted (all its ranks); waits
     /// until every peer has announced its eager ring, so every rank must call it concurrently.
+    /// `ExecConfig::for_fabric(ep.caps())` gives the defaults of the endpoint's fabric class
+    /// (what [`Communicator::from_env`] uses).
     pub fn from_endpoint(ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Communicator> {
         let c = Communicator::new(ep, cfg)?;
         c.lock().await_setups()?;
