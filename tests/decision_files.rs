@@ -17,7 +17,7 @@ use fabcoll::collectives::args::SEGMENT;
 use fabcoll::collectives::registry::{self, Restrictions};
 use fabcoll::collectives::{CollArgs, Collective, Params};
 use fabcoll::select::file::{DecisionFile, Provenance, RuleSpec, FORMAT_NAME, FORMAT_VERSION};
-use fabcoll::select::{Decisions, Features};
+use fabcoll::select::{Decisions, FabricClass, Features};
 use fabcoll::{Collectives, Communicator, Options, ReduceOp};
 use proptest::prelude::*;
 
@@ -30,7 +30,8 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 fn holds(r: &RuleSpec, f: &Features) -> bool {
     let within = |range: Option<[u64; 2]>, v: u64| range.is_none_or(|[lo, hi]| lo <= v && v <= hi);
-    within(r.p, u64::from(f.p))
+    r.fabric.is_none_or(|c| c == f.fabric)
+        && within(r.p, u64::from(f.p))
         && within(r.bytes, f.msg)
         && within(r.total, f.total)
         && r.commutative.is_none_or(|c| c == f.commutative)
@@ -39,8 +40,8 @@ fn holds(r: &RuleSpec, f: &Features) -> bool {
 
 /// (algorithm, parameters) by the semantics: first rule of the op whose conditions hold and whose
 /// algorithm, else first fallback, is eligible; `segment` bytes → elements (≥ 1 unless 0).
-fn reference(rules: &[RuleSpec], args: &CollArgs) -> (String, Params) {
-    let f = Features::of(args).unwrap();
+fn reference(rules: &[RuleSpec], args: &CollArgs, fabric: FabricClass) -> (String, Params) {
+    let f = Features::of(args).unwrap().on(fabric);
     let ok = |name: &str| registry::find(args.coll, name).unwrap().restrictions.violated(args).is_none();
     for r in rules.iter().filter(|r| r.op == args.coll.name() && holds(r, &f)) {
         if ok(&r.algorithm) {
@@ -90,11 +91,19 @@ fn rules_for(d: &Decisions, coll: Collective) -> Vec<RuleSpec> {
 
 fn assert_same_choices(a: &Decisions, b: &Decisions) {
     for args in grid() {
-        let (x, px) = a.choose_for(&args).unwrap();
-        let (y, py) = b.choose_for(&args).unwrap();
-        assert_eq!((x.name, &px), (y.name, &py), "{args:?}");
-        let (name, params) = reference(&rules_for(a, args.coll), &args);
-        assert_eq!((x.name, &px), (name.as_str(), &params), "{args:?}");
+        for fabric in [FabricClass::Node, FabricClass::Network] {
+            let f = Features::of(&args).unwrap().on(fabric);
+            let (x, px) = a.choose(&args, &f).unwrap();
+            let (y, py) = b.choose(&args, &f).unwrap();
+            assert_eq!((x.name, &px), (y.name, &py), "{args:?} on {fabric}");
+            let (name, params) = reference(&rules_for(a, args.coll), &args, fabric);
+            assert_eq!((x.name, &px), (name.as_str(), &params), "{args:?} on {fabric}");
+        }
+        // Without a class, a call is on a node-local fabric.
+        assert_eq!(
+            a.choose_for(&args).unwrap().0.name,
+            reference(&rules_for(a, args.coll), &args, FabricClass::Node).0
+        );
     }
 }
 
@@ -119,12 +128,14 @@ fn conditional_rule(coll: Collective) -> impl Strategy<Value = RuleSpec> {
         proptest::sample::select(algs.clone()),
         proptest::option::of(0u64..100_000),
         proptest::collection::vec(proptest::sample::select(algs), 0..3),
+        proptest::option::of(prop_oneof![Just(FabricClass::Node), Just(FabricClass::Network)]),
     )
-        .prop_filter("needs a condition", |(p, b, t, c, w, ..)| {
-            p.is_some() || b.is_some() || t.is_some() || c.is_some() || w.is_some()
+        .prop_filter("needs a condition", |(p, b, t, c, w, .., f)| {
+            p.is_some() || b.is_some() || t.is_some() || c.is_some() || w.is_some() || f.is_some()
         })
-        .prop_map(move |(p, bytes, total, commutative, pow2, alg, segment, fallbacks)| RuleSpec {
+        .prop_map(move |(p, bytes, total, commutative, pow2, alg, segment, fallbacks, fabric)| RuleSpec {
             op: coll.name().into(),
+            fabric,
             p,
             bytes,
             total,
@@ -142,6 +153,7 @@ fn final_rule(coll: Collective) -> impl Strategy<Value = RuleSpec> {
     let all: Vec<&'static str> = registry::for_op(coll).map(|a| a.name).collect();
     (proptest::sample::select(all), proptest::sample::select(free)).prop_map(move |(alg, free)| RuleSpec {
         op: coll.name().into(),
+        fabric: None,
         p: None,
         bytes: None,
         total: None,

@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::procs;
-use fabcoll::{Collectives, Communicator, Error};
+use fabcoll::{Collectives, Communicator, Error, Options, ReduceOp};
 
 const LIMIT: Duration = Duration::from_secs(300);
 
@@ -130,4 +130,37 @@ fn ofi_tcp_killed_rank_is_named() {
 #[test]
 fn ofi_shm_killed_rank_is_named() {
     killed_rank("ofi_shm_killed_rank_is_named", "shm", "4");
+}
+
+/// The executor's defaults follow the class of the fabric: a 32 KiB message goes eager on ofi:tcp
+/// (network: 64 KiB eager limit) and zero-copy on ofi:shm (node: 16 KiB). One recursive-doubling
+/// allreduce at p = 2 sends one message per rank.
+fn eager_limit_follows_the_fabric(c: &Communicator) -> Result<usize, String> {
+    let x = vec![1.0f32; 8192];
+    let mut y = vec![0.0f32; x.len()];
+    let before = c.stats();
+    c.with(&Options::algorithm("recursive_doubling"))
+        .allreduce(&x, &mut y, &ReduceOp::Sum)
+        .map_err(|e| e.to_string())?;
+    if y.iter().any(|&v| v != 2.0) {
+        return Err("wrong allreduce result".into());
+    }
+    let after = c.stats();
+    let got = (after.eager_msgs - before.eager_msgs, after.zcopy_msgs - before.zcopy_msgs);
+    let fabric = std::env::var("FABCOLL_FABRIC").unwrap_or_default();
+    let want = if fabric == "ofi:tcp" { (1, 0) } else { (0, 1) };
+    if got != want {
+        return Err(format!("{fabric}: (eager, zero-copy) messages of a 32 KiB exchange {got:?}, want {want:?}"));
+    }
+    Ok(1)
+}
+
+#[test]
+fn ofi_tcp_eager_limit_is_the_network_default() {
+    on_ofi("ofi_tcp_eager_limit_is_the_network_default", "tcp", 2, 1, eager_limit_follows_the_fabric);
+}
+
+#[test]
+fn ofi_shm_eager_limit_is_the_node_default() {
+    on_ofi("ofi_shm_eager_limit_is_the_node_default", "shm", 2, 1, eager_limit_follows_the_fabric);
 }

@@ -3,7 +3,7 @@
 //! same parameters, at every grid point and every change point's neighbours.
 
 use fabcoll::collectives::{CollArgs, Collective};
-use fabcoll::select::{Decisions, Features};
+use fabcoll::select::{Decisions, FabricClass, Features};
 use fabcoll::tune::{self, rules, AlgSpace, Axis, Candidate, Outcome, Policy, Problem, Sample, Tuned};
 
 /// Synthetic costs for allreduce at p: recursive_doubling short, ring (segmented when long)
@@ -57,7 +57,13 @@ fn tune_file_load_gives_the_same_choices() {
         for bytes in sizes.into_iter().filter(|b| b % 4 == 0 && *b > 0) {
             let want = t.choice(bytes).unwrap();
             let args = CollArgs::new(Collective::Allreduce, 0, *p, bytes / 4).with_commutative(true);
-            let f = Features { msg: bytes, total: bytes * u64::from(*p), p: *p, commutative: true };
+            let f = Features {
+                msg: bytes,
+                total: bytes * u64::from(*p),
+                p: *p,
+                commutative: true,
+                fabric: FabricClass::Node,
+            };
             let (alg, params) = loaded.choose(&args, &f).unwrap();
             assert_eq!(alg.name, want.algorithm, "p={p} at {bytes} B");
             // `segment` is in bytes in files and in elements (f32: 4 B) in a call's parameters.
@@ -67,7 +73,7 @@ fn tune_file_load_gives_the_same_choices() {
     }
     // Sizes that were not tuned fall back to the embedded defaults.
     let args = CollArgs::new(Collective::Allreduce, 0, 8, 1 << 20).with_commutative(true);
-    let f = Features { msg: 4 << 20, total: 32 << 20, p: 8, commutative: true };
+    let f = Features { msg: 4 << 20, total: 32 << 20, p: 8, commutative: true, fabric: FabricClass::Node };
     let (ours, _) = loaded.choose(&args, &f).unwrap();
     let (embedded, _) = Decisions::embedded().unwrap().choose(&args, &f).unwrap();
     assert_eq!(ours.name, embedded.name);

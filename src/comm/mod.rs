@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::exec::op::{Check, OpSpec};
 use crate::exec::plan::Plan;
 use crate::exec::{Engine, ExecConfig, OpKey, Stats, Waiter};
-use crate::select::{self, Decisions, Features};
+use crate::select::{self, Decisions, FabricClass, Features};
 
 /// Per-call options: force an algorithm by name and set its parameters (see the registry's
 /// `ParamSpec`s, plus `segment` for pipelining in elements). All ranks must pass the same options.
@@ -62,6 +62,8 @@ pub struct Communicator {
     check: bool,
     /// The algorithm choice (`FABCOLL_TUNING_FILE` or the embedded defaults, see `select`).
     decisions: Arc<Decisions>,
+    /// The class of the endpoint's fabric, a condition of the decisions' rules.
+    fabric: FabricClass,
     /// Built schedules of recent calls.
     plans: Mutex<PlanCache>,
     _server: Option<Arc<TcpStoreServer>>,
@@ -113,6 +115,8 @@ impl Communicator {
 
     /// A communicator over an endpoint whose peers are already inserted (all its ranks); waits
     /// until every peer has announced its eager ring, so every rank must call it concurrently.
+    /// `ExecConfig::for_fabric(ep.caps())` gives the defaults of the endpoint's fabric class
+    /// (what [`Communicator::from_env`] uses).
     pub fn from_endpoint(ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Communicator> {
         let c = Communicator::new(ep, cfg)?;
         c.lock().await_setups()?;
@@ -122,6 +126,7 @@ impl Communicator {
     fn new(ep: Box<dyn Endpoint>, cfg: ExecConfig) -> Result<Communicator> {
         let decisions = select::active()?;
         let (rank, size) = (ep.rank() as u32, ep.size() as u32);
+        let fabric = FabricClass::of(ep.caps());
         let mut engine = Engine::new(ep, cfg)?;
         let members: Arc<[u32]> = (0..size).collect();
         engine.add_ctx(0, &members)?;
@@ -133,6 +138,7 @@ impl Communicator {
             members,
             check: env_check(),
             decisions,
+            fabric,
             plans: Mutex::default(),
             _server: None,
             model: Arc::default(),
@@ -159,6 +165,9 @@ impl Communicator {
         let mut ep = fabcoll_fabric::open(&fcfg)?;
         let blobs = bootstrap::exchange(&*store, "fabcoll/addr", env.rank, env.size, &ep.address()?, cfg.timeout)?;
         ep.insert_peers(&blobs)?;
+        // The fabric's own defaults (network fabrics: a larger eager limit), under the environment's.
+        let local_ranks = cfg.local_ranks;
+        let cfg = ExecConfig { local_ranks, ..ExecConfig::from_env_for(ep.caps())? };
         let mut c = Communicator::from_endpoint(ep, cfg)?;
         c._server = server.map(Arc::new);
         // Issue 5 §1: the cost model is loaded or probed at creation when it is asked for.
@@ -259,7 +268,7 @@ impl Communicator {
         let alg = match forced {
             Some(a) => a,
             None => {
-                let (a, params) = self.decisions.choose(&args, &Features::of(&args)?)?;
+                let (a, params) = self.decisions.choose(&args, &Features::of(&args)?.on(self.fabric))?;
                 args.params = params;
                 a
             }
@@ -363,6 +372,7 @@ impl Communicator {
             members,
             check: self.check,
             decisions: self.decisions.clone(),
+            fabric: self.fabric,
             plans: Mutex::default(),
             _server: self._server.clone(),
             model: self.model.clone(),

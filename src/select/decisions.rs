@@ -3,7 +3,7 @@
 //! Validation refuses, naming the file's rule (`rules[i] (op → algorithm)`) and what is wrong:
 //! a wrong `format` or unsupported `version`; an unknown operation; an algorithm or fallback not
 //! registered for the operation; an unknown parameter or a value outside its `ParamSpec` range; an
-//! empty or inverted range; a `commutative` condition on an operation that does not reduce; a
+//! empty or inverted range; a `fabric` class other than `node` or `network`; a `commutative` condition on an operation that does not reduce; a
 //! rule made unreachable by an earlier unconditional rule that always answers; and an operation
 //! whose last rule is not an unconditional one with an algorithm (or fallback) free of
 //! restrictions — so every call of a covered operation gets an answer from the file. A file may
@@ -19,7 +19,7 @@ use fabcoll_collectives::registry::{self, Algorithm, Restrictions, SEGMENT_SPEC}
 use fabcoll_collectives::{CollArgs, Collective, Params};
 use serde::Deserialize;
 
-use super::file::{DecisionFile, RuleSpec, FORMAT_NAME, FORMAT_VERSION};
+use super::file::{DecisionFile, FabricClass, RuleSpec, FORMAT_NAME, FORMAT_VERSION};
 use super::Features;
 use crate::error::{Error, Result};
 
@@ -34,6 +34,7 @@ type Range = Option<(u64, u64)>;
 /// One compiled rule.
 #[derive(Clone, Debug)]
 struct Rule {
+    fabric: Option<FabricClass>,
     p: Range,
     bytes: Range,
     total: Range,
@@ -51,7 +52,8 @@ fn within(r: Range, v: u64) -> bool {
 
 impl Rule {
     fn unconditional(&self) -> bool {
-        self.p.is_none()
+        self.fabric.is_none()
+            && self.p.is_none()
             && self.bytes.is_none()
             && self.total.is_none()
             && self.commutative.is_none()
@@ -59,7 +61,8 @@ impl Rule {
     }
 
     fn holds(&self, f: &Features) -> bool {
-        within(self.p, u64::from(f.p))
+        self.fabric.is_none_or(|c| c == f.fabric)
+            && within(self.p, u64::from(f.p))
             && within(self.bytes, f.msg)
             && within(self.total, f.total)
             && self.commutative.is_none_or(|c| c == f.commutative)
@@ -160,6 +163,7 @@ fn compile(spec: &RuleSpec) -> std::result::Result<(Collective, Rule), String> {
         return Err(format!("condition `commutative` applies to reductions only, and {coll} does not reduce"));
     }
     let rule = Rule {
+        fabric: spec.fabric,
         p: range("p", spec.p)?,
         bytes: range("bytes", spec.bytes)?,
         total: range("total", spec.total)?,
@@ -482,6 +486,83 @@ mod tests {
         // Operations the file does not cover: the embedded defaults.
         let bcast = CollArgs::new(Collective::Bcast, 0, 4, 10);
         assert_eq!(d.choose_for(&bcast).unwrap().0.name, "binomial");
+    }
+
+    #[test]
+    fn fabric_condition_selects_by_class() {
+        let d = Decisions::from_json(&file(&[
+            r#"{"op": "allreduce", "fabric": "network", "bytes": [0, 65536], "algorithm": "recursive_doubling"}"#,
+            r#"{"op": "allreduce", "fabric": "node", "algorithm": "ring", "fallbacks": ["rabenseifner"]}"#,
+            r#"{"op": "allreduce", "algorithm": "rabenseifner"}"#,
+        ]))
+        .unwrap();
+        let args = CollArgs::new(Collective::Allreduce, 0, 2, 8192);
+        let pick = |f: Features| d.choose(&args, &f).unwrap().0.name;
+        let f = Features::of(&args).unwrap();
+        assert_eq!(f.fabric, FabricClass::Node, "a call without a class is on a node-local fabric");
+        assert_eq!(pick(f), "ring");
+        assert_eq!(pick(f.on(FabricClass::Network)), "recursive_doubling");
+        // Above the network rule's bytes: neither class-specific rule holds on the network.
+        let big = CollArgs::new(Collective::Allreduce, 0, 2, 1 << 20);
+        assert_eq!(
+            d.choose(&big, &Features::of(&big).unwrap().on(FabricClass::Network)).unwrap().0.name,
+            "rabenseifner"
+        );
+        // A rule whose only condition is the class is conditional: the rules after it stay reachable
+        // and the operation still needs a final unconditional rule.
+        let e = error(&[r#"{"op": "bcast", "fabric": "network", "algorithm": "binomial"}"#]);
+        assert_has(&e, &["rules[0] (bcast → binomial)", "last rule of bcast must have no conditions"]);
+    }
+
+    #[test]
+    fn unknown_fabric_class_is_refused_with_the_accepted_ones() {
+        let e = error(&[r#"{"op": "allreduce", "fabric": "infiniband", "algorithm": "ring"}"#, LAST]);
+        assert_has(&e, &["invalid JSON", "unknown variant `infiniband`", "node", "network", "line 1"]);
+        let e = error(&[r#"{"op": "allreduce", "fabric": 1, "algorithm": "ring"}"#, LAST]);
+        assert_has(&e, &["invalid JSON"]);
+    }
+
+    #[test]
+    fn fabric_condition_round_trips_and_old_files_load() {
+        let text = file(&[
+            r#"{"op": "allreduce", "fabric": "network", "p": [1, 2], "algorithm": "recursive_doubling"}"#,
+            LAST,
+        ]);
+        let d = Decisions::from_json(&text).unwrap();
+        assert_eq!(d.file().rules[0].fabric, Some(FabricClass::Network));
+        assert_eq!(d.file().rules[1].fabric, None);
+        let json = d.to_json().unwrap();
+        assert!(json.contains(r#"{"op": "allreduce", "fabric": "network", "p": [1, 2], "#), "{json}");
+        assert!(!json.contains(r#""fabric": null"#), "absent conditions are not written: {json}");
+        assert_eq!(Decisions::from_json(&json).unwrap().file(), d.file());
+    }
+
+    #[test]
+    fn fabric_classes_of_endpoints_and_names() {
+        use fabcoll_fabric::{Caps, Progress};
+        let caps = |backend: &'static str, provider: &str| Caps {
+            backend,
+            provider: provider.into(),
+            inject_size: 0,
+            max_write: usize::MAX,
+            max_ctrl: 4096,
+            imm_bits: 64,
+            writes_land_without_target_poll: false,
+            ordered_writes: false,
+            inline_completion: false,
+            progress: Progress::Manual,
+            load_store: false,
+        };
+        assert_eq!(FabricClass::of(&caps("shm", "shm")), FabricClass::Node);
+        assert_eq!(FabricClass::of(&caps("local", "local")), FabricClass::Node);
+        assert_eq!(FabricClass::of(&caps("ofi", "shm")), FabricClass::Node);
+        assert_eq!(FabricClass::of(&caps("ofi", "tcp;ofi_rxm")), FabricClass::Network);
+        assert_eq!(FabricClass::of(&caps("ofi", "verbs;ofi_rxm")), FabricClass::Network);
+        for (name, class) in
+            [("shm", "node"), ("local", "node"), ("ofi:shm", "node"), ("ofi:tcp", "network"), ("ofi", "network")]
+        {
+            assert_eq!(FabricClass::of_name(name).to_string(), class, "{name}");
+        }
     }
 
     #[test]

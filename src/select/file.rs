@@ -10,7 +10,9 @@
 //!                   "created": "2026-11-22T14:00:00Z", "notes": "..." },
 //!   "rules": [
 //!     { "op": "allreduce", "p": [2, 4], "bytes": [0, 2048], "commutative": true,
-//!       "algorithm": "recursive_doubling", "params": {}, "fallbacks": ["ring"] }
+//!       "algorithm": "recursive_doubling", "params": {}, "fallbacks": ["ring"] },
+//!     { "op": "allreduce", "fabric": "network", "p": [1, 2], "bytes": [0, 65536],
+//!       "algorithm": "recursive_doubling" }
 //!   ]
 //! }
 //! ```
@@ -21,7 +23,10 @@
 //! holds. `bytes` is the per-block message size in bytes as the OSU benchmarks count it
 //! (allreduce/reduce/bcast/scan: the whole per-rank buffer; allgather/gather: one rank's
 //! contribution; alltoall/scatter: one peer's block; v-variants: the average block), `total`
-//! the bytes of the whole result. Every operation must end with a rule without conditions (the
+//! the bytes of the whole result, `fabric` the [`FabricClass`] of the communicator's endpoint
+//! (`"node"`: shm, local, libfabric's shm provider; `"network"`: every other libfabric provider
+//! such as tcp, verbs, efa, cxi). A file written before `fabric` existed has no such condition
+//! and loads unchanged. Every operation must end with a rule without conditions (the
 //! fallback), so every call gets an answer.
 //!
 //! A file may cover only some operations; the embedded default answers the others. Validation
@@ -30,6 +35,7 @@
 
 use std::collections::BTreeMap;
 
+use fabcoll_fabric::Caps;
 use serde::{Deserialize, Serialize};
 
 /// The value of `format`.
@@ -71,12 +77,63 @@ pub struct Provenance {
     pub notes: String,
 }
 
+/// The class of fabric a communicator runs on, as rules and per-fabric executor defaults see it:
+/// node-local fabrics move bytes by memory copies (a message costs about as much as its copy),
+/// network fabrics pay a per-message latency of several µs and a round trip per rendezvous
+/// (ofi:tcp: ~14 µs for an 8 B exchange against ~1 µs on shm), so they favour fewer, larger
+/// messages.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FabricClass {
+    /// Ranks of one node sharing memory: `local`, `shm`, and libfabric's `shm` provider. The
+    /// class of calls whose fabric is not known (e.g. offline selection).
+    #[default]
+    Node,
+    /// Every other libfabric provider (`tcp`, `verbs`, `efa`, `cxi`, …).
+    Network,
+}
+
+impl FabricClass {
+    /// The class of an endpoint from its capabilities.
+    pub fn of(caps: &Caps) -> FabricClass {
+        match (caps.backend, caps.provider.as_str()) {
+            ("local" | "shm", _) | ("ofi", "shm") => FabricClass::Node,
+            _ => FabricClass::Network,
+        }
+    }
+
+    /// The class of a fabric as `FABCOLL_FABRIC` names it (`shm`, `ofi:tcp`, …).
+    pub fn of_name(fabric: &str) -> FabricClass {
+        match fabric.trim() {
+            "local" | "shm" | "ofi:shm" => FabricClass::Node,
+            _ => FabricClass::Network,
+        }
+    }
+
+    /// `node` or `network`, as files spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FabricClass::Node => "node",
+            FabricClass::Network => "network",
+        }
+    }
+}
+
+impl std::fmt::Display for FabricClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One rule: conditions → algorithm + parameters.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleSpec {
     /// Operation name as `Collective::from_name` reads it ("allreduce", "alltoallv", …).
     pub op: String,
+    /// Holds only on this class of fabric (see [`FabricClass`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<FabricClass>,
     /// Inclusive range of communicator sizes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p: Option<[u64; 2]>,

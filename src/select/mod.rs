@@ -15,6 +15,7 @@ use fabcoll_collectives::registry;
 use fabcoll_collectives::{CollArgs, Collective};
 
 pub use decisions::{Decisions, SUPPORTED_VERSIONS};
+pub use file::FabricClass;
 
 use crate::error::{Error, Result};
 
@@ -27,10 +28,14 @@ pub struct Features {
     pub total: u64,
     pub p: u32,
     pub commutative: bool,
+    /// The class of the communicator's fabric ([`FabricClass::Node`] unless set with
+    /// [`Features::on`]).
+    pub fabric: FabricClass,
 }
 
 impl Features {
-    /// The features of a call (`args.elem_size`-byte elements).
+    /// The features of a call (`args.elem_size`-byte elements) on a node-local fabric; see
+    /// [`Features::on`] for another class.
     pub fn of(args: &CollArgs) -> Result<Features> {
         let es = u64::from(args.elem_size);
         let p = u64::from(args.size);
@@ -41,7 +46,12 @@ impl Features {
             let msg = args.count.saturating_mul(es);
             (msg, msg.saturating_mul(p))
         };
-        Ok(Features { msg, total, p: args.size, commutative: args.commutative })
+        Ok(Features { msg, total, p: args.size, commutative: args.commutative, fabric: FabricClass::Node })
+    }
+
+    /// These features on a fabric of class `fabric`.
+    pub fn on(self, fabric: FabricClass) -> Features {
+        Features { fabric, ..self }
     }
 }
 
@@ -107,7 +117,16 @@ mod tests {
         let pick = |coll: Collective, p: u32, count: u64, comm: bool| {
             let args = CollArgs::new(coll, 0, p, count).with_commutative(comm);
             let f = Features::of(&args).unwrap();
-            assert_eq!(f, Features { msg: count * 4, total: count * 4 * u64::from(p), p, commutative: comm });
+            assert_eq!(
+                f,
+                Features {
+                    msg: count * 4,
+                    total: count * 4 * u64::from(p),
+                    p,
+                    commutative: comm,
+                    fabric: FabricClass::Node
+                }
+            );
             d.choose(&args, &f).unwrap().0.name
         };
         assert_eq!(pick(Collective::Allreduce, 8, 256, true), "recursive_doubling");
@@ -131,6 +150,21 @@ mod tests {
         assert_eq!(pick(Collective::ReduceScatter, 4, 16, false), "recursive_doubling");
         assert_eq!(pick(Collective::ReduceScatterBlock, 4, 16, true), "recursive_halving");
         assert_eq!(pick(Collective::ReduceScatterBlock, 4, 1 << 20, true), "pairwise");
+    }
+
+    #[test]
+    fn network_fabrics_use_recursive_doubling_longer_at_p2() {
+        let d = Decisions::embedded().unwrap();
+        let pick = |p: u32, bytes: u64, fabric: FabricClass| {
+            let args = CollArgs::new(Collective::Allreduce, 0, p, bytes / 4);
+            d.choose(&args, &Features::of(&args).unwrap().on(fabric)).unwrap().0.name
+        };
+        assert_eq!(pick(2, 512 << 10, FabricClass::Network), "recursive_doubling");
+        assert_eq!(pick(2, 32 << 10, FabricClass::Node), "rabenseifner");
+        assert_eq!(pick(2, 1 << 20, FabricClass::Network), "rabenseifner");
+        assert_eq!(pick(2, 16 << 10, FabricClass::Node), "recursive_doubling");
+        // p > 2 keeps the thakur cutoffs on every fabric.
+        assert_eq!(pick(4, 32 << 10, FabricClass::Network), "rabenseifner");
     }
 
     #[test]

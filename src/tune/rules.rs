@@ -22,6 +22,7 @@ pub fn rules_for(op: &str, p: u32, commutative: Option<bool>, pieces: &[Piece]) 
         .enumerate()
         .map(|(i, pc)| RuleSpec {
             op: op.to_owned(),
+            fabric: None,
             p: Some([u64::from(p), u64::from(p)]),
             bytes: if i + 1 == n { None } else { Some([pc.lo, pc.hi]) },
             total: None,

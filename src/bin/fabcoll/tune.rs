@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use fabcoll::collectives::{registry, CollArgs, Collective};
 use fabcoll::select::file::DecisionFile;
-use fabcoll::select::{Decisions, Features};
+use fabcoll::select::{Decisions, FabricClass, Features};
 use fabcoll::tune::log::{self as tlog, Key, Resume};
 use fabcoll::tune::{self, rules, AlgSpace, Axis, Candidate, Outcome, Policy, Problem, Sample, Tuned};
 use fabcoll::{Collectives, Communicator, Options, ReduceOp};
@@ -157,7 +157,13 @@ fn space(op: Collective, p: u32) -> Vec<AlgSpace> {
 pub(crate) fn default_choice(op: Collective, p: u32, bytes: u64) -> Candidate {
     let es = elem_size(op);
     let args = CollArgs::new(op, 0, p, bytes / es).with_commutative(true);
-    let f = Features { msg: bytes, total: bytes.saturating_mul(u64::from(p)), p, commutative: true };
+    let f = Features {
+        msg: bytes,
+        total: bytes.saturating_mul(u64::from(p)),
+        p,
+        commutative: true,
+        fabric: FabricClass::Node,
+    };
     match Decisions::embedded().and_then(|d| d.choose(&args, &f)) {
         Ok((a, _)) => Candidate::new(a.name),
         Err(_) => Candidate::new(registry::eligible(&args).next().map_or("?", |a| a.name)),

@@ -11,7 +11,7 @@
 //! *slower* above it, else *within noise*.
 
 use fabcoll::collectives::{CollArgs, Collective};
-use fabcoll::select::{Decisions, Features};
+use fabcoll::select::{Decisions, FabricClass, Features};
 use fabcoll::tune::{Candidate, Sample};
 use fabcoll::Communicator;
 
@@ -81,7 +81,13 @@ fn tuned_choice(d: &Decisions, op: Collective, p: u32, bytes: u64) -> Result<Can
     let es = elem_size(op);
     let mut args = CollArgs::new(op, 0, p, bytes / es).with_commutative(true);
     args.elem_size = es as u32;
-    let f = Features { msg: bytes, total: bytes.saturating_mul(u64::from(p)), p, commutative: true };
+    let f = Features {
+        msg: bytes,
+        total: bytes.saturating_mul(u64::from(p)),
+        p,
+        commutative: true,
+        fabric: FabricClass::Node,
+    };
     let (alg, params) = d.choose(&args, &f).map_err(err)?;
     let mut c = Candidate::new(alg.name);
     for (k, v) in params.iter() {
