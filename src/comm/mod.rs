@@ -205,6 +205,12 @@ impl Communicator {
     }
 
     /// Executor counters of the endpoint this communicator runs on (shared with dup/split).
+    /// Messages up to this many bytes take the eager path on this communicator's endpoint (the
+    /// fabric's default or `FABCOLL_EAGER`); larger ones go zero-copy.
+    pub fn eager_limit(&self) -> usize {
+        self.lock().eager_limit()
+    }
+
     pub fn stats(&self) -> Stats {
         self.lock().stats()
     }

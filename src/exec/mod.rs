@@ -231,6 +231,11 @@ impl Engine {
     /// The settings that all ranks must share, as checked mode compares them: the effective
     /// eager threshold (a message goes eager on the sender exactly when the receiver expects it
     /// to) and the immediate width.
+    /// Messages up to this many bytes go eager (the executor's setting, capped by the slot size).
+    pub fn eager_limit(&self) -> usize {
+        self.core.cfg.eager_threshold
+    }
+
     pub fn protocol_signature(&self) -> String {
         format!("[eager<={} imm {} bits]", self.core.cfg.eager_threshold, self.core.layout.bits)
     }

@@ -153,17 +153,12 @@ fn space(op: Collective, p: u32) -> Vec<AlgSpace> {
         .collect()
 }
 
-/// The embedded default's algorithm for `op` at `p` and `bytes` (commutative reductions).
-pub(crate) fn default_choice(op: Collective, p: u32, bytes: u64) -> Candidate {
+/// The embedded default's algorithm for `op` at `p` and `bytes` (commutative reductions) on a
+/// fabric of class `fabric`.
+pub(crate) fn default_choice(op: Collective, p: u32, bytes: u64, fabric: FabricClass) -> Candidate {
     let es = elem_size(op);
     let args = CollArgs::new(op, 0, p, bytes / es).with_commutative(true);
-    let f = Features {
-        msg: bytes,
-        total: bytes.saturating_mul(u64::from(p)),
-        p,
-        commutative: true,
-        fabric: FabricClass::Node,
-    };
+    let f = Features { msg: bytes, total: bytes.saturating_mul(u64::from(p)), p, commutative: true, fabric };
     match Decisions::embedded().and_then(|d| d.choose(&args, &f)) {
         Ok((a, _)) => Candidate::new(a.name),
         Err(_) => Candidate::new(registry::eligible(&args).next().map_or("?", |a| a.name)),
@@ -258,7 +253,8 @@ impl Run<'_> {
         let big = ops::shape(op, p, r, max, es).ok_or_else(|| format!("{op}: bad size {max}"))?;
         let mut sendbuf = c.alloc::<T>(big.send_len).map_err(err)?;
         let mut recvbuf = c.alloc::<T>(big.recv_len).map_err(err)?;
-        let def = move |b: u64| default_choice(op, p, b);
+        let class = FabricClass::of_name(&c.fabric_name());
+        let def = move |b: u64| default_choice(op, p, b, class);
         let problem = Problem {
             grid: grid.clone(),
             align: es as u64,
@@ -508,7 +504,8 @@ fn plot(op: Collective, a: &TuneArgs, fabric: &str, this_p: u32, this: &Tuned, p
         let points = if p == this_p {
             this.grid.clone()
         } else {
-            let def = move |b: u64| default_choice(op, p, b);
+            let class = FabricClass::of_name(fabric);
+            let def = move |b: u64| default_choice(op, p, b, class);
             let problem = Problem {
                 grid: grid_of(op, p, a),
                 align: elem_size(op),

@@ -101,7 +101,8 @@ const PROBE_ATTEMPTS: usize = 3;
 pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     let start = Instant::now();
     let p = comm.size();
-    let eager_limit = eager_limit()?;
+    // The endpoint's own limit: network fabrics default to a larger one than node fabrics.
+    let eager_limit = comm.eager_limit() as u64;
     // Rank 0 measures the CPU and fits; the result (or a failure flag) goes to every rank. On a
     // busy node one round of timings can be too noisy to fit (e.g. times that do not grow with
     // bytes): the whole probe is repeated, on every rank alike, before giving up.
@@ -136,12 +137,6 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     }
     let rendezvous = Rendezvous { eager_limit, alpha: wire[P + 1] };
     Ok(ProbeReport { params, rendezvous, samples, elapsed: start.elapsed().as_secs_f64() })
-}
-
-/// The executor's eager threshold, bytes: its settings come from the same environment
-/// (`FABCOLL_EAGER`, `FABCOLL_SLOTS`, …) on every rank, and a message above it goes zero-copy.
-fn eager_limit() -> Result<u64> {
-    Ok(crate::exec::ExecConfig::from_env()?.eager_threshold as u64)
 }
 
 /// The cores the job's ranks share when every rank is on this node (`shm`, `local`): the CPUs
