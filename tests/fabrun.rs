@@ -166,3 +166,19 @@ fn program_arguments_are_not_taken_by_fabrun() {
     assert!(o.status.success(), "{}", o.stderr);
     assert_eq!(o.stdout.trim(), "5 --fabric x");
 }
+
+#[test]
+fn pinned_ranks_learn_how_many_cpus_they_share() {
+    // fabrun pins rank r to one CPU of its own set, so a rank's own CPU set says 1; the job's
+    // count comes in FABCOLL_LOCAL_CPUS (what decides the oversubscribed wait policy).
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for n in [2usize, 3] {
+        let o = fabrun(&["-n", &n.to_string(), "sh", "-c", "echo cpus=$FABCOLL_LOCAL_CPUS"], LIMIT);
+        assert!(o.status.success(), "{:?}\n{}", o.status, o.stderr);
+        let want = format!("cpus={}", n.min(cpus));
+        assert!(o.stdout.lines().all(|l| l.ends_with(&want)), "n={n}, want {want}: {}", o.stdout);
+    }
+    let o = fabrun(&["-n", "2", "--bind", "none", "sh", "-c", "echo cpus=$FABCOLL_LOCAL_CPUS."], LIMIT);
+    assert!(o.status.success(), "{:?}\n{}", o.status, o.stderr);
+    assert!(o.stdout.lines().all(|l| l.ends_with("cpus=.")), "not pinned, not set: {}", o.stdout);
+}

@@ -17,7 +17,8 @@ use clap::Parser;
 const AFTER_HELP: &str = "\
 Environment of every rank: FABCOLL_RANK, FABCOLL_SIZE, FABCOLL_LOCAL_RANK, FABCOLL_LOCAL_SIZE,
 FABCOLL_STORE=tcp://127.0.0.1:PORT (a store served by fabrun), FABCOLL_STORE_SERVER=launcher,
-FABCOLL_TOKEN (random per job) and, with --fabric, FABCOLL_FABRIC. Ranks get no stdin; their stdout
+FABCOLL_TOKEN (random per job), with --fabric FABCOLL_FABRIC, and when ranks are pinned
+FABCOLL_LOCAL_CPUS (the CPUs they share). Ranks get no stdin; their stdout
 and stderr lines come out on fabrun's stdout and stderr, prefixed \"[rank] \", never split.
 
 Exit status: 0 if every rank exits 0; else the exit code of the first rank that failed (128+signal

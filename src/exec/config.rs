@@ -35,8 +35,12 @@ pub struct ExecConfig {
     /// every rank they wait for runs on another CPU (then they spin up to 64 polls).
     pub local_ranks: Option<usize>,
     /// Forces that oversubscribed wait policy on or off (`FABCOLL_YIELD=1`/`0`); `None` = decide
-    /// from `local_ranks`.
+    /// from `local_ranks` and `local_cpus`.
     pub yield_when_idle: Option<bool>,
+    /// CPUs this node's ranks share (`FABCOLL_LOCAL_CPUS`, which `fabrun` sets when it pins
+    /// ranks); `None` = this process's own CPU set. A launcher that pins every rank to one CPU
+    /// leaves each process a set of one, which alone would call any 2-rank job oversubscribed.
+    pub local_cpus: Option<usize>,
 }
 
 /// Defaults measured with `tests/shm_bench.rs` (2 processes, allreduce recursive doubling, shm,
@@ -55,6 +59,7 @@ impl Default for ExecConfig {
             spin: Duration::from_micros(250),
             local_ranks: None,
             yield_when_idle: None,
+            local_cpus: None,
         }
     }
 }
@@ -100,7 +105,8 @@ impl ExecConfig {
 
     /// These settings overridden by `FABCOLL_EAGER` (bytes; raises the slot size to fit),
     /// `FABCOLL_SLOTS`, `FABCOLL_TIMEOUT` (seconds, fractions allowed), `FABCOLL_MR_CACHE`
-    /// (entries), `FABCOLL_SPIN_US` (microseconds) and `FABCOLL_YIELD` (0 or 1).
+    /// (entries), `FABCOLL_SPIN_US` (microseconds), `FABCOLL_YIELD` (0 or 1) and
+    /// `FABCOLL_LOCAL_CPUS` (CPUs the node's ranks share).
     pub fn env_over(self) -> Result<ExecConfig> {
         let mut c = self;
         let num = |k: &str| -> Result<Option<f64>> {
@@ -131,6 +137,9 @@ impl ExecConfig {
         }
         if let Some(v) = num("FABCOLL_YIELD")? {
             c.yield_when_idle = Some(v != 0.0);
+        }
+        if let Some(v) = num("FABCOLL_LOCAL_CPUS")? {
+            c.local_cpus = Some((v as usize).max(1));
         }
         Ok(c)
     }

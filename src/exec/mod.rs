@@ -172,7 +172,8 @@ impl Engine {
         let (load_store, cfg_spin) = (caps.load_store, cfg.spin);
         let yield_idle = cfg.yield_when_idle.unwrap_or_else(|| {
             let local = cfg.local_ranks.unwrap_or(if matches!(caps.backend, "shm" | "local") { p } else { 1 });
-            local > std::thread::available_parallelism().map_or(1, |n| n.get())
+            let cpus = cfg.local_cpus.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            local > cpus
         });
         let mrs = MrCache::new(cfg.mr_cache > 0 && mrcache::cache_safe(&caps), cfg.mr_cache);
         let core = Core {

@@ -41,6 +41,14 @@ pub fn placement(n: u32, bind: bool) -> Vec<usize> {
     blocks(n as usize, &cpus)
 }
 
+/// How many different CPUs `bind` uses.
+fn distinct(bind: &[usize]) -> usize {
+    let mut v = bind.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v.len()
+}
+
 /// Rank r of `n` on `cpus[r]` if there are enough, else on `cpus[r * cpus.len() / n]`.
 fn blocks(n: usize, cpus: &[usize]) -> Vec<usize> {
     if n <= cpus.len() {
@@ -155,6 +163,11 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
             .process_group(0);
         if let Some(f) = &plan.fabric {
             cmd.env("FABCOLL_FABRIC", f);
+        }
+        if !plan.bind.is_empty() {
+            // A pinned rank's own CPU set is one CPU: tell it how many the job shares, so that
+            // only ranks really outnumbering their CPUs take the oversubscribed wait policy.
+            cmd.env("FABCOLL_LOCAL_CPUS", distinct(&plan.bind).to_string());
         }
         match cmd.spawn() {
             Ok(mut c) => {
