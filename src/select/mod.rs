@@ -134,6 +134,10 @@ mod tests {
         assert_eq!(pick(Collective::Allreduce, 8, 513, true), "rabenseifner");
         assert_eq!(pick(Collective::Allreduce, 8, 1 << 20, true), "rabenseifner");
         assert_eq!(pick(Collective::Bcast, 4, 1 << 20, true), "binomial");
+        assert_eq!(pick(Collective::Bcast, 4, 16, true), "linear");
+        assert_eq!(pick(Collective::Bcast, 3, 16, true), "linear");
+        assert_eq!(pick(Collective::Bcast, 2, 16, true), "binomial");
+        assert_eq!(pick(Collective::Bcast, 5, 16, true), "binomial");
         assert_eq!(pick(Collective::Bcast, 16, 3071, true), "binomial");
         assert_eq!(pick(Collective::Bcast, 16, 1 << 14, true), "scatter_recursive_doubling_allgather");
         assert_eq!(pick(Collective::Bcast, 16, 1 << 17, true), "scatter_ring_allgather");
