@@ -150,9 +150,9 @@ impl Communicator {
     /// `ofi:tcp`, …; default shm when every rank is on this node, else `ofi:tcp`), exchanges
     /// addresses and sets up the eager rings.
     pub fn from_env() -> Result<Communicator> {
-        let mut cfg = ExecConfig::from_env()?;
+        // The bootstrap's timeout; the executor's settings follow once the fabric is known.
+        let cfg = ExecConfig::from_env()?;
         let env = JobEnv::from_env()?;
-        cfg.local_ranks = cfg.local_ranks.or(env.local_size.map(|n| n as usize));
         let (store, server) = env.open_store(cfg.timeout)?;
         let backend: Backend = match std::env::var("FABCOLL_FABRIC") {
             Ok(s) => s.parse()?,
@@ -166,8 +166,8 @@ impl Communicator {
         let blobs = bootstrap::exchange(&*store, "fabcoll/addr", env.rank, env.size, &ep.address()?, cfg.timeout)?;
         ep.insert_peers(&blobs)?;
         // The fabric's own defaults (network fabrics: a larger eager limit), under the environment's.
-        let local_ranks = cfg.local_ranks;
-        let cfg = ExecConfig { local_ranks, ..ExecConfig::from_env_for(ep.caps())? };
+        let cfg =
+            ExecConfig { local_ranks: env.local_size.map(|n| n as usize), ..ExecConfig::from_env_for(ep.caps())? };
         let mut c = Communicator::from_endpoint(ep, cfg)?;
         c._server = server.map(Arc::new);
         // Issue 5 §1: the cost model is loaded or probed at creation when it is asked for.
@@ -204,13 +204,13 @@ impl Communicator {
         self.plans.get_mut().unwrap_or_else(|p| p.into_inner()).forget_choices();
     }
 
-    /// Executor counters of the endpoint this communicator runs on (shared with dup/split).
     /// Messages up to this many bytes take the eager path on this communicator's endpoint (the
     /// fabric's default or `FABCOLL_EAGER`); larger ones go zero-copy.
     pub fn eager_limit(&self) -> usize {
         self.lock().eager_limit()
     }
 
+    /// Executor counters of the endpoint this communicator runs on (shared with dup/split).
     pub fn stats(&self) -> Stats {
         self.lock().stats()
     }

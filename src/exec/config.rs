@@ -66,9 +66,9 @@ impl Default for ExecConfig {
 
 /// Eager limit and slot size on network fabrics ([`FabricClass::Network`]). A zero-copy message
 /// pays a rendezvous round trip (grant, then write) that costs ~15–25 µs on ofi:tcp, more than
-/// copying 64 KiB; measured on ofi:tcp p=2 (allreduce recursive doubling, OSU method, previous
-/// session): 32 KiB 49–67 → 38–40 µs, 64 KiB 82 → 45 µs with a 64 KiB limit instead of 16 KiB;
-/// this session (loaded machine, 3 rounds, p50) Rabenseifner at 64 KiB 120 → 86 µs.
+/// copying 64 KiB. Measured on ofi:tcp p=2 with a 64 KiB limit instead of 16 KiB: allreduce
+/// recursive doubling (OSU method) 32 KiB 49–67 → 38–40 µs, 64 KiB 82 → 45 µs; Rabenseifner at
+/// 64 KiB (loaded machine, 3 rounds, p50) 120 → 86 µs.
 pub const NETWORK_EAGER: usize = 65536;
 
 impl ExecConfig {

@@ -229,14 +229,14 @@ impl Engine {
         s
     }
 
-    /// The settings that all ranks must share, as checked mode compares them: the effective
-    /// eager threshold (a message goes eager on the sender exactly when the receiver expects it
-    /// to) and the immediate width.
     /// Messages up to this many bytes go eager (the executor's setting, capped by the slot size).
     pub fn eager_limit(&self) -> usize {
         self.core.cfg.eager_threshold
     }
 
+    /// The settings that all ranks must share, as checked mode compares them: the effective
+    /// eager threshold (a message goes eager on the sender exactly when the receiver expects it
+    /// to) and the immediate width.
     pub fn protocol_signature(&self) -> String {
         format!("[eager<={} imm {} bits]", self.core.cfg.eager_threshold, self.core.layout.bits)
     }
@@ -732,19 +732,17 @@ impl Engine {
     /// blocking — once a few polls in a row brought nothing (fewer when this node's ranks
     /// outnumber its cores, unless every awaited rank runs on another CPU: see
     /// [`Engine::should_yield`]) yielding the core between polls — then each round blocks up to
-    /// 1 ms on the fabric's doorbell (a peer's write wakes it). A sleeping peer costs a futex wake-up of tens of microseconds, so
-    /// the spin budget covers the waits of small and medium collectives.
+    /// 1 ms on the fabric's doorbell (a peer's write wakes it). A sleeping peer costs a futex
+    /// wake-up of tens of microseconds, so the spin budget covers the waits of small and medium
+    /// collectives.
     pub fn wait_step(&mut self, key: OpKey, w: &mut Waiter) -> bool {
         let Some(op) = self.ops.get_mut(&key) else { return true };
         if op.finished() {
             return true;
         }
         let in_grace = op.grace_until.is_some();
-        let t0 = match op.t0 {
-            Some(t) => t,
-            // The first wait for this op: its deadline counts from here.
-            None => *op.t0.insert(Instant::now()),
-        };
+        // The deadline counts from the first wait.
+        let t0 = op.wait_began();
         if w.since.is_none() && w.fresh {
             // The op was started just before this wait: the op's clock reading stands for the
             // wait's (one clock read less per blocking call).
@@ -852,14 +850,7 @@ impl Engine {
             return;
         }
         // A `test` loop waits too: the deadline starts at the first check.
-        let waited = match op.t0 {
-            Some(t) => t.elapsed(),
-            None => {
-                op.t0 = Some(Instant::now());
-                Duration::ZERO
-            }
-        };
-        if waited < timeout && op.grace_until.is_none() {
+        if op.wait_began().elapsed() < timeout && op.grace_until.is_none() {
             return;
         }
         match op.grace_until {

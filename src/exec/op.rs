@@ -220,6 +220,11 @@ impl Op {
         self.t0.map_or(std::time::Duration::ZERO, |t| t.elapsed())
     }
 
+    /// When the first wait (or `test`) for this op began, starting the clock now if none did.
+    pub fn wait_began(&mut self) -> Instant {
+        *self.t0.get_or_insert_with(Instant::now)
+    }
+
     pub fn finished(&self) -> bool {
         self.error.is_some() || (self.started && self.done == self.st.len())
     }

@@ -20,14 +20,15 @@ pub(crate) struct Plan {
     pub idx: Vec<u32>,
     pub recv_of: FastMap<(u32, u32), StepId>,
     pub send_of: FastMap<(u32, u32), StepId>,
-    /// Per step: a Recv whose region the Reduce that alone consumes it reads (fusable: reduce
-    /// straight out of the eager slot, the Recv region is never written).
+    /// Per step: a Recv whose region is read by exactly one step, a Reduce (fusable: that Reduce
+    /// reads straight out of the eager slot, the Recv region is never written).
     pub fuse: Vec<bool>,
     /// Per step: for a Reduce, its fused Recv step, else [`NOT_FUSED`].
     pub fused_from: Vec<StepId>,
     /// Steps without deps, in reverse order (a work stack that issues them in order): the
     /// Sends and Recvs, and the local steps (Copy, Reduce) apart (see `Op::run`).
     pub roots: Vec<StepId>,
+    /// The local steps without deps, likewise in reverse order.
     pub local_roots: Vec<StepId>,
     /// Per step: a local step (Copy or Reduce), issued after every ready Send and Recv.
     pub local: Vec<bool>,

@@ -96,16 +96,19 @@ pub enum FabricClass {
 impl FabricClass {
     /// The class of an endpoint from its capabilities.
     pub fn of(caps: &Caps) -> FabricClass {
-        match (caps.backend, caps.provider.as_str()) {
-            ("local" | "shm", _) | ("ofi", "shm") => FabricClass::Node,
-            _ => FabricClass::Network,
-        }
+        FabricClass::of_backend(caps.backend, &caps.provider)
     }
 
     /// The class of a fabric as `FABCOLL_FABRIC` names it (`shm`, `ofi:tcp`, …).
     pub fn of_name(fabric: &str) -> FabricClass {
-        match fabric.trim() {
-            "local" | "shm" | "ofi:shm" => FabricClass::Node,
+        let fabric = fabric.trim();
+        let (backend, provider) = fabric.split_once(':').unwrap_or((fabric, ""));
+        FabricClass::of_backend(backend, provider)
+    }
+
+    fn of_backend(backend: &str, provider: &str) -> FabricClass {
+        match (backend, provider) {
+            ("local" | "shm", _) | ("ofi", "shm") => FabricClass::Node,
             _ => FabricClass::Network,
         }
     }
