@@ -26,12 +26,25 @@ const READ_ONCE: u64 = 1 << 9;
 /// Writes of at least this many bytes into a [`READ_ONCE`] registration use streaming stores
 /// (p=2 bcast through eager slots, p50: 4 KiB 2.3 -> 0.9 us, 16 KiB 8.1 -> 1.5 us; at 1 KiB equal).
 const READ_ONCE_STREAM_MIN: usize = 2048;
+/// ... and at most this many: a larger destination no longer sits in the owner's cache, and cached
+/// stores leave it in the shared L3 for the owner's read (p=2 allreduce into scratch, 512 KiB:
+/// 50-58 us with cached stores, 87-97 streaming; 256 KiB equal).
+const READ_ONCE_STREAM_MAX: usize = 256 << 10;
 
 struct Peer {
     pid: u32,
     seg: Arc<Segment>,
     /// Our last view of the head of our queue at this peer (`Spsc::push_seen`).
     head_seen: Cell<u64>,
+}
+
+/// Whether the two ranks last ran on the same CPU (their presence words): then the owner's lines
+/// are in the caches the writer uses too, and cached stores beat streaming ones (p = 4 on 2 cores,
+/// ranks pinned in pairs).
+fn same_cpu(mine: &Segment, theirs: &Segment) -> bool {
+    let cpu = |s: &Segment| s.header().presence.load(Ordering::Relaxed) & segment::NO_CPU;
+    let (a, b) = (cpu(mine), cpu(theirs));
+    a != segment::NO_CPU && a == b
 }
 
 /// `queue.free_seen` through the peer's cached head.
@@ -402,7 +415,10 @@ impl Endpoint for ShmEndpoint {
                 // written only through raw copies, ordered before the notification by its Release
                 // (a streaming copy ends with its own store fence).
                 unsafe {
-                    if aux & READ_ONCE != 0 && dst.len >= READ_ONCE_STREAM_MIN {
+                    if aux & READ_ONCE != 0
+                        && (READ_ONCE_STREAM_MIN..=READ_ONCE_STREAM_MAX).contains(&dst.len)
+                        && !same_cpu(&self.seg, &p.seg)
+                    {
                         crate::copy::copy_streaming(base.add(dst.off), s, dst.len)
                     } else {
                         crate::copy::copy_bulk(base.add(dst.off), s, dst.len)
