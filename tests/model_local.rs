@@ -62,6 +62,8 @@ fn params() -> ModelParams {
         overhead: 2e-6,
         step_cost: 0.0,
         cores: 0,
+        hot_alpha: 0.0,
+        hot_beta: 0.0,
     }
 }
 

@@ -31,11 +31,14 @@ struct Terms {
     rdv: u64,
     /// Local steps (Copy, Reduce).
     local: u64,
+    /// Messages into hot destinations (see `Engine::hot`) and their bytes.
+    hot: u64,
+    hot_bytes: f64,
 }
 
 impl Terms {
-    fn key(&self) -> [f64; 5] {
-        [self.alpha, self.beta, self.gamma, self.copy, self.local as f64]
+    fn key(&self) -> [f64; 7] {
+        [self.alpha, self.beta, self.gamma, self.copy, self.local as f64, self.hot as f64, self.hot_bytes]
     }
 }
 
@@ -165,6 +168,10 @@ struct Engine<'a> {
     remaining: Vec<u32>,
     /// For a Send: the matching Recv.
     target: Vec<u32>,
+    /// For a Recv: whether a step that depends on it reads its destination (forwards it, reduces
+    /// it or into it, copies it), so the receiver's cache holds those lines when the next call's
+    /// message is written there (`SimConfig::hot_beta`).
+    hot: Vec<bool>,
     /// Dependents of each step (CSR).
     dstart: Vec<u32>,
     dlist: Vec<u32>,
@@ -235,6 +242,7 @@ impl<'a> Engine<'a> {
             pred: vec![NONE; n],
             remaining: vec![0; n],
             target: vec![NONE; n],
+            hot: vec![false; n],
             dstart: Vec::new(),
             dlist: Vec::new(),
             ranks,
@@ -300,6 +308,18 @@ impl<'a> Engine<'a> {
         }
         self.dstart = count;
         self.dlist = dlist;
+        for g in 0..n as u32 {
+            let StepKind::Recv { dst, .. } = *self.kind(g) else { continue };
+            let deps = &self.dlist[self.dstart[g as usize] as usize..self.dstart[g as usize + 1] as usize];
+            self.hot[g as usize] = deps.iter().any(|&d| {
+                let k = self.kind(d);
+                let reads_dst = match k {
+                    StepKind::Reduce { dst: rd, .. } => rd.overlaps(&dst),
+                    _ => false,
+                };
+                reads_dst || k.reads().is_some_and(|r| r.overlaps(&dst))
+            });
+        }
         Ok(())
     }
 
@@ -654,12 +674,17 @@ impl<'a> Engine<'a> {
         let i = s as usize;
         let rdv = self.kind(s).len() * self.elem > self.cfg.eager_limit;
         let extra = if rdv { self.cfg.alpha_rendezvous } else { 0.0 };
-        self.t[i] = now + fa * m.alpha + fb * bytes * m.beta + extra;
+        let hot = self.hot[self.target[i] as usize];
+        let hot_bytes = if hot { bytes } else { 0.0 };
+        let hot_cost = if hot { self.cfg.hot_alpha + bytes * self.cfg.hot_beta } else { 0.0 };
+        self.t[i] = now + fa * m.alpha + fb * bytes * m.beta + extra + hot_cost;
         let c = &mut self.cp[i];
         c.alpha += fa;
         c.beta += fb * bytes;
         c.msgs += 1;
         c.rdv += u64::from(rdv);
+        c.hot += u64::from(hot);
+        c.hot_bytes += hot_bytes;
         let end = self.t[i];
         self.ranks[a].send_until = self.ranks[a].send_until.max(end);
         self.ranks[b].recv_until = self.ranks[b].recv_until.max(end);
@@ -753,6 +778,8 @@ impl<'a> Engine<'a> {
             critical_messages: cp.msgs,
             critical_rendezvous: cp.rdv,
             critical_local_steps: cp.local,
+            critical_hot_messages: cp.hot,
+            critical_hot_bytes: cp.hot_bytes,
             max_local_steps: max_local,
             critical_chain: chain,
             max_bytes_sent: max_sent,

@@ -40,6 +40,13 @@
 //!   all that starts at one instant counts each other. In a symmetric replay every rank does
 //!   what rank 0 does: k is p × rank 0's. Off by default; with c ≥ p nothing changes. The
 //!   critical path's α, β, γ and copy terms include the factor applied.
+//! - **Hot destinations.** A message whose destination region the receiver reads in a step that
+//!   depends on it (forwards it, reduces it or into it, copies it) costs
+//!   [`SimConfig::hot_alpha`] + [`SimConfig::hot_beta`]·n more. The receiver has to act on it
+//!   (where ranks share cores, be scheduled first), and after such a call the receiver's cache
+//!   holds those lines, so on a load/store fabric the next call's writer first takes each line
+//!   from it (p = 4 bcast on 2 cores, 1 MiB: the root's copies ran at half the speed into a rank
+//!   that forwards as into one that does not). Both 0 by default.
 //! - **Instants.** Everything that happens at one virtual instant is arbitrated after all of it is
 //!   known (completions, then send ports and CPUs, then receive ports, then the f decision), so
 //!   results never depend on the order in which the engine processes simultaneous events.
@@ -51,7 +58,8 @@
 //! its terms: α multiplied by the factor applied (1 or f_α) per message, bytes·factor (1 or f_β)
 //! per message, bytes reduced. So the job's time is `critical_path.time(machine)` plus
 //! `critical_copy_bytes·copy_beta` plus `critical_rendezvous·alpha_rendezvous` plus
-//! `critical_local_steps·step_cost`, and with
+//! `critical_local_steps·step_cost` plus `critical_hot_messages·hot_alpha` plus
+//! `critical_hot_bytes·hot_beta`, and with
 //! [`Machine::UNIT`] the terms are the (a, b, c) that the papers' formulas predict.
 //! Where two chains finish at the same instant the one with more α (then β, then γ) terms is
 //! taken, so results do not depend on event order.
@@ -96,11 +104,25 @@ pub struct SimConfig {
     /// Cores the simulated ranks share (one node), 0 = as many as ranks (off). With more ranks
     /// busy than cores, the busy ones time-share them: see the module doc (Oversubscription).
     pub cores: u32,
+    /// Extra seconds of a message into a hot destination: one that the receiver reads in a step
+    /// depending on the message (see the module doc, Hot destinations); 0 = off.
+    pub hot_alpha: f64,
+    /// ... and extra seconds per byte of it; 0 = off.
+    pub hot_beta: f64,
 }
 
 impl SimConfig {
     pub fn new(machine: Machine) -> SimConfig {
-        SimConfig { machine, copy_beta: 0.0, eager_limit: u64::MAX, alpha_rendezvous: 0.0, step_cost: 0.0, cores: 0 }
+        SimConfig {
+            machine,
+            copy_beta: 0.0,
+            eager_limit: u64::MAX,
+            alpha_rendezvous: 0.0,
+            step_cost: 0.0,
+            cores: 0,
+            hot_alpha: 0.0,
+            hot_beta: 0.0,
+        }
     }
 }
 
@@ -120,6 +142,10 @@ pub struct SimResult {
     pub critical_rendezvous: u64,
     /// Local steps (`Copy`, `Reduce`) on the critical path: each costs [`SimConfig::step_cost`].
     pub critical_local_steps: u64,
+    /// Messages on the critical path whose destination is hot (each costs
+    /// [`SimConfig::hot_alpha`] more) and their bytes (each [`SimConfig::hot_beta`] more).
+    pub critical_hot_messages: u64,
+    pub critical_hot_bytes: f64,
     /// Local steps of the busiest rank (the most `Copy` and `Reduce` steps).
     pub max_local_steps: u64,
     /// The critical path, first step to last: each step and the step that held it back (a dep, the
@@ -272,6 +298,8 @@ fn check_config(cfg: &SimConfig) -> Result<()> {
         ("copy_beta", cfg.copy_beta),
         ("alpha_rendezvous", cfg.alpha_rendezvous),
         ("step_cost", cfg.step_cost),
+        ("hot_alpha", cfg.hot_alpha),
+        ("hot_beta", cfg.hot_beta),
     ];
     for (name, v) in vals.into_iter().chain([("f_alpha", m.f_alpha), ("f_beta", m.f_beta)]) {
         if !v.is_finite() || v < 0.0 {

@@ -254,6 +254,48 @@ fn long_messages_pay_the_rendezvous() {
 }
 
 #[test]
+fn messages_into_forwarded_destinations_pay_the_hot_cost() {
+    // A chain 0 → 1 → 2: rank 1 forwards what it received (a hot destination), rank 2 keeps it.
+    let (p, count) = (3u32, 100u64);
+    let s = all(p, |r| {
+        let mut b = ScheduleBuilder::new(r, p);
+        let buf = Region::new(Buf::Recv, 0, count);
+        match r {
+            0 => {
+                b.send(1, Region::new(Buf::Send, 0, count), &[]);
+            }
+            1 => {
+                let got = b.recv(0, buf, &[]);
+                b.send(2, buf, &[got]);
+            }
+            _ => {
+                b.recv(1, buf, &[]);
+            }
+        }
+        b.finish()
+    });
+    let args = job(Collective::Bcast, p, count);
+    let n = (count * u64::from(args.elem_size)) as f64;
+    let m = Machine { alpha: 3.0, beta: 0.5, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 };
+    let off = simulate(&args, &s, &m).unwrap();
+    assert_eq!(off.time, 2.0 * (3.0 + n * 0.5));
+    assert_eq!(
+        (off.critical_hot_messages, off.critical_hot_bytes),
+        (1, n),
+        "the first hop is into a forwarded buffer, the second is not"
+    );
+    let hot = SimConfig { hot_alpha: 2.0, hot_beta: 0.25, ..SimConfig::new(m) };
+    let res = simulate_with(&args, &s, &hot).unwrap();
+    assert_eq!(res.time, off.time + 2.0 + n * 0.25);
+    assert_eq!(
+        res.time,
+        res.critical_path.time(&m) + 2.0 * res.critical_hot_messages as f64 + res.critical_hot_bytes * 0.25
+    );
+    assert!(simulate_with(&args, &s, &SimConfig { hot_beta: -1.0, ..hot }).is_err());
+    assert!(simulate_with(&args, &s, &SimConfig { hot_alpha: -1.0, ..hot }).is_err());
+}
+
+#[test]
 fn local_steps_pay_the_step_cost() {
     // The exchange of `exchange_and_reduce_terms_are_separated`: per rank one Copy and one
     // Reduce; the Reduce waits for the message and the Copy, so both are on the critical path.

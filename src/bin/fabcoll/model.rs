@@ -137,6 +137,8 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
          overhead  {:>10.3} µs   per call\n\
          rendezvous{:>10.3} µs   more per message above {} B (eager limit)\n\
          step_cost {:>10.3} µs   per local step (copy, reduction)\n\
+         hot_alpha {:>10.3} µs   more per message its receiver forwards, reduces or copies\n\
+         hot_beta  {:>10.3} ns/B more per byte of such a message\n\
          cores     {:>10}      shared by the ranks (0 = one per rank)\n",
         r.elapsed,
         m.alpha * 1e6,
@@ -151,6 +153,8 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
         r.rendezvous.alpha * 1e6,
         r.rendezvous.eager_limit,
         m.step_cost * 1e6,
+        m.hot_alpha * 1e6,
+        m.hot_beta * 1e9,
         m.cores
     );
     if !r.samples.is_empty() {

@@ -312,6 +312,8 @@ mod tests {
             overhead: 0.0,
             step_cost: 0.0,
             cores: 0,
+            hot_alpha: 0.0,
+            hot_beta: 0.0,
         }
     }
 

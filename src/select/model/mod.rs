@@ -26,7 +26,11 @@
 //! # Known gaps
 //!
 //! The eager/zero-copy switch is modelled by [`Rendezvous`] (a message above the executor's eager
-//! threshold pays a fitted α_r more). Two terms exist in the simulator and the model file but the
+//! threshold pays a fitted α_r more). A message whose receiver forwards, reduces or copies what
+//! it got pays a fitted α_h + n·β_h more ([`ModelParams::hot_alpha`], [`ModelParams::hot_beta`],
+//! the simulator's hot destinations): the receiver has to act on it, and on shared memory the
+//! next call's writer takes those lines out of the receiver's cache. The probe determines them
+//! at p ≥ 4 only (`bcast:linear` against binomial and ring; see [`fit`]). Two terms exist in the simulator and the model file but the
 //! probe leaves them off where it cannot measure them: a fixed cost per local step
 //! ([`ModelParams::step_cost`], `SimConfig::step_cost`; 0 from the probe, see [`fit`]) and
 //! ranks time-sharing the node's cores ([`ModelParams::cores`], `SimConfig::cores`; the probe
@@ -81,6 +85,15 @@ pub struct ModelParams {
     /// set.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub cores: u32,
+    /// Extra seconds of a message into a destination its receiver reads in the same call
+    /// (forwards, reduces, copies: `SimConfig::hot_alpha`): the receiver has to act on it, and
+    /// where ranks share cores, be scheduled first. Written only when set.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub hot_alpha: f64,
+    /// ... and extra seconds per byte of it (`SimConfig::hot_beta`): on a load/store fabric the
+    /// next call's writer first takes those lines from the receiver's cache. Written only when set.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub hot_beta: f64,
 }
 
 fn is_zero_f64(v: &f64) -> bool {
@@ -93,7 +106,7 @@ fn is_zero_u32(v: &u32) -> bool {
 
 impl ModelParams {
     /// Length of [`ModelParams::to_wire`].
-    pub const WIRE_LEN: usize = 9;
+    pub const WIRE_LEN: usize = 11;
 
     /// The parameters as numbers, for the rank that measured or loaded them to broadcast.
     pub fn to_wire(&self) -> [f64; Self::WIRE_LEN] {
@@ -107,6 +120,8 @@ impl ModelParams {
             self.overhead,
             self.step_cost,
             f64::from(self.cores),
+            self.hot_alpha,
+            self.hot_beta,
         ]
     }
 
@@ -122,6 +137,8 @@ impl ModelParams {
             overhead: w[6],
             step_cost: w[7],
             cores: w[8] as u32,
+            hot_alpha: w[9],
+            hot_beta: w[10],
         }
     }
 
@@ -142,6 +159,8 @@ impl ModelParams {
             overhead: 0.0,
             step_cost: 0.0,
             cores: 0,
+            hot_alpha: 0.0,
+            hot_beta: 0.0,
         }
     }
 
@@ -156,6 +175,8 @@ impl ModelParams {
             ("copy_beta", self.copy_beta),
             ("overhead", self.overhead),
             ("step_cost", self.step_cost),
+            ("hot_alpha", self.hot_alpha),
+            ("hot_beta", self.hot_beta),
         ];
         for (name, v) in vals {
             if !v.is_finite() || v < 0.0 {
@@ -166,7 +187,7 @@ impl ModelParams {
     }
 
     /// Parses `alpha=1e-6,beta=1e-10,gamma=2e-10[,f_alpha=..,f_beta=..,copy_beta=..,overhead=..]`
-    /// (`fabcoll model --machine`; also `step_cost=..`, `cores=N`). Missing factors default to 1, missing costs
+    /// (`fabcoll model --machine`; also `step_cost=..`, `hot_alpha=..`, `hot_beta=..`, `cores=N`). Missing factors default to 1, missing costs
     /// to 0.
     pub fn parse_kv(s: &str) -> Result<ModelParams> {
         let mut p = ModelParams::from_machine(Machine { alpha: 0.0, beta: 0.0, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 });
@@ -183,6 +204,8 @@ impl ModelParams {
                 "copy_beta" => &mut p.copy_beta,
                 "overhead" => &mut p.overhead,
                 "step_cost" => &mut p.step_cost,
+                "hot_alpha" => &mut p.hot_alpha,
+                "hot_beta" => &mut p.hot_beta,
                 "cores" => {
                     if v.fract() != 0.0 || !(0.0..=f64::from(u32::MAX)).contains(&v) {
                         return Err(model_err(format!("{item:?}: cores must be a whole number ≥ 0")));
@@ -194,7 +217,7 @@ impl ModelParams {
                 other => {
                     return Err(model_err(format!(
                         "unknown parameter {other:?} (alpha, beta, gamma, f_alpha, f_beta, copy_beta, overhead, step_cost, \
-                         cores)"
+                         hot_alpha, hot_beta, cores)"
                     )))
                 }
             };
@@ -216,7 +239,7 @@ impl std::fmt::Display for ModelParams {
         write!(
             f,
             "alpha={:.3e},beta={:.3e},gamma={:.3e},f_alpha={:.3},f_beta={:.3},copy_beta={:.3e},overhead={:.3e},\
-             step_cost={:.3e},cores={}",
+             step_cost={:.3e},hot_alpha={:.3e},hot_beta={:.3e},cores={}",
             self.alpha,
             self.beta,
             self.gamma,
@@ -225,6 +248,8 @@ impl std::fmt::Display for ModelParams {
             self.copy_beta,
             self.overhead,
             self.step_cost,
+            self.hot_alpha,
+            self.hot_beta,
             self.cores
         )
     }
@@ -288,6 +313,8 @@ impl Rendezvous {
             copy_beta: m.copy_beta,
             step_cost: m.step_cost,
             cores: m.cores,
+            hot_alpha: m.hot_alpha,
+            hot_beta: m.hot_beta,
             eager_limit: self.eager_limit,
             alpha_rendezvous: self.alpha,
             ..fabcoll_collectives::sim::SimConfig::new(m.machine())

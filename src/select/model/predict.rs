@@ -190,6 +190,8 @@ mod tests {
             overhead: 1e-6,
             step_cost: 0.0,
             cores: 0,
+            hot_alpha: 0.0,
+            hot_beta: 0.0,
         }
     }
 

@@ -5,6 +5,12 @@
 //!   the per-call overhead o).
 //! - **f_α, f_β**: `allgather:ring` (every message is sent while one is received) at 8 B, 4 KiB,
 //!   64 KiB and 256 KiB per block.
+//! - **α_h, β_h** (hot destinations, [`ModelParams::hot_alpha`], [`ModelParams::hot_beta`]): at
+//!   p ≥ 3 also `bcast:linear` at 8 B, 4 KiB, 64 KiB and 256 KiB, whose receivers keep what they
+//!   get where binomial's and ring's forward it (separable from the rest at p ≥ 4). On 2 cores at p = 4 the root's copies into a rank that forwards ran at half the
+//!   speed of those into one that does not (1 MiB: perf samples of the root's memcpy, 87 against
+//!   69 µs for 2 against 3 MiB), and linear measured 1.6-2x faster than binomial from 64 KiB to
+//!   1 MiB; once the receivers read their buffers between calls as well, linear lost that lead.
 //! - **step cost**: not probed (0; see [`super::fit`] for why).
 //! - **γ, κ**: the f32-sum reduction kernel and memcpy timed on 4 MiB buffers on rank 0.
 //!
@@ -57,7 +63,7 @@ pub fn plan(p: u32) -> Vec<ProbeCase> {
     }
     let bcast = |bytes, segment| ProbeCase { coll: Collective::Bcast, algorithm: "binomial", bytes, segment };
     let ring = |bytes| ProbeCase { coll: Collective::Allgather, algorithm: "ring", bytes, segment: 0 };
-    vec![
+    let mut v = vec![
         bcast(8, 0),
         bcast(4 << 10, 0),
         bcast(64 << 10, 0),
@@ -67,7 +73,13 @@ pub fn plan(p: u32) -> Vec<ProbeCase> {
         ring(4 << 10),
         ring(64 << 10),
         ring(256 << 10),
-    ]
+    ];
+    if p > 2 {
+        // At p = 2 linear is binomial.
+        let linear = |bytes| ProbeCase { coll: Collective::Bcast, algorithm: "linear", bytes, segment: 0 };
+        v.extend([linear(8), linear(4 << 10), linear(64 << 10), linear(256 << 10)]);
+    }
+    v
 }
 
 /// What a probe measured and fitted.
@@ -234,6 +246,8 @@ fn fit_samples_on(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64, cores
             overhead: 0.0,
             step_cost: 0.0,
             cores: 0,
+            hot_alpha: 0.0,
+            hot_beta: 0.0,
         };
         return Ok((m, 0.0));
     }
