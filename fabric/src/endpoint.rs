@@ -226,9 +226,10 @@ pub trait Endpoint: Send {
     fn map_remote(&mut self, peer: usize, mr: &RemoteMr) -> Result<Mapping>;
 
     /// Hint for a registration of this rank: its owner reads what a peer writes into it once,
-    /// soon after the write, then lets peers write it again (eager slots, scratch buffers). A load/store backend
-    /// may then let writers bypass their own caches (the lines live in the owner's cache, and a
-    /// cached store would first have to fetch each of them from there). Default: ignored.
+    /// soon after the write, then lets peers write it again (eager slots, scratch buffers). A
+    /// load/store backend may then let writers bypass their own caches (the lines live in the
+    /// owner's cache, and a cached store would first have to fetch each of them from there).
+    /// Default: ignored.
     fn hint_read_once(&mut self, _mr: &Mr) {}
 
     /// Announces that this rank gives up its CPU (`true`: it yields or sleeps waiting for

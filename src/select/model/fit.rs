@@ -2,9 +2,9 @@
 //!
 //! A measured configuration (algorithm, arguments) is decomposed by the simulator into the terms
 //! of its critical path: messages and bytes sent one-way (`a_uni`, `b_uni`) and while the sender
-//! also receives (`a_bi`, `b_bi`), bytes reduced (`c`) and copied (`k`), local steps (`l`), bytes
-//! sent into destinations that the receiver reads in the same call (hot: `hn` messages, `h` bytes). The
-//! replay is done twice, with f = 1 and f = 2 on a unit machine, and the difference separates the
+//! also receives (`a_bi`, `b_bi`), bytes reduced (`c`) and copied (`k`), local steps (`l`),
+//! messages and bytes sent into destinations that the receiver reads in the same call (hot: `hn`,
+//! `h`). The replay is done twice, with f = 1 and f = 2 on a unit machine, and the difference separates the
 //! two kinds of message. Then the measured time is linear in the unknowns
 //! x = (o, α, f_α·α, β, f_β·β, α_r, α_h, β_h):
 //!
@@ -14,13 +14,17 @@
 //! probe has both kinds of destination apart from exchanges: at p ≥ 4, `bcast:linear` (receivers
 //! keep what they get) beside binomial (the first hop goes to a rank that forwards it). At p = 2
 //! nothing is forwarded and at p = 3 only ring forwards, in proportion to its exchanged bytes:
-//! there they stay 0. The fixed cost s of a local step is not fitted (it stays 0
-//! unless given): tried with `allgather:bruck`'s rotations against `allgather:ring` on the
-//! 2-core development machine, the fit gave s = 0.68 µs at p = 2 and 25.7 µs at p = 4 (the
-//! scheduling of 4 ranks on 2 cores, not a step cost), moved α and f_β by 2×, and the model's
-//! picks on a tuner log got worse (118 against 132 of 242 points within 10 %). [`fit`] solves it by least squares on relative errors (weights
-//! 1/T, so a 10 µs point counts as much as a 10 ms one), dropping any unknown that comes out
-//! negative and refitting (a small active-set loop), so every parameter is ≥ 0.
+//! there they stay 0.
+//!
+//! The fixed cost s of a local step is not fitted (it stays 0 unless given): tried with
+//! `allgather:bruck`'s rotations against `allgather:ring` on the 2-core development machine, the
+//! fit gave s = 0.68 µs at p = 2 and 25.7 µs at p = 4 (the scheduling of 4 ranks on 2 cores, not a
+//! step cost), moved α and f_β by 2×, and the model's picks on a tuner log got worse (118 against
+//! 132 of 242 points within 10 %).
+//!
+//! [`fit`] solves it by least squares on relative errors (weights 1/T, so a 10 µs point counts as
+//! much as a 10 ms one), dropping any unknown that comes out negative and refitting (a small
+//! active-set loop), so every parameter is ≥ 0.
 
 use fabcoll_collectives::registry::Algorithm;
 use fabcoll_collectives::sim::{simulate_alg_with, SimConfig};

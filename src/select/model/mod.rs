@@ -30,8 +30,8 @@
 //! it got pays a fitted α_h + n·β_h more ([`ModelParams::hot_alpha`], [`ModelParams::hot_beta`],
 //! the simulator's hot destinations): the receiver has to act on it, and on shared memory the
 //! next call's writer takes those lines out of the receiver's cache. The probe determines them
-//! at p ≥ 4 only (`bcast:linear` against binomial and ring; see [`fit`]). Two terms exist in the simulator and the model file but the
-//! probe leaves them off where it cannot measure them: a fixed cost per local step
+//! at p ≥ 4 only (`bcast:linear` against binomial and ring; see [`fit`]). Two terms exist in
+//! the simulator and the model file but the probe leaves them off where it cannot measure them: a fixed cost per local step
 //! ([`ModelParams::step_cost`], `SimConfig::step_cost`; 0 from the probe, see [`fit`]) and
 //! ranks time-sharing the node's cores ([`ModelParams::cores`], `SimConfig::cores`; the probe
 //! fits with and without it when p > cores and keeps the better fit — on the 2-core
@@ -187,8 +187,8 @@ impl ModelParams {
     }
 
     /// Parses `alpha=1e-6,beta=1e-10,gamma=2e-10[,f_alpha=..,f_beta=..,copy_beta=..,overhead=..]`
-    /// (`fabcoll model --machine`; also `step_cost=..`, `hot_alpha=..`, `hot_beta=..`, `cores=N`). Missing factors default to 1, missing costs
-    /// to 0.
+    /// (`fabcoll model --machine`; also `step_cost=..`, `hot_alpha=..`, `hot_beta=..`,
+    /// `cores=N`). Missing factors default to 1, missing costs to 0.
     pub fn parse_kv(s: &str) -> Result<ModelParams> {
         let mut p = ModelParams::from_machine(Machine { alpha: 0.0, beta: 0.0, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 });
         let mut seen = Vec::new();

@@ -7,10 +7,11 @@
 //!   64 KiB and 256 KiB per block.
 //! - **α_h, β_h** (hot destinations, [`ModelParams::hot_alpha`], [`ModelParams::hot_beta`]): at
 //!   p ≥ 3 also `bcast:linear` at 8 B, 4 KiB, 64 KiB and 256 KiB, whose receivers keep what they
-//!   get where binomial's and ring's forward it (separable from the rest at p ≥ 4). On 2 cores at p = 4 the root's copies into a rank that forwards ran at half the
-//!   speed of those into one that does not (1 MiB: perf samples of the root's memcpy, 87 against
-//!   69 µs for 2 against 3 MiB), and linear measured 1.6-2x faster than binomial from 64 KiB to
-//!   1 MiB; once the receivers read their buffers between calls as well, linear lost that lead.
+//!   get where binomial's and ring's forward it (separable from the rest at p ≥ 4). On 2 cores
+//!   at p = 4 the root's copies into a rank that forwards ran at half the speed of those into
+//!   one that does not (1 MiB: perf samples of the root's memcpy, 87 against 69 µs for 2 against
+//!   3 MiB), and linear measured 1.6-2x faster than binomial from 64 KiB to 1 MiB; once the
+//!   receivers read their buffers between calls as well, linear lost that lead.
 //! - **step cost**: not probed (0; see [`super::fit`] for why).
 //! - **γ, κ**: the f32-sum reduction kernel and memcpy timed on 4 MiB buffers on rank 0.
 //!
