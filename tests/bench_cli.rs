@@ -168,6 +168,47 @@ fn shm_output_file_and_json() {
 }
 
 #[test]
+fn touch_reads_the_results_between_calls() {
+    // --touch: every rank reads its receive buffer after each timed call (untimed); the results
+    // still check out and the report says how it was measured.
+    let args = [
+        "bench",
+        "--fabric",
+        "local",
+        "-n",
+        "3",
+        "--op",
+        "bcast",
+        "--min-size",
+        "1",
+        "--max-size",
+        "4K",
+        "--iters",
+        "3",
+        "--warmup",
+        "1",
+        "--touch",
+        "--check",
+        "--format",
+        "json",
+    ];
+    let (ok, out, err) = run(FABCOLL, &args);
+    assert!(ok, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["touch"], true);
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 13);
+    assert!(rows.iter().all(|r| r["check"] == "ok"), "{rows:?}");
+    let (ok, out, err) = run(FABCOLL, &["bench", "--fabric", "local", "-n", "2", "--iters", "2", "--max-size", "8"]);
+    assert!(ok, "{err}");
+    assert!(!out.contains("receive buffers read"), "untouched by default: {out}");
+    let (ok, out, err) =
+        run(FABCOLL, &["bench", "--fabric", "local", "-n", "2", "--iters", "2", "--max-size", "8", "--touch"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("receive buffers read after each call"), "{out}");
+}
+
+#[test]
 fn every_operation_checks_out_over_local() {
     for coll in Collective::ALL {
         let args =

@@ -66,7 +66,8 @@ const BENCH_HELP: &str = "\
 Sizes (OSU semantics): allreduce, reduce, bcast, scan, exscan, reduce_scatter(_block) = the whole
 per-rank buffer; gather, scatter, allgather(v) = one rank's block; alltoall(v) = one pair's block.
 Reductions use f32 + sum, the data movers u8. Each size: warm-up, then timed iterations
-`t0; collective; t1` each followed by an untimed barrier (--sync none: back to back); avg/min/max
+`t0; collective; t1` each followed by an untimed barrier (--sync none: back to back; --touch: each
+rank also reads its receive buffer, untimed, as an application would); avg/min/max
 over ranks of the per-rank mean, p50/p99 over all ranks' iterations. algbw = S/t with S as
 nccl-tests defines it (allgather, alltoall, gather, scatter: p x block); busbw = algbw x 2(n-1)/n
 (allreduce), (n-1)/n (allgather, reduce_scatter, alltoall, gather, scatter), 1 (bcast, reduce, scan).
@@ -118,6 +119,10 @@ struct BenchArgs {
     /// Synchronisation between timed iterations.
     #[arg(long, value_enum, default_value_t = Sync::Barrier)]
     sync: Sync,
+    /// After each timed call every rank reads its whole receive buffer (untimed), as an
+    /// application that uses the result does; OSU and nccl-tests do not.
+    #[arg(long)]
+    touch: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -219,7 +224,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         large: a.large_size.max(1),
         min_iters: a.min_iters,
         check: a.check,
-        barrier: a.sync == Sync::Barrier,
+        pace: bench::Pace { barrier: a.sync == Sync::Barrier, touch: a.touch },
     };
     let local = a.fabric.as_deref() == Some("local");
     let meta = |fabric: String, ranks: u32| Meta {
@@ -228,7 +233,8 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         fabric,
         ranks,
         dtype: if a.op.is_reduction() { "f32" } else { "u8" }.into(),
-        sync: if cfg.barrier { "barrier" } else { "none" }.into(),
+        sync: if cfg.pace.barrier { "barrier" } else { "none" }.into(),
+        touch: cfg.pace.touch,
     };
     if local {
         let n = a.n.unwrap_or(1);

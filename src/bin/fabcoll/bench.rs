@@ -24,8 +24,25 @@ pub struct Config {
     /// Scaled iteration counts stay at least this (never more than `iters`).
     pub min_iters: usize,
     pub check: bool,
-    /// Barrier after each timed iteration (OSU); off = back-to-back iterations.
+    /// What happens between timed iterations.
+    pub pace: Pace,
+}
+
+/// What happens after each timed call, untimed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Pace {
+    /// A barrier (OSU); off = back-to-back iterations (mpibench, nccl-tests).
     pub barrier: bool,
+    /// Every rank reads its whole receive buffer, as an application that uses the result does.
+    /// OSU, nccl-tests and the peer figures never touch it, which flatters algorithms whose
+    /// receivers do not read what they get either: on shared memory the next call's writer then
+    /// finds the lines in its own cache instead of taking them from the receiver's.
+    pub touch: bool,
+}
+
+impl Pace {
+    /// OSU's method: a barrier, buffers untouched (`fabcoll tune` times this way).
+    pub const OSU: Pace = Pace { barrier: true, touch: false };
 }
 
 impl Config {
@@ -90,8 +107,8 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// The timing loop (shared with `fabcoll tune`): `warmup` untimed calls of `s` through `w`, a
-/// barrier, then `iters` timed calls `t0; collective; t1`, each followed by an untimed barrier
-/// when `barrier`. Returns this rank's per-call times in µs.
+/// barrier, then `iters` timed calls `t0; collective; t1`, each followed by what `pace` asks
+/// (untimed). Returns this rank's per-call times in µs.
 #[allow(clippy::too_many_arguments)]
 pub fn timed_calls<T: BenchElem>(
     c: &Communicator,
@@ -101,7 +118,7 @@ pub fn timed_calls<T: BenchElem>(
     recv: &mut [T],
     iters: usize,
     warmup: usize,
-    barrier: bool,
+    pace: Pace,
 ) -> Result<Vec<f64>, String> {
     for _ in 0..warmup {
         ops::issue(w, s, send, recv).map_err(err)?;
@@ -112,11 +129,23 @@ pub fn timed_calls<T: BenchElem>(
         let t0 = Instant::now();
         ops::issue(w, s, send, recv).map_err(err)?;
         samples.push(t0.elapsed().as_secs_f64() * 1e6);
-        if barrier {
+        if pace.touch {
+            read_every_line(recv);
+        }
+        if pace.barrier {
             c.barrier().map_err(err)?;
         }
     }
     Ok(samples)
+}
+
+/// Loads one byte of every cache line of `buf` (the lines end up in this core's cache).
+fn read_every_line<T: BenchElem>(buf: &[T]) {
+    // SAFETY: `BenchElem` is implemented for f32 and u8 only, plain values without padding, so
+    // every byte of the slice is initialized and may be read as a u8.
+    let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), std::mem::size_of_val(buf)) };
+    let sum = bytes.iter().step_by(64).fold(0u8, |a, &b| a.wrapping_add(b));
+    std::hint::black_box(sum);
 }
 
 /// Runs the sweep on this rank; `emit` gets each row on rank 0. Returns whether every check
@@ -176,7 +205,7 @@ fn sweep<T: BenchElem>(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row
             check = if mine[0] == 0 { "ok".into() } else { format!("FAIL({} ranks)", mine[0]) };
         }
         let (iters, warmup) = cfg.iterations(s.bytes);
-        let samples = timed_calls(c, &w, s, send, recv, iters, warmup, cfg.barrier)?;
+        let samples = timed_calls(c, &w, s, send, recv, iters, warmup, cfg.pace)?;
         let avg = if iters == 0 { 0.0 } else { samples.iter().sum::<f64>() / iters as f64 };
         let mut avgs = vec![0f64; if r == 0 { p as usize } else { 0 }];
         c.gather(&[avg][..], &mut avgs[..], 0).map_err(err)?;

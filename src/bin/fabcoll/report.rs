@@ -23,6 +23,8 @@ pub struct Meta {
     pub dtype: String,
     /// "barrier" (OSU) or "none" (back-to-back iterations).
     pub sync: String,
+    /// Whether every rank read its receive buffer after each timed call (`--touch`).
+    pub touch: bool,
 }
 
 pub const CSV_HEADER: &str = "op,algorithm,fabric,ranks,bytes,count,iters,warmup,avg_us,min_us,max_us,p50_us,p99_us,\
@@ -41,8 +43,14 @@ impl Report {
             Format::Table => {
                 writeln!(
                     out,
-                    "# fabcoll bench: {} ({} sum for reductions), algorithm {}, fabric {}, {} ranks, sync {}",
-                    meta.op, meta.dtype, meta.algo, meta.fabric, meta.ranks, meta.sync
+                    "# fabcoll bench: {} ({} sum for reductions), algorithm {}, fabric {}, {} ranks, sync {}{}",
+                    meta.op,
+                    meta.dtype,
+                    meta.algo,
+                    meta.fabric,
+                    meta.ranks,
+                    meta.sync,
+                    if meta.touch { ", receive buffers read after each call" } else { "" }
                 )?;
                 writeln!(
                     out,

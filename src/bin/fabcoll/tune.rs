@@ -23,7 +23,7 @@ use fabcoll::tune::{self, rules, AlgSpace, Axis, Candidate, Outcome, Policy, Pro
 use fabcoll::{Collectives, Communicator, Options, ReduceOp};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::bench::timed_calls;
+use crate::bench::{timed_calls, Pace};
 use crate::ops::{self, BenchElem};
 
 pub const TUNE_HELP: &str = "\
@@ -419,7 +419,7 @@ pub(crate) fn measure_batch<T: BenchElem>(
             out[i] = Err(format!("wrong result on {} rank(s)", flags[1]));
             continue;
         }
-        let mut once = timed_calls(c, w, s, send, recv, 1, 0, true)?;
+        let mut once = timed_calls(c, w, s, send, recv, 1, 0, Pace::OSU)?;
         c.allreduce_in_place(&mut once[..], &ReduceOp::Max).map_err(err)?;
         iters[i] = ((a.rep_us / once[0].max(0.01)).ceil() as usize).clamp(1, a.max_iters.max(1));
     }
@@ -431,7 +431,7 @@ pub(crate) fn measure_batch<T: BenchElem>(
         let mut v = Vec::with_capacity(order.len());
         for &k in &order {
             let i = ok[k];
-            let t = timed_calls(c, &ws[i], s, send, recv, iters[i], usize::from(iters[i] > 1), true)?;
+            let t = timed_calls(c, &ws[i], s, send, recv, iters[i], usize::from(iters[i] > 1), Pace::OSU)?;
             v.push(t.iter().sum::<f64>() / t.len().max(1) as f64);
         }
         c.allreduce_in_place(&mut v[..], &ReduceOp::Max).map_err(err)?;
