@@ -1,6 +1,7 @@
 //! `fabcoll tune` end to end under fabrun over shm (small grid): the decision file loads and
 //! names the tuned p; a rerun with the same log measures nothing again and writes the same rules;
-//! a cut log is completed (only the missing points are measured); `--merge` combines two p.
+//! a `--touch` run reuses none of the untouched points; a cut log is completed (only the missing
+//! points are measured); `--merge` combines two p.
 
 use std::io::Read;
 use std::path::Path;
@@ -85,6 +86,18 @@ fn tune_resumes_from_its_log_and_merges_sizes() {
     assert_eq!(counts(&out), (0, fresh), "{out}");
     assert_eq!(rules(&dir.join("b.json")), first);
     assert_eq!(std::fs::read_to_string(dir.join("log.jsonl")).unwrap(), log);
+
+    // --touch measures another thing (receive buffers read after each call): nothing is reused,
+    // its lines are marked and appended, and the file says how it was tuned.
+    let out = tune(&dir, "2", &["--touch", "--out", "t.json", "--log", "log.jsonl"]);
+    let (fresh_t, logged_t) = counts(&out);
+    assert!(fresh_t > 10 && logged_t == 0, "{out}");
+    let both = std::fs::read_to_string(dir.join("log.jsonl")).unwrap();
+    assert!(both.starts_with(&log), "the untouched lines are kept");
+    assert_eq!(both[log.len()..].lines().count(), fresh_t);
+    assert!(both[log.len()..].lines().all(|l| l.contains("\"touch\":true")), "{both}");
+    let t = Decisions::from_file(dir.join("t.json")).unwrap();
+    assert!(t.file().provenance.as_ref().unwrap().notes.contains("--touch"), "{:?}", t.file().provenance);
 
     // An interrupted run: the log's first half and a torn line. Only the rest is measured.
     let half: Vec<&str> = log.lines().take(fresh / 2).collect();

@@ -165,6 +165,10 @@ pub struct RuleSpec {
     pub fallbacks: Vec<String>,
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// One measured point of the autotuner (`fabcoll tune`), one JSON object per line in its log
 /// (JSON Lines). The log makes a tuning run resumable and feeds the model-versus-measurement
 /// comparison (`fabcoll model --compare`).
@@ -185,4 +189,8 @@ pub struct Measurement {
     /// Every repetition's average latency, µs, including rejected outliers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples_us: Vec<f64>,
+    /// Measured with every rank reading its receive buffer after each call (`fabcoll tune
+    /// --touch`); absent = untouched buffers, as OSU and `fabcoll bench` measure by default.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub touch: bool,
 }

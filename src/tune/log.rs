@@ -35,14 +35,19 @@ pub struct Resume {
     points: HashMap<Key, Vec<Outcome>>,
     /// Lines that were not valid records (a line cut by an interruption).
     pub skipped_lines: usize,
+    /// Measurements taken in the other mode (with or without `touch`), not reused.
+    pub other_mode: usize,
 }
 
 impl Resume {
-    /// Reads the log text and the failures text (either may be empty).
-    pub fn parse(log: &str, failed: &str) -> Resume {
+    /// Reads the log text and the failures text (either may be empty), keeping the measurements
+    /// taken in this run's mode (`touch`: receive buffers read after each call). Failures (wrong
+    /// results, errors) hold in either mode.
+    pub fn parse(log: &str, failed: &str, touch: bool) -> Resume {
         let mut r = Resume::default();
         for line in log.lines().filter(|l| !l.trim().is_empty()) {
             match serde_json::from_str::<Measurement>(line) {
+                Ok(m) if m.touch != touch => r.other_mode += 1,
                 Ok(m) => {
                     let s = Sample::from_reps(&m.samples_us).unwrap_or(Sample::exact(m.median_us));
                     let c = Candidate { algorithm: m.algorithm, params: m.params };
@@ -78,8 +83,8 @@ impl Resume {
     }
 }
 
-/// The log line of a measured point.
-pub fn measurement(key: &Key, sample: &Sample, reps: &[f64]) -> Measurement {
+/// The log line of a measured point (`touch`: measured with receive buffers read after each call).
+pub fn measurement(key: &Key, sample: &Sample, reps: &[f64], touch: bool) -> Measurement {
     let (op, p, fabric, c, bytes) = key;
     Measurement {
         op: op.clone(),
@@ -90,6 +95,7 @@ pub fn measurement(key: &Key, sample: &Sample, reps: &[f64]) -> Measurement {
         bytes: *bytes,
         median_us: sample.median,
         samples_us: reps.to_vec(),
+        touch,
     }
 }
 
@@ -126,7 +132,7 @@ mod tests {
             })
             .collect();
         let key: Key = ("bcast".into(), 2, "shm".into(), Candidate::new("binomial"), 64);
-        let line = serde_json::to_string(&measurement(&key, &Sample::exact(1.0), &reps)).unwrap();
+        let line = serde_json::to_string(&measurement(&key, &Sample::exact(1.0), &reps, false)).unwrap();
         let back: Measurement = serde_json::from_str(&line).unwrap();
         let off = reps.iter().zip(&back.samples_us).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
         assert_eq!(off, 0, "{off} of {} times changed through the log", reps.len());
@@ -135,13 +141,13 @@ mod tests {
     #[test]
     fn log_lines_round_trip_and_torn_lines_are_skipped() {
         let key: Key = ("allreduce".into(), 4, "shm".into(), Candidate::new("ring").with("segment", 8192), 65536);
-        let m = measurement(&key, &Sample::from_reps(&[10.0, 11.0, 12.0]).unwrap(), &[10.0, 11.0, 12.0]);
+        let m = measurement(&key, &Sample::from_reps(&[10.0, 11.0, 12.0]).unwrap(), &[10.0, 11.0, 12.0], false);
         let f = failure(&(key.0.clone(), 4, "shm".into(), Candidate::new("bad"), 64), "wrong result");
-        let m2 = measurement(&key, &Sample::exact(20.0), &[20.0]);
+        let m2 = measurement(&key, &Sample::exact(20.0), &[20.0], false);
         let line = |m: &Measurement| serde_json::to_string(m).unwrap();
         let log = format!("{}\n{}\n{{\"op\": \"allred", line(&m), line(&m2));
-        let r = Resume::parse(&log, &serde_json::to_string(&f).unwrap());
-        assert_eq!((r.len(), r.skipped_lines), (3, 1));
+        let r = Resume::parse(&log, &serde_json::to_string(&f).unwrap(), false);
+        assert_eq!((r.len(), r.skipped_lines, r.other_mode), (3, 1, 0));
         assert!(matches!(r.get(&key, 0), Some(Outcome::Ok(s)) if s.median == 11.0));
         assert!(matches!(r.get(&key, 1), Some(Outcome::Ok(s)) if s.median == 20.0), "a confirmation replays second");
         assert!(r.get(&key, 2).is_none());
@@ -149,5 +155,25 @@ mod tests {
         assert_eq!(r.get(&fk, 0), Some(&Outcome::Failed("wrong result".into())));
         let other: Key = ("allreduce".into(), 2, "shm".into(), Candidate::new("ring").with("segment", 8192), 65536);
         assert!(r.get(&other, 0).is_none(), "another p is another point");
+    }
+
+    #[test]
+    fn a_run_reuses_only_measurements_of_its_own_mode() {
+        // Untouched lines (as every log before `--touch` existed) and touched ones in one log: a
+        // run reuses its own mode's figures and keeps the failures of both.
+        let key: Key = ("bcast".into(), 4, "shm".into(), Candidate::new("linear"), 1 << 20);
+        let plain = measurement(&key, &Sample::exact(70.0), &[70.0], false);
+        let touched = measurement(&key, &Sample::exact(130.0), &[130.0], true);
+        let line = |m: &Measurement| serde_json::to_string(m).unwrap();
+        assert!(!line(&plain).contains("touch"), "untouched lines are written as before");
+        let log = format!("{}\n{}\n", line(&plain), line(&touched));
+        let f = failure(&("bcast".into(), 4, "shm".into(), Candidate::new("bad"), 64), "wrong result");
+        let failed = serde_json::to_string(&f).unwrap();
+        for (touch, want) in [(false, 70.0), (true, 130.0)] {
+            let r = Resume::parse(&log, &failed, touch);
+            assert_eq!((r.len(), r.other_mode), (2, 1), "touch={touch}");
+            assert!(matches!(r.get(&key, 0), Some(Outcome::Ok(s)) if s.median == want), "touch={touch}");
+            assert!(r.get(&key, 1).is_none(), "touch={touch}: the other mode's figure is not a confirmation");
+        }
     }
 }

@@ -40,11 +40,6 @@ pub struct Pace {
     pub touch: bool,
 }
 
-impl Pace {
-    /// OSU's method: a barrier, buffers untouched (`fabcoll tune` times this way).
-    pub const OSU: Pace = Pace { barrier: true, touch: false };
-}
-
 impl Config {
     /// (timed, warm-up) iterations at `bytes`.
     pub fn iterations(&self, bytes: u64) -> (usize, usize) {

@@ -109,6 +109,12 @@ pub struct TuneArgs {
     /// PNG; with several operations, one file per operation (`map-allreduce.svg`, …).
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+    /// Every rank reads its receive buffer after each timed call (untimed, as `fabcoll bench
+    /// --touch`): tunes for applications that use their results, where OSU-style loops flatter
+    /// algorithms whose receivers never read the data. The log keeps the two kinds of
+    /// measurement apart (a run reuses only its own kind).
+    #[arg(long)]
+    pub touch: bool,
     /// Instead of tuning: benchmark this decision file's choices against the embedded defaults
     /// over the grid (--ops, --min-size, --max-size, --reps, --rep-us, --max-iters), alternating
     /// over --rounds rounds, and report per size the median ratio and a noise band.
@@ -331,8 +337,8 @@ impl Run<'_> {
                     Ok(reps) => match Sample::from_reps(&reps) {
                         Some(x) => {
                             if let Some(o) = self.out.as_mut() {
-                                let line =
-                                    serde_json::to_string(&tlog::measurement(key, &x, &reps)).unwrap_or_default();
+                                let line = serde_json::to_string(&tlog::measurement(key, &x, &reps, self.a.touch))
+                                    .unwrap_or_default();
                                 if let Err(e) = Out::append(&mut o.log, &line) {
                                     fatal = Some(e);
                                 }
@@ -419,7 +425,8 @@ pub(crate) fn measure_batch<T: BenchElem>(
             out[i] = Err(format!("wrong result on {} rank(s)", flags[1]));
             continue;
         }
-        let mut once = timed_calls(c, w, s, send, recv, 1, 0, Pace::OSU)?;
+        let pace = Pace { barrier: true, touch: a.touch };
+        let mut once = timed_calls(c, w, s, send, recv, 1, 0, pace)?;
         c.allreduce_in_place(&mut once[..], &ReduceOp::Max).map_err(err)?;
         iters[i] = ((a.rep_us / once[0].max(0.01)).ceil() as usize).clamp(1, a.max_iters.max(1));
     }
@@ -431,7 +438,8 @@ pub(crate) fn measure_batch<T: BenchElem>(
         let mut v = Vec::with_capacity(order.len());
         for &k in &order {
             let i = ok[k];
-            let t = timed_calls(c, &ws[i], s, send, recv, iters[i], usize::from(iters[i] > 1), Pace::OSU)?;
+            let pace = Pace { barrier: true, touch: a.touch };
+            let t = timed_calls(c, &ws[i], s, send, recv, iters[i], usize::from(iters[i] > 1), pace)?;
             v.push(t.iter().sum::<f64>() / t.len().max(1) as f64);
         }
         c.allreduce_in_place(&mut v[..], &ReduceOp::Max).map_err(err)?;
@@ -471,7 +479,7 @@ fn shared_log(c: &Communicator, a: &TuneArgs) -> Result<Resume, String> {
         }
         texts.push(String::from_utf8(bytes).map_err(|e| format!("{}: {e}", path.display()))?);
     }
-    Ok(Resume::parse(&texts[0], &texts[1]))
+    Ok(Resume::parse(&texts[0], &texts[1], a.touch))
 }
 
 /// "hostname (cpu model, n cpus)".
@@ -491,11 +499,11 @@ fn machine() -> String {
 /// (recomputed by the same search over the logged points).
 fn plot(op: Collective, a: &TuneArgs, fabric: &str, this_p: u32, this: &Tuned, path: &Path) -> Result<(), String> {
     let log = read_or_empty(&a.log)?;
-    let resume = Resume::parse(&log, &read_or_empty(&failed_path(&a.log))?);
+    let resume = Resume::parse(&log, &read_or_empty(&failed_path(&a.log))?, a.touch);
     let mut ps: BTreeSet<u32> = log
         .lines()
         .filter_map(|l| serde_json::from_str::<fabcoll::select::file::Measurement>(l).ok())
-        .filter(|m| m.op == op.name() && m.fabric == fabric)
+        .filter(|m| m.op == op.name() && m.fabric == fabric && m.touch == a.touch)
         .map(|m| m.p)
         .collect();
     ps.insert(this_p);
@@ -595,6 +603,15 @@ fn rank_main(c: &Communicator, a: &TuneArgs) -> Result<(), String> {
             ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {percent:>3}% ETA {eta} {wide_msg}")
                 .map_err(|e| e.to_string())?,
         );
+        if resume.other_mode > 0 {
+            let (theirs, ours) = if a.touch { ("without", "with") } else { ("with", "without") };
+            bar.suspend(|| {
+                eprintln!(
+                    "tune: {} logged points were measured {theirs} --touch; this run ({ours}) measures them again",
+                    resume.other_mode
+                )
+            });
+        }
         if !resume.is_empty() {
             bar.suspend(|| eprintln!("tune: resuming with {} logged points", resume.len()));
         }
@@ -633,7 +650,7 @@ fn rank_main(c: &Communicator, a: &TuneArgs) -> Result<(), String> {
         a.margin,
         a.prune,
         a.prune_above
-    );
+    ) + if a.touch { "; receive buffers read after each call (--touch)" } else { "" };
     rules::stamp(&mut file, &machine(), &fabric, p, &rules::rfc3339(now), &notes);
     // Validated by the loader (on every rank: all agree on failing) before rank 0 writes it.
     let text = Decisions::new(file).and_then(|d| d.to_json()).map_err(|e| format!("the tuned file is invalid: {e}"))?;

@@ -5,7 +5,8 @@
 //!
 //! Calls are rebuilt as `fabcoll bench` and the tuner run them: f32 elements for reductions, u8
 //! for data movers, `bytes` per block (uniform counts for the v-variants), commutative op, root 0;
-//! `segment` in the log is in bytes and becomes elements here.
+//! `segment` in the log is in bytes and becomes elements here. Points measured with `tune --touch`
+//! are skipped (the probe, like OSU, times untouched receive buffers).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -201,10 +202,22 @@ pub fn compare_with(
     params_for: impl Fn(&str, u32) -> Result<(ModelParams, Rendezvous)>,
 ) -> Result<Comparison> {
     let mut points: BTreeMap<(String, String, u32, u64), Vec<&Measurement>> = BTreeMap::new();
+    let mut out = Comparison::default();
     for m in log {
+        if m.touch {
+            // The probe times untouched buffers, as OSU; a `tune --touch` figure is another machine.
+            out.skipped.push(format!(
+                "{} {} p={} {} B {}: measured with --touch",
+                m.fabric,
+                m.op,
+                m.p,
+                m.bytes,
+                label(m)
+            ));
+            continue;
+        }
         points.entry((m.fabric.clone(), m.op.clone(), m.p, m.bytes)).or_default().push(m);
     }
-    let mut out = Comparison::default();
     let mut models: BTreeMap<(String, u32), (ModelParams, Rendezvous)> = BTreeMap::new();
     for ((fabric, op, p, bytes), ms) in points {
         let model = match models.get(&(fabric.clone(), p)) {
@@ -298,6 +311,7 @@ mod tests {
             bytes,
             median_us: us,
             samples_us: vec![us],
+            touch: false,
         }
     }
 
