@@ -280,11 +280,22 @@ impl<'a> Engine<'a> {
             for (id, k, deps) in s.iter() {
                 let extra = u32::from(matches!(k, StepKind::Recv { .. }));
                 self.remaining[(b + id) as usize] = deps.len() as u32 + extra;
+                // What this step reads: a Recv it depends on whose destination it reads is hot.
+                let reads = k.reads();
+                let updates = match *k {
+                    StepKind::Reduce { dst, .. } => Some(dst),
+                    _ => None,
+                };
                 for &d in deps {
                     if d >= id {
                         return Err(sim_err(format!("rank {} step {id} depends on later step {d}", s.rank)));
                     }
                     count[(b + d) as usize] += 1;
+                    if let StepKind::Recv { dst, .. } = *s.step(d) {
+                        if reads.is_some_and(|r| r.overlaps(&dst)) || updates.is_some_and(|u| u.overlaps(&dst)) {
+                            self.hot[(b + d) as usize] = true;
+                        }
+                    }
                 }
             }
         }
@@ -308,18 +319,6 @@ impl<'a> Engine<'a> {
         }
         self.dstart = count;
         self.dlist = dlist;
-        for g in 0..n as u32 {
-            let StepKind::Recv { dst, .. } = *self.kind(g) else { continue };
-            let deps = &self.dlist[self.dstart[g as usize] as usize..self.dstart[g as usize + 1] as usize];
-            self.hot[g as usize] = deps.iter().any(|&d| {
-                let k = self.kind(d);
-                let reads_dst = match k {
-                    StepKind::Reduce { dst: rd, .. } => rd.overlaps(&dst),
-                    _ => false,
-                };
-                reads_dst || k.reads().is_some_and(|r| r.overlaps(&dst))
-            });
-        }
         Ok(())
     }
 

@@ -407,6 +407,8 @@ pub(crate) fn measure_batch<T: BenchElem>(
     let ws: Vec<_> = opts.iter().map(|o| c.with(o)).collect();
     let mut out: Vec<Result<Vec<f64>, String>> = vec![Ok(Vec::new()); cands.len()];
     let mut iters = vec![1usize; cands.len()];
+    // The tuner's timing: OSU's barrier between calls, receive buffers read if --touch.
+    let pace = Pace { barrier: true, touch: a.touch };
     for (i, w) in ws.iter().enumerate() {
         let want = if check.get(i).copied().unwrap_or(false) { want } else { None };
         if want.is_some() {
@@ -425,7 +427,6 @@ pub(crate) fn measure_batch<T: BenchElem>(
             out[i] = Err(format!("wrong result on {} rank(s)", flags[1]));
             continue;
         }
-        let pace = Pace { barrier: true, touch: a.touch };
         let mut once = timed_calls(c, w, s, send, recv, 1, 0, pace)?;
         c.allreduce_in_place(&mut once[..], &ReduceOp::Max).map_err(err)?;
         iters[i] = ((a.rep_us / once[0].max(0.01)).ceil() as usize).clamp(1, a.max_iters.max(1));
@@ -438,7 +439,6 @@ pub(crate) fn measure_batch<T: BenchElem>(
         let mut v = Vec::with_capacity(order.len());
         for &k in &order {
             let i = ok[k];
-            let pace = Pace { barrier: true, touch: a.touch };
             let t = timed_calls(c, &ws[i], s, send, recv, iters[i], usize::from(iters[i] > 1), pace)?;
             v.push(t.iter().sum::<f64>() / t.len().max(1) as f64);
         }
