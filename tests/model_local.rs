@@ -64,6 +64,7 @@ fn params() -> ModelParams {
         cores: 0,
         hot_alpha: 0.0,
         hot_beta: 0.0,
+        gap: 1.0,
     }
 }
 

@@ -75,10 +75,11 @@ const GRANT_CPU: u8 = 3;
 const GRANT_RECV: u8 = 4;
 const FINALIZE: u8 = 5;
 const FINALIZE_CPU: u8 = 6;
+const ARRIVE: u8 = 7;
 
 fn class(kind: u8) -> u64 {
     match kind {
-        CPU_DONE | TRANSFER_END => 0,
+        CPU_DONE | TRANSFER_END | ARRIVE => 0,
         GRANT_SEND | GRANT_CPU => 1,
         GRANT_RECV => 2,
         _ => 3,
@@ -172,6 +173,9 @@ struct Engine<'a> {
     /// it or into it, copies it), so the receiver's cache holds those lines when the next call's
     /// message is written there (`SimConfig::hot_beta`).
     hot: Vec<bool>,
+    /// For a Send, with a gap below 1 (else empty): the α factor its message still travels after
+    /// its transfer frees the ports (`SimConfig::gap`).
+    tail: Vec<f64>,
     /// Dependents of each step (CSR).
     dstart: Vec<u32>,
     dlist: Vec<u32>,
@@ -243,6 +247,7 @@ impl<'a> Engine<'a> {
             remaining: vec![0; n],
             target: vec![NONE; n],
             hot: vec![false; n],
+            tail: if cfg.gap < 1.0 { vec![0.0; n] } else { Vec::new() },
             dstart: Vec::new(),
             dlist: Vec::new(),
             ranks,
@@ -496,6 +501,7 @@ impl<'a> Engine<'a> {
                 GRANT_CPU => self.grant_cpu(g as usize),
                 GRANT_RECV => self.grant_recv(g as usize),
                 FINALIZE_CPU => self.finalize_cpu(g),
+                ARRIVE => self.arrive(g),
                 _ => self.finalize(g),
             }
             self.drain();
@@ -676,9 +682,14 @@ impl<'a> Engine<'a> {
         let hot = self.hot[self.target[i] as usize];
         let hot_bytes = if hot { bytes } else { 0.0 };
         let hot_cost = if hot { self.cfg.hot_alpha + bytes * self.cfg.hot_beta } else { 0.0 };
-        self.t[i] = now + fa * m.alpha + fb * bytes * m.beta + extra + hot_cost;
+        // The ports are held for the gap's share of α; the rest of it the message travels alone.
+        let held = if self.tail.is_empty() { fa } else { fa * self.cfg.gap };
+        if !self.tail.is_empty() {
+            self.tail[i] = fa - held;
+        }
+        self.t[i] = now + held * m.alpha + fb * bytes * m.beta + extra + hot_cost;
         let c = &mut self.cp[i];
-        c.alpha += fa;
+        c.alpha += held;
         c.beta += fb * bytes;
         c.msgs += 1;
         c.rdv += u64::from(rdv);
@@ -705,6 +716,21 @@ impl<'a> Engine<'a> {
         self.ranks[a].send_last = s;
         self.wake(GRANT_SEND, a);
         self.work.push(s);
+        match self.tail.get(s as usize) {
+            Some(&tail) if tail > 0.0 => self.push(t + tail * self.cfg.machine.alpha, ARRIVE, s),
+            _ => self.deliver(s, t, c),
+        }
+    }
+
+    /// Send s's message arrives at `now` after the latency left when its ports were freed.
+    fn arrive(&mut self, s: u32) {
+        let mut c = self.cp[s as usize];
+        c.alpha += self.tail[s as usize];
+        self.deliver(s, self.now, c);
+    }
+
+    /// Send s's message is at its receiver at `t`, with the chain `c` behind it.
+    fn deliver(&mut self, s: u32, t: f64, c: Terms) {
         let rcv = self.target[s as usize];
         self.offer(rcv, t, c, s);
         self.remaining[rcv as usize] -= 1;

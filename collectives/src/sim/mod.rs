@@ -47,6 +47,15 @@
 //!   holds those lines, so on a load/store fabric the next call's writer first takes each line
 //!   from it (p = 4 bcast on 2 cores, 1 MiB: the root's copies ran at half the speed into a rank
 //!   that forwards as into one that does not). Both 0 by default.
+//! - **Gap.** With [`SimConfig::gap`] = g < 1, a message holds the sender's send port and the
+//!   receiver's receive port for `g·α + nβ` (its share of the α factor and the rest as above),
+//!   and arrives `(1 − g)·α` later (times the factor applied): the latency L and gap of LogP
+//!   (culler-et-al. 1993; LogGP adds the per-byte gap, our β), where Hockney's model (g = 1,
+//!   the default) lets a port start its next message only when the last one has arrived. The
+//!   `Send` completes when the ports are free (its buffer may be reused). On shared memory a
+//!   sender's eager write takes a fraction of the time in which its receiver notices it (where
+//!   ranks share cores, when it is scheduled): the root of a linear bcast at p = 4 on 2 cores
+//!   finished 1.3–1.5× sooner than a binomial tree, which a Hockney model cannot say.
 //! - **Instants.** Everything that happens at one virtual instant is arbitrated after all of it is
 //!   known (completions, then send ports and CPUs, then receive ports, then the f decision), so
 //!   results never depend on the order in which the engine processes simultaneous events.
@@ -109,6 +118,9 @@ pub struct SimConfig {
     pub hot_alpha: f64,
     /// ... and extra seconds per byte of it; 0 = off.
     pub hot_beta: f64,
+    /// Share of a message's α during which it holds the ports (LogGP's gap as a share of the
+    /// latency, in [0, 1]): see the module doc (Gap). 1 = Hockney: the whole `α + nβ`.
+    pub gap: f64,
 }
 
 impl SimConfig {
@@ -122,6 +134,7 @@ impl SimConfig {
             cores: 0,
             hot_alpha: 0.0,
             hot_beta: 0.0,
+            gap: 1.0,
         }
     }
 }
@@ -305,6 +318,9 @@ fn check_config(cfg: &SimConfig) -> Result<()> {
         if !v.is_finite() || v < 0.0 {
             return Err(Error::Simulate(format!("machine parameter {name} = {v} must be finite and ≥ 0")));
         }
+    }
+    if !(0.0..=1.0).contains(&cfg.gap) {
+        return Err(Error::Simulate(format!("gap = {} must be in [0, 1]", cfg.gap)));
     }
     Ok(())
 }

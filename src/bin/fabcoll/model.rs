@@ -26,7 +26,7 @@ pub struct ModelArgs {
     #[arg(short = 'p', default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=65536))]
     p: u32,
     /// --compare, --estimate: use these parameters for every fabric (alpha=..,beta=..[,gamma=..,f_alpha=..,
-    /// f_beta=..,copy_beta=..,overhead=..], seconds and seconds per byte).
+    /// f_beta=..,copy_beta=..,overhead=..,gap=..], seconds and seconds per byte; gap is a share of alpha).
     #[arg(long, value_name = "K=V,...")]
     machine: Option<String>,
     /// --compare, --estimate: read the parameters from this model file (default: this machine's cache file
@@ -139,6 +139,7 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
          step_cost {:>10.3} µs   per local step (copy, reduction)\n\
          hot_alpha {:>10.3} µs   more per message its receiver forwards, reduces or copies\n\
          hot_beta  {:>10.3} ns/B more per byte of such a message\n\
+         gap       {:>10.3}      share of alpha a message holds the ports (1 = all of it)\n\
          cores     {:>10}      shared by the ranks (0 = one per rank)\n",
         r.elapsed,
         m.alpha * 1e6,
@@ -155,6 +156,7 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
         m.step_cost * 1e6,
         m.hot_alpha * 1e6,
         m.hot_beta * 1e9,
+        m.gap,
         m.cores
     );
     if !r.samples.is_empty() {
@@ -166,7 +168,7 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
     for (case, secs) in &r.samples {
         let model = case
             .resolve(p)
-            .and_then(|(alg, args)| terms_on(alg, &args, r.rendezvous.eager_limit, m.cores))
+            .and_then(|(alg, args)| terms_on(alg, &args, r.rendezvous.eager_limit, m.cores, m.gap))
             .map(|t| t.time_with(m, r.rendezvous.alpha));
         let model = model.map_or(f64::NAN, |t| t * 1e6);
         s += &format!(

@@ -328,6 +328,7 @@ mod tests {
             cores: 0,
             hot_alpha: 0.0,
             hot_beta: 0.0,
+            gap: 1.0,
         }
     }
 

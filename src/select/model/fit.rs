@@ -82,16 +82,19 @@ pub fn terms(alg: &Algorithm, args: &CollArgs) -> Result<Terms> {
 
 /// [`terms`], counting the messages longer than `eager_limit` bytes (`r`).
 pub fn terms_with(alg: &Algorithm, args: &CollArgs, eager_limit: u64) -> Result<Terms> {
-    terms_on(alg, args, eager_limit, 0)
+    terms_on(alg, args, eager_limit, 0, 1.0)
 }
 
-/// [`terms_with`] on `cores` shared cores (`SimConfig::cores`; 0 = off): the terms include the
-/// oversubscription factor, so the fitted α, β are those of a rank that has a core to itself.
-pub fn terms_on(alg: &Algorithm, args: &CollArgs, eager_limit: u64, cores: u32) -> Result<Terms> {
+/// [`terms_with`] on `cores` shared cores (`SimConfig::cores`; 0 = off) with messages holding
+/// the ports for the share `gap` of their α (`SimConfig::gap`; 1 = Hockney): the terms include
+/// the oversubscription factor, so the fitted α, β are those of a rank that has a core to itself,
+/// and the α terms count the gap's share for messages that queued behind another at a port.
+pub fn terms_on(alg: &Algorithm, args: &CollArgs, eager_limit: u64, cores: u32, gap: f64) -> Result<Terms> {
     let unit = |f: f64| SimConfig {
         copy_beta: 1.0,
         eager_limit,
         cores,
+        gap,
         alpha_rendezvous: 0.0,
         ..SimConfig::new(Machine { alpha: 1.0, beta: 1.0, gamma: 1.0, f_alpha: f, f_beta: f })
     };
@@ -201,6 +204,7 @@ pub fn fit_with_rendezvous(samples: &[Sample], gamma: f64, copy_beta: f64) -> Re
         cores: 0,
         hot_alpha,
         hot_beta,
+        gap: 1.0,
     };
     p.validate()?;
     Ok((p, alpha_rendezvous))
@@ -293,6 +297,7 @@ mod tests {
             cores: 0,
             hot_alpha: 5e-7,
             hot_beta: 4e-11,
+            gap: 1.0,
         }
     }
 
@@ -309,11 +314,12 @@ mod tests {
                     step_cost: m.step_cost,
                     hot_alpha: m.hot_alpha,
                     hot_beta: m.hot_beta,
+                    gap: m.gap,
                     ..SimConfig::new(m.machine())
                 };
                 let t = simulate_alg_with(alg, &args, &cfg).unwrap().time + m.overhead;
                 let wobble = if i % 2 == 0 { 1.0 + noise } else { 1.0 - noise };
-                Sample { terms: terms(alg, &args).unwrap(), seconds: t * wobble }
+                Sample { terms: terms_on(alg, &args, u64::MAX, 0, m.gap).unwrap(), seconds: t * wobble }
             })
             .collect()
     }
@@ -336,6 +342,26 @@ mod tests {
             assert!(close(f.overhead, m.overhead, 1e-5), "p={p}: {f}");
             assert!(close(f.hot_alpha, m.hot_alpha, 1e-5) && close(f.hot_beta, m.hot_beta, 1e-5), "p={p}: {f}");
         }
+    }
+
+    #[test]
+    fn recovers_known_parameters_with_a_gap() {
+        // Messages that hold the ports for 0.3 α: the terms count that share for a message that
+        // queued behind another (linear's root, a pipeline's segments), and the fit given the same
+        // gap recovers the machine.
+        for p in [2, 4] {
+            let m = ModelParams { gap: 0.3, ..truth() };
+            let m = if p == 2 { ModelParams { hot_alpha: 0.0, hot_beta: 0.0, ..m } } else { m };
+            let f = fit(&samples(p, &m, 0.0), m.gamma, m.copy_beta).unwrap();
+            assert!(close(f.alpha, m.alpha, 1e-6) && close(f.beta, m.beta, 1e-6), "p={p}: {f}");
+            assert!(close(f.f_alpha, m.f_alpha, 1e-6) && close(f.f_beta, m.f_beta, 1e-6), "p={p}: {f}");
+            assert!(close(f.overhead, m.overhead, 1e-5), "p={p}: {f}");
+            assert!(close(f.hot_alpha, m.hot_alpha, 1e-5) && close(f.hot_beta, m.hot_beta, 1e-5), "p={p}: {f}");
+        }
+        let linear = plan(4).into_iter().find(|c| c.algorithm == "linear").unwrap();
+        let (alg, args) = linear.resolve(4).unwrap();
+        let t = terms_on(alg, &args, u64::MAX, 0, 0.3).unwrap();
+        assert!(close(t.a_uni, 1.6, 1e-12), "two gaps and one whole α: {t:?}");
     }
 
     #[test]

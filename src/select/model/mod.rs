@@ -30,7 +30,11 @@
 //! it got pays a fitted α_h + n·β_h more ([`ModelParams::hot_alpha`], [`ModelParams::hot_beta`],
 //! the simulator's hot destinations): the receiver has to act on it, and on shared memory the
 //! next call's writer takes those lines out of the receiver's cache. The probe determines them
-//! at p ≥ 4 only (`bcast:linear` against binomial and ring; see [`fit`]). Two terms exist in
+//! at p ≥ 4 only (`bcast:linear` against binomial and ring; see [`fit`]). On node fabrics a
+//! message holds its ports for only a share of α ([`ModelParams::gap`], LogGP's gap; the
+//! simulator's `SimConfig::gap`), so a rank's next message leaves before its last one has
+//! arrived: a constant 0.3 there, which the probe's points cannot tell apart from α and o (see
+//! `probe::NODE_GAP` for the measurement behind it). Two terms exist in
 //! the simulator and the model file but the probe leaves them off where it cannot measure them: a fixed cost per local step
 //! ([`ModelParams::step_cost`], `SimConfig::step_cost`; 0 from the probe, see [`fit`]) and
 //! ranks time-sharing the node's cores ([`ModelParams::cores`], `SimConfig::cores`; the probe
@@ -94,6 +98,18 @@ pub struct ModelParams {
     /// next call's writer first takes those lines from the receiver's cache. Written only when set.
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub hot_beta: f64,
+    /// Share of α during which a message holds the sender's and receiver's ports (LogGP's gap as
+    /// a share of the latency, `SimConfig::gap`); 1 = Hockney. Written only when below 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub gap: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(v: &f64) -> bool {
+    *v == 1.0
 }
 
 fn is_zero_f64(v: &f64) -> bool {
@@ -106,7 +122,7 @@ fn is_zero_u32(v: &u32) -> bool {
 
 impl ModelParams {
     /// Length of [`ModelParams::to_wire`].
-    pub const WIRE_LEN: usize = 11;
+    pub const WIRE_LEN: usize = 12;
 
     /// The parameters as numbers, for the rank that measured or loaded them to broadcast.
     pub fn to_wire(&self) -> [f64; Self::WIRE_LEN] {
@@ -122,6 +138,7 @@ impl ModelParams {
             f64::from(self.cores),
             self.hot_alpha,
             self.hot_beta,
+            self.gap,
         ]
     }
 
@@ -139,6 +156,7 @@ impl ModelParams {
             cores: w[8] as u32,
             hot_alpha: w[9],
             hot_beta: w[10],
+            gap: w[11],
         }
     }
 
@@ -161,6 +179,7 @@ impl ModelParams {
             cores: 0,
             hot_alpha: 0.0,
             hot_beta: 0.0,
+            gap: 1.0,
         }
     }
 
@@ -183,12 +202,15 @@ impl ModelParams {
                 return Err(model_err(format!("parameter {name} = {v} must be finite and ≥ 0")));
             }
         }
+        if !(0.0..=1.0).contains(&self.gap) {
+            return Err(model_err(format!("parameter gap = {} must be in [0, 1]", self.gap)));
+        }
         Ok(())
     }
 
     /// Parses `alpha=1e-6,beta=1e-10,gamma=2e-10[,f_alpha=..,f_beta=..,copy_beta=..,overhead=..]`
-    /// (`fabcoll model --machine`; also `step_cost=..`, `hot_alpha=..`, `hot_beta=..`,
-    /// `cores=N`). Missing factors default to 1, missing costs to 0.
+    /// (`fabcoll model --machine`; also `step_cost=..`, `hot_alpha=..`, `hot_beta=..`, `gap=..`,
+    /// `cores=N`). Missing factors (and the gap) default to 1, missing costs to 0.
     pub fn parse_kv(s: &str) -> Result<ModelParams> {
         let mut p = ModelParams::from_machine(Machine { alpha: 0.0, beta: 0.0, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 });
         let mut seen = Vec::new();
@@ -206,6 +228,7 @@ impl ModelParams {
                 "step_cost" => &mut p.step_cost,
                 "hot_alpha" => &mut p.hot_alpha,
                 "hot_beta" => &mut p.hot_beta,
+                "gap" => &mut p.gap,
                 "cores" => {
                     if v.fract() != 0.0 || !(0.0..=f64::from(u32::MAX)).contains(&v) {
                         return Err(model_err(format!("{item:?}: cores must be a whole number ≥ 0")));
@@ -217,7 +240,7 @@ impl ModelParams {
                 other => {
                     return Err(model_err(format!(
                         "unknown parameter {other:?} (alpha, beta, gamma, f_alpha, f_beta, copy_beta, overhead, step_cost, \
-                         hot_alpha, hot_beta, cores)"
+                         hot_alpha, hot_beta, gap, cores)"
                     )))
                 }
             };
@@ -239,7 +262,7 @@ impl std::fmt::Display for ModelParams {
         write!(
             f,
             "alpha={:.3e},beta={:.3e},gamma={:.3e},f_alpha={:.3},f_beta={:.3},copy_beta={:.3e},overhead={:.3e},\
-             step_cost={:.3e},hot_alpha={:.3e},hot_beta={:.3e},cores={}",
+             step_cost={:.3e},hot_alpha={:.3e},hot_beta={:.3e},gap={:.3},cores={}",
             self.alpha,
             self.beta,
             self.gamma,
@@ -250,6 +273,7 @@ impl std::fmt::Display for ModelParams {
             self.step_cost,
             self.hot_alpha,
             self.hot_beta,
+            self.gap,
             self.cores
         )
     }
@@ -315,6 +339,7 @@ impl Rendezvous {
             cores: m.cores,
             hot_alpha: m.hot_alpha,
             hot_beta: m.hot_beta,
+            gap: m.gap,
             eager_limit: self.eager_limit,
             alpha_rendezvous: self.alpha,
             ..fabcoll_collectives::sim::SimConfig::new(m.machine())

@@ -12,6 +12,8 @@
 //!   one that does not (1 MiB: perf samples of the root's memcpy, 87 against 69 µs for 2 against
 //!   3 MiB), and linear measured 1.6-2x faster than binomial from 64 KiB to 1 MiB; once the
 //!   receivers read their buffers between calls as well, linear lost that lead.
+//! - **gap** ([`ModelParams::gap`]): not probed; 0.3 on node fabrics, 1 elsewhere (see
+//!   [`NODE_GAP`]).
 //! - **step cost**: not probed (0; see [`super::fit`] for why).
 //! - **γ, κ**: the f32-sum reduction kernel and memcpy timed on 4 MiB buffers on rank 0.
 //!
@@ -123,11 +125,12 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     const P: usize = ModelParams::WIRE_LEN;
     let mut wire = [0.0f64; P + 2];
     let cores = job_cores(comm)?;
+    let gap = if matches!(comm.fabric_name().as_str(), "shm" | "local") { NODE_GAP } else { 1.0 };
     let mut samples = Vec::new();
     for attempt in 1..=PROBE_ATTEMPTS {
         samples = time_cases(comm, plan(p))?;
         if comm.rank() == 0 {
-            match fit_samples(p, &samples, eager_limit, cores) {
+            match fit_samples(p, &samples, eager_limit, cores, gap) {
                 Ok((m, a_r)) => {
                     wire[0] = 1.0;
                     wire[1..=P].copy_from_slice(&m.to_wire());
@@ -199,18 +202,40 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
     Some(out)
 }
 
+/// The share of α a message holds the ports for on node fabrics (`shm`, `local`:
+/// [`ModelParams::gap`], LogGP's gap as a share of the latency); other fabrics keep Hockney's 1.
+///
+/// Not fitted: the probe's points cannot tell it apart. At p = 2 only its product with α
+/// shows (a pipeline's extra segments), and at p = 4 the per-call overhead, f_α and α_h absorb
+/// what linear and binomial bcast differ by; a fit over the gaps 1, 0.5, 0.3, 0.2, 0.1 by the
+/// probe's own misfit kept 1 in 6 of 8 probes. Measured on the tuner's grid instead (8 recorded
+/// probes at p = 2 and 4 on shm, each fitted with every gap, `model --compare` on one tuner
+/// log of 180 points): within 10 % of the measured best at 114.0 points on average with gap
+/// 1, 120.8 with 0.5, 125.3 with 0.3, 122.5 with 0.2, 119.7 with 0.1; 0.3 was better than 1 in
+/// every one of the 8 probes (by 1–24 points). The cause is physical: a rank's eager write into
+/// a peer's memory costs the sender a fraction of the time until the peer has noticed it, and
+/// where ranks share cores the peer notices only once it is scheduled.
+const NODE_GAP: f64 = 0.3;
+
 /// Fits the probe's timings. With more ranks than `cores`, two models are fitted: one where
 /// ranks time-share the cores (`SimConfig::cores`) and one with a core per rank (the f factors
 /// and α absorb the sharing); the one whose predictions miss the probe's own points least (root
 /// mean square of the relative errors) is kept. On 2 cores, p = 4 ring exchanges (4 ranks busy)
 /// cost ≈ 10 µs a message where binomial's (≤ 2 busy) cost ≈ 3 µs: a scheduling delay that a
-/// factor k/c on the transfer does not always describe better than a large f_α.
-fn fit_samples(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64, cores: u32) -> Result<(ModelParams, f64)> {
+/// factor k/c on the transfer does not always describe better than a large f_α. `gap` is the
+/// fabric's [`ModelParams::gap`].
+fn fit_samples(
+    p: u32,
+    measured: &[(ProbeCase, f64)],
+    eager_limit: u64,
+    cores: u32,
+    gap: f64,
+) -> Result<(ModelParams, f64)> {
     if cores == 0 || p <= cores {
-        return fit_samples_on(p, measured, eager_limit, 0);
+        return fit_samples_on(p, measured, eager_limit, 0, gap);
     }
-    let shared = fit_samples_on(p, measured, eager_limit, cores);
-    let own = fit_samples_on(p, measured, eager_limit, 0);
+    let shared = fit_samples_on(p, measured, eager_limit, cores, gap);
+    let own = fit_samples_on(p, measured, eager_limit, 0, gap);
     match (shared, own) {
         (Ok(a), Ok(b)) => {
             let (ea, eb) = (misfit(p, measured, eager_limit, &a)?, misfit(p, measured, eager_limit, &b)?);
@@ -228,13 +253,19 @@ fn misfit(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64, fitted: &(Mod
     let mut sum = 0.0;
     for (case, secs) in measured {
         let (alg, args) = case.resolve(p)?;
-        let t = terms_on(alg, &args, eager_limit, m.cores)?.time_with(m, *a_r);
+        let t = terms_on(alg, &args, eager_limit, m.cores, m.gap)?.time_with(m, *a_r);
         sum += ((t - secs) / secs).powi(2);
     }
     Ok((sum / measured.len().max(1) as f64).sqrt())
 }
 
-fn fit_samples_on(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64, cores: u32) -> Result<(ModelParams, f64)> {
+fn fit_samples_on(
+    p: u32,
+    measured: &[(ProbeCase, f64)],
+    eager_limit: u64,
+    cores: u32,
+    gap: f64,
+) -> Result<(ModelParams, f64)> {
     let (gamma, copy_beta) = cpu_rates()?;
     if measured.is_empty() {
         let m = ModelParams {
@@ -249,6 +280,7 @@ fn fit_samples_on(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64, cores
             cores: 0,
             hot_alpha: 0.0,
             hot_beta: 0.0,
+            gap: 1.0,
         };
         return Ok((m, 0.0));
     }
@@ -256,11 +288,11 @@ fn fit_samples_on(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64, cores
         .iter()
         .map(|(case, secs)| {
             let (alg, args) = case.resolve(p)?;
-            Ok(Sample { terms: terms_on(alg, &args, eager_limit, cores)?, seconds: *secs })
+            Ok(Sample { terms: terms_on(alg, &args, eager_limit, cores, gap)?, seconds: *secs })
         })
         .collect::<Result<Vec<_>>>()?;
     let (m, a_r) = fit_with_rendezvous(&samples, gamma, copy_beta)?;
-    Ok((ModelParams { cores, ..m }, a_r))
+    Ok((ModelParams { cores, gap, ..m }, a_r))
 }
 
 /// One configuration ready to time: its options, buffers and agreed batch size.
