@@ -59,8 +59,9 @@
 //! - **Instants.** Everything that happens at one virtual instant is arbitrated after all of it is
 //!   known (completions, then send ports and CPUs, then receive ports, then the f decision), so
 //!   results never depend on the order in which the engine processes simultaneous events.
-//! - **Completion.** A `Send` step completes when its transfer ends (its buffer may be reused),
-//!   a `Recv` when its message arrived and its deps are done.
+//! - **Completion.** A `Send` step completes when its transfer ends (its buffer may be reused;
+//!   with a gap below 1, when it frees the ports), a `Recv` when its message arrived and its deps
+//!   are done.
 //!
 //! The job's time is the latest completion of any step. The **critical path** is the chain of
 //! steps, messages and port/CPU waits that determined it, and [`SimResult::critical_path`] sums
