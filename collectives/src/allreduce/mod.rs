@@ -27,19 +27,6 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     rsag_pairwise_ring::ALGORITHM,
 ];
 
-#[cfg(test)]
-mod tests {
-    /// The full matrix (p = 1..=20, every root, counts up to 997, both op kinds, in place where
-    /// defined) through the verifier; run with `cargo test --release -- --ignored`.
-    #[test]
-    #[ignore = "slow: full verification matrix"]
-    fn full_verification_matrix() {
-        for alg in super::ALGORITHMS {
-            crate::verify::sweep::sweep_counts(alg, 20, 997);
-        }
-    }
-}
-
 /// The allreduces built as "2r fold + vector-halving reduce-scatter + some allgather + unfold"
 /// (rabenseifner, rsag_halving_ring): everything but the allgather phase. `allgather(b, fold,
 /// me, segs, pos, deps)` appends the allgather of the reduced segments held in `Recv` (this new
@@ -79,4 +66,17 @@ pub(crate) fn fold_halving_allreduce(
         send(&mut b, pr, acc, &deps);
     }
     Ok(b.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The full matrix (p = 1..=20, every root, counts up to 997, both op kinds, in place where
+    /// defined) through the verifier; run with `cargo test --release -- --ignored`.
+    #[test]
+    #[ignore = "slow: full verification matrix"]
+    fn full_verification_matrix() {
+        for alg in super::ALGORITHMS {
+            crate::verify::sweep::sweep_counts(alg, 20, 997);
+        }
+    }
 }

@@ -511,29 +511,37 @@ fn linear_bcast(p: u32, count: u64, r: u32) -> Schedule {
     b.finish()
 }
 
-#[test]
-fn a_gap_lets_a_port_start_its_next_message_before_the_last_arrives() {
-    // Linear bcast to 3 ranks, α = 4, β = 1/2, n bytes per message.
-    let (p, count) = (4u32, 8u64);
-    let s = all(p, |r| linear_bcast(p, count, r));
-    let args = job(Collective::Bcast, p, count);
-    let n = (count * u64::from(args.elem_size)) as f64;
+/// Three messages of n bytes that queue at one port (α = 4, β = 1/2): Hockney serializes them
+/// whole; with gap 1/4 each holds the port for α/4 + nβ and arrives 3α/4 after freeing it.
+/// Returns the gap-1/4 replay.
+fn three_at_one_port(args: &CollArgs, s: &[Schedule]) -> SimResult {
+    let n = (args.count * u64::from(args.elem_size)) as f64;
     let m = Machine { alpha: 4.0, beta: 0.5, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 };
-    // Hockney (gap 1): three messages in a row on the root's port.
-    let hockney = simulate(&args, &s, &m).unwrap();
+    let hockney = simulate(args, s, &m).unwrap();
     assert_eq!(hockney.time, 3.0 * (4.0 + n * 0.5));
-    assert_eq!(simulate_with(&args, &s, &SimConfig { gap: 1.0, ..SimConfig::new(m) }).unwrap(), hockney);
-    // Gap 1/4: each message holds the port for α/4 + nβ and arrives 3α/4 after it frees it.
-    let cfg = SimConfig { gap: 0.25, ..SimConfig::new(m) };
-    let res = simulate_with(&args, &s, &cfg).unwrap();
+    assert_eq!(simulate_with(args, s, &SimConfig { gap: 1.0, ..SimConfig::new(m) }).unwrap(), hockney);
+    let res = simulate_with(args, s, &SimConfig { gap: 0.25, ..SimConfig::new(m) }).unwrap();
     assert_eq!(res.time, 3.0 * (1.0 + n * 0.5) + 3.0);
     assert_eq!(res.critical_path.alpha, 2.0 * 0.25 + 1.0, "two gaps, then one whole α");
     assert_eq!(res.critical_path.beta, 3.0 * n);
     assert_eq!(res.time, res.critical_path.time(&m));
+    res
+}
+
+#[test]
+fn a_gap_lets_a_port_start_its_next_message_before_the_last_arrives() {
+    // Linear bcast to 3 ranks: the root's send port.
+    let (p, count) = (4u32, 8u64);
+    let s = all(p, |r| linear_bcast(p, count, r));
+    let args = job(Collective::Bcast, p, count);
+    let n = (count * u64::from(args.elem_size)) as f64;
+    let res = three_at_one_port(&args, &s);
     // The root's sends complete when its port is free; rank 3's message arrives last.
     assert_eq!(res.finish[0], 3.0 * (1.0 + n * 0.5));
     assert_eq!(res.finish[3], res.time);
     // A single message costs α + nβ whatever the gap: binomial at p = 2.
+    let m = Machine { alpha: 4.0, beta: 0.5, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 };
+    let cfg = SimConfig { gap: 0.25, ..SimConfig::new(m) };
     let one = all(2, |r| binomial_bcast(2, count, r));
     let args2 = job(Collective::Bcast, 2, count);
     assert_eq!(simulate_with(&args2, &one, &cfg).unwrap().time, simulate(&args2, &one, &m).unwrap().time);
@@ -545,16 +553,9 @@ fn a_gap_lets_a_port_start_its_next_message_before_the_last_arrives() {
 
 #[test]
 fn a_gap_frees_the_receive_port_too() {
-    // Linear gather into rank 0: with gap 1/4 the receive port takes the next message α/4 + nβ
-    // after the last one started, so the three arrive 3/4 α + (α/4 + nβ)·k apart.
+    // Linear gather into rank 0: the three messages queue at its receive port.
     let (p, c) = (4u32, 6u64);
     let s = all(p, |r| linear_gather(p, c, r));
-    let args = job(Collective::Gather, p, c);
-    let n = (c * u64::from(args.elem_size)) as f64;
-    let m = Machine { alpha: 4.0, beta: 0.5, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 };
-    let hockney = simulate(&args, &s, &m).unwrap();
-    let res = simulate_with(&args, &s, &SimConfig { gap: 0.25, ..SimConfig::new(m) }).unwrap();
-    assert_eq!(hockney.time, 3.0 * (4.0 + n * 0.5));
-    assert_eq!(res.time, 3.0 * (1.0 + n * 0.5) + 3.0);
-    assert_eq!(res.time, res.critical_path.time(&m));
+    let res = three_at_one_port(&job(Collective::Gather, p, c), &s);
+    assert_eq!(res.finish[0], res.time);
 }

@@ -30,7 +30,7 @@ use std::time::Instant;
 use fabcoll_collectives::kernels;
 use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::registry::{self, Algorithm};
-use fabcoll_collectives::{CollArgs, Collective, Order};
+use fabcoll_collectives::{CollArgs, Collective, Machine, Order};
 
 use super::fit::{fit_with_rendezvous, terms_on, Sample};
 use super::{model_err, segment_params, ModelParams, Rendezvous};
@@ -130,7 +130,7 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     for attempt in 1..=PROBE_ATTEMPTS {
         samples = time_cases(comm, plan(p))?;
         if comm.rank() == 0 {
-            match fit_samples(p, &samples, eager_limit, cores, gap) {
+            match (Timings { p, measured: &samples, eager_limit }).fit(cores, gap) {
                 Ok((m, a_r)) => {
                     wire[0] = 1.0;
                     wire[1..=P].copy_from_slice(&m.to_wire());
@@ -217,82 +217,68 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
 /// where ranks share cores the peer notices only once it is scheduled.
 const NODE_GAP: f64 = 0.3;
 
-/// Fits the probe's timings. With more ranks than `cores`, two models are fitted: one where
-/// ranks time-share the cores (`SimConfig::cores`) and one with a core per rank (the f factors
-/// and α absorb the sharing); the one whose predictions miss the probe's own points least (root
-/// mean square of the relative errors) is kept. On 2 cores, p = 4 ring exchanges (4 ranks busy)
-/// cost ≈ 10 µs a message where binomial's (≤ 2 busy) cost ≈ 3 µs: a scheduling delay that a
-/// factor k/c on the transfer does not always describe better than a large f_α. `gap` is the
-/// fabric's [`ModelParams::gap`].
-fn fit_samples(
+/// A probe's timings at p ranks, with the executor's eager limit they were taken under.
+struct Timings<'a> {
     p: u32,
-    measured: &[(ProbeCase, f64)],
+    measured: &'a [(ProbeCase, f64)],
     eager_limit: u64,
-    cores: u32,
-    gap: f64,
-) -> Result<(ModelParams, f64)> {
-    if cores == 0 || p <= cores {
-        return fit_samples_on(p, measured, eager_limit, 0, gap);
-    }
-    let shared = fit_samples_on(p, measured, eager_limit, cores, gap);
-    let own = fit_samples_on(p, measured, eager_limit, 0, gap);
-    match (shared, own) {
-        (Ok(a), Ok(b)) => {
-            let (ea, eb) = (misfit(p, measured, eager_limit, &a)?, misfit(p, measured, eager_limit, &b)?);
-            tracing::debug!("model fit: {cores} shared cores misfit {ea:.3}, a core per rank {eb:.3}");
-            Ok(if ea <= eb { a } else { b })
+}
+
+impl Timings<'_> {
+    /// Fits the timings. With more ranks than `cores`, two models are fitted: one where ranks
+    /// time-share the cores (`SimConfig::cores`) and one with a core per rank (the f factors and
+    /// α absorb the sharing); the one whose predictions miss the probe's own points least (root
+    /// mean square of the relative errors) is kept. On 2 cores, p = 4 ring exchanges (4 ranks
+    /// busy) cost ≈ 10 µs a message where binomial's (≤ 2 busy) cost ≈ 3 µs: a scheduling delay
+    /// that a factor k/c on the transfer does not always describe better than a large f_α. `gap`
+    /// is the fabric's [`ModelParams::gap`].
+    fn fit(&self, cores: u32, gap: f64) -> Result<(ModelParams, f64)> {
+        if cores == 0 || self.p <= cores {
+            return self.fit_on(0, gap);
         }
-        (Ok(a), Err(_)) => Ok(a),
-        (Err(_), b) => b,
+        match (self.fit_on(cores, gap), self.fit_on(0, gap)) {
+            (Ok(a), Ok(b)) => {
+                let (ea, eb) = (self.misfit(&a)?, self.misfit(&b)?);
+                tracing::debug!("model fit: {cores} shared cores misfit {ea:.3}, a core per rank {eb:.3}");
+                Ok(if ea <= eb { a } else { b })
+            }
+            (Ok(a), Err(_)) => Ok(a),
+            (Err(_), b) => b,
+        }
     }
-}
 
-/// Root mean square of the relative errors of `fitted` on the probe's points.
-fn misfit(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64, fitted: &(ModelParams, f64)) -> Result<f64> {
-    let (m, a_r) = fitted;
-    let mut sum = 0.0;
-    for (case, secs) in measured {
-        let (alg, args) = case.resolve(p)?;
-        let t = terms_on(alg, &args, eager_limit, m.cores, m.gap)?.time_with(m, *a_r);
-        sum += ((t - secs) / secs).powi(2);
+    /// Root mean square of the relative errors of `fitted` on the probe's points.
+    fn misfit(&self, fitted: &(ModelParams, f64)) -> Result<f64> {
+        let (m, a_r) = fitted;
+        let mut sum = 0.0;
+        for (case, secs) in self.measured {
+            let (alg, args) = case.resolve(self.p)?;
+            let t = terms_on(alg, &args, self.eager_limit, m.cores, m.gap)?.time_with(m, *a_r);
+            sum += ((t - secs) / secs).powi(2);
+        }
+        Ok((sum / self.measured.len().max(1) as f64).sqrt())
     }
-    Ok((sum / measured.len().max(1) as f64).sqrt())
-}
 
-fn fit_samples_on(
-    p: u32,
-    measured: &[(ProbeCase, f64)],
-    eager_limit: u64,
-    cores: u32,
-    gap: f64,
-) -> Result<(ModelParams, f64)> {
-    let (gamma, copy_beta) = cpu_rates()?;
-    if measured.is_empty() {
-        let m = ModelParams {
-            alpha: 0.0,
-            beta: 0.0,
-            gamma,
-            f_alpha: 1.0,
-            f_beta: 1.0,
-            copy_beta,
-            overhead: 0.0,
-            step_cost: 0.0,
-            cores: 0,
-            hot_alpha: 0.0,
-            hot_beta: 0.0,
-            gap: 1.0,
-        };
-        return Ok((m, 0.0));
+    fn fit_on(&self, cores: u32, gap: f64) -> Result<(ModelParams, f64)> {
+        let (gamma, copy_beta) = cpu_rates()?;
+        if self.measured.is_empty() {
+            let m = ModelParams {
+                copy_beta,
+                ..ModelParams::from_machine(Machine { alpha: 0.0, beta: 0.0, gamma, f_alpha: 1.0, f_beta: 1.0 })
+            };
+            return Ok((m, 0.0));
+        }
+        let samples = self
+            .measured
+            .iter()
+            .map(|(case, secs)| {
+                let (alg, args) = case.resolve(self.p)?;
+                Ok(Sample { terms: terms_on(alg, &args, self.eager_limit, cores, gap)?, seconds: *secs })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (m, a_r) = fit_with_rendezvous(&samples, gamma, copy_beta)?;
+        Ok((ModelParams { cores, gap, ..m }, a_r))
     }
-    let samples = measured
-        .iter()
-        .map(|(case, secs)| {
-            let (alg, args) = case.resolve(p)?;
-            Ok(Sample { terms: terms_on(alg, &args, eager_limit, cores, gap)?, seconds: *secs })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let (m, a_r) = fit_with_rendezvous(&samples, gamma, copy_beta)?;
-    Ok((ModelParams { cores, gap, ..m }, a_r))
 }
 
 /// One configuration ready to time: its options, buffers and agreed batch size.
