@@ -275,6 +275,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
 }
 
 fn main() -> ExitCode {
+    init_logging();
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Info { fabrics } => {
@@ -315,4 +316,13 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// The library's `tracing` events on stderr: warnings and errors by default, `RUST_LOG` (e.g.
+/// `RUST_LOG=fabcoll=debug`) to see more. A malformed `RUST_LOG` falls back to the default.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
 }
