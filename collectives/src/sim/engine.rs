@@ -683,10 +683,13 @@ impl<'a> Engine<'a> {
         let hot_bytes = if hot { bytes } else { 0.0 };
         let hot_cost = if hot { self.cfg.hot_alpha + bytes * self.cfg.hot_beta } else { 0.0 };
         // The ports are held for the gap's share of α; the rest of it the message travels alone.
-        let held = if self.tail.is_empty() { fa } else { fa * self.cfg.gap };
-        if !self.tail.is_empty() {
-            self.tail[i] = fa - held;
-        }
+        let held = match self.tail.get_mut(i) {
+            Some(tail) => {
+                *tail = fa * (1.0 - self.cfg.gap);
+                fa - *tail
+            }
+            None => fa,
+        };
         self.t[i] = now + held * m.alpha + fb * bytes * m.beta + extra + hot_cost;
         let c = &mut self.cp[i];
         c.alpha += held;

@@ -233,10 +233,11 @@ impl Timings<'_> {
     /// that a factor k/c on the transfer does not always describe better than a large f_α. `gap`
     /// is the fabric's [`ModelParams::gap`].
     fn fit(&self, cores: u32, gap: f64) -> Result<(ModelParams, f64)> {
+        let rates = cpu_rates()?;
         if cores == 0 || self.p <= cores {
-            return self.fit_on(0, gap);
+            return self.fit_on(rates, 0, gap);
         }
-        match (self.fit_on(cores, gap), self.fit_on(0, gap)) {
+        match (self.fit_on(rates, cores, gap), self.fit_on(rates, 0, gap)) {
             (Ok(a), Ok(b)) => {
                 let (ea, eb) = (self.misfit(&a)?, self.misfit(&b)?);
                 tracing::debug!("model fit: {cores} shared cores misfit {ea:.3}, a core per rank {eb:.3}");
@@ -259,8 +260,8 @@ impl Timings<'_> {
         Ok((sum / self.measured.len().max(1) as f64).sqrt())
     }
 
-    fn fit_on(&self, cores: u32, gap: f64) -> Result<(ModelParams, f64)> {
-        let (gamma, copy_beta) = cpu_rates()?;
+    /// One fit with the CPU's measured `(γ, κ)` ([`cpu_rates`]).
+    fn fit_on(&self, (gamma, copy_beta): (f64, f64), cores: u32, gap: f64) -> Result<(ModelParams, f64)> {
         if self.measured.is_empty() {
             let m = ModelParams {
                 copy_beta,
