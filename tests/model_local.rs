@@ -65,6 +65,7 @@ fn params() -> ModelParams {
         hot_alpha: 0.0,
         hot_beta: 0.0,
         gap: 1.0,
+        cpu_sends: false,
     }
 }
 

@@ -22,6 +22,7 @@ fn env_model_selection_and_explicit_parameters() {
         hot_alpha: 0.0,
         hot_beta: 0.0,
         gap: 1.0,
+        cpu_sends: false,
     };
     let file = std::env::temp_dir().join(format!("fabcoll-model-env-{}.json", std::process::id()));
     std::fs::write(&file, serde_json::to_string(&params).unwrap()).unwrap();

@@ -548,10 +548,15 @@ impl<'a> Engine<'a> {
     /// Schedules a grant of rank r's send port, CPU or receive port at `now` if it is idle and
     /// has waiting steps.
     fn wake(&mut self, kind: u8, r: usize) {
+        let shared = self.cfg.cpu_sends;
         let st = &mut self.ranks[r];
         let (idle, flag) = match kind {
-            GRANT_SEND => (st.send_head == NONE && !st.send_q.is_empty(), &mut st.send_grant),
-            GRANT_CPU => (st.cpu_cur == NONE && !st.cpu_q.is_empty(), &mut st.cpu_grant),
+            GRANT_SEND => {
+                (st.send_head == NONE && !(shared && st.cpu_cur != NONE) && !st.send_q.is_empty(), &mut st.send_grant)
+            }
+            GRANT_CPU => {
+                (st.cpu_cur == NONE && !(shared && st.send_head != NONE) && !st.cpu_q.is_empty(), &mut st.cpu_grant)
+            }
             _ => (st.recv_cur == NONE && !st.recv_q.is_empty(), &mut st.recv_grant),
         };
         if idle && !*flag {
@@ -583,15 +588,38 @@ impl<'a> Engine<'a> {
         (k as f64 / f64::from(c)).max(1.0)
     }
 
+    /// With [`SimConfig::cpu_sends`], whether rank r's CPU and send port are both free and the
+    /// earliest waiting step (ties: lower step id) is a computation: it goes first.
+    fn cpu_goes_first(&self, r: usize) -> bool {
+        let st = &self.ranks[r];
+        match (st.cpu_q.peek(), st.send_q.peek()) {
+            (Some(c), Some(s)) => (c.0 .0, c.0 .2) < (s.0 .0, s.0 .2),
+            (Some(_), None) => true,
+            _ => false,
+        }
+    }
+
     /// The send port is idle: the next send becomes its head and asks for the receiver's port.
     fn grant_send(&mut self, a: usize) {
         self.ranks[a].send_grant = false;
         if self.ranks[a].send_head != NONE {
             return;
         }
+        if self.cfg.cpu_sends {
+            if self.ranks[a].cpu_cur != NONE {
+                return;
+            }
+            if self.cpu_goes_first(a) {
+                self.wake(GRANT_CPU, a);
+                return;
+            }
+        }
         let Some(std::cmp::Reverse((_, _, s))) = self.ranks[a].send_q.pop() else { return };
         self.ranks[a].send_head = s;
         self.after(s, self.ranks[a].send_last);
+        if self.cfg.cpu_sends {
+            self.after(s, self.ranks[a].cpu_last);
+        }
         let b = self.receiver(s);
         let from = match self.mode {
             Mode::Full => self.scheds[a].rank,
@@ -624,8 +652,20 @@ impl<'a> Engine<'a> {
         if self.ranks[r].cpu_cur != NONE {
             return;
         }
+        if self.cfg.cpu_sends {
+            if self.ranks[r].send_head != NONE {
+                return;
+            }
+            if !self.cpu_goes_first(r) {
+                self.wake(GRANT_SEND, r);
+                return;
+            }
+        }
         let Some(std::cmp::Reverse((_, _, g))) = self.ranks[r].cpu_q.pop() else { return };
         self.after(g, self.ranks[r].cpu_last);
+        if self.cfg.cpu_sends {
+            self.after(g, self.ranks[r].send_last);
+        }
         self.busy += 1;
         self.ranks[r].cpu_cur = g;
         if self.cfg.cores == 0 {
@@ -664,6 +704,9 @@ impl<'a> Engine<'a> {
         self.ranks[r].cpu_last = g;
         self.work.push(g);
         self.wake(GRANT_CPU, r);
+        if self.cfg.cpu_sends {
+            self.wake(GRANT_SEND, r);
+        }
     }
 
     fn finalize(&mut self, s: u32) {
@@ -718,6 +761,9 @@ impl<'a> Engine<'a> {
         self.ranks[a].send_head = NONE;
         self.ranks[a].send_last = s;
         self.wake(GRANT_SEND, a);
+        if self.cfg.cpu_sends {
+            self.wake(GRANT_CPU, a);
+        }
         self.work.push(s);
         match self.tail.get(s as usize) {
             Some(&tail) if tail > 0.0 => self.push(t + tail * self.cfg.machine.alpha, ARRIVE, s),

@@ -29,7 +29,8 @@
 //! - **Computation.** `Reduce` of n bytes costs `n·γ`, `Copy` of n bytes costs
 //!   `n·copy_beta` (0 by default, as in the papers' formulas, which leave local copies out).
 //!   Both serialize on the rank's CPU in ready order (ties: lower step id); the CPU is
-//!   independent of the ports, so a rank computes while its NIC transfers.
+//!   independent of the ports, so a rank computes while its NIC transfers (but see Senders'
+//!   CPU).
 //! - **Local steps.** Every `Copy` and `Reduce` also costs [`SimConfig::step_cost`] seconds on
 //!   the CPU, whatever its size (the executor's dispatch and the kernel's start); 0 by default.
 //! - **Oversubscription.** With [`SimConfig::cores`] = c > 0, the ranks share c cores (ranks of
@@ -56,6 +57,15 @@
 //!   sender's eager write takes a fraction of the time in which its receiver notices it (where
 //!   ranks share cores, when it is scheduled): the root of a linear bcast at p = 4 on 2 cores
 //!   finished 1.3–1.5× sooner than a binomial tree, which a Hockney model cannot say.
+//! - **Senders' CPU.** With [`SimConfig::cpu_sends`], the send port and the CPU of a rank are one
+//!   resource: a send holds the rank's CPU from the moment it heads the send port until its
+//!   transfer frees the ports, and a computation waits for it (and a send for a computation).
+//!   The earliest ready step goes first (ties: lower step id). This is shared memory, where the
+//!   sender's own thread writes the bytes into its peer's memory: no NIC moves them while the
+//!   rank reduces, so a pipeline's segments do not hide a reduction behind a transfer (p = 2
+//!   allreduce on 2 cores: rabenseifner with two segments per half measured 1.08–2.6× slower
+//!   than unsegmented, where the independent CPU predicted a gain). The receive side stays
+//!   passive (one-sided writes).
 //! - **Instants.** Everything that happens at one virtual instant is arbitrated after all of it is
 //!   known (completions, then send ports and CPUs, then receive ports, then the f decision), so
 //!   results never depend on the order in which the engine processes simultaneous events.
@@ -122,6 +132,10 @@ pub struct SimConfig {
     /// Share of a message's α during which it holds the ports (LogGP's gap as a share of the
     /// latency, in [0, 1]): see the module doc (Gap). 1 = Hockney: the whole `α + nβ`.
     pub gap: f64,
+    /// Whether a rank's CPU moves the bytes of its sends (shared memory: the sender's thread
+    /// writes them; no NIC works beside it): a rank then transfers or computes, not both at once.
+    /// See the module doc (Senders' CPU). `false` = the CPU is independent of the ports.
+    pub cpu_sends: bool,
 }
 
 impl SimConfig {
@@ -136,6 +150,7 @@ impl SimConfig {
             hot_alpha: 0.0,
             hot_beta: 0.0,
             gap: 1.0,
+            cpu_sends: false,
         }
     }
 }

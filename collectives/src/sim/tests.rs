@@ -559,3 +559,66 @@ fn a_gap_frees_the_receive_port_too() {
     let res = three_at_one_port(&job(Collective::Gather, p, c), &s);
     assert_eq!(res.finish[0], res.time);
 }
+
+/// Each of two ranks sends its vector to the other in `segs` messages and reduces each segment
+/// it receives as it arrives (`seg` elements each).
+fn pipelined_exchange(segs: u64, seg: u64, r: u32) -> Schedule {
+    let mut b = ScheduleBuilder::new(r, 2);
+    let t = b.scratch(segs * seg);
+    let at = |buf: Buf, i: u64| Region::new(buf, i * seg, seg);
+    for i in 0..segs {
+        b.send(1 - r, at(Buf::Send, i), &[]);
+    }
+    for i in 0..segs {
+        let v = b.recv(1 - r, at(t, i), &[]);
+        b.reduce(at(t, i), at(Buf::Recv, i), Order::SrcFirst, &[v]);
+    }
+    b.finish()
+}
+
+#[test]
+fn sends_on_the_cpu_keep_a_pipeline_from_hiding_its_reductions() {
+    // α = β = γ = 1, two segments of n bytes against one message of 2n.
+    let seg = 8u64;
+    let args = job(Collective::Allreduce, 2, 2 * seg);
+    let n = (seg * u64::from(args.elem_size)) as f64;
+    let m = Machine { alpha: 1.0, beta: 1.0, gamma: 1.0, f_alpha: 1.0, f_beta: 1.0 };
+    let (two, one) = (all(2, |r| pipelined_exchange(2, seg, r)), all(2, |r| pipelined_exchange(1, 2 * seg, r)));
+    let own = SimConfig::new(m);
+    let cpu = SimConfig { cpu_sends: true, ..own };
+    // A NIC of its own: the first segment's reduction runs while the second one travels.
+    assert_eq!(simulate_with(&args, &two, &own).unwrap().time, 2.0 + 3.0 * n);
+    assert_eq!(simulate_with(&args, &one, &own).unwrap().time, 1.0 + 4.0 * n);
+    // The rank moves its bytes itself: the second send (ready first) goes before the first
+    // reduction, and the segments only add a message.
+    let res = simulate_with(&args, &two, &cpu).unwrap();
+    assert_eq!(res.time, 2.0 + 4.0 * n);
+    assert_eq!(res.critical_path, Cost::new(2.0, 2.0 * n, 2.0 * n));
+    assert_eq!(res.time, res.critical_path.time(&m));
+    assert_eq!(simulate_with(&args, &one, &cpu).unwrap().time, 1.0 + 4.0 * n);
+    // The earliest ready step goes first. Rank 1's long send X holds its CPU until 1 + 3n; by
+    // then the reduction of rank 0's message A (ready at 1 + n) and the send Y (ready at 2 + 2n,
+    // when rank 0's second message B is in) both wait: the reduction runs first, so Y reaches
+    // rank 0 at 2 + 5n (with Y first it would be 2 + 4n).
+    let waits = all(2, |r| {
+        let mut b = ScheduleBuilder::new(r, 2);
+        let one = Region::new(Buf::Recv, 0, seg);
+        let three = Region::new(Buf::Send, 0, 3 * seg);
+        if r == 0 {
+            b.send(1, one, &[]);
+            b.send(1, one, &[]);
+            b.recv(1, Region::new(Buf::Recv, seg, 3 * seg), &[]);
+            b.recv(1, one, &[]);
+        } else {
+            let t = b.scratch(2 * seg);
+            b.send(0, three, &[]);
+            let a = b.recv(0, Region::new(t, 0, seg), &[]);
+            let bb = b.recv(0, Region::new(t, seg, seg), &[]);
+            b.reduce(Region::new(t, 0, seg), one, Order::SrcFirst, &[a]);
+            b.send(0, Region::new(Buf::Send, 0, seg), &[bb]);
+        }
+        b.finish()
+    });
+    let res = simulate_with(&args, &waits, &cpu).unwrap();
+    assert_eq!(res.finish, vec![2.0 + 5.0 * n; 2]);
+}

@@ -26,7 +26,8 @@ pub struct ModelArgs {
     #[arg(short = 'p', default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=65536))]
     p: u32,
     /// --compare, --estimate: use these parameters for every fabric (alpha=..,beta=..[,gamma=..,f_alpha=..,
-    /// f_beta=..,copy_beta=..,overhead=..,gap=..], seconds and seconds per byte; gap is a share of alpha).
+    /// f_beta=..,copy_beta=..,overhead=..,gap=..,cpu_sends=0|1], seconds and seconds per byte; gap is a share of
+    /// alpha).
     #[arg(long, value_name = "K=V,...")]
     machine: Option<String>,
     /// --compare, --estimate: read the parameters from this model file (default: this machine's cache file
@@ -140,7 +141,8 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
          hot_alpha {:>10.3} µs   more per message its receiver forwards, reduces or copies\n\
          hot_beta  {:>10.3} ns/B more per byte of such a message\n\
          gap       {:>10.3}      share of alpha a message holds the ports (1 = all of it)\n\
-         cores     {:>10}      shared by the ranks (0 = one per rank)\n",
+         cores     {:>10}      shared by the ranks (0 = one per rank)\n\
+         cpu_sends {:>10}      a rank's CPU moves its sends' bytes (no computing meanwhile)\n",
         r.elapsed,
         m.alpha * 1e6,
         m.beta * 1e9,
@@ -157,7 +159,8 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
         m.hot_alpha * 1e6,
         m.hot_beta * 1e9,
         m.gap,
-        m.cores
+        m.cores,
+        if m.cpu_sends { "yes" } else { "no" }
     );
     if !r.samples.is_empty() {
         s += &format!(
@@ -168,7 +171,7 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
     for (case, secs) in &r.samples {
         let model = case
             .resolve(p)
-            .and_then(|(alg, args)| terms_on(alg, &args, r.rendezvous.eager_limit, m.cores, m.gap))
+            .and_then(|(alg, args)| terms_on(alg, &args, r.rendezvous.eager_limit, m.shape()))
             .map(|t| t.time_with(m, r.rendezvous.alpha));
         let model = model.map_or(f64::NAN, |t| t * 1e6);
         s += &format!(

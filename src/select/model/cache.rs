@@ -197,6 +197,7 @@ mod tests {
             hot_alpha: 2e-7,
             hot_beta: 3e-11,
             gap: 0.3,
+            cpu_sends: true,
         }
     }
 
@@ -225,15 +226,15 @@ mod tests {
         let rdv = Rendezvous { eager_limit: 16384, alpha: 2e-6 };
         save(&path, &ModelFile { rendezvous: Some(rdv), ..f }).unwrap();
         assert_eq!(load_explicit(&path).unwrap(), (params(), rdv));
-        // Without a step cost, shared cores, a hot-destination cost and a gap, the parameters are
-        // written as before they existed (older builds reading a shared cache directory deny
-        // unknown fields).
-        let plain = ModelParams { step_cost: 0.0, cores: 0, hot_alpha: 0.0, hot_beta: 0.0, gap: 1.0, ..params() };
+        // Without a step cost, shared cores, a hot-destination cost, a gap and sends on the CPU,
+        // the parameters are written as before they existed (older builds reading a shared cache
+        // directory deny unknown fields).
+        let plain = ModelParams::from_machine(params().machine());
+        let plain = ModelParams { copy_beta: params().copy_beta, overhead: params().overhead, ..plain };
         let text = serde_json::to_string(&plain).unwrap();
-        assert!(
-            !text.contains("step_cost") && !text.contains("cores") && !text.contains("hot_") && !text.contains("gap"),
-            "{text}"
-        );
+        for field in ["step_cost", "cores", "hot_", "gap", "cpu_sends"] {
+            assert!(!text.contains(field), "{field}: {text}");
+        }
         assert_eq!(serde_json::from_str::<ModelParams>(&text).unwrap(), plain);
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -30,7 +30,7 @@ use fabcoll_collectives::registry::Algorithm;
 use fabcoll_collectives::sim::{simulate_alg_with, SimConfig};
 use fabcoll_collectives::{CollArgs, Machine};
 
-use super::{model_err, ModelParams};
+use super::{model_err, ModelParams, NodeShape};
 use crate::error::Result;
 
 /// Critical-path terms of one configuration (see the module doc).
@@ -82,19 +82,21 @@ pub fn terms(alg: &Algorithm, args: &CollArgs) -> Result<Terms> {
 
 /// [`terms`], counting the messages longer than `eager_limit` bytes (`r`).
 pub fn terms_with(alg: &Algorithm, args: &CollArgs, eager_limit: u64) -> Result<Terms> {
-    terms_on(alg, args, eager_limit, 0, 1.0)
+    terms_on(alg, args, eager_limit, NodeShape::HOCKNEY)
 }
 
-/// [`terms_with`] on `cores` shared cores (`SimConfig::cores`; 0 = off) with messages holding
-/// the ports for the share `gap` of their α (`SimConfig::gap`; 1 = Hockney): the terms include
+/// [`terms_with`] on the node `shape`: on `cores` shared cores (`SimConfig::cores`; 0 = off),
+/// with messages holding the ports for the share `gap` of their α (`SimConfig::gap`; 1 =
+/// Hockney), with sends on the sender's CPU or not (`SimConfig::cpu_sends`). The terms include
 /// the oversubscription factor, so the fitted α, β are those of a rank that has a core to itself,
 /// and the α terms count the gap's share for messages that queued behind another at a port.
-pub fn terms_on(alg: &Algorithm, args: &CollArgs, eager_limit: u64, cores: u32, gap: f64) -> Result<Terms> {
+pub fn terms_on(alg: &Algorithm, args: &CollArgs, eager_limit: u64, shape: NodeShape) -> Result<Terms> {
     let unit = |f: f64| SimConfig {
         copy_beta: 1.0,
         eager_limit,
-        cores,
-        gap,
+        cores: shape.cores,
+        gap: shape.gap,
+        cpu_sends: shape.cpu_sends,
         alpha_rendezvous: 0.0,
         ..SimConfig::new(Machine { alpha: 1.0, beta: 1.0, gamma: 1.0, f_alpha: f, f_beta: f })
     };
@@ -205,6 +207,7 @@ pub fn fit_with_rendezvous(samples: &[Sample], gamma: f64, copy_beta: f64) -> Re
         hot_alpha,
         hot_beta,
         gap: 1.0,
+        cpu_sends: false,
     };
     p.validate()?;
     Ok((p, alpha_rendezvous))
@@ -282,6 +285,7 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
 mod tests {
     use super::*;
     use crate::select::model::probe::plan;
+    use crate::select::model::Rendezvous;
     use fabcoll_collectives::sim::simulate_alg_with;
 
     fn truth() -> ModelParams {
@@ -298,6 +302,7 @@ mod tests {
             hot_alpha: 5e-7,
             hot_beta: 4e-11,
             gap: 1.0,
+            cpu_sends: false,
         }
     }
 
@@ -309,17 +314,10 @@ mod tests {
             .enumerate()
             .map(|(i, case)| {
                 let (alg, args) = case.resolve(p).unwrap();
-                let cfg = SimConfig {
-                    copy_beta: m.copy_beta,
-                    step_cost: m.step_cost,
-                    hot_alpha: m.hot_alpha,
-                    hot_beta: m.hot_beta,
-                    gap: m.gap,
-                    ..SimConfig::new(m.machine())
-                };
+                let cfg = Rendezvous::OFF.sim_config(m);
                 let t = simulate_alg_with(alg, &args, &cfg).unwrap().time + m.overhead;
                 let wobble = if i % 2 == 0 { 1.0 + noise } else { 1.0 - noise };
-                Sample { terms: terms_on(alg, &args, u64::MAX, 0, m.gap).unwrap(), seconds: t * wobble }
+                Sample { terms: terms_on(alg, &args, u64::MAX, m.shape()).unwrap(), seconds: t * wobble }
             })
             .collect()
     }
@@ -360,8 +358,24 @@ mod tests {
         }
         let linear = plan(4).into_iter().find(|c| c.algorithm == "linear").unwrap();
         let (alg, args) = linear.resolve(4).unwrap();
-        let t = terms_on(alg, &args, u64::MAX, 0, 0.3).unwrap();
+        let shape = NodeShape { gap: 0.3, ..NodeShape::HOCKNEY };
+        let t = terms_on(alg, &args, u64::MAX, shape).unwrap();
         assert!(close(t.a_uni, 1.6, 1e-12), "two gaps and one whole α: {t:?}");
+    }
+
+    #[test]
+    fn recovers_known_parameters_when_sends_take_the_cpu() {
+        // A node whose ranks move their messages' bytes themselves (and a gap, as the probe
+        // sets both on node fabrics): the fit given that shape recovers the machine.
+        for p in [2, 4] {
+            let m = ModelParams { gap: 0.3, cpu_sends: true, ..truth() };
+            let m = if p == 2 { ModelParams { hot_alpha: 0.0, hot_beta: 0.0, ..m } } else { m };
+            let f = fit(&samples(p, &m, 0.0), m.gamma, m.copy_beta).unwrap();
+            assert!(close(f.alpha, m.alpha, 1e-6) && close(f.beta, m.beta, 1e-6), "p={p}: {f}");
+            assert!(close(f.f_alpha, m.f_alpha, 1e-6) && close(f.f_beta, m.f_beta, 1e-6), "p={p}: {f}");
+            assert!(close(f.overhead, m.overhead, 1e-5), "p={p}: {f}");
+            assert!(close(f.hot_alpha, m.hot_alpha, 1e-5) && close(f.hot_beta, m.hot_beta, 1e-5), "p={p}: {f}");
+        }
     }
 
     #[test]

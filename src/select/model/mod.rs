@@ -34,7 +34,10 @@
 //! message holds its ports for only a share of α ([`ModelParams::gap`], LogGP's gap; the
 //! simulator's `SimConfig::gap`), so a rank's next message leaves before its last one has
 //! arrived: a constant 0.3 there, which the probe's points cannot tell apart from α and o (see
-//! `probe::NODE_GAP` for the measurement behind it). Two terms exist in
+//! `probe::NODE_GAP` for the measurement behind it). There, too, a rank's own CPU moves the bytes
+//! of its sends ([`ModelParams::cpu_sends`], the simulator's `SimConfig::cpu_sends`), so it
+//! cannot reduce while it sends and a pipeline's segments do not hide reductions (see
+//! `probe::node_shape`). Two terms exist in
 //! the simulator and the model file but the probe leaves them off where it cannot measure them: a fixed cost per local step
 //! ([`ModelParams::step_cost`], `SimConfig::step_cost`; 0 from the probe, see [`fit`]) and
 //! ranks time-sharing the node's cores ([`ModelParams::cores`], `SimConfig::cores`; the probe
@@ -102,6 +105,28 @@ pub struct ModelParams {
     /// a share of the latency, `SimConfig::gap`); 1 = Hockney. Written only when below 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub gap: f64,
+    /// Whether a rank's own CPU moves the bytes of its sends (node fabrics: the sender's thread
+    /// writes into the peer's memory), so that it transfers or computes, never both at once
+    /// (`SimConfig::cpu_sends`). Written only when set.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cpu_sends: bool,
+}
+
+/// What the simulator assumes of a node besides its costs: the structure under which the
+/// probe's least squares fit the costs ([`super::fit::terms_on`]), not fitted by them.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct NodeShape {
+    /// [`ModelParams::cores`].
+    pub cores: u32,
+    /// [`ModelParams::gap`].
+    pub gap: f64,
+    /// [`ModelParams::cpu_sends`].
+    pub cpu_sends: bool,
+}
+
+impl NodeShape {
+    /// The papers' machine: a core and a NIC per rank, Hockney's model.
+    pub const HOCKNEY: NodeShape = NodeShape { cores: 0, gap: 1.0, cpu_sends: false };
 }
 
 fn one() -> f64 {
@@ -120,9 +145,13 @@ fn is_zero_u32(v: &u32) -> bool {
     *v == 0
 }
 
+fn is_false(v: &bool) -> bool {
+    !*v
+}
+
 impl ModelParams {
     /// Length of [`ModelParams::to_wire`].
-    pub const WIRE_LEN: usize = 12;
+    pub const WIRE_LEN: usize = 13;
 
     /// The parameters as numbers, for the rank that measured or loaded them to broadcast.
     pub fn to_wire(&self) -> [f64; Self::WIRE_LEN] {
@@ -139,6 +168,7 @@ impl ModelParams {
             self.hot_alpha,
             self.hot_beta,
             self.gap,
+            f64::from(u8::from(self.cpu_sends)),
         ]
     }
 
@@ -157,6 +187,7 @@ impl ModelParams {
             hot_alpha: w[9],
             hot_beta: w[10],
             gap: w[11],
+            cpu_sends: w[12] == 1.0,
         }
     }
 
@@ -180,7 +211,18 @@ impl ModelParams {
             hot_alpha: 0.0,
             hot_beta: 0.0,
             gap: 1.0,
+            cpu_sends: false,
         }
+    }
+
+    /// The structure part of the parameters.
+    pub fn shape(&self) -> NodeShape {
+        NodeShape { cores: self.cores, gap: self.gap, cpu_sends: self.cpu_sends }
+    }
+
+    /// These costs on the node `shape`.
+    pub fn with_shape(self, shape: NodeShape) -> ModelParams {
+        ModelParams { cores: shape.cores, gap: shape.gap, cpu_sends: shape.cpu_sends, ..self }
     }
 
     /// Every parameter finite and ≥ 0 (the simulator refuses anything else).
@@ -210,7 +252,8 @@ impl ModelParams {
 
     /// Parses `alpha=1e-6,beta=1e-10,gamma=2e-10[,f_alpha=..,f_beta=..,copy_beta=..,overhead=..]`
     /// (`fabcoll model --machine`; also `step_cost=..`, `hot_alpha=..`, `hot_beta=..`, `gap=..`,
-    /// `cores=N`). Missing factors (and the gap) default to 1, missing costs to 0.
+    /// `cores=N`, `cpu_sends=0|1`). Missing factors (and the gap) default to 1, missing costs to 0,
+    /// `cpu_sends` to 0.
     pub fn parse_kv(s: &str) -> Result<ModelParams> {
         let mut p = ModelParams::from_machine(Machine { alpha: 0.0, beta: 0.0, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 });
         let mut seen = Vec::new();
@@ -237,10 +280,18 @@ impl ModelParams {
                     seen.push(k.trim().to_owned());
                     continue;
                 }
+                "cpu_sends" => {
+                    if v != 0.0 && v != 1.0 {
+                        return Err(model_err(format!("{item:?}: cpu_sends must be 0 or 1")));
+                    }
+                    p.cpu_sends = v == 1.0;
+                    seen.push(k.trim().to_owned());
+                    continue;
+                }
                 other => {
                     return Err(model_err(format!(
                         "unknown parameter {other:?} (alpha, beta, gamma, f_alpha, f_beta, copy_beta, overhead, step_cost, \
-                         hot_alpha, hot_beta, gap, cores)"
+                         hot_alpha, hot_beta, gap, cores, cpu_sends)"
                     )))
                 }
             };
@@ -262,7 +313,7 @@ impl std::fmt::Display for ModelParams {
         write!(
             f,
             "alpha={:.3e},beta={:.3e},gamma={:.3e},f_alpha={:.3},f_beta={:.3},copy_beta={:.3e},overhead={:.3e},\
-             step_cost={:.3e},hot_alpha={:.3e},hot_beta={:.3e},gap={:.3},cores={}",
+             step_cost={:.3e},hot_alpha={:.3e},hot_beta={:.3e},gap={:.3},cores={},cpu_sends={}",
             self.alpha,
             self.beta,
             self.gamma,
@@ -274,7 +325,8 @@ impl std::fmt::Display for ModelParams {
             self.hot_alpha,
             self.hot_beta,
             self.gap,
-            self.cores
+            self.cores,
+            u8::from(self.cpu_sends)
         )
     }
 }
@@ -340,6 +392,7 @@ impl Rendezvous {
             hot_alpha: m.hot_alpha,
             hot_beta: m.hot_beta,
             gap: m.gap,
+            cpu_sends: m.cpu_sends,
             eager_limit: self.eager_limit,
             alpha_rendezvous: self.alpha,
             ..fabcoll_collectives::sim::SimConfig::new(m.machine())
@@ -417,6 +470,13 @@ mod tests {
         assert!(ModelParams::parse_kv("alpha=-1,beta=1").is_err());
         let back = ModelParams::parse_kv(&p.to_string()).unwrap();
         assert!((back.alpha - p.alpha).abs() < 1e-9 && (back.beta - p.beta).abs() < 1e-13);
+        // Sends on the CPU: a flag, 0 or 1, printed and parsed back.
+        let node = ModelParams::parse_kv("alpha=1e-6,beta=1e-10,cpu_sends=1,gap=0.3").unwrap();
+        assert!(node.cpu_sends && !p.cpu_sends);
+        let back = ModelParams::parse_kv(&node.to_string()).unwrap();
+        assert_eq!((back.cpu_sends, back.gap), (true, 0.3));
+        assert_eq!(ModelParams::from_wire(&node.to_wire()), node);
+        assert!(ModelParams::parse_kv("alpha=1,beta=1,cpu_sends=0.5").unwrap_err().to_string().contains("0 or 1"));
     }
 
     #[test]

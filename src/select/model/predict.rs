@@ -193,6 +193,7 @@ mod tests {
             hot_alpha: 0.0,
             hot_beta: 0.0,
             gap: 1.0,
+            cpu_sends: false,
         }
     }
 

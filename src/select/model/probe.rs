@@ -14,6 +14,8 @@
 //!   receivers read their buffers between calls as well, linear lost that lead.
 //! - **gap** ([`ModelParams::gap`]): not probed; 0.3 on node fabrics, 1 elsewhere (see
 //!   [`NODE_GAP`]).
+//! - **sends on the CPU** ([`ModelParams::cpu_sends`]): not probed; set on node fabrics (see
+//!   [`node_shape`]).
 //! - **step cost**: not probed (0; see [`super::fit`] for why).
 //! - **γ, κ**: the f32-sum reduction kernel and memcpy timed on 4 MiB buffers on rank 0.
 //!
@@ -33,7 +35,7 @@ use fabcoll_collectives::registry::{self, Algorithm};
 use fabcoll_collectives::{CollArgs, Collective, Machine, Order};
 
 use super::fit::{fit_with_rendezvous, terms_on, Sample};
-use super::{model_err, segment_params, ModelParams, Rendezvous};
+use super::{model_err, segment_params, ModelParams, NodeShape, Rendezvous};
 use crate::comm::{Collectives, Communicator, Options, Pinned};
 use crate::error::Result;
 
@@ -125,12 +127,12 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     const P: usize = ModelParams::WIRE_LEN;
     let mut wire = [0.0f64; P + 2];
     let cores = job_cores(comm)?;
-    let gap = if matches!(comm.fabric_name().as_str(), "shm" | "local") { NODE_GAP } else { 1.0 };
+    let shape = node_shape(&comm.fabric_name(), cores);
     let mut samples = Vec::new();
     for attempt in 1..=PROBE_ATTEMPTS {
         samples = time_cases(comm, plan(p))?;
         if comm.rank() == 0 {
-            match (Timings { p, measured: &samples, eager_limit }).fit(cores, gap) {
+            match (Timings { p, measured: &samples, eager_limit }).fit(shape) {
                 Ok((m, a_r)) => {
                     wire[0] = 1.0;
                     wire[1..=P].copy_from_slice(&m.to_wire());
@@ -202,6 +204,27 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
     Some(out)
 }
 
+/// The node the probe fits on: on node fabrics (`shm`, `local`) the job's `cores`, the gap
+/// [`NODE_GAP`], and sends on the sender's CPU ([`ModelParams::cpu_sends`]); elsewhere a core and
+/// a NIC per rank and Hockney's model ([`NodeShape::HOCKNEY`]).
+///
+/// Sends take the sender's CPU on node fabrics because the rank's own thread writes the bytes
+/// into its peer's memory: there is no NIC to move them while the rank reduces, so a pipeline's
+/// segments cannot hide a reduction behind a transfer. With the CPU independent of the ports,
+/// the model picked `allreduce:rabenseifner` with two segments per half at p = 2 from 32 KiB up
+/// (predicting a pipelining gain), which the tuner measured 1.08–2.6× slower than unsegmented.
+/// Measured on the tuner's grid (8 recorded probes at p = 2 and 4 on shm, fitted both ways,
+/// `model --compare` on four tuner logs of 180–189 points): within 10 % of the measured best on
+/// 154.8 points on average against 148.2 (log r18), 139.1 against 132.2 (r18b), 129.3 against
+/// 125.1 (g1), 144.2 against 138.7 (r9); the gap kept its value (0.2, 0.5 and 1 did no better).
+fn node_shape(fabric: &str, cores: u32) -> NodeShape {
+    if matches!(fabric, "shm" | "local") {
+        NodeShape { cores, gap: NODE_GAP, cpu_sends: true }
+    } else {
+        NodeShape { cores, ..NodeShape::HOCKNEY }
+    }
+}
+
 /// The share of α a message holds the ports for on node fabrics (`shm`, `local`:
 /// [`ModelParams::gap`], LogGP's gap as a share of the latency); other fabrics keep Hockney's 1.
 ///
@@ -230,16 +253,18 @@ impl Timings<'_> {
     /// α absorb the sharing); the one whose predictions miss the probe's own points least (root
     /// mean square of the relative errors) is kept. On 2 cores, p = 4 ring exchanges (4 ranks
     /// busy) cost ≈ 10 µs a message where binomial's (≤ 2 busy) cost ≈ 3 µs: a scheduling delay
-    /// that a factor k/c on the transfer does not always describe better than a large f_α. `gap`
-    /// is the fabric's [`ModelParams::gap`].
-    fn fit(&self, cores: u32, gap: f64) -> Result<(ModelParams, f64)> {
+    /// that a factor k/c on the transfer does not always describe better than a large f_α. The
+    /// rest of `shape` (gap, sends on the CPU) is the fabric's ([`node_shape`]).
+    fn fit(&self, shape: NodeShape) -> Result<(ModelParams, f64)> {
         let rates = cpu_rates()?;
-        if cores == 0 || self.p <= cores {
-            return self.fit_on(rates, 0, gap);
+        let unshared = NodeShape { cores: 0, ..shape };
+        if shape.cores == 0 || self.p <= shape.cores {
+            return self.fit_on(rates, unshared);
         }
-        match (self.fit_on(rates, cores, gap), self.fit_on(rates, 0, gap)) {
+        match (self.fit_on(rates, shape), self.fit_on(rates, unshared)) {
             (Ok(a), Ok(b)) => {
                 let (ea, eb) = (self.misfit(&a)?, self.misfit(&b)?);
+                let cores = shape.cores;
                 tracing::debug!("model fit: {cores} shared cores misfit {ea:.3}, a core per rank {eb:.3}");
                 Ok(if ea <= eb { a } else { b })
             }
@@ -254,14 +279,14 @@ impl Timings<'_> {
         let mut sum = 0.0;
         for (case, secs) in self.measured {
             let (alg, args) = case.resolve(self.p)?;
-            let t = terms_on(alg, &args, self.eager_limit, m.cores, m.gap)?.time_with(m, *a_r);
+            let t = terms_on(alg, &args, self.eager_limit, m.shape())?.time_with(m, *a_r);
             sum += ((t - secs) / secs).powi(2);
         }
         Ok((sum / self.measured.len().max(1) as f64).sqrt())
     }
 
     /// One fit with the CPU's measured `(γ, κ)` ([`cpu_rates`]).
-    fn fit_on(&self, (gamma, copy_beta): (f64, f64), cores: u32, gap: f64) -> Result<(ModelParams, f64)> {
+    fn fit_on(&self, (gamma, copy_beta): (f64, f64), shape: NodeShape) -> Result<(ModelParams, f64)> {
         if self.measured.is_empty() {
             let m = ModelParams {
                 copy_beta,
@@ -274,11 +299,11 @@ impl Timings<'_> {
             .iter()
             .map(|(case, secs)| {
                 let (alg, args) = case.resolve(self.p)?;
-                Ok(Sample { terms: terms_on(alg, &args, self.eager_limit, cores, gap)?, seconds: *secs })
+                Ok(Sample { terms: terms_on(alg, &args, self.eager_limit, shape)?, seconds: *secs })
             })
             .collect::<Result<Vec<_>>>()?;
         let (m, a_r) = fit_with_rendezvous(&samples, gamma, copy_beta)?;
-        Ok((ModelParams { cores, gap, ..m }, a_r))
+        Ok((m.with_shape(shape), a_r))
     }
 }
 
