@@ -379,6 +379,9 @@ impl OfiEndpoint {
             )));
         }
         tracing::debug!(?attrs, "ofi: opening endpoint");
+        if attrs.prov_name == "shm" {
+            super::shm_leftovers::clear_once();
+        }
         let fabric = Fabric::open(info)?;
         let domain = Domain::open(&fabric)?;
         let cq = Cq::open(&domain, cfg.cq_size.max(cfg.ctrl_recv_slots * 2))?;

@@ -14,6 +14,7 @@ mod backend;
 mod endpoint;
 mod error;
 mod raw;
+mod shm_leftovers;
 mod sys;
 
 pub use backend::{open, OfiBackend};

@@ -401,21 +401,28 @@ unsafe impl Sync for Ep {}
 impl Ep {
     pub(crate) fn open(domain: &Arc<Domain>, cq: &Arc<Cq>, av: &Arc<Av>) -> Result<Arc<Ep>, OfiError> {
         let mut ptr = ptr::null_mut();
-        let _g = domain.lock();
-        // SAFETY: domain open; info is the one the domain was opened from.
-        let ret = unsafe { sys::fabcoll_fi_endpoint(domain.ptr, domain.info().ptr(), &mut ptr, ptr::null_mut()) };
-        check(ret, "fi_endpoint")?;
-        // Wrap first so that an error below still closes the endpoint.
-        let ep = Ep { ptr, cq: cq.clone(), av: av.clone(), domain: domain.clone(), keep: Mutex::new(Vec::new()) };
-        // SAFETY: ep, cq, av are open objects of this domain.
-        unsafe {
-            check(
-                sys::fabcoll_fi_ep_bind(ptr, addr_of_mut!((*cq.ptr).fid), sys::FI_TRANSMIT | sys::FI_RECV),
-                "fi_ep_bind(cq)",
-            )?;
-            check(sys::fabcoll_fi_ep_bind(ptr, addr_of_mut!((*av.ptr).fid), 0), "fi_ep_bind(av)")?;
-            check(sys::fabcoll_fi_enable(ptr), "fi_enable")?;
+        {
+            let _g = domain.lock();
+            // SAFETY: domain open; info is the one the domain was opened from.
+            let ret = unsafe { sys::fabcoll_fi_endpoint(domain.ptr, domain.info().ptr(), &mut ptr, ptr::null_mut()) };
+            check(ret, "fi_endpoint")?;
         }
+        // Wrap first so that an error below still closes the endpoint: its drop takes the domain lock, so the
+        // lock is released before an error returns (a failed fi_enable, e.g. shm's "file in use", hung the rank).
+        let ep = Ep { ptr, cq: cq.clone(), av: av.clone(), domain: domain.clone(), keep: Mutex::new(Vec::new()) };
+        let enabled = {
+            let _g = domain.lock();
+            // SAFETY: ep, cq, av are open objects of this domain.
+            unsafe {
+                check(
+                    sys::fabcoll_fi_ep_bind(ptr, addr_of_mut!((*cq.ptr).fid), sys::FI_TRANSMIT | sys::FI_RECV),
+                    "fi_ep_bind(cq)",
+                )
+                .and_then(|_| check(sys::fabcoll_fi_ep_bind(ptr, addr_of_mut!((*av.ptr).fid), 0), "fi_ep_bind(av)"))
+                .and_then(|_| check(sys::fabcoll_fi_enable(ptr), "fi_enable"))
+            }
+        };
+        enabled?;
         Ok(Arc::new(ep))
     }
 
@@ -585,7 +592,7 @@ impl Mr {
     ) -> Result<Mr, OfiError> {
         let mut ptr = ptr::null_mut();
         let d = &ep.domain;
-        let _g = d.lock();
+        let g = d.lock();
         // SAFETY: the caller keeps the memory alive for the MR's lifetime; domain is open.
         let ret = unsafe {
             sys::fabcoll_fi_mr_reg(d.ptr, buf.cast(), len, access, 0, requested_key, 0, &mut ptr, ptr::null_mut())
@@ -594,13 +601,18 @@ impl Mr {
         // SAFETY: ptr is the MR just registered.
         let (key, desc) = unsafe { (sys::fabcoll_fi_mr_key(ptr), sys::fabcoll_fi_mr_desc(ptr)) };
         let mr = Mr { ptr, key, desc, ep: ep.clone() };
-        if mr_mode & sys::FI_MR_ENDPOINT != 0 {
+        let bound = if mr_mode & sys::FI_MR_ENDPOINT != 0 {
             // SAFETY: mr and ep are open objects of the same domain.
             unsafe {
-                check(sys::fabcoll_fi_mr_bind(ptr, addr_of_mut!((*ep.ptr).fid), 0), "fi_mr_bind")?;
-                check(sys::fabcoll_fi_mr_enable(ptr), "fi_mr_enable")?;
+                check(sys::fabcoll_fi_mr_bind(ptr, addr_of_mut!((*ep.ptr).fid), 0), "fi_mr_bind")
+                    .and_then(|_| check(sys::fabcoll_fi_mr_enable(ptr), "fi_mr_enable"))
             }
-        }
+        } else {
+            Ok(0)
+        };
+        // Released before an error drops `mr`, whose drop takes the lock (as in `Ep::open`).
+        drop(g);
+        bound?;
         if key == super::FI_KEY_NOTAVAIL {
             return Err(OfiError::Unsupported("provider returned FI_KEY_NOTAVAIL (raw keys are not supported)".into()));
         }
