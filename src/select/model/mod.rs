@@ -118,7 +118,7 @@ pub struct ModelParams {
 }
 
 /// What the simulator assumes of a node besides its costs: the structure under which the
-/// probe's least squares fit the costs ([`super::fit::terms_on`]), not fitted by them.
+/// probe's least squares fit the costs ([`fit::terms_on`]), not fitted by them.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct NodeShape {
     /// [`ModelParams::cores`].
