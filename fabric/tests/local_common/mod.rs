@@ -107,7 +107,7 @@ fn ring_impl(
     }
     let data: Vec<u8> = (0..len).map(|i| pattern(r, len, i)).collect();
     src.write_at(0, &data).map_err(e)?;
-    ep.send_ctrl(left, TAG_DESC, &dst.remote().to_bytes()).map_err(e)?;
+    send_ctrl(ep, inbox, left, TAG_DESC, &dst.remote().to_bytes())?;
     let desc = RemoteMr::from_bytes(&inbox.ctrl(ep, right, TAG_DESC)?).map_err(e)?;
     let ctx = 0xc0ffee ^ len as u64;
     ep.write(right, src.range(), desc.range(), Some((len ^ r) as u64), ctx).map_err(e)?;
@@ -123,6 +123,24 @@ fn ring_impl(
     Ok(())
 }
 
+/// `send_ctrl`, polling (into `inbox`) and retrying while the peer's control queue is full: a peer
+/// still draining an earlier burst (e.g. `ctrl_both_ways`'s) makes any later send busy for a while.
+pub fn send_ctrl(ep: &mut dyn Endpoint, inbox: &mut Inbox, peer: usize, tag: u64, data: &[u8]) -> Result<(), String> {
+    let r = ep.rank();
+    loop {
+        match ep.send_ctrl(peer, tag, data) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_busy() => {
+                let mut tmp = Vec::new();
+                ep.poll(&mut tmp).map_err(|e| e.to_string())?;
+                inbox.pending.extend(tmp);
+                std::thread::yield_now();
+            }
+            Err(e) => return Err(format!("rank {r}: send_ctrl to {peer}: {e}")),
+        }
+    }
+}
+
 /// Control messages both ways to both neighbours, `n` each, arriving in order.
 pub fn ctrl_both_ways(ep: &mut dyn Endpoint, inbox: &mut Inbox, n: usize) -> Result<(), String> {
     let (r, p) = (ep.rank(), ep.size());
@@ -132,18 +150,7 @@ pub fn ctrl_both_ways(ep: &mut dyn Endpoint, inbox: &mut Inbox, n: usize) -> Res
             let msg: Vec<u8> = (0..(k * 37) % 3000).map(|i| (i + k + r) as u8).collect();
             let mut m = (k as u32).to_le_bytes().to_vec();
             m.extend(msg);
-            loop {
-                match ep.send_ctrl(peer, TAG_ORDER, &m) {
-                    Ok(()) => break,
-                    Err(e) if e.is_busy() => {
-                        let mut tmp = Vec::new();
-                        ep.poll(&mut tmp).map_err(|e| e.to_string())?;
-                        inbox.pending.extend(tmp);
-                        std::thread::yield_now();
-                    }
-                    Err(e) => return Err(format!("rank {r}: send_ctrl: {e}")),
-                }
-            }
+            send_ctrl(ep, inbox, peer, TAG_ORDER, &m)?;
         }
     }
     let sources = if p == 1 {
@@ -182,7 +189,7 @@ pub fn write_to_deregistered(ep: &mut dyn Endpoint, inbox: &mut Inbox) -> Result
     drop(gone);
     // Registering again must not resurrect the old key.
     let fresh = ep.alloc(4096, Access::REMOTE_WRITE).map_err(e)?;
-    ep.send_ctrl(left, TAG_DEAD, &desc.to_bytes()).map_err(e)?;
+    send_ctrl(ep, inbox, left, TAG_DEAD, &desc.to_bytes())?;
     let stale = RemoteMr::from_bytes(&inbox.ctrl(ep, right, TAG_DEAD)?).map_err(e)?;
     let src = ep.alloc(64, Access::LOCAL).map_err(e)?;
     src.write_at(0, &[0xAB; 64]).map_err(e)?;
@@ -191,7 +198,7 @@ pub fn write_to_deregistered(ep: &mut dyn Endpoint, inbox: &mut Inbox) -> Result
         other => return Err(format!("rank {r}: write to deregistered key gave {other:?}")),
     }
     // The stale key must not have been aliased to the fresh registration.
-    ep.send_ctrl(right, TAG_DEAD + 1, &[]).map_err(e)?;
+    send_ctrl(ep, inbox, right, TAG_DEAD + 1, &[])?;
     inbox.ctrl(ep, left, TAG_DEAD + 1)?;
     let mut got = vec![0u8; 4096];
     fresh.read_at(0, &mut got).map_err(e)?;
