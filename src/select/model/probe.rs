@@ -217,6 +217,8 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
 /// `model --compare` on four tuner logs of 180–189 points): within 10 % of the measured best on
 /// 154.8 points on average against 148.2 (log r18), 139.1 against 132.2 (r18b), 129.3 against
 /// 125.1 (g1), 144.2 against 138.7 (r9); the gap kept its value (0.2, 0.5 and 1 did no better).
+/// On two logs taken afterwards (14 recorded probes): 145.9 against 141.9 of 188 points (r18c),
+/// 133.9 against 126.0 of 187 (r18d).
 fn node_shape(fabric: &str, cores: u32) -> NodeShape {
     if matches!(fabric, "shm" | "local") {
         NodeShape { cores, gap: NODE_GAP, cpu_sends: true }
