@@ -548,15 +548,10 @@ impl<'a> Engine<'a> {
     /// Schedules a grant of rank r's send port, CPU or receive port at `now` if it is idle and
     /// has waiting steps.
     fn wake(&mut self, kind: u8, r: usize) {
-        let shared = self.cfg.cpu_sends;
         let st = &mut self.ranks[r];
         let (idle, flag) = match kind {
-            GRANT_SEND => {
-                (st.send_head == NONE && !(shared && st.cpu_cur != NONE) && !st.send_q.is_empty(), &mut st.send_grant)
-            }
-            GRANT_CPU => {
-                (st.cpu_cur == NONE && !(shared && st.send_head != NONE) && !st.cpu_q.is_empty(), &mut st.cpu_grant)
-            }
+            GRANT_SEND => (st.send_head == NONE && !st.send_q.is_empty(), &mut st.send_grant),
+            GRANT_CPU => (st.cpu_cur == NONE && !st.cpu_q.is_empty(), &mut st.cpu_grant),
             _ => (st.recv_cur == NONE && !st.recv_q.is_empty(), &mut st.recv_grant),
         };
         if idle && !*flag {
@@ -588,31 +583,44 @@ impl<'a> Engine<'a> {
         (k as f64 / f64::from(c)).max(1.0)
     }
 
-    /// With [`SimConfig::cpu_sends`], whether rank r's CPU and send port are both free and the
-    /// earliest waiting step (ties: lower step id) is a computation: it goes first.
-    fn cpu_goes_first(&self, r: usize) -> bool {
+    /// Whether rank r's send port (`send`) or CPU (else) may take its next step now. Always, unless
+    /// [`SimConfig::cpu_sends`] makes them one resource: then not while the other side is busy, nor
+    /// when the other side's earliest waiting step is earlier (ties: lower step id), which is woken
+    /// instead.
+    fn takes_turn(&mut self, r: usize, send: bool) -> bool {
+        if !self.cfg.cpu_sends {
+            return true;
+        }
         let st = &self.ranks[r];
-        match (st.cpu_q.peek(), st.send_q.peek()) {
+        if (send && st.cpu_cur != NONE) || (!send && st.send_head != NONE) {
+            return false;
+        }
+        let cpu_first = match (st.cpu_q.peek(), st.send_q.peek()) {
             (Some(c), Some(s)) => (c.0 .0, c.0 .2) < (s.0 .0, s.0 .2),
             (Some(_), None) => true,
             _ => false,
+        };
+        if cpu_first == send {
+            self.wake(if send { GRANT_CPU } else { GRANT_SEND }, r);
+            return false;
+        }
+        true
+    }
+
+    /// Rank r's send port or CPU (`kind`) is free: its next step may go, and with
+    /// [`SimConfig::cpu_sends`] so may the other side's, which shares it.
+    fn wake_freed(&mut self, kind: u8, r: usize) {
+        self.wake(kind, r);
+        if self.cfg.cpu_sends {
+            self.wake(if kind == GRANT_SEND { GRANT_CPU } else { GRANT_SEND }, r);
         }
     }
 
     /// The send port is idle: the next send becomes its head and asks for the receiver's port.
     fn grant_send(&mut self, a: usize) {
         self.ranks[a].send_grant = false;
-        if self.ranks[a].send_head != NONE {
+        if self.ranks[a].send_head != NONE || !self.takes_turn(a, true) {
             return;
-        }
-        if self.cfg.cpu_sends {
-            if self.ranks[a].cpu_cur != NONE {
-                return;
-            }
-            if self.cpu_goes_first(a) {
-                self.wake(GRANT_CPU, a);
-                return;
-            }
         }
         let Some(std::cmp::Reverse((_, _, s))) = self.ranks[a].send_q.pop() else { return };
         self.ranks[a].send_head = s;
@@ -649,17 +657,8 @@ impl<'a> Engine<'a> {
     /// The CPU is idle: the next computation runs.
     fn grant_cpu(&mut self, r: usize) {
         self.ranks[r].cpu_grant = false;
-        if self.ranks[r].cpu_cur != NONE {
+        if self.ranks[r].cpu_cur != NONE || !self.takes_turn(r, false) {
             return;
-        }
-        if self.cfg.cpu_sends {
-            if self.ranks[r].send_head != NONE {
-                return;
-            }
-            if !self.cpu_goes_first(r) {
-                self.wake(GRANT_SEND, r);
-                return;
-            }
         }
         let Some(std::cmp::Reverse((_, _, g))) = self.ranks[r].cpu_q.pop() else { return };
         self.after(g, self.ranks[r].cpu_last);
@@ -703,10 +702,7 @@ impl<'a> Engine<'a> {
         self.busy -= 1;
         self.ranks[r].cpu_last = g;
         self.work.push(g);
-        self.wake(GRANT_CPU, r);
-        if self.cfg.cpu_sends {
-            self.wake(GRANT_SEND, r);
-        }
+        self.wake_freed(GRANT_CPU, r);
     }
 
     fn finalize(&mut self, s: u32) {
@@ -760,10 +756,7 @@ impl<'a> Engine<'a> {
         self.wake(GRANT_RECV, b);
         self.ranks[a].send_head = NONE;
         self.ranks[a].send_last = s;
-        self.wake(GRANT_SEND, a);
-        if self.cfg.cpu_sends {
-            self.wake(GRANT_CPU, a);
-        }
+        self.wake_freed(GRANT_SEND, a);
         self.work.push(s);
         match self.tail.get(s as usize) {
             Some(&tail) if tail > 0.0 => self.push(t + tail * self.cfg.machine.alpha, ARRIVE, s),

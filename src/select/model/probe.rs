@@ -163,7 +163,7 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
 /// so `available_parallelism` says 1 in every rank of a 2-rank job on 2 CPUs, and the fit then
 /// priced every exchange as two ranks on one core (p = 2 shm: f_α = 0.28, f_β = 0.29).
 pub fn job_cores(comm: &Communicator) -> Result<u32> {
-    if !matches!(comm.fabric_name().as_str(), "shm" | "local") {
+    if !is_node_fabric(&comm.fabric_name()) {
         return Ok(0);
     }
     let mine = std::fs::read_to_string("/proc/self/status")
@@ -204,6 +204,11 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
     Some(out)
 }
 
+/// Whether every rank of a job on `fabric` runs on this node and moves bytes with its own CPU.
+fn is_node_fabric(fabric: &str) -> bool {
+    matches!(fabric, "shm" | "local")
+}
+
 /// The node the probe fits on: on node fabrics (`shm`, `local`) the job's `cores`, the gap
 /// [`NODE_GAP`], and sends on the sender's CPU ([`ModelParams::cpu_sends`]); elsewhere a core and
 /// a NIC per rank and Hockney's model ([`NodeShape::HOCKNEY`]).
@@ -220,7 +225,7 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
 /// On two logs taken afterwards (14 recorded probes): 145.9 against 141.9 of 188 points (r18c),
 /// 133.9 against 126.0 of 187 (r18d).
 fn node_shape(fabric: &str, cores: u32) -> NodeShape {
-    if matches!(fabric, "shm" | "local") {
+    if is_node_fabric(fabric) {
         NodeShape { cores, gap: NODE_GAP, cpu_sends: true }
     } else {
         NodeShape { cores, ..NodeShape::HOCKNEY }
