@@ -118,8 +118,17 @@ fn total(stats: &[Stats]) -> Stats {
         t.local_copy_bytes += s.local_copy_bytes;
         t.rts_msgs += s.rts_msgs;
         t.grants += s.grants;
+        t.direct_msgs += s.direct_msgs;
+        t.direct_bytes += s.direct_bytes;
+        t.direct_copy_bytes += s.direct_copy_bytes;
+        t.direct_fused_bytes += s.direct_fused_bytes;
     }
     t
+}
+
+/// Executor settings without the direct path: small calls take the engine's eager path.
+fn engine_only() -> ExecConfig {
+    ExecConfig { direct_limit: 0, ..common::cfg() }
 }
 
 #[test]
@@ -138,7 +147,7 @@ fn copy_counters_prove_zero_copy_and_single_copy_eager() {
     assert_eq!(t.transport_copy_bytes(), 0, "zero-copy path copied: {t:?}");
     assert_eq!(t.zcopy_bytes, 4 * 2 * 1_048_576, "{t:?}"); // log2(4) exchanges of the whole vector per rank
                                                            // Small: eager only, each byte copied exactly once (out of its slot).
-    let small = job(4, common::cfg(), |c| {
+    let small = job(4, engine_only(), |c| {
         let x = vec![1.0f64; 64];
         let mut y = vec![0.0f64; 64];
         c.with(&opts).allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
@@ -153,7 +162,7 @@ fn copy_counters_prove_zero_copy_and_single_copy_eager() {
     assert_eq!(t.eager_fused_bytes, t.eager_bytes, "{t:?}");
     assert_eq!(t.eager_copy_bytes, 0, "{t:?}");
     // Bcast has no reduction: every eager byte is copied out of its slot exactly once.
-    let bc = job(4, common::cfg(), |c| {
+    let bc = job(4, engine_only(), |c| {
         let mut b = if c.rank() == 0 { vec![7u8; 1000] } else { vec![0u8; 1000] };
         c.with(&Options::algorithm("binomial")).bcast(&mut b, 0).unwrap();
         assert!(b.iter().all(|&v| v == 7));
@@ -164,6 +173,56 @@ fn copy_counters_prove_zero_copy_and_single_copy_eager() {
     assert_eq!(t.eager_copy_bytes, t.eager_bytes, "eager bytes must be copied exactly once: {t:?}");
     assert_eq!(t.transport_copy_bytes(), t.eager_bytes);
     assert_eq!((t.rts_msgs, t.grants), (0, 0), "{t:?}");
+}
+
+#[test]
+fn direct_path_copies_once_and_reduces_out_of_the_mailbox() {
+    // The first direct call sets up the mailboxes with an allgather on the engine: counters are
+    // taken after one warm-up call.
+    let delta = |c: &Communicator, f: &dyn Fn()| {
+        let before = c.stats();
+        f();
+        let after = c.stats();
+        Stats {
+            direct_msgs: after.direct_msgs - before.direct_msgs,
+            direct_bytes: after.direct_bytes - before.direct_bytes,
+            direct_copy_bytes: after.direct_copy_bytes - before.direct_copy_bytes,
+            direct_fused_bytes: after.direct_fused_bytes - before.direct_fused_bytes,
+            eager_msgs: after.eager_msgs - before.eager_msgs,
+            zcopy_msgs: after.zcopy_msgs - before.zcopy_msgs,
+            ..Stats::default()
+        }
+    };
+    let rd = Options::algorithm("recursive_doubling");
+    let ar = job(4, common::cfg(), |c| {
+        let x = vec![1.0f64; 64];
+        let mut y = vec![0.0f64; 64];
+        c.with(&rd).allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+        delta(c, &|| {
+            let mut y = vec![0.0f64; 64];
+            c.with(&rd).allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+            assert!(y.iter().all(|&v| v == 4.0));
+        })
+    });
+    let t = total(&ar);
+    assert_eq!((t.eager_msgs, t.zcopy_msgs), (0, 0), "the engine moved data: {t:?}");
+    assert_eq!((t.direct_msgs, t.direct_bytes), (4 * 2, 4 * 2 * 512), "{t:?}");
+    // Recursive doubling reduces every received block straight out of the record: no copy.
+    assert_eq!((t.direct_fused_bytes, t.direct_copy_bytes), (t.direct_bytes, 0), "{t:?}");
+    let bc = job(4, common::cfg(), |c| {
+        let mut b = vec![0u8; 1000];
+        c.with(&Options::algorithm("binomial")).bcast(&mut b, 0).unwrap();
+        delta(c, &|| {
+            let mut b = if c.rank() == 0 { vec![7u8; 1000] } else { vec![0u8; 1000] };
+            c.with(&Options::algorithm("binomial")).bcast(&mut b, 0).unwrap();
+            assert!(b.iter().all(|&v| v == 7));
+        })
+    });
+    let t = total(&bc);
+    assert_eq!((t.eager_msgs, t.zcopy_msgs), (0, 0), "{t:?}");
+    assert_eq!(t.direct_bytes, 3 * 1000, "{t:?}");
+    assert_eq!(t.direct_copy_bytes, t.direct_bytes, "direct bytes must be copied exactly once: {t:?}");
+    assert_eq!(t.transport_copy_bytes(), t.direct_bytes);
 }
 
 #[test]
@@ -354,7 +413,7 @@ fn communicator_is_send_and_sync() {
 
 #[test]
 fn early_messages_and_full_rings_fall_back_to_rendezvous() {
-    let stats = job(3, common::cfg(), |c| {
+    let stats = job(3, engine_only(), |c| {
         if c.rank() != 0 {
             // The root runs far ahead: its eager messages for future bcasts wait in our slots
             // until the rings are full, then it must use rendezvous.
@@ -369,6 +428,28 @@ fn early_messages_and_full_rings_fall_back_to_rendezvous() {
     });
     assert!(stats[0].rts_msgs > 0, "the root never ran out of slots: {:?}", stats[0]);
     assert!(stats[0].eager_msgs > 0);
+}
+
+#[test]
+fn direct_root_running_far_ahead_waits_for_mailbox_space() {
+    // 3000 bcasts of 100 B are several laps of a 64 KiB inbox: the root fills it and must wait
+    // until the others, asleep at first, consume.
+    job(3, common::cfg(), |c| {
+        if c.rank() != 0 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        for round in 0..3000u32 {
+            let mut b: Vec<u32> = if c.rank() == 0 { (0..25).map(|i| i ^ round).collect() } else { vec![0; 25] };
+            c.with(&Options::algorithm("linear")).bcast(&mut b, 0).unwrap();
+            assert!(b.iter().enumerate().all(|(i, &v)| v == i as u32 ^ round), "round {round}");
+        }
+        let s = c.stats();
+        if c.rank() == 0 {
+            assert!(s.direct_msgs >= 2 * 3000, "{s:?}");
+        } else {
+            assert!(s.direct_copy_bytes >= 3000 * 100, "{s:?}");
+        }
+    });
 }
 
 #[test]

@@ -116,7 +116,7 @@ fn killed_rank(name: &str, provider: &str, timeout: &str) {
     let env = [("FABCOLL_FABRIC", fabric.as_str()), ("FABCOLL_TIMEOUT", timeout)];
     support::ranks(name, 4, LIMIT, &env, |job| {
         let Some(c) = connect() else { return };
-        procs::killed_rank(&c, Duration::from_secs(10), || {
+        procs::killed_rank(&c, 1000, Duration::from_secs(10), || {
             fabcoll::fabric::bootstrap::barrier(&*job.store, "survivors", 3, Duration::from_secs(30)).unwrap()
         });
     });

@@ -70,20 +70,24 @@ fn shm_bad_arguments_are_clear_errors() {
     on_shm("shm_bad_arguments_are_clear_errors", 3, 9, procs::bad_arguments);
 }
 
+/// A killed rank is named, by a call on the engine (8000 B) and by one on the direct path (8 B).
+fn shm_killed_rank(name: &str, count: usize) {
+    support::ranks(name, 4, LIMIT, &[("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "5")], |job| {
+        let c = Communicator::from_env().expect("communicator");
+        procs::killed_rank(&c, count, Duration::from_secs(10), || {
+            fabcoll::fabric::bootstrap::barrier(&*job.store, "survivors", 3, Duration::from_secs(30)).unwrap()
+        });
+    });
+}
+
 #[test]
 fn shm_killed_rank_is_named() {
-    support::ranks(
-        "shm_killed_rank_is_named",
-        4,
-        LIMIT,
-        &[("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "5")],
-        |job| {
-            let c = Communicator::from_env().expect("communicator");
-            procs::killed_rank(&c, Duration::from_secs(10), || {
-                fabcoll::fabric::bootstrap::barrier(&*job.store, "survivors", 3, Duration::from_secs(30)).unwrap()
-            });
-        },
-    );
+    shm_killed_rank("shm_killed_rank_is_named", 1000);
+}
+
+#[test]
+fn shm_killed_rank_is_named_on_the_direct_path() {
+    shm_killed_rank("shm_killed_rank_is_named_on_the_direct_path", 1);
 }
 
 #[test]

@@ -107,6 +107,29 @@ unsafe fn stream_copy(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
+/// Maps every page of `[ptr, ptr+len)` for writing now (Linux `MADV_POPULATE_WRITE`), so the
+/// first stores into fresh (shared) memory do not take a page fault each inside a latency-bound
+/// loop (a minor fault costs microseconds on a VM). Contents are unchanged, so memory that peers
+/// use concurrently may be populated. Best effort: where the kernel lacks it, nothing happens.
+///
+/// # Safety
+/// `[ptr, ptr+len)` must lie in read/write mappings of this process.
+pub unsafe fn populate_write(ptr: *mut u8, len: usize) {
+    if len == 0 {
+        return;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+    let start = ptr as usize / page * page;
+    let end = (ptr as usize + len).div_ceil(page) * page;
+    // SAFETY: the range covers only pages of the caller's mappings (rounded to whole pages, which
+    // are mapped as a whole); MADV_POPULATE_WRITE faults them in without changing their contents.
+    let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_POPULATE_WRITE) };
+    if rc != 0 {
+        tracing::debug!("madvise(MADV_POPULATE_WRITE) failed: {}", std::io::Error::last_os_error());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -243,4 +243,11 @@ pub trait Endpoint: Send {
     fn peer_busy_elsewhere(&self, _peer: usize) -> bool {
         false
     }
+
+    /// `Some(reason)` when `peer`'s process is known to be gone without having closed its
+    /// endpoint (crashed or killed: node-local backends can tell); `None` when it is alive,
+    /// closed cleanly, or the backend cannot tell (the default).
+    fn peer_gone(&self, _peer: usize) -> Option<String> {
+        None
+    }
 }

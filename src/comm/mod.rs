@@ -8,6 +8,7 @@
 
 mod cache;
 mod call;
+mod direct;
 mod estimate;
 mod pinned;
 mod request;
@@ -69,6 +70,12 @@ pub struct Communicator {
     _server: Option<Arc<TcpStoreServer>>,
     /// Cost-model parameters and choices (src/comm/estimate.rs), shared with dups and splits.
     model: Arc<estimate::ModelState>,
+    /// Calls up to this many bytes may take the direct path (0: never; see `comm::direct`).
+    direct_limit: usize,
+    /// This communicator's direct-path mailboxes and state.
+    direct: Mutex<direct::DirectState>,
+    /// Direct-path counters of the endpoint (shared with dups and splits).
+    direct_counts: direct::SharedCounts,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -130,6 +137,7 @@ impl Communicator {
         let mut engine = Engine::new(ep, cfg)?;
         let members: Arc<[u32]> = (0..size).collect();
         engine.add_ctx(0, &members)?;
+        let direct_limit = engine.direct_limit();
         Ok(Communicator {
             engine: Arc::new(Mutex::new(engine)),
             ctx: 0,
@@ -142,6 +150,9 @@ impl Communicator {
             plans: Mutex::default(),
             _server: None,
             model: Arc::default(),
+            direct_limit,
+            direct: Mutex::default(),
+            direct_counts: Arc::default(),
         })
     }
 
@@ -212,7 +223,9 @@ impl Communicator {
 
     /// Executor counters of the endpoint this communicator runs on (shared with dup/split).
     pub fn stats(&self) -> Stats {
-        self.lock().stats()
+        let mut s = self.lock().stats();
+        s.add_direct(&self.direct_counts.lock().unwrap_or_else(|p| p.into_inner()));
+        s
     }
 
     fn lock(&self) -> MutexGuard<'_, Engine> {
@@ -286,6 +299,11 @@ impl Communicator {
     /// Starts a call; the buffers behind `call` must stay lent until the op is waited for.
     fn start(&self, call: Call<'_>, opts: &Options) -> Result<OpKey> {
         let (spec, args) = self.plan(&call, opts, self.check)?;
+        self.start_planned(call, spec, args)
+    }
+
+    /// [`Communicator::start`] with the plan made (`args` only in checked mode).
+    fn start_planned(&self, call: Call<'_>, spec: OpSpec, args: Option<Arc<CollArgs>>) -> Result<OpKey> {
         let mut eng = self.lock();
         let check = args.map(|args| {
             // The executor settings every rank must share (they decide eager vs zero-copy per
@@ -323,8 +341,23 @@ impl Communicator {
         }
     }
 
-    /// A blocking call.
+    /// A blocking call: on the direct path when it qualifies (see `comm::direct`), else on the
+    /// engine.
     fn run(&self, call: Call<'_>, opts: &Options) -> Result<()> {
+        if !self.check && direct::eligible(&call.args, self.direct_limit) {
+            let (spec, args) = self.plan(&call, opts, true)?;
+            let fits = |a: &CollArgs| *spec.plan.direct_fits.get_or_init(|| direct::fits(a, spec.alg));
+            if args.is_some_and(|a| direct::unsegmented(&a) && fits(&a)) {
+                return self.run_direct(&call, &spec);
+            }
+            let key = self.start_planned(call, spec, None)?;
+            return self.wait_with(key, Waiter::fresh());
+        }
+        self.run_engine(call, opts)
+    }
+
+    /// A blocking call on the engine.
+    fn run_engine(&self, call: Call<'_>, opts: &Options) -> Result<()> {
         let key = self.start(call, opts)?;
         self.wait_with(key, Waiter::fresh())
     }
@@ -382,6 +415,9 @@ impl Communicator {
             plans: Mutex::default(),
             _server: self._server.clone(),
             model: self.model.clone(),
+            direct_limit: self.direct_limit,
+            direct: Mutex::default(),
+            direct_counts: self.direct_counts.clone(),
         })
     }
 

@@ -41,6 +41,11 @@ pub struct ExecConfig {
     /// ranks); `None` = this process's own CPU set. A launcher that pins every rank to one CPU
     /// leaves each process a set of one, which alone would call any 2-rank job oversubscribed.
     pub local_cpus: Option<usize>,
+    /// Blocking collectives whose buffers are at most this many bytes (the largest buffer of
+    /// any rank; v-variants never) run on the direct path of load/store fabrics: their schedule
+    /// moves through per-communicator shared-memory mailboxes instead of the engine (see
+    /// `exec::direct`). 0 turns it off; at most `mailbox::MAX_DIRECT`. `FABCOLL_DIRECT`.
+    pub direct_limit: usize,
 }
 
 /// Defaults measured with `tests/shm_bench.rs` (2 processes, allreduce recursive doubling, shm,
@@ -60,9 +65,13 @@ impl Default for ExecConfig {
             local_ranks: None,
             yield_when_idle: None,
             local_cpus: None,
+            direct_limit: DEFAULT_DIRECT,
         }
     }
 }
+
+/// Default direct limit (see [`ExecConfig::direct_limit`]).
+pub const DEFAULT_DIRECT: usize = 16384;
 
 /// Eager limit and slot size on network fabrics ([`FabricClass::Network`]). A zero-copy message
 /// pays a rendezvous round trip (grant, then write) that costs ~15–25 µs on ofi:tcp, more than
@@ -106,7 +115,7 @@ impl ExecConfig {
     /// These settings overridden by `FABCOLL_EAGER` (bytes; raises the slot size to fit),
     /// `FABCOLL_SLOTS`, `FABCOLL_TIMEOUT` (seconds, fractions allowed), `FABCOLL_MR_CACHE`
     /// (entries), `FABCOLL_SPIN_US` (microseconds), `FABCOLL_YIELD` (0 or 1) and
-    /// `FABCOLL_LOCAL_CPUS` (CPUs the node's ranks share).
+    /// `FABCOLL_LOCAL_CPUS` (CPUs the node's ranks share) and `FABCOLL_DIRECT` (bytes, 0 = off).
     pub fn env_over(self) -> Result<ExecConfig> {
         let mut c = self;
         let num = |k: &str| -> Result<Option<f64>> {
@@ -141,6 +150,9 @@ impl ExecConfig {
         if let Some(v) = num("FABCOLL_LOCAL_CPUS")? {
             c.local_cpus = Some((v as usize).max(1));
         }
+        if let Some(v) = num("FABCOLL_DIRECT")? {
+            c.direct_limit = (v.max(0.0) as usize).min(super::mailbox::MAX_DIRECT);
+        }
         Ok(c)
     }
 }
@@ -167,15 +179,21 @@ pub struct Stats {
     /// Bytes moved by the algorithms' own Copy steps (not transport copies) and Reduce steps.
     pub local_copy_bytes: u64,
     pub reduce_bytes: u64,
+    /// Direct path (`exec::direct`): messages and bytes stored into peers' mailboxes, bytes
+    /// copied out of records (its one copy) and bytes reduced straight out of them.
+    pub direct_msgs: u64,
+    pub direct_bytes: u64,
+    pub direct_copy_bytes: u64,
+    pub direct_fused_bytes: u64,
     /// MR cache: registrations made and lookups served from the cache.
     pub registrations: u64,
     pub cache_hits: u64,
 }
 
 impl Stats {
-    /// All bytes copied by the transport paths (eager + zero-copy).
+    /// All bytes copied by the transport paths (eager, zero-copy, direct).
     pub fn transport_copy_bytes(&self) -> u64 {
-        self.eager_copy_bytes + self.zcopy_copy_bytes
+        self.eager_copy_bytes + self.zcopy_copy_bytes + self.direct_copy_bytes
     }
 }
 

@@ -9,8 +9,10 @@
 
 mod config;
 mod core;
+pub(crate) mod direct;
 pub(crate) mod eager;
 pub(crate) mod fasthash;
+pub(crate) mod mailbox;
 pub(crate) mod mrcache;
 pub(crate) mod op;
 pub(crate) mod plan;
@@ -238,7 +240,48 @@ impl Engine {
     /// eager threshold (a message goes eager on the sender exactly when the receiver expects it
     /// to) and the immediate width.
     pub fn protocol_signature(&self) -> String {
-        format!("[eager<={} imm {} bits]", self.core.cfg.eager_threshold, self.core.layout.bits)
+        format!(
+            "[eager<={} imm {} bits direct<={}]",
+            self.core.cfg.eager_threshold,
+            self.core.layout.bits,
+            self.direct_limit()
+        )
+    }
+
+    /// Calls up to this many bytes take the direct path (0 where the fabric has no load/store).
+    pub fn direct_limit(&self) -> usize {
+        if self.core.caps.load_store {
+            self.core.cfg.direct_limit.min(mailbox::MAX_DIRECT)
+        } else {
+            0
+        }
+    }
+
+    /// How a direct call waits: polls before yielding, spin budget before it sleeps, deadline.
+    pub fn direct_waiting(&self) -> (u32, Duration, Duration) {
+        (self.yield_after, self.spin, self.core.cfg.timeout)
+    }
+
+    /// The endpoint (to set up direct mailboxes).
+    pub fn endpoint(&mut self) -> &mut dyn Endpoint {
+        &mut *self.core.ep
+    }
+
+    /// Whether endpoint rank `ep`'s process is known to have died (see `Endpoint::peer_gone`).
+    pub fn peer_gone(&self, ep: usize) -> Option<String> {
+        self.core.ep.peer_gone(ep)
+    }
+
+    /// The error that broke context `ctx`, if one did.
+    pub fn broken(&self, ctx: u32) -> Option<String> {
+        self.ctxs.get(&ctx).and_then(|c| c.broken.clone())
+    }
+
+    /// Marks context `ctx` broken by `why` (a failed direct call).
+    pub fn break_ctx(&mut self, ctx: u32, why: String) {
+        if let Some(c) = self.ctxs.get_mut(&ctx) {
+            c.broken.get_or_insert(why);
+        }
     }
 
     /// Registers a communicator context (members = endpoint rank of each communicator rank).

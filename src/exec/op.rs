@@ -580,16 +580,7 @@ impl Op {
     /// abort notice) that did not report a timeout themselves — the silent ones. Falls back to
     /// this rank's direct waits.
     pub fn suspects(&self) -> Vec<u32> {
-        let direct = self.waiting_for();
-        let mut all: Vec<u32> = direct.iter().chain(self.notices.values().flatten()).copied().collect();
-        all.sort_unstable();
-        all.dedup();
-        all.retain(|r| *r != self.rank && !self.notices.contains_key(r));
-        if all.is_empty() {
-            direct
-        } else {
-            all
-        }
+        suspects(self.rank, self.waiting_for(), &self.notices)
     }
 
     /// The ranks to blame after a write to `lost` failed. A failed write is positive evidence,
@@ -621,5 +612,20 @@ impl Op {
     pub fn held_slots(&self) -> Vec<(usize, u32)> {
         let waiting = self.eager_in.iter().map(|(&(peer, _), &slot)| (self.ep(peer), slot));
         waiting.chain(self.fused_slot.iter().map(|&(_, v)| v)).collect()
+    }
+}
+
+/// The ranks to blame on timeout (see [`Op::suspects`]): of the ranks `rank` waits for
+/// (`direct`) and those its peers' abort notices name, the ones that sent no notice themselves;
+/// `direct` if that leaves none.
+pub(crate) fn suspects(rank: u32, direct: Vec<u32>, notices: &FastMap<u32, Vec<u32>>) -> Vec<u32> {
+    let mut all: Vec<u32> = direct.iter().chain(notices.values().flatten()).copied().collect();
+    all.sort_unstable();
+    all.dedup();
+    all.retain(|r| *r != rank && !notices.contains_key(r));
+    if all.is_empty() {
+        direct
+    } else {
+        all
     }
 }

@@ -2,6 +2,8 @@
 //! indices, send/receive lookup, fusable Recv→Reduce pairs). Immutable and shared (`Arc`), so a
 //! communicator builds it once per distinct call and reuses it (see `comm::cache`).
 
+use std::sync::OnceLock;
+
 use fabcoll_collectives::schedule::{Region, Schedule, StepId, StepKind};
 
 use super::fasthash::FastMap;
@@ -32,6 +34,8 @@ pub(crate) struct Plan {
     pub local_roots: Vec<StepId>,
     /// Per step: a local step (Copy or Reduce), issued after every ready Send and Recv.
     pub local: Vec<bool>,
+    /// Whether the call may take the direct path (`comm::direct::fits`), decided on first use.
+    pub direct_fits: OnceLock<bool>,
 }
 
 impl Plan {
@@ -71,7 +75,20 @@ impl Plan {
             .collect();
         let (local_roots, roots) =
             (0..n as StepId).rev().filter(|&i| deps[i as usize] == 0).partition(|&i| local[i as usize]);
-        Plan { sched, deps, dependents, idx, recv_of, send_of, fuse, fused_from, roots, local_roots, local }
+        Plan {
+            sched,
+            deps,
+            dependents,
+            idx,
+            recv_of,
+            send_of,
+            fuse,
+            fused_from,
+            roots,
+            local_roots,
+            local,
+            direct_fits: OnceLock::new(),
+        }
     }
 }
 

@@ -273,14 +273,14 @@ pub fn bad_arguments(c: &Communicator) -> Result<usize, String> {
     Ok(n)
 }
 
-/// Killed rank: after one good allreduce, rank `p-1` exits; each survivor's next allreduce must
-/// fail within `limit` with an error that names exactly that rank, and the communicator must then
-/// say it is broken. `survivors_leave` is a barrier of the survivors outside the communicator
-/// (a survivor that exits early would look dead to the others).
-pub fn killed_rank(c: &Communicator, limit: Duration, survivors_leave: impl FnOnce()) {
+/// Killed rank: after one good allreduce of `count` u64, rank `p-1` exits; each survivor's next
+/// allreduce must fail within `limit` with an error that names exactly that rank, and the
+/// communicator must then say it is broken. `survivors_leave` is a barrier of the survivors
+/// outside the communicator (a survivor that exits early would look dead to the others).
+pub fn killed_rank(c: &Communicator, count: usize, limit: Duration, survivors_leave: impl FnOnce()) {
     let (r, p) = (c.rank(), c.size());
     let dead = p - 1;
-    let mut x = vec![1u64; 1000];
+    let mut x = vec![1u64; count];
     c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
     assert!(x.iter().all(|&v| v == p as u64), "rank {r}: first allreduce wrong");
     if r == dead {

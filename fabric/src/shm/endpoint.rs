@@ -569,6 +569,10 @@ impl Endpoint for ShmEndpoint {
         p.store(v, Ordering::Relaxed);
     }
 
+    fn peer_gone(&self, peer: usize) -> Option<String> {
+        self.crashed_peer(peer).map(|e| e.to_string())
+    }
+
     fn peer_busy_elsewhere(&self, peer: usize) -> bool {
         let Some(p) = self.peers.get(peer) else { return false };
         let theirs = p.seg.header().presence.load(Ordering::Relaxed);

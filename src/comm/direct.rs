@@ -1,0 +1,325 @@
+//! The communicator's side of the direct path (`exec::direct`): which calls take it, the
+//! mailbox set-up on first use, waiting, and the errors a failed call leaves behind.
+//!
+//! A call takes the direct path when all of these hold, each the same on every rank (so every
+//! rank takes the same path): the endpoint is load/store (shm, local); the call blocks; checked
+//! mode is off; the operation is not a v-variant; the largest buffer any rank passes is at most
+//! `ExecConfig::direct_limit` bytes; the chosen algorithm does not cut messages into segments
+//! smaller than that, and sends at most half an inbox to any one peer ([`fits`]); the
+//! communicator has at most [`MAX_RANKS`] ranks.
+//!
+//! The first such call on a communicator allocates this rank's mailbox region (p inboxes of
+//! 64 KiB) and exchanges the descriptors with an allgather on the engine.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fabcoll_collectives::registry;
+use fabcoll_collectives::schedule::StepKind;
+use fabcoll_collectives::{CollArgs, Collective};
+use fabcoll_fabric::RemoteMr;
+
+use super::call::{Call, Collectives};
+use super::{Communicator, Options};
+use crate::error::{Error, Result};
+use crate::exec::direct::{self, DirectCounts, Runner, Waiting};
+use crate::exec::mailbox::{record_len, Mailbox, RING};
+use crate::exec::op::OpSpec;
+use crate::exec::Stats;
+
+/// Largest communicator that uses the direct path (its mailboxes take p · 64 KiB per rank).
+pub(crate) const MAX_RANKS: u32 = 64;
+
+/// How often a long wait asks the endpoint whether a peer died.
+const LIVENESS_EVERY: Duration = Duration::from_millis(10);
+
+/// A waiting call that has spun this long sleeps this much between polls.
+const NAP: Duration = Duration::from_micros(50);
+
+/// A communicator's direct-path state.
+#[derive(Default)]
+pub(crate) enum DirectState {
+    /// No direct call yet.
+    #[default]
+    Unset,
+    Ready(Box<Ready>),
+    /// A direct call failed: the communicator is broken.
+    Off,
+}
+
+/// The mailboxes, the reusable run state, and the number of direct calls made so far.
+pub(crate) struct Ready {
+    mb: Mailbox,
+    runner: Runner,
+    seq: u64,
+}
+
+/// Direct-path counters of every communicator on one endpoint (dup/split share them).
+pub(crate) type SharedCounts = Arc<Mutex<DirectCounts>>;
+
+/// Elements of the largest buffer any rank passes to this call, for the operations whose buffer
+/// sizes follow from the arguments alone (not the v-variants).
+fn largest_buffer(args: &CollArgs) -> Option<u64> {
+    let p = u64::from(args.size);
+    match args.coll {
+        Collective::Barrier => Some(0),
+        Collective::Bcast | Collective::Reduce | Collective::Allreduce | Collective::Scan | Collective::Exscan => {
+            Some(args.count)
+        }
+        Collective::Gather
+        | Collective::Scatter
+        | Collective::Allgather
+        | Collective::Alltoall
+        | Collective::ReduceScatterBlock => args.count.checked_mul(p),
+        Collective::Gatherv
+        | Collective::Scatterv
+        | Collective::Allgatherv
+        | Collective::Alltoallv
+        | Collective::ReduceScatter => None,
+    }
+}
+
+/// Whether `args` (the call's, `elem` bytes per element) qualify, before the algorithm is known.
+pub(crate) fn eligible(args: &CollArgs, limit: usize) -> bool {
+    limit > 0
+        && args.size <= MAX_RANKS
+        && largest_buffer(args)
+            .and_then(|n| n.checked_mul(u64::from(args.elem_size)))
+            .is_some_and(|b| b <= limit as u64)
+}
+
+/// Whether the chosen arguments keep messages whole (no `segment` below the buffer's length).
+pub(crate) fn unsegmented(args: &CollArgs) -> bool {
+    match args.params.get("segment") {
+        Some(seg) => seg == 0 || largest_buffer(args).is_some_and(|n| seg >= n),
+        None => true,
+    }
+}
+
+/// Whether every rank's schedule of `alg` for `args` (the arguments it runs with) sends at most
+/// half an inbox to any one peer. Then no sender of the call waits for inbox space while its
+/// receiver waits for it (the other half holds what earlier calls left; a sender running ahead
+/// by whole calls only waits for a receiver that is still busy with earlier ones). Schedules are
+/// a function of the arguments, so every rank decides alike; built once per plan.
+pub(crate) fn fits(args: &CollArgs, alg: &str) -> bool {
+    let Ok(a) = registry::find(args.coll, alg) else { return false };
+    (0..args.size).all(|r| {
+        let Ok(s) = a.schedule(&CollArgs { rank: r, ..args.clone() }) else { return false };
+        let mut to = vec![0usize; args.size as usize];
+        for (_, k, _) in s.iter() {
+            if let StepKind::Send { peer, src } = *k {
+                if src.len > 0 {
+                    to[peer as usize] += record_len(src.len as usize * args.elem_size as usize);
+                }
+            }
+        }
+        to.iter().all(|&b| b <= RING / 2)
+    })
+}
+
+impl Stats {
+    /// Adds the direct path's counters.
+    pub(crate) fn add_direct(&mut self, d: &DirectCounts) {
+        self.direct_msgs += d.msgs;
+        self.direct_bytes += d.bytes;
+        self.direct_copy_bytes += d.copy_bytes;
+        self.direct_fused_bytes += d.fused_bytes;
+        self.local_copy_bytes += d.local_copy_bytes;
+        self.reduce_bytes += d.reduce_bytes;
+    }
+}
+
+impl DirectCounts {
+    fn add(&mut self, d: &DirectCounts) {
+        self.msgs += d.msgs;
+        self.bytes += d.bytes;
+        self.copy_bytes += d.copy_bytes;
+        self.fused_bytes += d.fused_bytes;
+        self.local_copy_bytes += d.local_copy_bytes;
+        self.reduce_bytes += d.reduce_bytes;
+    }
+}
+
+/// Runs calls on the engine only (the mailbox set-up itself must not take the direct path).
+struct EngineOnly<'a>(&'a Communicator);
+
+impl<'b> Collectives<'b> for EngineOnly<'_> {
+    type Out = ();
+
+    fn comm(&self) -> &Communicator {
+        self.0
+    }
+
+    fn submit(&self, call: Call<'b>) -> Result<()> {
+        self.0.run_engine(call, &Options::default())
+    }
+}
+
+impl Communicator {
+    /// Allocates and exchanges the mailboxes (collective: the first direct call of every rank).
+    fn direct_setup(&self) -> Result<Mailbox> {
+        let (rank, p) = (self.rank as usize, self.size as usize);
+        let mut mb = Mailbox::new(self.lock().endpoint(), rank, p)?;
+        let mine = mb.descriptor();
+        let mut all = vec![0u8; mine.len() * p];
+        EngineOnly(self).allgather(&mine[..], &mut all)?;
+        let descs = all.chunks(mine.len()).map(RemoteMr::from_bytes).collect::<fabcoll_fabric::Result<Vec<_>>>()?;
+        mb.connect(self.lock().endpoint(), &descs, &self.members)?;
+        Ok(mb)
+    }
+
+    /// Runs a planned call on the direct path.
+    pub(super) fn run_direct(&self, call: &Call<'_>, spec: &OpSpec) -> Result<()> {
+        let mut guard = self.direct.lock().unwrap_or_else(|p| p.into_inner());
+        let (yield_after, spin, timeout) = {
+            let eng = self.lock();
+            if let Some(why) = eng.broken(self.ctx) {
+                return Err(Error::Broken(why));
+            }
+            eng.direct_waiting()
+        };
+        if matches!(*guard, DirectState::Unset) {
+            match self.direct_setup() {
+                Ok(mb) => *guard = DirectState::Ready(Box::new(Ready { mb, runner: Runner::default(), seq: 0 })),
+                Err(e) => {
+                    *guard = DirectState::Off;
+                    self.lock().break_ctx(self.ctx, e.to_string());
+                    return Err(e);
+                }
+            }
+        }
+        let DirectState::Ready(ready) = &mut *guard else {
+            return Err(Error::Broken("an earlier direct call failed".into()));
+        };
+        let Ready { mb, runner, seq } = &mut **ready;
+        let c = direct::Call {
+            plan: &spec.plan,
+            send: call.send.0,
+            recv: call.recv.0,
+            dtype: spec.dtype,
+            rop: spec.rop.as_ref(),
+            seq: *seq,
+        };
+        let (coll, rank, this_seq) = (spec.coll, self.rank, *seq);
+        let mut last_liveness: Option<Instant> = None;
+        let mut check = |waiting: &[u32], t0: Instant| -> Result<()> {
+            let waited = t0.elapsed();
+            if waited >= spin {
+                std::thread::sleep(NAP);
+            }
+            if waited >= LIVENESS_EVERY && last_liveness.is_none_or(|t| t.elapsed() >= LIVENESS_EVERY) {
+                last_liveness = Some(Instant::now());
+                let eng = self.lock();
+                let gone: Vec<(u32, String)> = (0..self.size)
+                    .filter(|&r| r != rank)
+                    .filter_map(|r| eng.peer_gone(self.members[r as usize] as usize).map(|why| (r, why)))
+                    .collect();
+                if !gone.is_empty() {
+                    let cause = gone.iter().map(|(_, w)| w.as_str()).collect::<Vec<_>>().join("; ");
+                    let peers = gone.into_iter().map(|(r, _)| r).collect();
+                    return Err(Error::PeerLost { coll, seq: this_seq, rank, peers, cause });
+                }
+            }
+            if waited >= timeout {
+                return Err(Error::Timeout { coll, seq: this_seq, rank, after: waited, waiting_for: waiting.to_vec() });
+            }
+            Ok(())
+        };
+        let mut w = Waiting { yield_after, check: &mut check };
+        let r = runner.run(&c, mb, &mut w);
+        *seq += 1;
+        match r {
+            Ok(counts) => {
+                drop(guard);
+                self.direct_counts.lock().unwrap_or_else(|p| p.into_inner()).add(&counts);
+                Ok(())
+            }
+            Err(e) => {
+                let e = match e {
+                    Error::Timeout { coll, seq, rank, after, waiting_for } => {
+                        let grace = (timeout / 2).min(Duration::from_secs(2));
+                        let waiting_for = direct::blame(mb, seq, rank, self.size, waiting_for, grace);
+                        Error::Timeout { coll, seq, rank, after, waiting_for }
+                    }
+                    e => e,
+                };
+                *guard = DirectState::Off;
+                self.lock().break_ctx(self.ctx, e.to_string());
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::mailbox::MAX_DIRECT;
+
+    #[test]
+    fn only_small_fixed_size_calls_qualify() {
+        let mut a = CollArgs::new(Collective::Allreduce, 0, 4, 512);
+        a.elem_size = 8;
+        assert!(eligible(&a, 4096));
+        assert!(!eligible(&a, 4095));
+        assert!(!eligible(&a, 0));
+        // Allgather: the receive buffer holds p blocks.
+        let mut g = CollArgs::new(Collective::Allgather, 1, 4, 256);
+        g.elem_size = 4;
+        assert!(eligible(&g, 4096));
+        g.count = 257;
+        assert!(!eligible(&g, 4096));
+        let mut v = CollArgs::new(Collective::Allgatherv, 1, 2, 1);
+        v.counts = Some(vec![1, 1].into());
+        assert!(!eligible(&v, 4096), "v-variants never");
+        let big = CollArgs::new(Collective::Bcast, 0, MAX_RANKS + 1, 1);
+        assert!(!eligible(&big, 4096));
+        let mut seg = a.clone();
+        seg.params.set("segment", 100);
+        assert!(!unsegmented(&seg));
+        seg.params.set("segment", 512);
+        assert!(unsegmented(&seg));
+        seg.params.set("segment", 0);
+        assert!(unsegmented(&seg), "0 = no segmentation");
+        assert!(unsegmented(&a));
+    }
+
+    #[test]
+    fn plans_that_send_more_than_half_an_inbox_to_a_peer_do_not_fit() {
+        let mut args = CollArgs::new(Collective::Allreduce, 0, 4, MAX_DIRECT as u64);
+        args.elem_size = 1;
+        let rd = registry::find(Collective::Allreduce, "recursive_doubling").unwrap().prepare(&args).unwrap();
+        assert!(fits(&rd, "recursive_doubling"));
+        // Every vector passes through the next rank: 3 × 16 KiB to one peer.
+        let ag = registry::find(Collective::Allreduce, "allgather_reduce").unwrap().prepare(&args).unwrap();
+        assert!(!fits(&ag, "allgather_reduce"));
+        let small = CollArgs { count: MAX_DIRECT as u64 / 4, ..ag.clone() };
+        assert!(fits(&small, "allgather_reduce"));
+        assert!(!fits(&args, "no_such_algorithm"));
+    }
+
+    /// The defaults keep the direct path: every qualifying call of the embedded decisions fits.
+    #[test]
+    fn the_default_choices_fit_at_the_direct_limit() {
+        let d = crate::select::Decisions::embedded().unwrap();
+        for coll in Collective::ALL.into_iter().filter(|c| !c.is_vector() && *c != Collective::ReduceScatter) {
+            for p in [2u32, 3, 4, 5, 8, 16, MAX_RANKS] {
+                let blocks = match coll {
+                    Collective::Gather
+                    | Collective::Scatter
+                    | Collective::Allgather
+                    | Collective::Alltoall
+                    | Collective::ReduceScatterBlock => u64::from(p),
+                    _ => 1,
+                };
+                let mut args = CollArgs::new(coll, 0, p, MAX_DIRECT as u64 / blocks);
+                args.elem_size = 1;
+                assert!(eligible(&args, MAX_DIRECT), "{coll} p={p}");
+                let features = crate::select::Features::of(&args).unwrap().on(crate::select::FabricClass::Node);
+                let (alg, params) = d.choose(&args, &features).unwrap();
+                let chosen = CollArgs { params, ..args.clone() };
+                assert!(fits(&alg.prepare(&chosen).unwrap(), alg.name), "{coll}:{} p={p}", alg.name);
+            }
+        }
+    }
+}
