@@ -431,6 +431,19 @@ fn early_messages_and_full_rings_fall_back_to_rendezvous() {
 }
 
 #[test]
+fn direct_setup_survives_a_root_that_leaves_at_once() {
+    // The root's only call is a bcast it finishes without waiting for anyone; it then drops its
+    // communicator (and mailbox region). Peers still mapping that region must not fail.
+    for round in 0..30u8 {
+        job(4, common::cfg(), |c| {
+            let mut b = if c.rank() == 0 { vec![round; 100] } else { vec![0u8; 100] };
+            c.with(&Options::algorithm("linear")).bcast(&mut b, 0).unwrap();
+            assert!(b.iter().all(|&v| v == round));
+        });
+    }
+}
+
+#[test]
 fn direct_root_running_far_ahead_waits_for_mailbox_space() {
     // 3000 bcasts of 100 B are several laps of a 64 KiB inbox: the root fills it and must wait
     // until the others, asleep at first, consume.

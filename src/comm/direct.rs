@@ -9,7 +9,9 @@
 //! communicator has at most [`MAX_RANKS`] ranks.
 //!
 //! The first such call on a communicator allocates this rank's mailbox region (p inboxes of
-//! 64 KiB) and exchanges the descriptors with an allgather on the engine.
+//! 64 KiB), exchanges the descriptors with an allgather on the engine, maps the peers' regions
+//! and waits in a barrier until every rank has (a rank that went on could otherwise drop its
+//! communicator, and with it its region, before a slower peer mapped it).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -165,6 +167,9 @@ impl Communicator {
         EngineOnly(self).allgather(&mine[..], &mut all)?;
         let descs = all.chunks(mine.len()).map(RemoteMr::from_bytes).collect::<fabcoll_fabric::Result<Vec<_>>>()?;
         mb.connect(self.lock().endpoint(), &descs, &self.members)?;
+        // Nobody goes on (and may drop its communicator, deregistering its region) before every
+        // rank has mapped every region: a mapping then keeps the pages.
+        EngineOnly(self).barrier()?;
         Ok(mb)
     }
 

@@ -257,9 +257,10 @@ impl Engine {
         }
     }
 
-    /// How a direct call waits: polls before yielding, spin budget before it sleeps, deadline.
+    /// How a direct call waits: fruitless polls before it yields the core (the engine's rounds
+    /// times [`direct::POLLS_PER_ROUND`]), spin budget before it sleeps, deadline.
     pub fn direct_waiting(&self) -> (u32, Duration, Duration) {
-        (self.yield_after, self.spin, self.core.cfg.timeout)
+        (self.yield_after.saturating_mul(direct::POLLS_PER_ROUND), self.spin, self.core.cfg.timeout)
     }
 
     /// The endpoint (to set up direct mailboxes).
