@@ -431,6 +431,35 @@ fn early_messages_and_full_rings_fall_back_to_rendezvous() {
 }
 
 #[test]
+fn a_direct_call_progresses_the_nonblocking_ops_a_peer_waits_for() {
+    // Rank 0 makes a small blocking call while its large nonblocking allreduce is in flight;
+    // rank 1 first waits for that allreduce (which needs rank 0's grants and reductions), then
+    // makes the small call. Legal in MPI; the direct call must progress the engine meanwhile.
+    let cfg = ExecConfig { timeout: Duration::from_secs(10), ..common::cfg() };
+    job(2, cfg, |c| {
+        let r = c.rank() as u64;
+        let big: Vec<u64> = (0..200_000).map(|i| i + r).collect();
+        let mut out = vec![0u64; big.len()];
+        let mut small = [r + 1];
+        // Set the mailboxes up first (the set-up itself runs on the engine).
+        c.allreduce_in_place(&mut [r], &ReduceOp::Sum).unwrap();
+        c.scope(|s| {
+            let q = s.allreduce(&big, &mut out, &ReduceOp::Sum)?;
+            if c.rank() == 0 {
+                c.allreduce_in_place(&mut small, &ReduceOp::Sum)?;
+                q.wait()
+            } else {
+                q.wait()?;
+                c.allreduce_in_place(&mut small, &ReduceOp::Sum)
+            }
+        })
+        .unwrap();
+        assert_eq!(small[0], 3);
+        assert!(out.iter().enumerate().all(|(i, &v)| v == 2 * i as u64 + 1));
+    });
+}
+
+#[test]
 fn direct_setup_survives_a_root_that_leaves_at_once() {
     // The root's only call is a bcast it finishes without waiting for anyone; it then drops its
     // communicator (and mailbox region). Peers still mapping that region must not fail.

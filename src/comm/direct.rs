@@ -208,6 +208,7 @@ impl Communicator {
         let (coll, rank, this_seq) = (spec.coll, self.rank, *seq);
         let mut last_liveness: Option<Instant> = None;
         let mut check = |waiting: &[u32], t0: Instant| -> Result<()> {
+            self.lock().progress_others();
             let waited = t0.elapsed();
             if waited >= spin {
                 std::thread::sleep(NAP);

@@ -44,8 +44,9 @@ pub(crate) struct DirectCounts {
 pub(crate) struct Waiting<'a> {
     /// Polls in a row that bring nothing before each further poll yields the core.
     pub yield_after: u32,
-    /// Called every [`CHECK_EVERY`] fruitless polls with the ranks the call waits for; an `Err`
-    /// (deadline passed, a peer died) ends the call with it.
+    /// Called every [`CHECK_EVERY`] fruitless polls with the ranks the call waits for (and when
+    /// the wait began): progresses the engine's other collectives, naps after the spin budget;
+    /// an `Err` (deadline passed, a peer died) ends the call with it.
     pub check: &'a mut dyn FnMut(&[u32], Instant) -> Result<()>,
 }
 

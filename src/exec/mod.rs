@@ -263,6 +263,27 @@ impl Engine {
         (self.yield_after.saturating_mul(direct::POLLS_PER_ROUND), self.spin, self.core.cfg.timeout)
     }
 
+    /// One progress round for the collectives in flight on the engine while this thread runs a
+    /// direct call, which does not need the engine: peers may be waiting for this rank's part of
+    /// them (a rank that waits for a nonblocking op before making the blocking call we are in,
+    /// while that op needs our grants or reductions — legal in MPI, whose rule is that a call
+    /// blocked anywhere progresses every outstanding operation). A failure is recorded on every
+    /// op in flight (their waiters report it; the first gets the original error).
+    pub fn progress_others(&mut self) {
+        if self.ops.is_empty() {
+            return;
+        }
+        if let Err(e) = self.progress(None) {
+            let keys: Vec<OpKey> = self.ops.keys().copied().collect();
+            let text = e.to_string();
+            let mut first = Some(e);
+            for k in keys {
+                let e = first.take().unwrap_or_else(|| Error::Protocol(format!("progress failed: {text}")));
+                self.fail(k, e);
+            }
+        }
+    }
+
     /// The endpoint (to set up direct mailboxes).
     pub fn endpoint(&mut self) -> &mut dyn Endpoint {
         &mut *self.core.ep
