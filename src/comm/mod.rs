@@ -376,6 +376,14 @@ impl Communicator {
         self.derive(ctx, self.members.clone(), self.rank)
     }
 
+    /// [`Communicator::dup`] whose calls all run on the engine (never the direct path): what
+    /// the cost model's probe measures (collective).
+    pub(crate) fn dup_on_engine(&self) -> Result<Communicator> {
+        let mut d = self.dup()?;
+        d.direct_limit = 0;
+        Ok(d)
+    }
+
     /// MPI_Comm_split: ranks with the same `color` form a communicator, ordered by (`key`, old
     /// rank); `color = None` takes part but gets no communicator.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {

@@ -20,7 +20,9 @@
 //! - **γ, κ**: the f32-sum reduction kernel and memcpy timed on 4 MiB buffers on rank 0.
 //!
 //! Each configuration runs with the algorithm forced, so what is fitted is what the executor
-//! really costs. A configuration is timed as `fabcoll bench` and the tuner time (`t0; call; t1`
+//! really costs — the engine's executor: the probe runs on a duplicate communicator without the
+//! direct path (`comm::direct`), whose per-message cost is a fraction of the engine's and would
+//! otherwise set α for the messages of every size. A configuration is timed as `fabcoll bench` and the tuner time (`t0; call; t1`
 //! and an untimed barrier, so that calls never overlap) in 31 repetitions of a batch of calls
 //! (batch size agreed on from a first timed call, ≈ 0.5 ms per batch), interleaved across
 //! configurations, each repetition's per-call mean taken as the maximum over ranks; the 5th
@@ -129,8 +131,9 @@ pub fn run(comm: &Communicator) -> Result<ProbeReport> {
     let cores = job_cores(comm)?;
     let shape = node_shape(&comm.fabric_name(), cores);
     let mut samples = Vec::new();
+    let engine = comm.dup_on_engine()?;
     for attempt in 1..=PROBE_ATTEMPTS {
-        samples = time_cases(comm, plan(p))?;
+        samples = time_cases(&engine, plan(p))?;
         if comm.rank() == 0 {
             match (Timings { p, measured: &samples, eager_limit }).fit(shape) {
                 Ok((m, a_r)) => {
