@@ -1,6 +1,8 @@
 //! Every collective × every registered algorithm (restrictions respected) through the real
 //! executor over the local backend, p ∈ {1,2,3,4,5,7,8}, counts {0, 1, p+1, 100,003}, compared
-//! with a reference computation; reductions also with a non-commutative op where allowed.
+//! with a reference computation; reductions also with a non-commutative op where allowed. The
+//! small counts take the direct path; `every_collective_on_the_engine_alone` runs them on the
+//! engine as well.
 
 mod common;
 
@@ -8,8 +10,12 @@ use fabcoll::collectives::Collective;
 use fabcoll::Communicator;
 
 fn matrix(ps: &[u32], colls: &[Collective]) {
+    matrix_with(common::cfg(), ps, colls);
+}
+
+fn matrix_with(cfg: fabcoll::ExecConfig, ps: &[u32], colls: &[Collective]) {
     for &p in ps {
-        let comms = Communicator::local_with(p as usize, common::cfg()).unwrap();
+        let comms = Communicator::local_with(p as usize, cfg.clone()).unwrap();
         common::local_job(comms, |c| {
             let mut ran = 0;
             for &coll in colls {
@@ -63,6 +69,14 @@ fn gathers() {
 #[test]
 fn alltoalls() {
     matrix(&PS, &[Collective::Alltoall, Collective::Alltoallv]);
+}
+
+/// Small calls take the direct path by default (`FABCOLL_DIRECT`); the engine's eager path
+/// keeps its own coverage at the small counts with the direct path off.
+#[test]
+fn every_collective_on_the_engine_alone() {
+    let cfg = fabcoll::ExecConfig { direct_limit: 0, ..common::cfg() };
+    matrix_with(cfg, &[2, 3, 5, 8], &Collective::ALL);
 }
 
 /// MPI_IN_PLACE through every algorithm that allows it (restriction `no_in_place` respected).

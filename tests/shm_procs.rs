@@ -19,8 +19,21 @@ const LIMIT: Duration = Duration::from_secs(240);
 
 /// Runs `body` on `p` shm ranks; rank 0 reports how many checks it ran, which must be `want`.
 fn on_shm(name: &str, p: u32, want: usize, body: fn(&Communicator) -> Result<usize, String>) {
+    on_shm_with(name, p, want, None, body);
+}
+
+/// [`on_shm`] with `FABCOLL_DIRECT` = `direct` if given (the direct path's limit; "0" = engine
+/// only).
+fn on_shm_with(
+    name: &str,
+    p: u32,
+    want: usize,
+    direct: Option<&str>,
+    body: fn(&Communicator) -> Result<usize, String>,
+) {
     let mark = procs::mark_path(name);
-    let env = [("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "30"), ("FABCOLL_TEST_MARK", mark.as_str())];
+    let mut env = vec![("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "30"), ("FABCOLL_TEST_MARK", mark.as_str())];
+    env.extend(direct.map(|d| ("FABCOLL_DIRECT", d)));
     support::ranks(name, p, LIMIT, &env, |_job| {
         let c = Communicator::from_env().expect("communicator");
         let ran = body(&c).unwrap_or_else(|e| panic!("{e}"));
@@ -53,6 +66,12 @@ all_algorithms! {
     shm_all_algorithms_p5: 5,
     shm_all_algorithms_p7: 7,
     shm_all_algorithms_p8: 8,
+}
+
+/// The engine's eager path on shm at the small counts, which otherwise take the direct path.
+#[test]
+fn shm_all_algorithms_p4_on_the_engine_alone() {
+    on_shm_with("shm_all_algorithms_p4_on_the_engine_alone", 4, procs::matrix_len(4), Some("0"), procs::matrix);
 }
 
 #[test]
