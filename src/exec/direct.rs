@@ -12,8 +12,10 @@
 //! Recv read by exactly one Reduce is reduced straight out of the record (no copy), other
 //! Recvs copy the record once into their region.
 //!
-//! Cost per call (p = 2, 8 B allreduce): a record store into the peer's inbox line, a poll of our
-//! own, one reduction — a few hundred instructions and the two cache-line transfers.
+//! Cost per call: a record store into the peer's inbox per message, polls of our own inboxes,
+//! the local steps. Measured (callgrind, bcast root at p = 2): ~1,100 instructions per call,
+//! typed API and argument checks included, against ~4,000 on the engine; p = 2, 8 B allreduce
+//! 0.47 µs against 1.04 µs on the engine (same binary, `FABCOLL_DIRECT=0`, alternating runs).
 
 use std::time::{Duration, Instant};
 
