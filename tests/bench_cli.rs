@@ -92,6 +92,17 @@ fn local_allreduce_csv() {
     check_allreduce_rows(&parse_csv(&out), 3, "local");
 }
 
+/// Back to back (`--sync none`): the mean comes from one block of calls, p50/p99 from a second,
+/// per-call timed pass; the rows keep their invariants.
+#[test]
+fn local_allreduce_csv_back_to_back() {
+    let mut args = vec!["bench", "--fabric", "local", "-n", "2", "--sync", "none"];
+    args.extend_from_slice(SWEEP);
+    let (ok, out, err) = run(FABCOLL, &args);
+    assert!(ok, "{err}");
+    check_allreduce_rows(&parse_csv(&out), 2, "local");
+}
+
 #[test]
 fn shm_allreduce_csv_under_fabrun() {
     let mut args = vec!["-n", "2", "--timeout", "100", "--fabric", "shm", FABCOLL, "bench"];
