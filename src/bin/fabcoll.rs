@@ -226,7 +226,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         large: a.large_size.max(1),
         min_iters: a.min_iters,
         check: a.check,
-        pace: bench::Pace { barrier: a.sync == Sync::Barrier, touch: a.touch },
+        pace: bench::Pace { barrier: a.sync == Sync::Barrier, touch: a.touch, block: false },
     };
     let local = a.fabric.as_deref() == Some("local");
     let meta = |fabric: String, ranks: u32| Meta {

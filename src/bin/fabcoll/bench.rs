@@ -38,6 +38,10 @@ pub struct Pace {
     /// receivers do not read what they get either: on shared memory the next call's writer then
     /// finds the lines in its own cache instead of taking them from the receiver's.
     pub touch: bool,
+    /// Back-to-back calls timed as one block (mpibench's method; `barrier` and `touch` off):
+    /// timing each call adds two clock reads per call (~45 ns on the 2-core test VM, 15-25 % of
+    /// an 8 B collective on shared memory) that the peers' loops do not pay.
+    pub block: bool,
 }
 
 impl Config {
@@ -103,7 +107,8 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 
 /// The timing loop (shared with `fabcoll tune`): `warmup` untimed calls of `s` through `w`, a
 /// barrier, then `iters` timed calls `t0; collective; t1`, each followed by what `pace` asks
-/// (untimed). Returns this rank's per-call times in µs.
+/// (untimed). Returns this rank's per-call times in µs — or, with `pace.block`, one value: the
+/// mean of `iters` back-to-back calls timed as a whole.
 #[allow(clippy::too_many_arguments)]
 pub fn timed_calls<T: BenchElem>(
     c: &Communicator,
@@ -119,6 +124,13 @@ pub fn timed_calls<T: BenchElem>(
         ops::issue(w, s, send, recv).map_err(err)?;
     }
     c.barrier().map_err(err)?;
+    if pace.block {
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            ops::issue(w, s, send, recv).map_err(err)?;
+        }
+        return Ok(vec![if iters == 0 { 0.0 } else { t0.elapsed().as_secs_f64() * 1e6 / iters as f64 }]);
+    }
     let mut samples = Vec::with_capacity(iters);
     for _ in 0..iters {
         let t0 = Instant::now();
@@ -132,30 +144,6 @@ pub fn timed_calls<T: BenchElem>(
         }
     }
     Ok(samples)
-}
-
-/// Back-to-back calls timed as one block (mpibench's method): `warmup` untimed calls, a
-/// barrier, then `iters` calls between two clock reads. Returns this rank's mean per call in µs.
-/// Timing each call instead adds two clock reads per call (~45 ns on the 2-core test VM, 15-25 %
-/// of an 8 B collective on shared memory) that the peers' loops do not pay.
-pub fn block_mean<T: BenchElem>(
-    c: &Communicator,
-    w: &WithOptions<'_>,
-    s: &Shape,
-    send: &[T],
-    recv: &mut [T],
-    iters: usize,
-    warmup: usize,
-) -> Result<f64, String> {
-    for _ in 0..warmup {
-        ops::issue(w, s, send, recv).map_err(err)?;
-    }
-    c.barrier().map_err(err)?;
-    let t0 = Instant::now();
-    for _ in 0..iters {
-        ops::issue(w, s, send, recv).map_err(err)?;
-    }
-    Ok(if iters == 0 { 0.0 } else { t0.elapsed().as_secs_f64() * 1e6 / iters as f64 })
 }
 
 /// Loads one byte of every cache line of `buf` (the lines end up in this core's cache).
@@ -225,7 +213,11 @@ fn sweep<T: BenchElem>(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row
         }
         let (iters, warmup) = cfg.iterations(s.bytes);
         let back_to_back = !cfg.pace.barrier && !cfg.pace.touch;
-        let block = if back_to_back { Some(block_mean(c, &w, s, send, recv, iters, warmup)?) } else { None };
+        let block = if back_to_back {
+            Some(timed_calls(c, &w, s, send, recv, iters, warmup, Pace { block: true, ..cfg.pace })?[0])
+        } else {
+            None
+        };
         let warmup_left = if back_to_back { 0 } else { warmup };
         let samples = timed_calls(c, &w, s, send, recv, iters, warmup_left, cfg.pace)?;
         let avg = block.unwrap_or(if iters == 0 { 0.0 } else { samples.iter().sum::<f64>() / iters as f64 });

@@ -411,7 +411,7 @@ pub(crate) fn measure_batch<T: BenchElem>(
     let mut out: Vec<Result<Vec<f64>, String>> = vec![Ok(Vec::new()); cands.len()];
     let mut iters = vec![1usize; cands.len()];
     // The tuner's timing: OSU's barrier between calls, receive buffers read if --touch.
-    let pace = Pace { barrier: true, touch: a.touch };
+    let pace = Pace { barrier: true, touch: a.touch, block: false };
     for (i, w) in ws.iter().enumerate() {
         let want = if check.get(i).copied().unwrap_or(false) { want } else { None };
         if want.is_some() {
