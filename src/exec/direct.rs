@@ -292,7 +292,7 @@ impl Runner {
             self.complete(st, s);
             return Ok(true);
         }
-        let Some(f) = mb.find(peer as usize, mailbox::tag(st.c.seq, plan.idx[s as usize])) else {
+        let Some(f) = mb.find(peer as usize, mailbox::tag(st.c.seq, plan.idx[s as usize]))? else {
             return Ok(false);
         };
         if f.len != n {
@@ -346,7 +346,8 @@ pub(crate) fn blame(mb: &mut Mailbox, seq: u64, rank: u32, p: u32, waiting: Vec<
             if notices.contains_key(&peer) {
                 continue;
             }
-            if let Some(f) = mb.find(peer as usize, tag) {
+            // A malformed inbox: that peer's notice is lost, like one to a full inbox.
+            if let Ok(Some(f)) = mb.find(peer as usize, tag) {
                 // SAFETY: a published record's payload, readable until consumed.
                 let bytes = unsafe { std::slice::from_raw_parts(f.payload, f.len) };
                 let waits = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();

@@ -191,9 +191,22 @@ impl Mailbox {
         Ok(true)
     }
 
+    /// The payload length and ring size of the published (or consumed) record at ring offset
+    /// `off`; `None` for a length that would take the record past the ring's end (a sender
+    /// never writes one: it would be corrupt memory, not a message).
+    fn record_at(inbox: *mut u8, off: usize) -> Option<(usize, usize)> {
+        // SAFETY: a line start inside the ring; the length word was written before the tag that
+        // made the caller look here.
+        let len = unsafe { inbox.add(CONTROL + off + 8).cast::<u64>().read() };
+        let len = usize::try_from(len).ok().filter(|&l| l <= MAX_DIRECT)?;
+        let size = record_len(len);
+        (off + size <= RING).then_some((len, size))
+    }
+
     /// The record with `tag` from `sender`, if it has arrived (records of later calls and other
-    /// messages are skipped, not consumed).
-    pub fn find(&self, sender: usize, tag: u64) -> Option<Found> {
+    /// messages are skipped, not consumed). A record whose length does not fit the ring is an
+    /// error, never read.
+    pub fn find(&self, sender: usize, tag: u64) -> Result<Option<Found>> {
         let inbox = self.inbox(self.rank, sender);
         let head = self.head[sender];
         let mut pos = head;
@@ -201,21 +214,22 @@ impl Mailbox {
             let off = (pos % RING as u64) as usize;
             let t = Self::word(inbox, CONTROL + off).load(Ordering::Acquire);
             if t == 0 {
-                return None;
+                return Ok(None);
             }
             if t == WRAP {
                 pos += (RING - off) as u64;
                 continue;
             }
-            // SAFETY: a published (or consumed) record: its length word was written before its tag.
-            let len = unsafe { inbox.add(CONTROL + off + 8).cast::<u64>().read() } as usize;
+            let (len, size) = Self::record_at(inbox, off).ok_or_else(|| {
+                Error::Protocol(format!("rank {sender}'s mailbox holds a malformed record at offset {off}"))
+            })?;
             if t == tag {
-                // SAFETY: the payload follows the header inside the ring.
-                return Some(Found { payload: unsafe { inbox.add(CONTROL + off + HEADER) }, len, pos });
+                // SAFETY: the payload follows the header inside the ring (`record_at`).
+                return Ok(Some(Found { payload: unsafe { inbox.add(CONTROL + off + HEADER) }, len, pos }));
             }
-            pos += record_len(len.min(MAX_DIRECT)) as u64;
+            pos += size as u64;
         }
-        None
+        Ok(None)
     }
 
     /// Gives back a record [`Mailbox::find`] returned (its payload must not be used after this).
@@ -230,8 +244,10 @@ impl Mailbox {
             let t = Self::word(inbox, CONTROL + off).load(Ordering::Relaxed);
             let size = match t {
                 WRAP => RING - off,
-                // SAFETY: a consumed record's length word, written by the sender before its tag.
-                CONSUMED => record_len(unsafe { inbox.add(CONTROL + off + 8).cast::<u64>().read() } as usize),
+                CONSUMED => match Self::record_at(inbox, off) {
+                    Some((_, size)) => size,
+                    None => break,
+                },
                 _ => break,
             };
             for line in (off..off + size).step_by(LINE) {
@@ -271,7 +287,7 @@ mod tests {
     }
 
     fn get(m: &mut Mailbox, from: usize, tag: u64) -> Option<Vec<u8>> {
-        let f = m.find(from, tag)?;
+        let f = m.find(from, tag).unwrap()?;
         // SAFETY: a found record's payload is readable until it is consumed.
         let v = unsafe { std::slice::from_raw_parts(f.payload, f.len) }.to_vec();
         m.consume(from, f.pos);
@@ -294,10 +310,10 @@ mod tests {
                 assert!(a.send(1, tag(seq, 0), x.as_ptr(), x.len()).unwrap());
                 assert!(a.send(1, tag(seq, 1), y.as_ptr(), y.len()).unwrap());
             }
-            assert_eq!(b.find(1 - 1, tag(seq + 1, 0)).map(|f| f.len), None, "a later call's message");
+            assert_eq!(b.find(0, tag(seq + 1, 0)).unwrap().map(|f| f.len), None, "a later call's message");
             assert_eq!(get(b, 0, tag(seq, 1)).unwrap(), y);
             assert_eq!(get(b, 0, tag(seq, 0)).unwrap(), x);
-            assert!(b.find(0, tag(seq, 0)).is_none(), "consumed twice");
+            assert!(b.find(0, tag(seq, 0)).unwrap().is_none(), "consumed twice");
         }
         // One message per call, taken as it comes: the head must pass every wrap filler.
         for seq in 2000..6000u64 {
@@ -334,6 +350,25 @@ mod tests {
         assert!(unsafe { a.send(1, tag(sent, 0), x.as_ptr(), x.len()) }.unwrap());
         for s in 3..=sent {
             assert_eq!(get(b, 0, tag(s, 0)).unwrap(), x, "message {s}");
+        }
+    }
+
+    #[test]
+    fn a_record_with_a_corrupt_length_is_an_error_not_a_read() {
+        let (_eps, mut mbs) = pair();
+        let (a, b) = mbs.split_at_mut(1);
+        let (a, b) = (&mut a[0], &mut b[0]);
+        let x = [5u8; 10];
+        // SAFETY: readable source.
+        assert!(unsafe { a.send(1, tag(0, 0), x.as_ptr(), 10) }.unwrap());
+        // SAFETY: as above.
+        assert!(unsafe { a.send(1, tag(0, 1), x.as_ptr(), 10) }.unwrap());
+        for bad in [u64::MAX, MAX_DIRECT as u64 + 1] {
+            // SAFETY: the length word of the first record in b's inbox from rank 0.
+            unsafe { b.inbox(1, 0).add(CONTROL + 8).cast::<u64>().write(bad) };
+            // Looking past the corrupt record (for the second message) must fail.
+            let e = b.find(0, tag(0, 1)).unwrap_err();
+            assert!(e.to_string().contains("malformed record"), "{e}");
         }
     }
 
