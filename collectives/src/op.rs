@@ -198,7 +198,28 @@ impl ReduceOp {
     }
 
     /// Whether the op is defined on `dtype`; the error says why not and what would be.
+    #[inline]
     pub fn check(&self, dtype: Datatype) -> Result<()> {
+        // Every call of a reduction checks its op (and the executor's kernel again): a built-in
+        // op on a type it is defined on answers without the general path below.
+        let ok = match (self, dtype.class()) {
+            (ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Min | ReduceOp::Max, Class::Integer | Class::Float) => true,
+            (
+                ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor | ReduceOp::Land | ReduceOp::Lor | ReduceOp::Lxor,
+                Class::Integer,
+            ) => true,
+            (ReduceOp::Minloc | ReduceOp::Maxloc, Class::Pair) => true,
+            _ => false,
+        };
+        if ok {
+            return Ok(());
+        }
+        self.check_slow(dtype)
+    }
+
+    /// [`ReduceOp::check`] of user ops and of built-in ones on a type they are not defined on.
+    #[cold]
+    fn check_slow(&self, dtype: Datatype) -> Result<()> {
         let class = dtype.class();
         let why = match self {
             ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Min | ReduceOp::Max => match class {
