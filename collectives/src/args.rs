@@ -271,6 +271,22 @@ impl CollArgs {
 
     /// Checks ranks, root, counts and displacement lengths and that every size fits in u64.
     pub fn validate(&self) -> Result<()> {
+        self.checked_lens().map(|_| ())
+    }
+
+    /// [`CollArgs::validate`], returning this rank's ([`send_len`](Self::send_len),
+    /// [`recv_len`](Self::recv_len)) that it computes on the way.
+    pub fn checked_lens(&self) -> Result<(u64, u64)> {
+        // Every call checks its arguments: a well-formed regular call answers without the
+        // general path (and its error values) below.
+        match self.regular_lens() {
+            Some(lens) => Ok(lens),
+            None => self.general_lens(),
+        }
+    }
+
+    /// [`CollArgs::checked_lens`] of any call.
+    fn general_lens(&self) -> Result<(u64, u64)> {
         if self.size == 0 {
             return Err(self.invalid("communicator size must be at least 1"));
         }
@@ -304,10 +320,39 @@ impl CollArgs {
                 }
             }
         }
-        self.send_len()?;
-        self.recv_len()?;
+        let lens = (self.send_len()?, self.recv_len()?);
         self.total_count()?;
-        Ok(())
+        Ok(lens)
+    }
+
+    /// ([`send_len`](Self::send_len), [`recv_len`](Self::recv_len)) of a valid regular (not v)
+    /// call; `None` for the v-variants and for any call [`CollArgs::validate`] would refuse.
+    #[inline]
+    fn regular_lens(&self) -> Option<(u64, u64)> {
+        let valid = self.size > 0
+            && self.rank < self.size
+            && (self.root < self.size || !self.coll.is_rooted())
+            && self.elem_size > 0
+            && !self.coll.is_vector();
+        let total = self.count.checked_mul(u64::from(self.size)).filter(|_| valid)?;
+        let (root, n) = (self.rank == self.root, self.count);
+        let on_root = |x: u64| if root { x } else { 0 };
+        Some(match self.coll {
+            Collective::Barrier => (0, 0),
+            Collective::Bcast => (0, n),
+            Collective::Allreduce | Collective::Scan | Collective::Exscan => (n, n),
+            Collective::Reduce => (n, on_root(n)),
+            Collective::Gather => (n, on_root(total)),
+            Collective::Allgather => (n, total),
+            Collective::Scatter => (on_root(total), n),
+            Collective::Alltoall => (total, total),
+            Collective::ReduceScatterBlock => (total, n),
+            Collective::Gatherv
+            | Collective::Scatterv
+            | Collective::Allgatherv
+            | Collective::Alltoallv
+            | Collective::ReduceScatter => return None,
+        })
     }
 
     /// Σ counts of a v-variant (the full matrix sum for alltoallv), or p·count.
@@ -476,5 +521,39 @@ fn displ_in(displs: &Option<Arc<[u64]>>, i: u32, count: impl Fn(u32) -> u64) -> 
     match displs {
         Some(d) => Some(d[i as usize]),
         None => (0..i).try_fold(0u64, |a, j| a.checked_add(count(j))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shortcut of regular calls agrees with the general checks, errors included.
+    #[test]
+    fn regular_lens_agree_with_the_general_checks() {
+        let mut n = 0;
+        for coll in Collective::ALL {
+            for size in 0..5u32 {
+                for rank in 0..size + 1 {
+                    for root in 0..size + 1 {
+                        for count in [0u64, 1, 7, u64::MAX / 3] {
+                            for elem_size in [0u32, 4] {
+                                let mut a = CollArgs::new(coll, rank, size, count);
+                                (a.root, a.elem_size) = (root, elem_size);
+                                let general = a.general_lens();
+                                match a.regular_lens() {
+                                    Some(lens) => {
+                                        n += 1;
+                                        assert_eq!(general.ok(), Some(lens), "{a:?}");
+                                    }
+                                    None => assert!(coll.is_vector() || general.is_err(), "{a:?}: {general:?}"),
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(n > 1000, "{n} regular cases");
     }
 }

@@ -63,22 +63,22 @@ impl<'b> Call<'b> {
         Call { args, send: NONE, recv: NONE, dtype: T::DATATYPE, op: None, _lent: PhantomData }
     }
 
-    fn root(mut self, root: u32) -> Result<Call<'b>> {
+    fn root(&mut self, root: u32) -> Result<()> {
         if root >= self.args.size {
             return Err(Error::invalid(self.args.coll, format!("root {root} out of range 0..{}", self.args.size)));
         }
         self.args.root = root;
-        Ok(self)
+        Ok(())
     }
 
-    fn reduce_op(mut self, comm: &Communicator, op: &ReduceOp) -> Result<Call<'b>> {
+    fn reduce_op(&mut self, comm: &Communicator, op: &ReduceOp) -> Result<()> {
         comm.check_op(self.args.coll, op, self.dtype)?;
         self.args.commutative = op.is_commutative();
         self.op = Some(op.clone());
-        Ok(self)
+        Ok(())
     }
 
-    fn counts(mut self, counts: &[usize], displs: Option<&[usize]>) -> Result<Call<'b>> {
+    fn counts(&mut self, counts: &[usize], displs: Option<&[usize]>) -> Result<()> {
         let p = self.args.size as usize;
         if counts.len() != p {
             return Err(Error::invalid(self.args.coll, format!("counts has {} entries for {p} ranks", counts.len())));
@@ -90,13 +90,11 @@ impl<'b> Call<'b> {
             }
             self.args.displs = Some(d.iter().map(|&c| c as u64).collect());
         }
-        self.args.validate()?;
-        Ok(self)
+        Ok(self.args.validate()?)
     }
 
-    fn in_place(mut self) -> Call<'b> {
+    fn in_place(&mut self) {
         self.args.in_place = true;
-        self
     }
 
     fn expect(&self, what: &str, got_bytes: usize, want_elems: u64) -> Result<()> {
@@ -110,14 +108,14 @@ impl<'b> Call<'b> {
         Ok(())
     }
 
-    /// Checks both buffers against the lengths the operation needs on this rank.
-    fn sized(self) -> Result<Call<'b>> {
-        self.args.validate()?;
+    /// Checks the arguments, and both buffers against the lengths the operation needs on this
+    /// rank.
+    fn sized(&self) -> Result<()> {
+        let (send, recv) = self.args.checked_lens()?;
         if !self.args.in_place {
-            self.expect("send buffer", self.send.1, self.args.send_len()?)?;
+            self.expect("send buffer", self.send.1, send)?;
         }
-        self.expect("receive buffer", self.recv.1, self.args.recv_len()?)?;
-        Ok(self)
+        self.expect("receive buffer", self.recv.1, recv)
     }
 
     /// What checked mode compares across ranks.
@@ -143,13 +141,15 @@ fn reduction<'b, S: Collectives<'b> + ?Sized, T: Element>(
     op: &ReduceOp,
 ) -> Result<S::Out> {
     let comm = s.comm();
-    let mut c = Call::new::<T>(comm, coll, count).reduce_op(comm, op)?;
+    let mut c = Call::new::<T>(comm, coll, count);
+    c.reduce_op(comm, op)?;
     match send {
         Some(send) => c.send = sbuf(send),
-        None => c = c.in_place(),
+        None => c.in_place(),
     }
     c.recv = rbuf(recv);
-    s.submit(c.sized()?)
+    c.sized()?;
+    s.submit(&c)
 }
 
 /// The collectives, once for every way of submitting them: blocking on a [`Communicator`] or a
@@ -163,41 +163,49 @@ pub trait Collectives<'b> {
     fn comm(&self) -> &Communicator;
 
     /// Starts (and for blocking forms finishes) a checked call.
-    fn submit(&self, call: Call<'b>) -> Result<Self::Out>;
+    fn submit(&self, call: &Call<'b>) -> Result<Self::Out>;
 
     fn barrier(&self) -> Result<Self::Out> {
-        self.submit(Call::new::<u8>(self.comm(), Collective::Barrier, 0))
+        self.submit(&Call::new::<u8>(self.comm(), Collective::Barrier, 0))
     }
 
     /// `buf` holds the data at the root on entry and everywhere on return.
     fn bcast<T: Element>(&self, buf: &'b mut [T], root: u32) -> Result<Self::Out> {
-        let mut c = Call::new::<T>(self.comm(), Collective::Bcast, buf.len()).root(root)?;
+        let mut c = Call::new::<T>(self.comm(), Collective::Bcast, buf.len());
+        c.root(root)?;
         c.recv = rbuf(buf);
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// Element-wise reduction of every rank's `send` into the root's `recv` (ignored elsewhere).
     fn reduce<T: Element>(&self, send: &'b [T], recv: &'b mut [T], op: &ReduceOp, root: u32) -> Result<Self::Out> {
         let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Reduce, send.len()).root(root)?.reduce_op(comm, op)?;
+        let mut c = Call::new::<T>(comm, Collective::Reduce, send.len());
+        c.root(root)?;
+        c.reduce_op(comm, op)?;
         c.send = sbuf(send);
         if comm.rank() == root {
             c.recv = rbuf(recv);
         }
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// [`Collectives::reduce`] with the root's input in `buf` (other ranks: `buf` is the input).
     fn reduce_in_place<T: Element>(&self, buf: &'b mut [T], op: &ReduceOp, root: u32) -> Result<Self::Out> {
         let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Reduce, buf.len()).root(root)?.reduce_op(comm, op)?;
+        let mut c = Call::new::<T>(comm, Collective::Reduce, buf.len());
+        c.root(root)?;
+        c.reduce_op(comm, op)?;
         if comm.rank() == root {
             c.recv = rbuf(buf);
-            c = c.in_place();
+            c.in_place();
         } else {
             c.send = sbuf(buf);
         }
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     fn allreduce<T: Element>(&self, send: &'b [T], recv: &'b mut [T], op: &ReduceOp) -> Result<Self::Out> {
@@ -211,26 +219,30 @@ pub trait Collectives<'b> {
     /// `recv` (root only, p·count) gets block i from rank i.
     fn gather<T: Element>(&self, send: &'b [T], recv: &'b mut [T], root: u32) -> Result<Self::Out> {
         let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Gather, send.len()).root(root)?;
+        let mut c = Call::new::<T>(comm, Collective::Gather, send.len());
+        c.root(root)?;
         c.send = sbuf(send);
         if comm.rank() == root {
             c.recv = rbuf(recv);
         }
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// Gather with the root's own block already in place in `buf` (p blocks of `count`); other
     /// ranks pass their `count` elements in `buf`.
     fn gather_in_place<T: Element>(&self, buf: &'b mut [T], count: usize, root: u32) -> Result<Self::Out> {
         let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Gather, count).root(root)?;
+        let mut c = Call::new::<T>(comm, Collective::Gather, count);
+        c.root(root)?;
         if comm.rank() == root {
             c.recv = rbuf(buf);
-            c = c.in_place();
+            c.in_place();
         } else {
             c.send = sbuf(buf);
         }
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// Rank i's `send` (`counts[i]` elements) lands at `displs[i]` (packed if `None`) of the root's recv.
@@ -243,12 +255,15 @@ pub trait Collectives<'b> {
         root: u32,
     ) -> Result<Self::Out> {
         let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Gatherv, 0).root(root)?.counts(counts, displs)?;
+        let mut c = Call::new::<T>(comm, Collective::Gatherv, 0);
+        c.root(root)?;
+        c.counts(counts, displs)?;
         c.send = sbuf(send);
         if comm.rank() == root {
             c.recv = rbuf(recv);
         }
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// Gatherv with the root's own block already at its displacement in `buf`; other ranks pass
@@ -261,25 +276,30 @@ pub trait Collectives<'b> {
         root: u32,
     ) -> Result<Self::Out> {
         let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Gatherv, 0).root(root)?.counts(counts, displs)?;
+        let mut c = Call::new::<T>(comm, Collective::Gatherv, 0);
+        c.root(root)?;
+        c.counts(counts, displs)?;
         if comm.rank() == root {
             c.recv = rbuf(buf);
-            c = c.in_place();
+            c.in_place();
         } else {
             c.send = sbuf(buf);
         }
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// The root's `send` (p·count) is cut into blocks; rank i gets block i in `recv`.
     fn scatter<T: Element>(&self, send: &'b [T], recv: &'b mut [T], root: u32) -> Result<Self::Out> {
         let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Scatter, recv.len()).root(root)?;
+        let mut c = Call::new::<T>(comm, Collective::Scatter, recv.len());
+        c.root(root)?;
         if comm.rank() == root {
             c.send = sbuf(send);
         }
         c.recv = rbuf(recv);
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     fn scatterv<T: Element>(
@@ -291,27 +311,33 @@ pub trait Collectives<'b> {
         root: u32,
     ) -> Result<Self::Out> {
         let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::Scatterv, 0).root(root)?.counts(counts, displs)?;
+        let mut c = Call::new::<T>(comm, Collective::Scatterv, 0);
+        c.root(root)?;
+        c.counts(counts, displs)?;
         if comm.rank() == root {
             c.send = sbuf(send);
         }
         c.recv = rbuf(recv);
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     fn allgather<T: Element>(&self, send: &'b [T], recv: &'b mut [T]) -> Result<Self::Out> {
         let mut c = Call::new::<T>(self.comm(), Collective::Allgather, send.len());
         c.send = sbuf(send);
         c.recv = rbuf(recv);
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// Allgather with this rank's block already at its place in `buf` (p equal blocks).
     fn allgather_in_place<T: Element>(&self, buf: &'b mut [T]) -> Result<Self::Out> {
         let block = equal_blocks(self.comm(), Collective::Allgather, "buffer", buf.len())?;
-        let mut c = Call::new::<T>(self.comm(), Collective::Allgather, block).in_place();
+        let mut c = Call::new::<T>(self.comm(), Collective::Allgather, block);
+        c.in_place();
         c.recv = rbuf(buf);
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     fn allgatherv<T: Element>(
@@ -321,10 +347,12 @@ pub trait Collectives<'b> {
         counts: &[usize],
         displs: Option<&[usize]>,
     ) -> Result<Self::Out> {
-        let mut c = Call::new::<T>(self.comm(), Collective::Allgatherv, 0).counts(counts, displs)?;
+        let mut c = Call::new::<T>(self.comm(), Collective::Allgatherv, 0);
+        c.counts(counts, displs)?;
         c.send = sbuf(send);
         c.recv = rbuf(recv);
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// Allgatherv with this rank's block already at its displacement in `buf`.
@@ -334,9 +362,12 @@ pub trait Collectives<'b> {
         counts: &[usize],
         displs: Option<&[usize]>,
     ) -> Result<Self::Out> {
-        let mut c = Call::new::<T>(self.comm(), Collective::Allgatherv, 0).counts(counts, displs)?.in_place();
+        let mut c = Call::new::<T>(self.comm(), Collective::Allgatherv, 0);
+        c.counts(counts, displs)?;
+        c.in_place();
         c.recv = rbuf(buf);
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// Block j of `send` goes to rank j; block i of `recv` came from rank i.
@@ -345,16 +376,19 @@ pub trait Collectives<'b> {
         let mut c = Call::new::<T>(self.comm(), Collective::Alltoall, block);
         c.send = sbuf(send);
         c.recv = rbuf(recv);
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// Alltoall on one buffer of p equal blocks: block j is sent to rank j and replaced by the
     /// block rank j sends here.
     fn alltoall_in_place<T: Element>(&self, buf: &'b mut [T]) -> Result<Self::Out> {
         let block = equal_blocks(self.comm(), Collective::Alltoall, "buffer", buf.len())?;
-        let mut c = Call::new::<T>(self.comm(), Collective::Alltoall, block).in_place();
+        let mut c = Call::new::<T>(self.comm(), Collective::Alltoall, block);
+        c.in_place();
         c.recv = rbuf(buf);
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// MPI_Alltoallv: `send_counts[j]` elements at `send_displs[j]` go to rank j; `recv_counts[i]`
@@ -406,7 +440,8 @@ pub trait Collectives<'b> {
         c.args.rdispls = recv_displs.map(|d| d.iter().map(|&x| x as u64).collect());
         c.send = sbuf(send);
         c.recv = rbuf(recv);
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// Element-wise reduction of `send` (Σ counts) over all ranks; rank r gets block r (`counts[r]` elements).
@@ -418,10 +453,13 @@ pub trait Collectives<'b> {
         op: &ReduceOp,
     ) -> Result<Self::Out> {
         let comm = self.comm();
-        let mut c = Call::new::<T>(comm, Collective::ReduceScatter, 0).counts(counts, None)?.reduce_op(comm, op)?;
+        let mut c = Call::new::<T>(comm, Collective::ReduceScatter, 0);
+        c.counts(counts, None)?;
+        c.reduce_op(comm, op)?;
         c.send = sbuf(send);
         c.recv = rbuf(recv);
-        self.submit(c.sized()?)
+        c.sized()?;
+        self.submit(&c)
     }
 
     /// Reduce-scatter with equal blocks: `send` has p·`recv.len()` elements.
@@ -456,7 +494,7 @@ impl<'b> Collectives<'b> for Communicator {
         self
     }
 
-    fn submit(&self, call: Call<'b>) -> Result<()> {
+    fn submit(&self, call: &Call<'b>) -> Result<()> {
         self.run(call, &Options::default())
     }
 }
@@ -474,7 +512,7 @@ impl<'b> Collectives<'b> for WithOptions<'_> {
         self.comm
     }
 
-    fn submit(&self, call: Call<'b>) -> Result<()> {
+    fn submit(&self, call: &Call<'b>) -> Result<()> {
         self.comm.run(call, self.opts)
     }
 }

@@ -13,12 +13,13 @@
 //! and waits in a barrier until every rank has (a rank that went on could otherwise drop its
 //! communicator, and with it its region, before a slower peer mapped it).
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use fabcoll_collectives::registry;
 use fabcoll_collectives::schedule::StepKind;
-use fabcoll_collectives::{CollArgs, Collective};
+use fabcoll_collectives::{CollArgs, Collective, Params};
 use fabcoll_fabric::RemoteMr;
 
 use super::call::{Call, Collectives};
@@ -27,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::exec::direct::{self, DirectCounts, Runner, Waiting};
 use crate::exec::mailbox::{record_len, Mailbox, RING};
 use crate::exec::op::OpSpec;
+use crate::exec::plan::Plan;
 use crate::exec::Stats;
 
 /// Largest communicator that uses the direct path (its mailboxes take p · 64 KiB per rank).
@@ -45,19 +47,156 @@ pub(crate) enum DirectState {
     #[default]
     Unset,
     Ready(Box<Ready>),
-    /// A direct call failed: the communicator is broken.
-    Off,
+    /// A direct call failed: the communicator is broken (the counters of its calls kept).
+    Off(DirectCounts),
 }
 
-/// The mailboxes, the reusable run state, and the number of direct calls made so far.
+/// The mailboxes, the reusable run state, the number of direct calls made so far, and the
+/// calls remembered for [`Communicator::run_remembered`].
 pub(crate) struct Ready {
     mb: Mailbox,
     runner: Runner,
     seq: u64,
+    /// Most recently used first, at most [`REMEMBERED`].
+    memo: Vec<Remembered>,
+    /// The engine's waiting settings (`Engine::direct_waiting`: yield threshold in polls, spin
+    /// time, timeout), fixed when the engine is made.
+    waiting: (u32, Duration, Duration),
+    /// This communicator's direct calls so far (read by `Communicator::stats` through the
+    /// endpoint's [`DirectRegistry`]).
+    counts: DirectCounts,
 }
 
-/// Direct-path counters of every communicator on one endpoint (dup/split share them).
-pub(crate) type SharedCounts = Arc<Mutex<DirectCounts>>;
+/// Direct calls remembered per communicator.
+const REMEMBERED: usize = 8;
+
+/// A direct call as made (its arguments before selection and its options) and its plan. The
+/// planning is a function of these and of the communicator's decisions, which forget it when
+/// they change ([`DirectState::forget_choices`]); `comm::cache::PlanCache::choice` keeps the
+/// same memo for every call, behind a lock of its own.
+struct Remembered {
+    call: CollArgs,
+    algorithm: Option<String>,
+    params: Params,
+    plan: Arc<Plan>,
+}
+
+impl Remembered {
+    /// Whether `call` with `opts` is the remembered call: the fields that tell calls apart first
+    /// (on a hit every field is compared; the pattern names them all, so a new one is not
+    /// forgotten).
+    #[inline]
+    fn is(&self, call: &Call<'_>, opts: &Options) -> bool {
+        let CollArgs {
+            coll,
+            rank,
+            size,
+            root,
+            count,
+            counts,
+            displs,
+            rdispls,
+            commutative,
+            in_place,
+            elem_size,
+            params,
+        } = &self.call;
+        let b = &call.args;
+        *count == b.count
+            && *coll == b.coll
+            && *root == b.root
+            && *elem_size == b.elem_size
+            && *in_place == b.in_place
+            && *commutative == b.commutative
+            && *rank == b.rank
+            && *size == b.size
+            && *counts == b.counts
+            && *displs == b.displs
+            && *rdispls == b.rdispls
+            && *params == b.params
+            && self.params == opts.params
+            && self.algorithm.as_deref() == opts.algorithm.as_deref()
+    }
+}
+
+impl Ready {
+    fn remember(&mut self, call: &Call<'_>, opts: &Options, plan: Arc<Plan>) {
+        if let Some(i) = self.memo.iter().position(|m| m.is(call, opts)) {
+            self.memo.remove(i);
+        } else if self.memo.len() >= REMEMBERED {
+            self.memo.pop();
+        }
+        let m = Remembered {
+            call: call.args.clone(),
+            algorithm: opts.algorithm.clone(),
+            params: opts.params.clone(),
+            plan,
+        };
+        self.memo.insert(0, m);
+    }
+}
+
+impl DirectState {
+    /// The counters of this communicator's direct calls.
+    fn counts(&self) -> DirectCounts {
+        match self {
+            DirectState::Unset => DirectCounts::default(),
+            DirectState::Ready(r) => r.counts,
+            DirectState::Off(c) => *c,
+        }
+    }
+
+    /// Forgets the remembered calls (the communicator's decisions changed).
+    pub(crate) fn forget_choices(&mut self) {
+        if let DirectState::Ready(r) = self {
+            r.memo.clear();
+        }
+    }
+}
+
+/// A communicator's direct-path state, shared with its endpoint's [`DirectRegistry`].
+pub(crate) type SharedState = Arc<Mutex<DirectState>>;
+
+/// The direct-path counters of every communicator on one endpoint (dup/split share it): each
+/// live communicator's, kept in its own state (a call adds to them under the lock it already
+/// holds, not a shared one), and the total of those dropped.
+#[derive(Default)]
+pub(crate) struct DirectRegistry {
+    retired: DirectCounts,
+    live: Vec<Weak<Mutex<DirectState>>>,
+}
+
+/// The endpoint's [`DirectRegistry`].
+pub(crate) type SharedCounts = Arc<Mutex<DirectRegistry>>;
+
+impl DirectRegistry {
+    /// A new communicator's state, registered (lock order: the registry, then a state).
+    pub(crate) fn register(reg: &SharedCounts) -> SharedState {
+        let state = SharedState::default();
+        let mut r = reg.lock().unwrap_or_else(|p| p.into_inner());
+        r.live.retain(|w| w.strong_count() > 0);
+        r.live.push(Arc::downgrade(&state));
+        state
+    }
+
+    /// Moves a communicator's counters to the retired total (it is being dropped).
+    pub(crate) fn retire(reg: &SharedCounts, state: &SharedState) {
+        let mut r = reg.lock().unwrap_or_else(|p| p.into_inner());
+        let counts = state.lock().unwrap_or_else(|p| p.into_inner()).counts();
+        r.retired.add(&counts);
+        r.live.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(state)));
+    }
+
+    /// The counters of every communicator of the endpoint, dropped ones included.
+    pub(crate) fn total(reg: &SharedCounts) -> DirectCounts {
+        let r = reg.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = r.retired;
+        for state in r.live.iter().filter_map(Weak::upgrade) {
+            t.add(&state.lock().unwrap_or_else(|p| p.into_inner()).counts());
+        }
+        t
+    }
+}
 
 /// Elements of the largest buffer any rank passes to this call, for the operations whose buffer
 /// sizes follow from the arguments alone (not the v-variants).
@@ -152,7 +291,7 @@ impl<'b> Collectives<'b> for EngineOnly<'_> {
         self.0
     }
 
-    fn submit(&self, call: Call<'b>) -> Result<()> {
+    fn submit(&self, call: &Call<'b>) -> Result<()> {
         self.0.run_engine(call, &Options::default())
     }
 }
@@ -173,10 +312,31 @@ impl Communicator {
         Ok(mb)
     }
 
-    /// Runs a planned call on the direct path.
-    pub(super) fn run_direct(&self, call: &Call<'_>, spec: &OpSpec) -> Result<()> {
+    /// Runs `call` on the direct path when the same call (arguments and options) ran there
+    /// before and no communicator of the engine has broken: the plan comes from this
+    /// communicator's direct state, without [`Communicator::plan`] (its lock, the plan's and the
+    /// op's reference counts) nor the engine's lock. `None`: plan the call
+    /// ([`Communicator::run`]).
+    pub(super) fn run_remembered(&self, call: &Call<'_>, opts: &Options) -> Option<Result<()>> {
+        // Under cost-model selection the choice may change from call to call (nothing is
+        // remembered); after a break the slow path asks the engine whether this context broke.
+        if self.breaks.load(Ordering::Acquire) != 0 || self.model.selecting() {
+            return None;
+        }
         let mut guard = self.direct.lock().unwrap_or_else(|p| p.into_inner());
-        let (yield_after, spin, timeout) = {
+        let DirectState::Ready(ready) = &mut *guard else { return None };
+        let i = ready.memo.iter().position(|m| m.is(call, opts))?;
+        if i > 0 {
+            ready.memo[..=i].rotate_right(1);
+        }
+        let r = self.run_ready(ready, call, None);
+        Some(self.finish_direct(guard, r))
+    }
+
+    /// Runs a planned call on the direct path (setting the mailboxes up on the first one).
+    pub(super) fn run_direct(&self, call: &Call<'_>, opts: &Options, spec: &OpSpec) -> Result<()> {
+        let mut guard = self.direct.lock().unwrap_or_else(|p| p.into_inner());
+        let waiting = {
             let eng = self.lock();
             if let Some(why) = eng.broken(self.ctx) {
                 return Err(Error::Broken(why));
@@ -185,9 +345,13 @@ impl Communicator {
         };
         if matches!(*guard, DirectState::Unset) {
             match self.direct_setup() {
-                Ok(mb) => *guard = DirectState::Ready(Box::new(Ready { mb, runner: Runner::default(), seq: 0 })),
+                Ok(mb) => {
+                    let counts = DirectCounts::default();
+                    let ready = Ready { mb, runner: Runner::default(), seq: 0, memo: Vec::new(), waiting, counts };
+                    *guard = DirectState::Ready(Box::new(ready));
+                }
                 Err(e) => {
-                    *guard = DirectState::Off;
+                    *guard = DirectState::Off(DirectCounts::default());
                     self.lock().break_ctx(self.ctx, e.to_string());
                     return Err(e);
                 }
@@ -196,16 +360,30 @@ impl Communicator {
         let DirectState::Ready(ready) = &mut *guard else {
             return Err(Error::Broken("an earlier direct call failed".into()));
         };
-        let Ready { mb, runner, seq } = &mut **ready;
+        if !self.model.selecting() {
+            ready.remember(call, opts, spec.plan.clone());
+        }
+        let r = self.run_ready(ready, call, Some(&spec.plan));
+        self.finish_direct(guard, r)
+    }
+
+    /// One direct call on ready mailboxes: `plan`, or the most recently remembered one.
+    fn run_ready(&self, ready: &mut Ready, call: &Call<'_>, plan: Option<&Plan>) -> Result<DirectCounts> {
+        let Ready { mb, runner, seq, memo, waiting: (yield_after, spin, timeout), .. } = ready;
+        let (yield_after, spin, timeout) = (*yield_after, *spin, *timeout);
+        let plan: &Plan = match plan {
+            Some(p) => p,
+            None => &memo[0].plan,
+        };
         let c = direct::Call {
-            plan: &spec.plan,
+            plan,
             send: call.send.0,
             recv: call.recv.0,
-            dtype: spec.dtype,
-            rop: spec.rop.as_ref(),
+            dtype: call.dtype,
+            rop: call.op.as_ref(),
             seq: *seq,
         };
-        let (coll, rank, this_seq) = (spec.coll, self.rank, *seq);
+        let (coll, rank, this_seq) = (call.args.coll, self.rank, *seq);
         let mut last_liveness: Option<Instant> = None;
         let mut check = |waiting: &[u32], t0: Instant| -> Result<()> {
             self.lock().progress_others();
@@ -234,22 +412,28 @@ impl Communicator {
         let mut w = Waiting { yield_after, check: &mut check };
         let r = runner.run(&c, mb, &mut w);
         *seq += 1;
+        r.map_err(|e| match e {
+            Error::Timeout { coll, seq, rank, after, waiting_for } => {
+                let grace = (timeout / 2).min(Duration::from_secs(2));
+                let waiting_for = direct::blame(mb, seq, rank, self.size, waiting_for, grace);
+                Error::Timeout { coll, seq, rank, after, waiting_for }
+            }
+            e => e,
+        })
+    }
+
+    /// Adds a direct call's counters, or breaks the communicator after its failure.
+    fn finish_direct(&self, mut guard: MutexGuard<'_, DirectState>, r: Result<DirectCounts>) -> Result<()> {
         match r {
             Ok(counts) => {
-                drop(guard);
-                self.direct_counts.lock().unwrap_or_else(|p| p.into_inner()).add(&counts);
+                if let DirectState::Ready(ready) = &mut *guard {
+                    ready.counts.add(&counts);
+                }
                 Ok(())
             }
             Err(e) => {
-                let e = match e {
-                    Error::Timeout { coll, seq, rank, after, waiting_for } => {
-                        let grace = (timeout / 2).min(Duration::from_secs(2));
-                        let waiting_for = direct::blame(mb, seq, rank, self.size, waiting_for, grace);
-                        Error::Timeout { coll, seq, rank, after, waiting_for }
-                    }
-                    e => e,
-                };
-                *guard = DirectState::Off;
+                *guard = DirectState::Off(guard.counts());
+                drop(guard);
                 self.lock().break_ctx(self.ctx, e.to_string());
                 Err(e)
             }

@@ -13,6 +13,7 @@ mod estimate;
 mod pinned;
 mod request;
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -72,10 +73,12 @@ pub struct Communicator {
     model: Arc<estimate::ModelState>,
     /// Calls up to this many bytes may take the direct path (0: never; see `comm::direct`).
     direct_limit: usize,
-    /// This communicator's direct-path mailboxes and state.
-    direct: Mutex<direct::DirectState>,
+    /// This communicator's direct-path mailboxes and state (registered in `direct_counts`).
+    direct: direct::SharedState,
     /// Direct-path counters of the endpoint (shared with dups and splits).
     direct_counts: direct::SharedCounts,
+    /// The engine's count of broken contexts ([`Engine::breaks`]).
+    breaks: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -138,6 +141,8 @@ impl Communicator {
         let members: Arc<[u32]> = (0..size).collect();
         engine.add_ctx(0, &members)?;
         let direct_limit = engine.direct_limit();
+        let breaks = engine.breaks();
+        let direct_counts = direct::SharedCounts::default();
         Ok(Communicator {
             engine: Arc::new(Mutex::new(engine)),
             ctx: 0,
@@ -151,8 +156,9 @@ impl Communicator {
             _server: None,
             model: Arc::default(),
             direct_limit,
-            direct: Mutex::default(),
-            direct_counts: Arc::default(),
+            direct: direct::DirectRegistry::register(&direct_counts),
+            direct_counts,
+            breaks,
         })
     }
 
@@ -213,6 +219,7 @@ impl Communicator {
     pub fn set_decisions(&mut self, decisions: Arc<Decisions>) {
         self.decisions = decisions;
         self.plans.get_mut().unwrap_or_else(|p| p.into_inner()).forget_choices();
+        self.direct.lock().unwrap_or_else(|p| p.into_inner()).forget_choices();
     }
 
     /// Messages up to this many bytes take the eager path on this communicator's endpoint (the
@@ -224,7 +231,7 @@ impl Communicator {
     /// Executor counters of the endpoint this communicator runs on (shared with dup/split).
     pub fn stats(&self) -> Stats {
         let mut s = self.lock().stats();
-        s.add_direct(&self.direct_counts.lock().unwrap_or_else(|p| p.into_inner()));
+        s.add_direct(&direct::DirectRegistry::total(&self.direct_counts));
         s
     }
 
@@ -297,13 +304,13 @@ impl Communicator {
     }
 
     /// Starts a call; the buffers behind `call` must stay lent until the op is waited for.
-    fn start(&self, call: Call<'_>, opts: &Options) -> Result<OpKey> {
-        let (spec, args) = self.plan(&call, opts, self.check)?;
+    fn start(&self, call: &Call<'_>, opts: &Options) -> Result<OpKey> {
+        let (spec, args) = self.plan(call, opts, self.check)?;
         self.start_planned(call, spec, args)
     }
 
     /// [`Communicator::start`] with the plan made (`args` only in checked mode).
-    fn start_planned(&self, call: Call<'_>, spec: OpSpec, args: Option<Arc<CollArgs>>) -> Result<OpKey> {
+    fn start_planned(&self, call: &Call<'_>, spec: OpSpec, args: Option<Arc<CollArgs>>) -> Result<OpKey> {
         let mut eng = self.lock();
         let check = args.map(|args| {
             // The executor settings every rank must share (they decide eager vs zero-copy per
@@ -343,12 +350,15 @@ impl Communicator {
 
     /// A blocking call: on the direct path when it qualifies (see `comm::direct`), else on the
     /// engine.
-    fn run(&self, call: Call<'_>, opts: &Options) -> Result<()> {
+    fn run(&self, call: &Call<'_>, opts: &Options) -> Result<()> {
         if !self.check && direct::eligible(&call.args, self.direct_limit) {
-            let (spec, args) = self.plan(&call, opts, true)?;
+            if let Some(r) = self.run_remembered(call, opts) {
+                return r;
+            }
+            let (spec, args) = self.plan(call, opts, true)?;
             let fits = |a: &CollArgs| *spec.plan.direct_fits.get_or_init(|| direct::fits(a, spec.alg));
             if args.is_some_and(|a| direct::unsegmented(&a) && fits(&a)) {
-                return self.run_direct(&call, &spec);
+                return self.run_direct(call, opts, &spec);
             }
             let key = self.start_planned(call, spec, None)?;
             return self.wait_with(key, Waiter::fresh());
@@ -357,7 +367,7 @@ impl Communicator {
     }
 
     /// A blocking call on the engine.
-    fn run_engine(&self, call: Call<'_>, opts: &Options) -> Result<()> {
+    fn run_engine(&self, call: &Call<'_>, opts: &Options) -> Result<()> {
         let key = self.start(call, opts)?;
         self.wait_with(key, Waiter::fresh())
     }
@@ -424,8 +434,9 @@ impl Communicator {
             _server: self._server.clone(),
             model: self.model.clone(),
             direct_limit: self.direct_limit,
-            direct: Mutex::default(),
+            direct: direct::DirectRegistry::register(&self.direct_counts),
             direct_counts: self.direct_counts.clone(),
+            breaks: self.breaks.clone(),
         })
     }
 
@@ -463,6 +474,7 @@ impl Communicator {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        direct::DirectRegistry::retire(&self.direct_counts, &self.direct);
         if self.ctx != 0 {
             self.lock().remove_ctx(self.ctx);
         }

@@ -50,7 +50,7 @@ impl<'scope> Collectives<'scope> for Scope<'scope, '_> {
         self.comm
     }
 
-    fn submit(&self, call: Call<'scope>) -> Result<Request<'scope>> {
+    fn submit(&self, call: &Call<'scope>) -> Result<Request<'scope>> {
         let key = self.comm.start(call, &self.opts.borrow())?;
         self.keys.borrow_mut().push(key);
         Ok(Request { comm: self.comm, key, done: false })

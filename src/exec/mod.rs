@@ -21,6 +21,7 @@ pub(crate) mod proto;
 pub use config::{ExecConfig, Stats};
 pub(crate) use core::Core;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -146,6 +147,9 @@ pub(crate) struct Engine {
     /// something happened, read at every idle round of an oversubscribed waiter.
     awaited: Vec<usize>,
     awaited_at: Option<(OpKey, u64)>,
+    /// Contexts broken so far (any of this engine's): the direct path's lock-free check that it
+    /// may skip asking [`Engine::broken`] (see `Communicator::run_remembered`).
+    breaks: Arc<AtomicU64>,
 }
 
 /// An abort notice's payload: the awaited ranks, as many as fit one control message.
@@ -216,6 +220,7 @@ impl Engine {
             events: 0,
             awaited: Vec::new(),
             awaited_at: None,
+            breaks: Arc::default(),
         };
         for (q, s) in setups {
             e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0), s.to_bytes());
@@ -302,8 +307,17 @@ impl Engine {
     /// Marks context `ctx` broken by `why` (a failed direct call).
     pub fn break_ctx(&mut self, ctx: u32, why: String) {
         if let Some(c) = self.ctxs.get_mut(&ctx) {
-            c.broken.get_or_insert(why);
+            if c.broken.is_none() {
+                c.broken = Some(why);
+                self.breaks.fetch_add(1, Ordering::Release);
+            }
         }
+    }
+
+    /// How many contexts of this engine have broken, readable without the engine's lock: while
+    /// it reads 0, no communicator on the engine is broken.
+    pub fn breaks(&self) -> Arc<AtomicU64> {
+        self.breaks.clone()
     }
 
     /// Registers a communicator context (members = endpoint rank of each communicator rank).
@@ -759,7 +773,10 @@ impl Engine {
     fn abort(&mut self, key: OpKey, op: &mut Op, e: &Error) {
         if !matches!(e, Error::Mismatch(_)) || op.started {
             if let Some(c) = self.ctxs.get_mut(&key.ctx) {
-                c.broken.get_or_insert_with(|| e.to_string());
+                if c.broken.is_none() {
+                    c.broken = Some(e.to_string());
+                    self.breaks.fetch_add(1, Ordering::Release);
+                }
             }
         }
         // Tell the peers whom we were waiting for (unless the deadline path already did), so
