@@ -182,3 +182,22 @@ fn pinned_ranks_learn_how_many_cpus_they_share() {
     assert!(o.status.success(), "{:?}\n{}", o.status, o.stderr);
     assert!(o.stdout.lines().all(|l| l.ends_with("cpus=.")), "not pinned, not set: {}", o.stdout);
 }
+
+#[test]
+fn ranks_are_pinned_before_their_program_starts() {
+    // A rank's very first instruction already runs on its own CPU: library constructors that save
+    // and restore the mask at load time (libpsm2, libinfinipath under Debian's libfabric) would
+    // otherwise put back the unpinned mask of a pin that landed after `exec`.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        return; // fabrun pins nothing when all ranks share one CPU set of one
+    }
+    for _ in 0..5 {
+        let o = fabrun(&["-n", "2", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"], LIMIT);
+        assert!(o.status.success(), "{:?}\n{}", o.status, o.stderr);
+        let masks: Vec<&str> = o.stdout.lines().map(|l| l.rsplit(['\t', ' ']).next().unwrap_or("")).collect();
+        assert_eq!(masks.len(), 2, "{}", o.stdout);
+        assert!(masks.iter().all(|m| !m.is_empty() && m.chars().all(|c| c.is_ascii_digit())), "{}", o.stdout);
+        assert_ne!(masks[0], masks[1], "{}", o.stdout);
+    }
+}
