@@ -202,15 +202,15 @@ impl ReduceOp {
     pub fn check(&self, dtype: Datatype) -> Result<()> {
         // Every call of a reduction checks its op (and the executor's kernel again): a built-in
         // op on a type it is defined on answers without the general path below.
-        let ok = match (self, dtype.class()) {
-            (ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Min | ReduceOp::Max, Class::Integer | Class::Float) => true,
-            (
-                ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor | ReduceOp::Land | ReduceOp::Lor | ReduceOp::Lxor,
-                Class::Integer,
-            ) => true,
-            (ReduceOp::Minloc | ReduceOp::Maxloc, Class::Pair) => true,
-            _ => false,
-        };
+        let ok = matches!(
+            (self, dtype.class()),
+            (ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Min | ReduceOp::Max, Class::Integer | Class::Float)
+                | (
+                    ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor | ReduceOp::Land | ReduceOp::Lor | ReduceOp::Lxor,
+                    Class::Integer,
+                )
+                | (ReduceOp::Minloc | ReduceOp::Maxloc, Class::Pair)
+        );
         if ok {
             return Ok(());
         }
@@ -293,6 +293,16 @@ mod tests {
         assert_eq!(ReduceOp::from_name("MPI_SUM").unwrap(), ReduceOp::Sum);
         let e = ReduceOp::from_name("avg").unwrap_err().to_string();
         assert!(e.contains("avg") && e.contains("maxloc"), "{e}");
+    }
+
+    /// The inline answer of `check` agrees with the general one for every built-in op and type.
+    #[test]
+    fn check_shortcut_agrees_with_the_general_check() {
+        for op in BUILTINS {
+            for d in Datatype::ALL {
+                assert_eq!(op.check(d).is_ok(), op.check_slow(d).is_ok(), "{} on {}", op.name(), d.name());
+            }
+        }
     }
 
     #[test]
