@@ -61,7 +61,6 @@ impl TcpStoreServer {
         }
         let listener = TcpListener::bind(bind).map_err(BootstrapError::io("binding the store's port"))?;
         let addr = listener.local_addr().map_err(BootstrapError::io("store address"))?;
-        listener.set_nonblocking(true).map_err(BootstrapError::io("store listener"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let table = Arc::new(Table::default());
         let token = Arc::new(token.as_bytes().to_vec());
@@ -82,15 +81,30 @@ impl TcpStoreServer {
 impl Drop for TcpStoreServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        // The accept thread blocks in `accept`: a connection of our own wakes it to see `stop`.
+        // If that cannot connect, the thread is left behind rather than joined forever.
+        let mut wake = self.addr;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(match wake {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let woken = TcpStream::connect_timeout(&wake, Duration::from_secs(1)).is_ok();
         if let Some(h) = self.accept.take() {
-            let _ = h.join();
+            if woken {
+                let _ = h.join();
+            }
         }
     }
 }
 
+/// Accepts clients until `stop` (blocking: a polling accept woke up every few milliseconds for
+/// the whole job, on the CPUs the ranks are pinned to).
 fn accept_loop(listener: TcpListener, table: Arc<Table>, token: Arc<Vec<u8>>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Acquire) {
         match listener.accept() {
+            Ok(_) if stop.load(Ordering::Acquire) => break,
             Ok((stream, peer)) => {
                 let (table, token, stop) = (table.clone(), token.clone(), stop.clone());
                 let _ = std::thread::Builder::new().name("fabcoll-store-conn".into()).spawn(move || {
@@ -99,7 +113,6 @@ fn accept_loop(listener: TcpListener, table: Arc<Table>, token: Arc<Vec<u8>>, st
                     }
                 });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(2)),
             Err(e) => {
                 tracing::warn!(error = %e, "store accept failed");
                 std::thread::sleep(Duration::from_millis(10));
@@ -378,6 +391,21 @@ mod tests {
 
     fn server() -> TcpStoreServer {
         TcpStoreServer::start("127.0.0.1:0", "secret-token").unwrap()
+    }
+
+    /// The accept thread blocks in `accept`; dropping the server wakes it, and once the drop
+    /// returns the port is closed (the thread, which owns the listener, has ended).
+    #[test]
+    fn dropping_the_server_ends_its_accept_thread() {
+        let srv = server();
+        let addr = srv.local_addr();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(srv);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(Duration::from_secs(10)).expect("the server's drop returned");
+        assert!(TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err(), "still listening on {addr}");
     }
 
     #[test]
