@@ -24,12 +24,61 @@ pub(crate) const CAPACITY: usize = 32;
 /// Calls whose choice is remembered per communicator.
 const CHOICES: usize = 8;
 
-/// A call as made (arguments before selection, options) and what planning made of it.
+/// A call as made: its arguments before selection and its options (forced algorithm,
+/// parameters) — what the memos of planning are keyed by (this one and the direct path's,
+/// `comm::direct`).
 #[derive(Debug)]
-pub(crate) struct Choice {
+pub(crate) struct CallKey {
     call: CollArgs,
     algorithm: Option<String>,
     params: Params,
+}
+
+impl CallKey {
+    pub fn new(call: &CollArgs, algorithm: Option<&str>, params: &Params) -> CallKey {
+        CallKey { call: call.clone(), algorithm: algorithm.map(str::to_owned), params: params.clone() }
+    }
+
+    /// Whether this is the call `call` with these options. A repeated call compares every field,
+    /// the ones that tell calls apart first; the pattern names them all, so that a field added
+    /// to `CollArgs` is not forgotten here.
+    #[inline]
+    pub fn is(&self, call: &CollArgs, algorithm: Option<&str>, params: &Params) -> bool {
+        let CollArgs {
+            coll,
+            rank,
+            size,
+            root,
+            count,
+            counts,
+            displs,
+            rdispls,
+            commutative,
+            in_place,
+            elem_size,
+            params: call_params,
+        } = &self.call;
+        *count == call.count
+            && *coll == call.coll
+            && *root == call.root
+            && *elem_size == call.elem_size
+            && *in_place == call.in_place
+            && *commutative == call.commutative
+            && *rank == call.rank
+            && *size == call.size
+            && *counts == call.counts
+            && *displs == call.displs
+            && *rdispls == call.rdispls
+            && *call_params == call.params
+            && self.params == *params
+            && self.algorithm.as_deref() == algorithm
+    }
+}
+
+/// A call as made and what planning made of it.
+#[derive(Debug)]
+pub(crate) struct Choice {
+    key: CallKey,
     /// The algorithm's name and the arguments it runs with (parameters resolved).
     pub alg: &'static str,
     pub args: Arc<CollArgs>,
@@ -46,10 +95,7 @@ pub(crate) struct PlanCache {
 impl PlanCache {
     /// The remembered planning of a call with these arguments and options, if any.
     pub fn choice(&mut self, call: &CollArgs, algorithm: Option<&str>, params: &Params) -> Option<&Choice> {
-        let i = self
-            .choices
-            .iter()
-            .position(|c| c.algorithm.as_deref() == algorithm && c.params == *params && c.call == *call)?;
+        let i = self.choices.iter().position(|c| c.key.is(call, algorithm, params))?;
         self.choices[..=i].rotate_right(1);
         self.choices.first()
     }
@@ -66,14 +112,7 @@ impl PlanCache {
             self.choices.pop();
         }
         let (alg, args, plan) = made;
-        let c = Choice {
-            call: call.clone(),
-            algorithm: algorithm.map(str::to_owned),
-            params: params.clone(),
-            alg,
-            args,
-            plan,
-        };
+        let c = Choice { key: CallKey::new(call, algorithm, params), alg, args, plan };
         self.choices.insert(0, c);
     }
 

@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use fabcoll_collectives::registry;
 use fabcoll_collectives::schedule::StepKind;
-use fabcoll_collectives::{CollArgs, Collective, Params};
+use fabcoll_collectives::{CollArgs, Collective};
 use fabcoll_fabric::RemoteMr;
 
+use super::cache::CallKey;
 use super::call::{Call, Collectives};
 use super::{Communicator, Options};
 use crate::error::{Error, Result};
@@ -70,52 +71,18 @@ pub(crate) struct Ready {
 /// Direct calls remembered per communicator.
 const REMEMBERED: usize = 8;
 
-/// A direct call as made (its arguments before selection and its options) and its plan. The
-/// planning is a function of these and of the communicator's decisions, which forget it when
-/// they change ([`DirectState::forget_choices`]); `comm::cache::PlanCache::choice` keeps the
-/// same memo for every call, behind a lock of its own.
+/// A direct call as made and its plan. The planning is a function of the call and of the
+/// communicator's decisions, which forget it when they change ([`DirectState::forget_choices`]);
+/// `comm::cache::PlanCache::choice` keeps the same memo for every call, behind a lock of its own.
 struct Remembered {
-    call: CollArgs,
-    algorithm: Option<String>,
-    params: Params,
+    key: CallKey,
     plan: Arc<Plan>,
 }
 
 impl Remembered {
-    /// Whether `call` with `opts` is the remembered call: the fields that tell calls apart first
-    /// (on a hit every field is compared; the pattern names them all, so a new one is not
-    /// forgotten).
     #[inline]
     fn is(&self, call: &Call<'_>, opts: &Options) -> bool {
-        let CollArgs {
-            coll,
-            rank,
-            size,
-            root,
-            count,
-            counts,
-            displs,
-            rdispls,
-            commutative,
-            in_place,
-            elem_size,
-            params,
-        } = &self.call;
-        let b = &call.args;
-        *count == b.count
-            && *coll == b.coll
-            && *root == b.root
-            && *elem_size == b.elem_size
-            && *in_place == b.in_place
-            && *commutative == b.commutative
-            && *rank == b.rank
-            && *size == b.size
-            && *counts == b.counts
-            && *displs == b.displs
-            && *rdispls == b.rdispls
-            && *params == b.params
-            && self.params == opts.params
-            && self.algorithm.as_deref() == opts.algorithm.as_deref()
+        self.key.is(&call.args, opts.algorithm.as_deref(), &opts.params)
     }
 }
 
@@ -126,12 +93,7 @@ impl Ready {
         } else if self.memo.len() >= REMEMBERED {
             self.memo.pop();
         }
-        let m = Remembered {
-            call: call.args.clone(),
-            algorithm: opts.algorithm.clone(),
-            params: opts.params.clone(),
-            plan,
-        };
+        let m = Remembered { key: CallKey::new(&call.args, opts.algorithm.as_deref(), &opts.params), plan };
         self.memo.insert(0, m);
     }
 }
