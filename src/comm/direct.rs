@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use fabcoll_collectives::registry;
-use fabcoll_collectives::schedule::StepKind;
+use fabcoll_collectives::schedule::{StepId, StepKind};
 use fabcoll_collectives::{CollArgs, Collective};
 use fabcoll_fabric::RemoteMr;
 
@@ -26,10 +26,11 @@ use super::cache::CallKey;
 use super::call::{Call, Collectives};
 use super::{Communicator, Options};
 use crate::error::{Error, Result};
-use crate::exec::direct::{self, DirectCounts, Runner, Waiting};
+use crate::exec::direct::{self, DirectCounts, DirectForm, Runner, Waiting};
 use crate::exec::mailbox::{record_len, Mailbox, RING};
 use crate::exec::op::OpSpec;
 use crate::exec::plan::Plan;
+use crate::exec::straight;
 use crate::exec::Stats;
 
 /// Largest communicator that uses the direct path (its mailboxes take p · 64 KiB per rank).
@@ -199,15 +200,18 @@ pub(crate) fn unsegmented(args: &CollArgs) -> bool {
     }
 }
 
-/// Whether every rank's schedule of `alg` for `args` (the arguments it runs with) sends at most
-/// half an inbox to any one peer. Then no sender of the call waits for inbox space while its
-/// receiver waits for it (the other half holds what earlier calls left; a sender running ahead
-/// by whole calls only waits for a receiver that is still busy with earlier ones). Schedules are
-/// a function of the arguments, so every rank decides alike; built once per plan.
-pub(crate) fn fits(args: &CollArgs, alg: &str) -> bool {
-    let Ok(a) = registry::find(args.coll, alg) else { return false };
-    (0..args.size).all(|r| {
-        let Ok(s) = a.schedule(&CollArgs { rank: r, ..args.clone() }) else { return false };
+/// Whether the plan of `alg` for `args` (the arguments it runs with) runs on the direct path,
+/// and in which order. It does when no rank's schedule sends more than half an inbox to one
+/// peer — then no sender of the call waits for inbox space while its receiver waits for it (the
+/// other half holds what earlier calls left; a sender running ahead by whole calls only waits
+/// for a receiver that is still busy with earlier ones) — and every rank's steps can run in
+/// their straight-line order without deadlock (`exec::straight`). Schedules are a function of
+/// the arguments, so every rank decides alike; decided once per plan.
+pub(crate) fn form(args: &CollArgs, alg: &str) -> DirectForm {
+    let Ok(a) = registry::find(args.coll, alg) else { return DirectForm::Unfit };
+    let mut scheds = Vec::with_capacity(args.size as usize);
+    for r in 0..args.size {
+        let Ok(s) = a.schedule(&CollArgs { rank: r, ..args.clone() }) else { return DirectForm::Unfit };
         let mut to = vec![0usize; args.size as usize];
         for (_, k, _) in s.iter() {
             if let StepKind::Send { peer, src } = *k {
@@ -216,8 +220,16 @@ pub(crate) fn fits(args: &CollArgs, alg: &str) -> bool {
                 }
             }
         }
-        to.iter().all(|&b| b <= RING / 2)
-    })
+        if to.iter().any(|&b| b > RING / 2) {
+            return DirectForm::Unfit;
+        }
+        scheds.push(s);
+    }
+    let orders: Vec<Vec<StepId>> = scheds.iter().map(straight::order).collect();
+    match orders.get(args.rank as usize) {
+        Some(mine) if straight::deadlock_free(&scheds, &orders) => DirectForm::InOrder(mine[..].into()),
+        _ => DirectForm::Unfit,
+    }
 }
 
 impl Stats {
@@ -337,6 +349,10 @@ impl Communicator {
             Some(p) => p,
             None => &memo[0].plan,
         };
+        // Only plans decided `InOrder` come here (`Communicator::run`).
+        let Some(DirectForm::InOrder(order)) = plan.direct.get() else {
+            return Err(Error::Protocol("a direct call whose plan has no straight-line order".into()));
+        };
         let c = direct::Call {
             plan,
             send: call.send.0,
@@ -372,7 +388,7 @@ impl Communicator {
             Ok(())
         };
         let mut w = Waiting { yield_after, check: &mut check };
-        let r = runner.run(&c, mb, &mut w);
+        let r = runner.run(&c, order, mb, &mut w);
         *seq += 1;
         r.map_err(|e| match e {
             Error::Timeout { coll, seq, rank, after, waiting_for } => {
@@ -408,6 +424,10 @@ mod tests {
     use super::*;
     use crate::exec::mailbox::MAX_DIRECT;
 
+    fn fits(args: &CollArgs, alg: &str) -> bool {
+        !matches!(form(args, alg), DirectForm::Unfit)
+    }
+
     #[test]
     fn only_small_fixed_size_calls_qualify() {
         let mut a = CollArgs::new(Collective::Allreduce, 0, 4, 512);
@@ -442,12 +462,36 @@ mod tests {
         args.elem_size = 1;
         let rd = registry::find(Collective::Allreduce, "recursive_doubling").unwrap().prepare(&args).unwrap();
         assert!(fits(&rd, "recursive_doubling"));
+        assert!(matches!(form(&rd, "recursive_doubling"), DirectForm::InOrder(_)));
         // Every vector passes through the next rank: 3 × 16 KiB to one peer.
         let ag = registry::find(Collective::Allreduce, "allgather_reduce").unwrap().prepare(&args).unwrap();
         assert!(!fits(&ag, "allgather_reduce"));
         let small = CollArgs { count: MAX_DIRECT as u64 / 4, ..ag.clone() };
         assert!(fits(&small, "allgather_reduce"));
         assert!(!fits(&args, "no_such_algorithm"));
+    }
+
+    /// Every registered algorithm's small calls run on the direct path in their straight-line
+    /// order (none falls back to the engine for a possible deadlock), rooted ones at every root.
+    #[test]
+    fn every_algorithm_runs_in_order_on_small_calls() {
+        for a in registry::all().filter(|a| !a.coll.is_vector() && a.coll != Collective::ReduceScatter) {
+            for p in 1..=9u32 {
+                for root in [0, p / 2, p - 1] {
+                    let mut args = CollArgs::new(a.coll, 0, p, 5);
+                    args.elem_size = 4;
+                    args.root = root;
+                    let Ok(ready) = a.prepare(&args) else { continue };
+                    for rank in 0..p {
+                        let mine = CollArgs { rank, ..ready.clone() };
+                        let DirectForm::InOrder(order) = form(&mine, a.name) else {
+                            panic!("{}:{} p={p} root {root} rank {rank}", a.coll, a.name)
+                        };
+                        assert_eq!(order.len(), a.schedule(&mine).unwrap().len());
+                    }
+                }
+            }
+        }
     }
 
     /// The defaults keep the direct path: every qualifying call of the embedded decisions fits.

@@ -30,6 +30,7 @@ pub use request::{Request, Scope};
 use cache::PlanCache;
 
 use crate::error::{Error, Result};
+use crate::exec::direct::DirectForm;
 use crate::exec::op::{Check, OpSpec};
 use crate::exec::plan::Plan;
 use crate::exec::{Engine, ExecConfig, OpKey, Stats, Waiter};
@@ -356,7 +357,8 @@ impl Communicator {
                 return r;
             }
             let (spec, args) = self.plan(call, opts, true)?;
-            let fits = |a: &CollArgs| *spec.plan.direct_fits.get_or_init(|| direct::fits(a, spec.alg));
+            let fits =
+                |a: &CollArgs| !matches!(spec.plan.direct.get_or_init(|| direct::form(a, spec.alg)), DirectForm::Unfit);
             if args.is_some_and(|a| direct::unsegmented(&a) && fits(&a)) {
                 return self.run_direct(call, opts, &spec);
             }

@@ -6,11 +6,13 @@
 //! data movement of an 8-byte collective between two cores (one cache line each way, ~0.1 µs).
 //! Open MPI's vader BTL and MPICH's ch4 shm take the same shortcut for small messages.
 //!
-//! What stays the same: the schedule. Steps are issued when their deps are done, ready Sends and
-//! Recvs before local steps, exactly as [`super::op::Op`] does; the k-th Send to a peer matches
-//! the peer's k-th Recv from us (the record's tag carries k and the call's sequence number); a
-//! Recv read by exactly one Reduce is reduced straight out of the record (no copy), other
-//! Recvs copy the record once into their region.
+//! What stays the same: the schedule. Its steps run in a straight-line order fixed once per plan
+//! (`super::straight`: Sends as early as their deps allow, then local steps, then Recvs), waiting
+//! on each Send and Recv in turn, with no dependency tracking per call; a plan whose order could
+//! deadlock across ranks runs on the engine. The k-th Send to a peer matches the peer's k-th
+//! Recv from us (the record's tag carries k and the call's sequence number); a Recv read by
+//! exactly one Reduce is reduced straight out of the record (no copy), other Recvs copy the
+//! record once into their region.
 //!
 //! Cost per call: a record store into the peer's inbox per message, polls of our own inboxes,
 //! the local steps; a repeated call takes its plan from the communicator's remembered calls
@@ -69,17 +71,11 @@ pub(crate) const POLLS_PER_ROUND: u32 = 32;
 /// Per-communicator state reused by every direct call (no allocation per call once warm).
 #[derive(Default)]
 pub(crate) struct Runner {
-    deps_left: Vec<u32>,
-    work: Vec<StepId>,
-    work_local: Vec<StepId>,
-    recvs: Vec<StepId>,
-    sends: Vec<StepId>,
     /// Fused Recv steps done whose record waits for its Reduce: (recv step, sender, record).
     fused: Vec<(StepId, u32, Found)>,
     /// Scratch buffers (16-byte aligned) and each one's byte offset in it.
     scratch: Vec<u128>,
     scratch_off: Vec<usize>,
-    waiting_for: Vec<u32>,
 }
 
 // SAFETY: the only raw pointers are the records in `fused`, which live during one `run` (its
@@ -98,75 +94,76 @@ pub(crate) struct Call<'a> {
     pub seq: u64,
 }
 
+/// Whether and how a plan runs on the direct path: the same on every rank (a function of the
+/// call's arguments), decided once per plan (`comm::direct::form`).
+#[derive(Debug)]
+pub(crate) enum DirectForm {
+    /// On the engine: a message too large for an inbox, an order that could deadlock, or an
+    /// unknown algorithm.
+    Unfit,
+    /// In this straight-line order of the steps (`super::straight`), proved free of deadlock.
+    InOrder(Box<[StepId]>),
+}
+
+/// Polls in a row that brought nothing in the current wait, and when the call's first long wait
+/// began.
+#[derive(Default)]
+struct Idle {
+    polls: u32,
+    since: Option<Instant>,
+}
+
+impl Idle {
+    /// One poll that brought nothing while waiting for `peer`: spins, or yields the core after
+    /// `w.yield_after` in a row; every [`CHECK_EVERY`] asks `w.check`.
+    fn fruitless(&mut self, w: &mut Waiting<'_>, peer: u32) -> Result<()> {
+        self.polls = self.polls.saturating_add(1);
+        if self.polls.is_multiple_of(CHECK_EVERY) {
+            let t0 = *self.since.get_or_insert_with(Instant::now);
+            (w.check)(&[peer], t0)?;
+        }
+        if self.polls > w.yield_after {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+}
+
 impl Runner {
-    /// Runs the schedule of `c` to the end. On `Err` the communicator must not be used for direct
-    /// calls again (records of this call may still arrive).
-    pub fn run(&mut self, c: &Call<'_>, mb: &mut Mailbox, w: &mut Waiting<'_>) -> Result<DirectCounts> {
-        let plan = c.plan;
-        let n = plan.sched.len();
+    /// Runs `c`'s steps in `order` (its plan's [`DirectForm::InOrder`]), each Send and Recv
+    /// waited for in turn. On `Err` the communicator must not be used for direct calls again
+    /// (records of this call may still arrive).
+    pub fn run(
+        &mut self,
+        c: &Call<'_>,
+        order: &[StepId],
+        mb: &mut Mailbox,
+        w: &mut Waiting<'_>,
+    ) -> Result<DirectCounts> {
         let elem = c.dtype.size();
-        self.deps_left.clone_from(&plan.deps);
-        self.work.clone_from(&plan.roots);
-        self.work_local.clone_from(&plan.local_roots);
-        self.recvs.clear();
-        self.sends.clear();
         self.fused.clear();
-        self.bind_scratch(&plan.sched.scratch, elem);
-        let mut st = State { c, elem, done: 0, counts: DirectCounts::default() };
-        let mut idle = 0u32;
-        let mut since: Option<Instant> = None;
-        loop {
-            while let Some(s) = self.work.pop().or_else(|| self.work_local.pop()) {
-                self.exec(&mut st, mb, s)?;
-            }
-            if st.done == n {
-                return Ok(st.counts);
-            }
-            let mut moved = false;
-            let mut i = 0;
-            while i < self.sends.len() {
-                let s = self.sends[i];
-                if self.try_send(&mut st, mb, s)? {
-                    self.sends.swap_remove(i);
-                    self.complete(&mut st, s);
-                    moved = true;
-                } else {
-                    i += 1;
-                }
-            }
-            let mut i = 0;
-            while i < self.recvs.len() {
-                let s = self.recvs[i];
-                if self.try_recv(&mut st, mb, s)? {
-                    self.recvs.swap_remove(i);
-                    moved = true;
-                } else {
-                    i += 1;
-                }
-            }
-            if moved {
-                idle = 0;
-                continue;
-            }
-            idle = idle.saturating_add(1);
-            if idle.is_multiple_of(CHECK_EVERY) {
-                let t0 = *since.get_or_insert_with(Instant::now);
-                self.waiting_for.clear();
-                for &s in self.recvs.iter().chain(&self.sends) {
-                    if let StepKind::Send { peer, .. } | StepKind::Recv { peer, .. } = *plan.sched.step(s) {
-                        self.waiting_for.push(peer);
+        self.bind_scratch(&c.plan.sched.scratch, elem);
+        let mut st = State { c, elem, counts: DirectCounts::default() };
+        let mut idle = Idle::default();
+        for &s in order {
+            match *c.plan.sched.step(s) {
+                StepKind::Send { peer, .. } => {
+                    while !self.try_send(&mut st, mb, s)? {
+                        idle.fruitless(w, peer)?;
                     }
                 }
-                self.waiting_for.sort_unstable();
-                self.waiting_for.dedup();
-                (w.check)(&self.waiting_for, t0)?;
+                StepKind::Recv { peer, .. } => {
+                    while !self.try_recv(&mut st, mb, s)? {
+                        idle.fruitless(w, peer)?;
+                    }
+                }
+                StepKind::Reduce { .. } | StepKind::Copy { .. } => self.local(&mut st, mb, s)?,
             }
-            if idle > w.yield_after {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+            idle.polls = 0;
         }
+        Ok(st.counts)
     }
 
     fn bind_scratch(&mut self, lens: &[u64], elem: usize) {
@@ -197,37 +194,10 @@ impl Runner {
         (unsafe { base.add(r.off as usize * st.elem) }, r.len as usize * st.elem)
     }
 
-    fn complete(&mut self, st: &mut State<'_>, s: StepId) {
-        st.done += 1;
-        let plan = st.c.plan;
-        for &d in &plan.dependents[s as usize] {
-            let left = &mut self.deps_left[d as usize];
-            *left -= 1;
-            if *left == 0 {
-                if plan.local[d as usize] {
-                    self.work_local.push(d);
-                } else {
-                    self.work.push(d);
-                }
-            }
-        }
-    }
-
-    fn exec(&mut self, st: &mut State<'_>, mb: &mut Mailbox, s: StepId) -> Result<()> {
+    /// Runs local step `s` (a Reduce or a Copy).
+    fn local(&mut self, st: &mut State<'_>, mb: &mut Mailbox, s: StepId) -> Result<()> {
         let plan = st.c.plan;
         match *plan.sched.step(s) {
-            StepKind::Send { .. } => {
-                if self.try_send(st, mb, s)? {
-                    self.complete(st, s);
-                } else {
-                    self.sends.push(s);
-                }
-            }
-            StepKind::Recv { .. } => {
-                if !self.try_recv(st, mb, s)? {
-                    self.recvs.push(s);
-                }
-            }
             StepKind::Reduce { src, dst, order } => {
                 let (mut sp, n) = self.raw(st, src);
                 let (dp, _) = self.raw(st, dst);
@@ -253,7 +223,6 @@ impl Runner {
                 if let Some((_, sender, f)) = fused {
                     mb.consume(sender as usize, f.pos);
                 }
-                self.complete(st, s);
             }
             StepKind::Copy { src, dst } => {
                 let (sp, n) = self.raw(st, src);
@@ -261,8 +230,8 @@ impl Runner {
                 // SAFETY: as for Reduce: in bounds, non-overlapping (checked with the schedule).
                 unsafe { fabcoll_fabric::copy::copy_bulk(dp, sp, n) };
                 st.counts.local_copy_bytes += n as u64;
-                self.complete(st, s);
             }
+            StepKind::Send { .. } | StepKind::Recv { .. } => unreachable!("a local step"),
         }
         Ok(())
     }
@@ -287,13 +256,12 @@ impl Runner {
         Ok(sent)
     }
 
-    /// Completes Recv step `s` if its record has arrived.
+    /// Receives Recv step `s`'s message if its record has arrived (`true`: the step is done).
     fn try_recv(&mut self, st: &mut State<'_>, mb: &mut Mailbox, s: StepId) -> Result<bool> {
         let plan = st.c.plan;
         let StepKind::Recv { peer, dst } = *plan.sched.step(s) else { unreachable!("a Recv step") };
         let (dp, n) = self.raw(st, dst);
         if n == 0 {
-            self.complete(st, s);
             return Ok(true);
         }
         let Some(f) = mb.find(peer as usize, mailbox::tag(st.c.seq, plan.idx[s as usize]))? else {
@@ -316,7 +284,6 @@ impl Runner {
             st.counts.copy_bytes += n as u64;
             mb.consume(peer as usize, f.pos);
         }
-        self.complete(st, s);
         Ok(true)
     }
 }
@@ -324,7 +291,6 @@ impl Runner {
 struct State<'a> {
     c: &'a Call<'a>,
     elem: usize,
-    done: usize,
     counts: DirectCounts,
 }
 

@@ -17,6 +17,7 @@ pub(crate) mod mrcache;
 pub(crate) mod op;
 pub(crate) mod plan;
 pub(crate) mod proto;
+pub(crate) mod straight;
 
 pub use config::{ExecConfig, Stats};
 pub(crate) use core::Core;

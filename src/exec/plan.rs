@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use fabcoll_collectives::schedule::{Region, Schedule, StepId, StepKind};
 
+use super::direct::DirectForm;
 use super::fasthash::FastMap;
 
 /// `Plan::fused_from` of a step that is not a fused Reduce.
@@ -34,8 +35,9 @@ pub(crate) struct Plan {
     pub local_roots: Vec<StepId>,
     /// Per step: a local step (Copy or Reduce), issued after every ready Send and Recv.
     pub local: Vec<bool>,
-    /// Whether the call may take the direct path (`comm::direct::fits`), decided on first use.
-    pub direct_fits: OnceLock<bool>,
+    /// Whether and how the call runs on the direct path (`comm::direct::form`), decided on first
+    /// use.
+    pub direct: OnceLock<DirectForm>,
 }
 
 impl Plan {
@@ -43,9 +45,7 @@ impl Plan {
         let n = sched.len();
         let mut deps = vec![0u32; n];
         let mut dependents = vec![Vec::new(); n];
-        let mut idx = vec![0u32; n];
-        let mut sent: FastMap<u32, u32> = FastMap::default();
-        let mut recvd: FastMap<u32, u32> = FastMap::default();
+        let idx = super::straight::message_indices(&sched);
         let mut recv_of = FastMap::default();
         let mut send_of = FastMap::default();
         for (id, k, ds) in sched.iter() {
@@ -55,16 +55,10 @@ impl Plan {
             }
             match *k {
                 StepKind::Send { peer, .. } => {
-                    let c = sent.entry(peer).or_default();
-                    idx[id as usize] = *c;
-                    send_of.insert((peer, *c), id);
-                    *c += 1;
+                    send_of.insert((peer, idx[id as usize]), id);
                 }
                 StepKind::Recv { peer, .. } => {
-                    let c = recvd.entry(peer).or_default();
-                    idx[id as usize] = *c;
-                    recv_of.insert((peer, *c), id);
-                    *c += 1;
+                    recv_of.insert((peer, idx[id as usize]), id);
                 }
                 _ => {}
             }
@@ -87,7 +81,7 @@ impl Plan {
             roots,
             local_roots,
             local,
-            direct_fits: OnceLock::new(),
+            direct: OnceLock::new(),
         }
     }
 }
