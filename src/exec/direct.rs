@@ -16,12 +16,13 @@
 //!
 //! Cost per call: a record store into the peer's inbox per message, polls of our own inboxes,
 //! the local steps; a repeated call takes its plan from the communicator's remembered calls
-//! without the engine's lock (`comm::direct`). Measured (callgrind, p = 2, 8 B, the whole call
-//! from the typed API on, argument checks included): a bcast root ~950 instructions, allreduce
-//! (recursive doubling: copy, send, receive, reduce) ~1,900, against ~4,000 on the engine.
-//! p = 2 back to back: 8 B allreduce 0.26 µs, bcast 0.13 µs (Open MPI's vader 0.20 and 0.12 in
-//! the same run); the same allreduce on the engine (`FABCOLL_DIRECT=0`, alternating runs)
-//! 0.89–1.55 µs against 0.26–0.51 µs.
+//! without the engine's lock (`comm::direct`). Measured (callgrind, p = 2, 8 B, rank 0, the whole
+//! call from the typed API on, argument checks and the bench loop included): bcast root ~1,200
+//! instructions, allreduce (recursive doubling: copy, send, receive, reduce) ~1,900, allgather
+//! ~1,500 (with per-call dependency tracking: 1,330, 2,310, 1,800; ~4,000 on the engine).
+//! p = 2 back to back, same run as Open MPI's vader (`scripts/bench-vs-openmpi.sh`, medians of
+//! 5): 8 B allreduce 0.18 µs (Open MPI 0.20), allgather 0.19 (0.24), alltoall 0.16 (0.21), bcast
+//! 0.09 (0.08).
 
 use std::time::{Duration, Instant};
 
