@@ -19,8 +19,10 @@
 //! record. The sender keeps its own `tail` and writes only while `tail - head` leaves room; it
 //! rereads `head` (a cache-line transfer) only when its last reading leaves too little. A record
 //! that does not fit before the ring's end is preceded by a [`WRAP`] marker and starts at the
-//! ring's beginning. So a message costs the two line transfers of its record (the sender's store,
-//! the owner's load), plus one head transfer per 8 KiB.
+//! ring's beginning. The sender writes a record's later lines first and its first line (length,
+//! payload head, tag) last, back to back: the owner polls that line, and each store to it
+//! between polls would take it back. So a message costs the line transfers of its record (the
+//! sender's stores, the owner's loads), plus one head transfer per 8 KiB.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -179,12 +181,19 @@ impl Mailbox {
             pos += filler as u64;
         }
         let off = (pos % RING as u64) as usize;
+        // The owner polls the record's first line: the lines after it are written first, then the
+        // first line's length, payload head and tag back to back, so that the line is taken from
+        // the polling owner once, not once per store.
+        let head = len.min(LINE - HEADER);
         // SAFETY: the record [off, off + size) lies in the ring (a record never crosses its end)
         // and in free space (`tail - head` checked): the owner reads it only after the tag below.
         unsafe {
             let rec = inbox.add(ring(off));
+            if len > head {
+                std::ptr::copy_nonoverlapping(src.add(head), rec.add(LINE), len - head);
+            }
             rec.add(8).cast::<u64>().write(len as u64);
-            std::ptr::copy_nonoverlapping(src, rec.add(HEADER), len);
+            std::ptr::copy_nonoverlapping(src, rec.add(HEADER), head);
         }
         Self::word(inbox, ring(off)).store(tag, Ordering::Release);
         self.tail[peer] = pos + size as u64;
