@@ -14,7 +14,7 @@ use crate::args::{CollArgs, Collective};
 use crate::cost::{ceil_log2, Cost};
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
-use crate::schedule::{Schedule, ScheduleBuilder, StepId};
+use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder, StepId};
 
 pub(crate) const ALLGATHER: Algorithm = Algorithm {
     coll: Collective::Allgather,
@@ -43,14 +43,24 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(a);
     let lay = recv_layout(a)?;
     let own = copy_own(&mut b, a, &lay);
-    phase(&mut b, &lay, &Group::rotated(a.size, 0, a.rank), &own, &[]);
+    let from_send = Region::new(Buf::Send, 0, lay.region(a.rank).len);
+    phase(&mut b, &lay, &Group::rotated(a.size, 0, a.rank), &own, &[], Some(from_send));
     Ok(b.finish())
 }
 
 /// Appends a recursive-doubling allgather over group `g` where position v contributes block v of
 /// `lay`: `own` are the steps that put this rank's block in place, and every write into `lay`
-/// waits for `deps`. Returns the steps created.
-pub(crate) fn phase(b: &mut ScheduleBuilder, lay: &Layout, g: &Group, own: &[StepId], deps: &[StepId]) -> Vec<StepId> {
+/// waits for `deps`. `first`, when given, is where this rank's own block can be read without
+/// waiting for `own` (its place in `Send`): the first exchange sends from there, so the copy
+/// into place is off the critical path (as in `ring::phase`). Returns the steps created.
+pub(crate) fn phase(
+    b: &mut ScheduleBuilder,
+    lay: &Layout,
+    g: &Group,
+    own: &[StepId],
+    deps: &[StepId],
+    first: Option<Region>,
+) -> Vec<StepId> {
     let (m, me) = (g.m(), g.me);
     let mut have = own.to_vec();
     let mut all = Vec::new();
@@ -60,7 +70,10 @@ pub(crate) fn phase(b: &mut ScheduleBuilder, lay: &Layout, g: &Group, own: &[Ste
         let my_root = me & !(mask - 1);
         let dst_root = dst & !(mask - 1);
         if dst < m {
-            all.extend(lay.send(b, g.rank(dst), my_root, (my_root + mask).min(m), &have));
+            match first.filter(|r| mask == 1 && r.len > 0) {
+                Some(r) => all.push(b.send(g.rank(dst), r, &[])),
+                None => all.extend(lay.send(b, g.rank(dst), my_root, (my_root + mask).min(m), &have)),
+            }
             let r = lay.recv(b, g.rank(dst), dst_root, (dst_root + mask).min(m), deps);
             have.extend(&r);
             all.extend(r);

@@ -44,7 +44,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     // as in MPICH the allgather starts when this rank's part of the scatter is done, so its
     // sends queue behind the scatter's on the port
     let (_, scattered) = crate::scatter::binomial::phase(&mut b, &lay, &g, &[]);
-    crate::allgather::recursive_doubling::phase(&mut b, &lay, &g, &scattered, &scattered);
+    crate::allgather::recursive_doubling::phase(&mut b, &lay, &g, &scattered, &scattered, None);
     Ok(b.finish())
 }
 
