@@ -53,18 +53,26 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         return Ok(b.finish());
     };
     let mut deps = start.clone();
+    // Without a folded-in partner, the first exchange sends the input straight from `Send` (and
+    // receives into the untouched scratch): the copy into `acc` runs while the message travels.
+    let mut from_send = true;
     if let Some(partner) = fold.partner(rank) {
         let r = b.recv(partner, tmp, &[]);
         deps = vec![b.reduce(tmp, acc, Order::SrcFirst, &union(&[&[r], &start]))];
+        from_send = false;
     }
     let mut m = 1;
     while m < fold.pof2 {
         let peer_new = me ^ m;
         let order = if peer_new < me { Order::SrcFirst } else { Order::DstFirst };
         // send and reduce touch the whole vector: send first, then reduce after it
-        let s = b.send(fold.real(peer_new), acc, &deps);
-        let r = b.recv(fold.real(peer_new), tmp, &deps);
-        deps = vec![b.reduce(tmp, acc, order, &[s, r])];
+        let (s, r) = if from_send {
+            (b.send(fold.real(peer_new), Region::new(Buf::Send, 0, n), &[]), b.recv(fold.real(peer_new), tmp, &[]))
+        } else {
+            (b.send(fold.real(peer_new), acc, &deps), b.recv(fold.real(peer_new), tmp, &deps))
+        };
+        deps = vec![b.reduce(tmp, acc, order, &union(&[&[s, r], &deps]))];
+        from_send = false;
         m <<= 1;
     }
     if let Some(partner) = fold.partner(rank) {
