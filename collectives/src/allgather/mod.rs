@@ -72,6 +72,23 @@ pub(crate) fn copy_own(b: &mut ScheduleBuilder, a: &CollArgs, lay: &Layout) -> V
     vec![b.copy(Region::new(Buf::Send, 0, own.len), own, &[])]
 }
 
+/// Sends blocks `lo..hi` of `lay` to `peer` after `have` — or, when `first` is given (the
+/// blocks are this rank's own, and `first` is their place in `Send`), from there right away, so
+/// that the copy into place (`copy_own`) is off the critical path. Returns the steps created.
+pub(crate) fn send_own(
+    b: &mut ScheduleBuilder,
+    lay: &Layout,
+    peer: u32,
+    (lo, hi): (u32, u32),
+    have: &[StepId],
+    first: Option<Region>,
+) -> Vec<StepId> {
+    match first.filter(|r| r.len > 0) {
+        Some(r) => vec![b.send(peer, r, &[])],
+        None => lay.send(b, peer, lo, hi, have),
+    }
+}
+
 /// (n, n − min_i n_i): total bytes gathered and bytes the busiest rank receives.
 pub(crate) fn gathered_bytes(a: &CollArgs) -> (f64, f64) {
     let es = f64::from(a.elem_size);

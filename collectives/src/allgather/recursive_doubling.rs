@@ -9,7 +9,7 @@
 //! Paper: thakur §4.1.1 (and MPICH's allgather recursive doubling for the non-power-of-two steps).
 
 use crate::allgather::layout::{Group, Layout};
-use crate::allgather::{copy_own, gathered_bytes, recv_layout};
+use crate::allgather::{copy_own, gathered_bytes, recv_layout, send_own};
 use crate::args::{CollArgs, Collective};
 use crate::cost::{ceil_log2, Cost};
 use crate::error::Result;
@@ -70,10 +70,8 @@ pub(crate) fn phase(
         let my_root = me & !(mask - 1);
         let dst_root = dst & !(mask - 1);
         if dst < m {
-            match first.filter(|r| mask == 1 && r.len > 0) {
-                Some(r) => all.push(b.send(g.rank(dst), r, &[])),
-                None => all.extend(lay.send(b, g.rank(dst), my_root, (my_root + mask).min(m), &have)),
-            }
+            let blocks = (my_root, (my_root + mask).min(m));
+            all.extend(send_own(b, lay, g.rank(dst), blocks, &have, first.filter(|_| mask == 1)));
             let r = lay.recv(b, g.rank(dst), dst_root, (dst_root + mask).min(m), deps);
             have.extend(&r);
             all.extend(r);

@@ -8,7 +8,7 @@
 //! Paper: thakur §4.1 (the ring of MPICH's old allgather).
 
 use crate::allgather::layout::{Group, Layout};
-use crate::allgather::{copy_own, gathered_bytes, recv_layout};
+use crate::allgather::{copy_own, gathered_bytes, recv_layout, send_own};
 use crate::args::{CollArgs, Collective};
 use crate::cost::Cost;
 use crate::error::Result;
@@ -59,10 +59,7 @@ pub(crate) fn phase(
     for k in 0..m.saturating_sub(1) {
         let sb = (me + m - k) % m;
         let rb = (me + 2 * m - k - 1) % m;
-        match first.filter(|r| k == 0 && r.len > 0) {
-            Some(r) => all.push(b.send(right, r, &[])),
-            None => all.extend(lay.send(b, right, sb, sb + 1, &prev)),
-        }
+        all.extend(send_own(b, lay, right, (sb, sb + 1), &prev, first.filter(|_| k == 0)));
         prev = lay.recv(b, left, rb, rb + 1, deps);
         all.extend(&prev);
     }
