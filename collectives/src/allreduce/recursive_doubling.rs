@@ -55,11 +55,10 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut deps = start.clone();
     // Without a folded-in partner, the first exchange sends the input straight from `Send` (and
     // receives into the untouched scratch): the copy into `acc` runs while the message travels.
-    let mut from_send = true;
+    let mut from_send = fold.partner(rank).is_none();
     if let Some(partner) = fold.partner(rank) {
         let r = b.recv(partner, tmp, &[]);
         deps = vec![b.reduce(tmp, acc, Order::SrcFirst, &union(&[&[r], &start]))];
-        from_send = false;
     }
     let mut m = 1;
     while m < fold.pof2 {
