@@ -1,7 +1,8 @@
 //! ofi backend (through the fabric contract, `fabcoll_fabric::open`) vs raw libfabric between 2 processes on
 //! loopback (tcp, shm): 8 B latency (ping-pong of notified writes, half round trip) and streaming bandwidth of
 //! 1 MiB / 16 MiB notified writes (window 8, end ack), and the 8 B exchange a 2-rank allreduce needs at least
-//! (both ranks write at once; each waits for the peer's write and its own completion), and `wake_us`: how long an
+//! (both ranks write at once; each waits for the peer's write and its own completion), a one-way stream of 8 B
+//! writes with a window (`stream_8B_us`, what back-to-back 2-rank broadcasts need at least), and `wake_us`: how long an
 //! 8 B write takes to reach a rank that sleeps in the backend's blocking `wait` (the peer writes 1 ms after it began). On tcp the default
 //! transmit-complete mode (what the raw program uses) is measured, and delivery-complete
 //! (`FABCOLL_OFI_DELIVERY_COMPLETE=1`) as `fabcoll-dc`.
@@ -331,6 +332,29 @@ mod bench {
         }
         if rank == 0 {
             println!("xchg_8B_us {:.3}", t0.elapsed().as_secs_f64() * 1e6 / LAT_ITERS as f64);
+        }
+        // Stream (what back-to-back 2-rank broadcasts of 8 B need at least): rank 0 writes 8 B with a window and
+        // never waits for rank 1, which acks the last arrival with one 8 B write.
+        let n = 20 * LAT_ITERS;
+        let t0 = Instant::now();
+        if rank == 0 {
+            for _ in 0..n {
+                while r.writes_out >= WINDOW {
+                    r.poll_once();
+                }
+                r.write(&src, 8);
+            }
+            r.wait_remote();
+            println!("stream_8B_us {:.3}", t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        } else {
+            while r.arrived < n {
+                r.poll_once();
+            }
+            r.arrived -= n;
+            r.write(&src, 8);
+        }
+        while r.writes_out > 0 {
+            r.poll_once();
         }
         // Wake-up: rank 1 writes its send time (wall clock, shared by both processes) 1 ms after rank 0 started a
         // blocking `wait`, so rank 0 sleeps in the backend's wait; rank 0 reports the median delivery latency.

@@ -1,5 +1,5 @@
 /* Raw libfabric baseline for benches/ofi.rs: the same protocol (8 B fi_writedata ping-pong, plain and injected;
- * the 8 B exchange a 2-rank allreduce needs at least; 1 MiB / 16 MiB fi_writedata streams with window 8 and an
+ * the 8 B exchange a 2-rank allreduce needs at least; a one-way stream of 8 B writes, a 2-rank broadcast's floor; 1 MiB / 16 MiB fi_writedata streams with window 8 and an
  * 8 B ack; 8 MiB streams in both directions at once) straight on libfabric, one CQ, FI_CQ_FORMAT_DATA.
  * Usage: ofi_raw <provider>, with FABCOLL_BENCH_RANK (0|1) and FABCOLL_BENCH_DIR (address files) set, and
  * FABCOLL_BENCH_DC=1 for delivery-complete writes. Prints "name value" lines on rank 0. */
@@ -234,6 +234,31 @@ int main(int argc, char **argv)
 		x = exchange(LAT_ITERS, 1);
 		if (rank == 0)
 			printf("xchg_inject_8B_us %.3f\n", x);
+	}
+	/* A one-way stream of 8 B writes (window WINDOW, an 8 B ack at the end): what back-to-back 2-rank
+	 * broadcasts of 8 B need at least, with the root never waiting for the receiver. */
+	for (int inject = 0; inject < 2 - dc; inject++) {
+		long n = 20 * LAT_ITERS;
+		double t = now();
+		if (rank == 0) {
+			for (long i = 0; i < n; i++) {
+				while (outstanding >= WINDOW)
+					poll_once();
+				if (inject)
+					inject_(src, 8);
+				else
+					write_(src, 8);
+			}
+			wait_remote();
+			printf("%s_8B_us %.3f\n", inject ? "stream_inject" : "stream", (now() - t) * 1e6 / n);
+		} else {
+			while (arrived < n)
+				poll_once();
+			arrived -= n;
+			write_(src, 8);
+		}
+		while (outstanding > 0)
+			poll_once();
 	}
 	size_t sizes[2] = {1UL << 20, 16UL << 20};
 	for (int s = 0; s < 2; s++) {

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# How low small messages over loopback TCP can go, layer by layer, measured in one run and
+# alternating: the kernel (raw sockets, fabric/benches/sock_raw.c), libfabric's TCP providers
+# without fabcoll (raw C on tcp;ofi_rxm and net, fabric/benches/ofi_raw.c), Open MPI's tcp BTL
+# (mpibench), and fabcoll on ofi:tcp. It answers whether a gap to Open MPI on ofi:tcp is
+# fabcoll's or the provider's: the raw C programs run what a 2-rank collective needs at least
+# (an 8 B exchange for allreduce, a one-way stream of 8 B writes for back-to-back broadcasts,
+# 1 MiB writes with a window for large broadcasts) and nothing else (no credits, no headers).
+#
+#   scripts/tcp-floor.sh [--rounds N] [--peers DIR] [--out DIR]
+#     --rounds N   repetitions; medians over them (default 5)
+#     --peers DIR  directory holding mpibench.c (default: ../shared/peers or ../../shared/peers)
+#     --out DIR    results (default: target/tcp-floor)
+#
+# Writes OUT/raw.csv (round,layer,metric,value) and OUT/summary.md (medians; times in µs per
+# operation: lat = half a ping-pong round trip, xchg = one exchange, stream = one message of a
+# one-way stream; 1MiB = one 1 MiB message of a stream (raw C: from its bandwidth), Open MPI's and
+# fabcoll's rows are their bcast / allreduce averages, mpibench method (back to back) both).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+rounds=5 peers="" out="$root/target/tcp-floor"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --peers) peers=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "tcp-floor: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$peers" ]; then
+  for d in ../shared/peers ../../shared/peers; do
+    if [ -f "$d/mpibench.c" ]; then peers=$d; break; fi
+  done
+fi
+if [ -z "$peers" ] || [ ! -f "$peers/mpibench.c" ]; then
+  echo "tcp-floor: mpibench.c not found; pass --peers DIR" >&2
+  exit 2
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+if ! command -v mpicc.openmpi >/dev/null || ! command -v mpiexec.openmpi >/dev/null; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev \
+    >/dev/null
+fi
+bash scripts/install-deps.sh
+cargo build --release --bin fabrun --bin fabcoll
+bin="${CARGO_TARGET_DIR:-$root/target}/release"
+mkdir -p "$out"
+mpicc.openmpi -O2 "$peers/mpibench.c" -o "$out/mpibench"
+cc -O2 -o "$out/ofi_raw" fabric/benches/ofi_raw.c -lfabric
+cc -O2 -o "$out/sock_raw" fabric/benches/sock_raw.c
+
+raw="$out/raw.csv"
+echo "round,layer,metric,value" >"$raw"
+
+# Two ranks of a raw C program (pinned like fabrun pins), rank 0's "name value" lines as rows.
+run_pair() { # round layer exe [args...]
+  local round=$1 layer=$2 dir
+  shift 2
+  dir=$(mktemp -d)
+  FABCOLL_BENCH_RANK=1 FABCOLL_BENCH_DIR=$dir timeout 120 taskset -c 1 "$@" >/dev/null 2>&1 &
+  local pid=$!
+  FABCOLL_BENCH_RANK=0 FABCOLL_BENCH_DIR=$dir timeout 120 taskset -c 0 "$@" 2>/dev/null |
+    awk -v r="$round" -v l="$layer" 'NF == 2 { printf "%s,%s,%s,%s\n", r, l, $1, $2 }' >>"$raw" || true
+  wait "$pid" || true
+  rm -rf "$dir"
+}
+
+run_ompi() { # round op bytes metric
+  timeout 120 mpiexec.openmpi --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo --mca pml ob1 \
+    --mca btl tcp,self --mca btl_tcp_if_include lo -n 2 "$out/mpibench" "$2" "$3" "$3" 2>/dev/null |
+    awk -v r="$1" -v m="$4" -v b="$3" '$1 == b && NF == 2 { printf "%s,openmpi-tcp,%s,%s\n", r, m, $2 }' >>"$raw" || true
+}
+
+run_fabcoll() { # round op bytes metric
+  local iters=20000
+  [ "$3" -gt 65536 ] && iters=200
+  timeout 120 "$bin/fabrun" -n 2 --fabric ofi:tcp --timeout 110 "$bin/fabcoll" bench --op "$2" --min-size "$3" \
+    --max-size "$3" --iters "$iters" --warmup $((iters / 10)) --large-size 1G --sync none --format csv \
+    --output "$out/fabcoll.csv" >/dev/null 2>&1 || true
+  awk -F, -v r="$1" -v m="$4" 'NR > 1 { printf "%s,fabcoll-ofi:tcp,%s,%s\n", r, m, $9 }' "$out/fabcoll.csv" >>"$raw"
+  rm -f "$out/fabcoll.csv"
+}
+
+for round in $(seq "$rounds"); do
+  echo "round $round of $rounds" >&2
+  run_ompi "$round" allreduce 8 xchg_8B_us
+  run_ompi "$round" bcast 8 stream_8B_us
+  run_ompi "$round" bcast 1048576 stream_1MiB_us
+  run_pair "$round" sockets "$out/sock_raw"
+  run_pair "$round" "raw-tcp;ofi_rxm" "$out/ofi_raw" "tcp;ofi_rxm"
+  run_pair "$round" raw-net "$out/ofi_raw" net
+  run_fabcoll "$round" allreduce 8 xchg_8B_us
+  run_fabcoll "$round" bcast 8 stream_8B_us
+  run_fabcoll "$round" bcast 1048576 stream_1MiB_us
+done
+
+# Raw C reports 1 MiB bandwidth (MB/s); as µs per 1 MiB message it compares with a 1 MiB bcast.
+awk -F, 'NR > 1 && $3 == "bw_1MiB_MBps" && $4 > 0 { printf "%s,%s,stream_1MiB_us,%.2f\n", $1, $2, 1048576 / $4 }' \
+  "$raw" >"$out/derived.csv"
+{
+  echo "# Small messages over loopback TCP, layer by layer ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, medians of $rounds rounds)"
+  echo
+  echo "µs per operation. lat: half a ping-pong round trip; xchg: both ranks send 8 B, then both receive (Open MPI and"
+  echo "fabcoll: allreduce of 8 B); stream: one 8 B message of a one-way stream (Open MPI and fabcoll: bcast of 8 B,"
+  echo "back to back); 1MiB: one 1 MiB message of a stream (raw C: 1 MiB / its bandwidth; Open MPI and fabcoll: bcast"
+  echo "of 1 MiB). _inject: the raw C program with fi_inject_writedata (no completion)."
+  echo
+  echo "| layer | lat_8B | xchg_8B | xchg_inject_8B | stream_8B | stream_inject_8B | 1MiB |"
+  echo "|---|---|---|---|---|---|---|"
+  tail -n +2 "$raw" | cat - "$out/derived.csv" | sort -t, -k2,2 -k3,3 -k4,4g | awk -F, '
+    function flush() { if (n) { m[key] = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 } }
+    { k = $2 SUBSEP $3; if (k != key) { flush(); key = k; n = 0 } v[++n] = $4; layers[$2] = 1 }
+    END {
+      flush()
+      split("sockets raw-tcp;ofi_rxm raw-net openmpi-tcp fabcoll-ofi:tcp", order, " ")
+      split("lat_8B_us xchg_8B_us xchg_inject_8B_us stream_8B_us stream_inject_8B_us stream_1MiB_us", cols, " ")
+      for (i = 1; i <= 5; i++) {
+        l = order[i]
+        if (!(l in layers)) continue
+        line = "| " l
+        for (c = 1; c <= 6; c++) line = line " | " (((l SUBSEP cols[c]) in m) ? sprintf("%.2f", m[l SUBSEP cols[c]]) : "-")
+        print line " |"
+      }
+    }'
+} >"$out/summary.md"
+cat "$out/summary.md"
