@@ -34,8 +34,14 @@ pub(crate) struct Eager {
 
 impl Eager {
     /// Allocates this rank's inbound rings (none if `slots` or `slot_size` is 0, or alone) and
-    /// returns the `Setup` message for every peer.
-    pub fn new(ep: &mut dyn Endpoint, slots: usize, slot_size: usize) -> Result<(Eager, Vec<(usize, Setup)>)> {
+    /// returns the `Setup` message for every peer. Freed slots go back to their sender once
+    /// `slots / credit_fraction` of them (at least 1) have gathered.
+    pub fn new(
+        ep: &mut dyn Endpoint,
+        slots: usize,
+        slot_size: usize,
+        credit_fraction: usize,
+    ) -> Result<(Eager, Vec<(usize, Setup)>)> {
         let (me, p) = (ep.rank(), ep.size());
         let slots = slots.min(MAX_SLOTS);
         let mut eager = Eager {
@@ -43,7 +49,7 @@ impl Eager {
             slot_size,
             ring: None,
             peers: (0..p).map(|_| Peer::default()).collect(),
-            batch: (slots as u32 / 4).max(1),
+            batch: (slots / credit_fraction.max(1)).max(1) as u32,
         };
         if slots == 0 || slot_size == 0 || p < 2 {
             return Ok((eager, Vec::new()));

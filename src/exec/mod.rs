@@ -171,9 +171,9 @@ impl Engine {
         let slot_size = cfg.slot_size.min(caps.max_write);
         cfg.eager_threshold = cfg.eager_threshold.min(slot_size);
         let (eager, setups) = if layout.eager_possible() {
-            Eager::new(&mut *ep, cfg.slots, slot_size)?
+            Eager::new(&mut *ep, cfg.slots, slot_size, cfg.credit_fraction)?
         } else {
-            Eager::new(&mut *ep, 0, 0)?
+            Eager::new(&mut *ep, 0, 0, 1)?
         };
         let p = ep.size();
         let (load_store, cfg_spin) = (caps.load_store, cfg.spin);
