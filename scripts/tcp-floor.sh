@@ -30,28 +30,8 @@ while [ $# -gt 0 ]; do
     *) echo "tcp-floor: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-if [ -z "$peers" ]; then
-  for d in ../shared/peers ../../shared/peers; do
-    if [ -f "$d/mpibench.c" ]; then peers=$d; break; fi
-  done
-fi
-if [ -z "$peers" ] || [ ! -f "$peers/mpibench.c" ]; then
-  echo "tcp-floor: mpibench.c not found; pass --peers DIR" >&2
-  exit 2
-fi
-
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-if ! command -v mpicc.openmpi >/dev/null || ! command -v mpiexec.openmpi >/dev/null; then
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev \
-    >/dev/null
-fi
-bash scripts/install-deps.sh
-cargo build --release --bin fabrun --bin fabcoll
-bin="${CARGO_TARGET_DIR:-$root/target}/release"
-mkdir -p "$out"
-mpicc.openmpi -O2 "$peers/mpibench.c" -o "$out/mpibench"
+. scripts/openmpi-side.sh
+openmpi_side tcp-floor "$peers" "$out"
 cc -O2 -o "$out/ofi_raw" fabric/benches/ofi_raw.c -lfabric
 cc -O2 -o "$out/sock_raw" fabric/benches/sock_raw.c
 

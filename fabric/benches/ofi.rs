@@ -251,6 +251,22 @@ mod bench {
             }
             self.writes_out += 1;
         }
+
+        /// The receiving end of a stream: waits until `n` writes arrived, then acks with one 8 B write.
+        fn take_and_ack(&mut self, n: usize, src: &Mr) {
+            while self.arrived < n {
+                self.poll_once();
+            }
+            self.arrived -= n;
+            self.write(src, 8);
+        }
+
+        /// Polls until every write of ours completed.
+        fn drain(&mut self) {
+            while self.writes_out > 0 {
+                self.poll_once();
+            }
+        }
     }
 
     /// Nanoseconds since the Unix epoch (the same clock in both processes).
@@ -326,9 +342,7 @@ mod bench {
             }
             r.write(&src, 8);
             r.wait_remote();
-            while r.writes_out > 0 {
-                r.poll_once();
-            }
+            r.drain();
         }
         if rank == 0 {
             println!("xchg_8B_us {:.3}", t0.elapsed().as_secs_f64() * 1e6 / LAT_ITERS as f64);
@@ -347,15 +361,9 @@ mod bench {
             r.wait_remote();
             println!("stream_8B_us {:.3}", t0.elapsed().as_secs_f64() * 1e6 / n as f64);
         } else {
-            while r.arrived < n {
-                r.poll_once();
-            }
-            r.arrived -= n;
-            r.write(&src, 8);
+            r.take_and_ack(n, &src);
         }
-        while r.writes_out > 0 {
-            r.poll_once();
-        }
+        r.drain();
         // Wake-up: rank 1 writes its send time (wall clock, shared by both processes) 1 ms after rank 0 started a
         // blocking `wait`, so rank 0 sleeps in the backend's wait; rank 0 reports the median delivery latency.
         let mut lat = Vec::new();
@@ -377,9 +385,7 @@ mod bench {
                 lat.push(now.saturating_sub(u64::from_le_bytes(b)) as f64 / 1e3);
                 r.write(&src, 8);
             }
-            while r.writes_out > 0 {
-                r.poll_once();
-            }
+            r.drain();
         }
         if rank == 0 {
             lat.sort_by(f64::total_cmp);
@@ -404,15 +410,9 @@ mod bench {
                 let secs = t0.elapsed().as_secs_f64();
                 println!("bw_{}MiB_MBps {:.1}", size >> 20, (n * size) as f64 / secs / 1e6);
             } else {
-                while r.arrived < n {
-                    r.poll_once();
-                }
-                r.arrived -= n;
-                r.write(&src, 8);
+                r.take_and_ack(n, &src);
             }
-            while r.writes_out > 0 {
-                r.poll_once();
-            }
+            r.drain();
         }
         // Let the peer's last completions drain before closing.
         let t = Instant::now();
