@@ -6,8 +6,8 @@
 #     --peers DIR        directory holding mpibench.c (default: ../shared/peers or ../../shared/peers)
 #     --ops "LIST"       collectives (default: "allreduce bcast allgather alltoall")
 #     --procs "LIST"     process counts (default: "2 4")
-#     --fabrics "LIST"   fabcoll fabrics: shm (vs Open MPI vader) and/or ofi:tcp (vs Open MPI's tcp
-#                        BTL on lo) (default: "shm ofi:tcp"; ofi:tcp is skipped if not built in)
+#     --fabrics "LIST"   fabcoll fabrics: shm (vs Open MPI vader), tcp and/or ofi:tcp (vs Open MPI's
+#                        tcp BTL on lo) (default: "shm tcp ofi:tcp"; ofi:tcp is skipped if not built in)
 #     --min BYTES --max BYTES   size range (default 8 .. 16777216, doubling)
 #     --runs N           repetitions; medians over them (default 3)
 #     --out DIR          results (default: target/bench-vs-openmpi)
@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-peers="" ops="allreduce bcast allgather alltoall" procs="2 4" fabrics="shm ofi:tcp"
+peers="" ops="allreduce bcast allgather alltoall" procs="2 4" fabrics="shm tcp ofi:tcp"
 min=8 max=16777216 runs=3 out="$root/target/bench-vs-openmpi"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -93,7 +93,7 @@ run_ompi() { # run fabric op p
 
 for run in $(seq "$runs"); do
   for fabric in $fabrics; do
-    if [ "$fabric" != shm ] && [ "$ofi_ok" = 0 ]; then
+    if [ "${fabric#ofi:}" != "$fabric" ] && [ "$ofi_ok" = 0 ]; then
       echo "skipping $fabric: not available in this build (fabcoll info)" >&2
       continue
     fi

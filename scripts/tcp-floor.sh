@@ -2,8 +2,8 @@
 # How low small messages over loopback TCP can go, layer by layer, measured in one run and
 # alternating: the kernel (raw sockets, fabric/benches/sock_raw.c), libfabric's TCP providers
 # without fabcoll (raw C on tcp;ofi_rxm and net, fabric/benches/ofi_raw.c), Open MPI's tcp BTL
-# (mpibench), and fabcoll on ofi:tcp. It answers whether a gap to Open MPI on ofi:tcp is
-# fabcoll's or the provider's: the raw C programs run what a 2-rank collective needs at least
+# (mpibench), and fabcoll on tcp (its own sockets backend) and on ofi:tcp. It answers whether a
+# gap to Open MPI is fabcoll's or the layer's below it: the raw C programs run what a 2-rank collective needs at least
 # (an 8 B exchange for allreduce, a one-way stream of 8 B writes for back-to-back broadcasts,
 # 1 MiB writes with a window for large broadcasts) and nothing else (no credits, no headers).
 #
@@ -57,13 +57,13 @@ run_ompi() { # round op bytes metric
     awk -v r="$1" -v m="$4" -v b="$3" '$1 == b && NF == 2 { printf "%s,openmpi-tcp,%s,%s\n", r, m, $2 }' >>"$raw" || true
 }
 
-run_fabcoll() { # round op bytes metric
+run_fabcoll() { # round fabric op bytes metric
   local iters=20000
-  [ "$3" -gt 65536 ] && iters=200
-  timeout 120 "$bin/fabrun" -n 2 --fabric ofi:tcp --timeout 110 "$bin/fabcoll" bench --op "$2" --min-size "$3" \
-    --max-size "$3" --iters "$iters" --warmup $((iters / 10)) --large-size 1G --sync none --format csv \
+  [ "$4" -gt 65536 ] && iters=200
+  timeout 120 "$bin/fabrun" -n 2 --fabric "$2" --timeout 110 "$bin/fabcoll" bench --op "$3" --min-size "$4" \
+    --max-size "$4" --iters "$iters" --warmup $((iters / 10)) --large-size 1G --sync none --format csv \
     --output "$out/fabcoll.csv" >/dev/null 2>&1 || true
-  awk -F, -v r="$1" -v m="$4" 'NR > 1 { printf "%s,fabcoll-ofi:tcp,%s,%s\n", r, m, $9 }' "$out/fabcoll.csv" >>"$raw"
+  awk -F, -v r="$1" -v l="fabcoll-$2" -v m="$5" 'NR > 1 { printf "%s,%s,%s,%s\n", r, l, m, $9 }' "$out/fabcoll.csv" >>"$raw"
   rm -f "$out/fabcoll.csv"
 }
 
@@ -75,9 +75,11 @@ for round in $(seq "$rounds"); do
   run_pair "$round" sockets "$out/sock_raw"
   run_pair "$round" "raw-tcp;ofi_rxm" "$out/ofi_raw" "tcp;ofi_rxm"
   run_pair "$round" raw-net "$out/ofi_raw" net
-  run_fabcoll "$round" allreduce 8 xchg_8B_us
-  run_fabcoll "$round" bcast 8 stream_8B_us
-  run_fabcoll "$round" bcast 1048576 stream_1MiB_us
+  for fabric in tcp ofi:tcp; do
+    run_fabcoll "$round" "$fabric" allreduce 8 xchg_8B_us
+    run_fabcoll "$round" "$fabric" bcast 8 stream_8B_us
+    run_fabcoll "$round" "$fabric" bcast 1048576 stream_1MiB_us
+  done
 done
 
 # Raw C reports 1 MiB bandwidth (MB/s); as µs per 1 MiB message it compares with a 1 MiB bcast.
@@ -98,9 +100,9 @@ awk -F, 'NR > 1 && $3 == "bw_1MiB_MBps" && $4 > 0 { printf "%s,%s,stream_1MiB_us
     { k = $2 SUBSEP $3; if (k != key) { flush(); key = k; n = 0 } v[++n] = $4; layers[$2] = 1 }
     END {
       flush()
-      split("sockets raw-tcp;ofi_rxm raw-net openmpi-tcp fabcoll-ofi:tcp", order, " ")
+      split("sockets raw-tcp;ofi_rxm raw-net openmpi-tcp fabcoll-tcp fabcoll-ofi:tcp", order, " ")
       split("lat_8B_us xchg_8B_us xchg_inject_8B_us stream_8B_us stream_inject_8B_us stream_1MiB_us", cols, " ")
-      for (i = 1; i <= 5; i++) {
+      for (i = 1; i <= 6; i++) {
         l = order[i]
         if (!(l in layers)) continue
         line = "| " l

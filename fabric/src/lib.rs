@@ -1,5 +1,5 @@
 //! fabcoll's thin RMA layer: one [`Endpoint`] contract (registration, notified one-sided writes,
-//! control messages, completions) over in-process ranks, node shared memory and libfabric.
+//! control messages, completions) over in-process ranks, node shared memory, TCP sockets and libfabric.
 //!
 //! Backends are chosen at run time with [`Backend`] and built by [`open`]; one that is not compiled
 //! in (libfabric missing) is an [`Error::Unavailable`] naming the missing package, never a panic.
@@ -17,6 +17,8 @@ pub mod local;
 pub mod mr;
 #[cfg(target_os = "linux")]
 pub mod shm;
+#[cfg(target_os = "linux")]
+pub mod tcp;
 pub mod wait;
 
 use std::fmt;
@@ -36,6 +38,8 @@ pub enum Backend {
     Local,
     /// Ranks are processes of one node sharing memory.
     Shm,
+    /// Plain TCP sockets, one connection per pair (any hosts; no libfabric needed).
+    Tcp,
     /// libfabric with the named provider (`tcp`, `verbs`, `shm`, `efa`, `cxi`, …).
     Ofi {
         /// Provider name passed to `fi_getinfo`.
@@ -48,6 +52,7 @@ impl fmt::Display for Backend {
         match self {
             Backend::Local => f.write_str("local"),
             Backend::Shm => f.write_str("shm"),
+            Backend::Tcp => f.write_str("tcp"),
             Backend::Ofi { provider } => write!(f, "ofi:{provider}"),
         }
     }
@@ -56,15 +61,18 @@ impl fmt::Display for Backend {
 impl FromStr for Backend {
     type Err = Error;
 
-    /// `local`, `shm`, `ofi` (provider `tcp`) or `ofi:<provider>`.
+    /// `local`, `shm`, `tcp`, `ofi` (provider `tcp`) or `ofi:<provider>`.
     fn from_str(s: &str) -> Result<Backend> {
         match s.trim() {
             "local" => Ok(Backend::Local),
             "shm" => Ok(Backend::Shm),
+            "tcp" => Ok(Backend::Tcp),
             "ofi" => Ok(Backend::Ofi { provider: "tcp".into() }),
             other => match other.strip_prefix("ofi:") {
                 Some(p) if !p.is_empty() => Ok(Backend::Ofi { provider: p.to_string() }),
-                _ => Err(Error::invalid(format!("unknown backend `{other}` (expected local, shm, ofi[:<provider>])"))),
+                _ => Err(Error::invalid(format!(
+                    "unknown backend `{other}` (expected local, shm, tcp, ofi[:<provider>])"
+                ))),
             },
         }
     }
@@ -114,6 +122,10 @@ pub fn open(cfg: &Config) -> Result<Box<dyn Endpoint>> {
         Backend::Shm => {
             Err(Error::Unavailable { backend: "shm".into(), reason: "shm needs Linux (memfd, futex)".into() })
         }
+        #[cfg(target_os = "linux")]
+        Backend::Tcp => tcp::open(cfg),
+        #[cfg(not(target_os = "linux"))]
+        Backend::Tcp => Err(Error::Unavailable { backend: "tcp".into(), reason: "tcp needs Linux (ppoll)".into() }),
         Backend::Ofi { provider } => open_ofi(cfg, provider),
     }
 }
@@ -146,6 +158,8 @@ mod tests {
     #[test]
     fn backend_parse() {
         assert_eq!("local".parse::<Backend>().unwrap(), Backend::Local);
+        assert_eq!("tcp".parse::<Backend>().unwrap(), Backend::Tcp);
+        assert_eq!(Backend::Tcp.to_string(), "tcp");
         assert_eq!("ofi:verbs".parse::<Backend>().unwrap(), Backend::Ofi { provider: "verbs".into() });
         assert!("ofi:".parse::<Backend>().is_err());
         assert!("mpi".parse::<Backend>().is_err());

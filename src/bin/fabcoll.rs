@@ -48,7 +48,7 @@ enum Cmd {
     /// Backend capabilities and the algorithm registry (every op:algorithm with its restrictions).
     Info {
         /// Backends to probe.
-        #[arg(long = "fabric", value_name = "FABRIC", default_values_t = ["local".to_string(), "shm".into(), "ofi:tcp".into(), "ofi:shm".into()])]
+        #[arg(long = "fabric", value_name = "FABRIC", default_values_t = ["local".to_string(), "shm".into(), "tcp".into(), "ofi:tcp".into(), "ofi:shm".into()])]
         fabrics: Vec<String>,
     },
     /// Probe the cost model's parameters (run under `fabrun -n N`) or compare it with a tuner log.

@@ -2,7 +2,8 @@
 //!
 //! Correctness under free-and-reuse: an entry covers `[addr, addr+len)` of this process's address
 //! space. On backends whose registration is a name for a virtual range and pins nothing — `local`,
-//! `shm` (the peer copies with `process_vm_writev` / through the same mapping), and the libfabric
+//! `shm` (the peer copies with `process_vm_writev` / through the same mapping), `tcp` (the receiver
+//! copies from its socket into the address), and the libfabric
 //! providers that move data through the CPU (`tcp`, `sockets`, `udp`, `shm`) — a buffer freed and
 //! reallocated at the same address is still correctly described by the old entry, so the cache is
 //! enabled there. Providers that pin pages (`verbs`, `efa`, `cxi`, …) would keep the OLD physical
@@ -37,7 +38,7 @@ pub(crate) struct MrCache {
 /// Whether registration on this backend is address-based and pins nothing (see module doc).
 pub(crate) fn cache_safe(caps: &Caps) -> bool {
     match caps.backend {
-        "local" | "shm" => true,
+        "local" | "shm" | "tcp" => true,
         // The core provider is the first of a layered name like "tcp;ofi_rxm".
         "ofi" => matches!(caps.provider.split(';').next().unwrap_or(""), "tcp" | "sockets" | "udp" | "shm"),
         _ => false,

@@ -1,0 +1,452 @@
+//! One connection of the `tcp` backend: the queue of frames still to send (writes point at the
+//! caller's memory until their last byte is in the kernel) and the receiver's state machine, which
+//! reads headers through a staging buffer and payloads of writes straight into registered memory.
+//!
+//! Receive path: one `recv` fills the 64 KiB staging buffer with as many frames as have arrived
+//! (small messages: one system call for several frames, then one copy each into its registration);
+//! a write with at least [`DIRECT_MIN`] bytes still to come is read by `recv` into its destination
+//! directly (no copy in user space: the kernel's copy is the only one). Send path: a frame is one
+//! `sendmsg` of header and payload (`MSG_NOSIGNAL`: a closed peer is an error, not a signal).
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::PoisonError;
+
+use super::wire::{Frame, Refusal, HDR};
+use super::Regions;
+use crate::endpoint::Completion;
+use crate::error::{Error, Result};
+use crate::mr::{Access, Mr};
+
+/// Staging buffer of one connection's receiver.
+const RBUF: usize = 64 * 1024;
+/// A write with at least this many bytes left (and none staged) is received into its destination.
+pub(super) const DIRECT_MIN: u64 = 16 * 1024;
+
+/// What a connection knows of its peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Peer {
+    /// Connected.
+    Open,
+    /// The peer said goodbye: it closed its endpoint; the end of its stream is clean.
+    Closed,
+    /// The connection broke (the peer died, or sent bytes that are not frames).
+    Lost(String),
+}
+
+/// The bytes to send after a header.
+enum Payload {
+    None,
+    /// The caller's memory (a write): valid until its `WriteDone` (the endpoint contract).
+    Borrowed(*const u8, usize),
+    /// Our copy (a control message that did not leave at once).
+    Owned(Vec<u8>),
+}
+
+// SAFETY: a borrowed payload is only read, by the thread that owns the connection, while the
+// `Mr` clone kept beside it (`Out::_src`) holds the registration; the endpoint contract makes the
+// caller keep the bytes valid and unmodified until the write's `WriteDone`.
+unsafe impl Send for Payload {}
+
+impl Payload {
+    fn as_raw(&self) -> (*const u8, usize) {
+        match self {
+            Payload::None => (std::ptr::null(), 0),
+            Payload::Borrowed(p, n) => (*p, *n),
+            Payload::Owned(v) => (v.as_ptr(), v.len()),
+        }
+    }
+}
+
+/// A frame partly or not yet sent.
+struct Out {
+    hdr: [u8; HDR],
+    payload: Payload,
+    /// Bytes of header + payload already sent.
+    sent: usize,
+    /// `Some(ctx)`: report `WriteDone { ctx }` when the last byte is sent.
+    done: Option<u64>,
+    /// The source registration of a write, kept alive until its last byte is sent.
+    _src: Option<Mr>,
+}
+
+/// Where the receiver is in the stream.
+enum Rx {
+    Header,
+    Write {
+        key: u64,
+        addr: u64,
+        left: u64,
+        imm: Option<u64>,
+        ctx: u64,
+        refused: Option<Refusal>,
+    },
+    Ctrl {
+        tag: u64,
+        left: usize,
+        data: Vec<u8>,
+    },
+    /// After a goodbye or a broken stream: nothing more is read.
+    Done,
+}
+
+/// One peer's connection.
+pub(super) struct Conn {
+    peer: usize,
+    stream: TcpStream,
+    fd: RawFd,
+    queue: VecDeque<Out>,
+    rbuf: Box<[u8]>,
+    rpos: usize,
+    rend: usize,
+    rx: Rx,
+    pub(super) state: Peer,
+    /// Whether `poll` has already returned this connection's loss as an error.
+    pub(super) loss_reported: bool,
+}
+
+impl Conn {
+    pub(super) fn new(peer: usize, stream: TcpStream) -> Result<Conn> {
+        stream
+            .set_nonblocking(true)
+            .map_err(|e| Error::Os { op: format!("set_nonblocking (rank {peer})"), source: e })?;
+        stream.set_nodelay(true).map_err(|e| Error::Os { op: format!("TCP_NODELAY (rank {peer})"), source: e })?;
+        let fd = stream.as_raw_fd();
+        Ok(Conn {
+            peer,
+            stream,
+            fd,
+            queue: VecDeque::new(),
+            rbuf: vec![0u8; RBUF].into_boxed_slice(),
+            rpos: 0,
+            rend: 0,
+            rx: Rx::Header,
+            state: Peer::Open,
+            loss_reported: false,
+        })
+    }
+
+    pub(super) fn fd(&self) -> RawFd {
+        self.fd
+    }
+
+    /// Frames wait to be sent (the socket was full).
+    pub(super) fn sending(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    fn check_open(&self) -> Result<()> {
+        match &self.state {
+            Peer::Open => Ok(()),
+            Peer::Closed => Err(Error::Peer { peer: self.peer, msg: "tcp: the peer closed its endpoint".into() }),
+            Peer::Lost(why) => Err(Error::Peer { peer: self.peer, msg: format!("tcp: {why}") }),
+        }
+    }
+
+    /// Sends a write whose payload stays in the caller's memory until `WriteDone { ctx }`.
+    /// `src` is the `len` bytes at `ptr` of registration `mr`.
+    pub(super) fn send_write(
+        &mut self,
+        frame: Frame,
+        mr: &Mr,
+        ptr: *const u8,
+        len: usize,
+        ctx: u64,
+        done: &mut Vec<Completion>,
+    ) -> Result<()> {
+        self.check_open()?;
+        self.queue.push_back(Out {
+            hdr: frame.encode(),
+            payload: Payload::Borrowed(ptr, len),
+            sent: 0,
+            done: Some(ctx),
+            _src: Some(mr.clone()),
+        });
+        self.flush(done)
+    }
+
+    /// Sends a control message (copied if it does not leave at once).
+    pub(super) fn send_ctrl(&mut self, tag: u64, data: &[u8], done: &mut Vec<Completion>) -> Result<()> {
+        self.check_open()?;
+        let hdr = Frame::Ctrl { tag, len: data.len() as u64 }.encode();
+        if !self.queue.is_empty() {
+            self.queue.push_back(Out { hdr, payload: Payload::Owned(data.to_vec()), sent: 0, done: None, _src: None });
+            return self.flush(done);
+        }
+        let sent = match Self::sendmsg_fd(self.fd, &hdr, data.as_ptr(), data.len()) {
+            Ok(k) => k,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(e) => return Err(self.lose(format!("send failed: {e}"))),
+        };
+        if sent < HDR + data.len() {
+            self.queue.push_back(Out { hdr, payload: Payload::Owned(data.to_vec()), sent, done: None, _src: None });
+        }
+        Ok(())
+    }
+
+    /// Sends queued frames until the socket is full; reports `WriteDone` for writes fully sent.
+    pub(super) fn flush(&mut self, done: &mut Vec<Completion>) -> Result<()> {
+        while let Some(out) = self.queue.front_mut() {
+            let (p, n) = out.payload.as_raw();
+            let total = HDR + n;
+            let sent = out.sent;
+            let k = if sent < HDR {
+                Self::sendmsg_fd(self.fd, &out.hdr[sent..], p, n)
+            } else {
+                // SAFETY: `p` is valid for `n` bytes (caller's memory under the endpoint contract, or
+                // our own vector) and `sent - HDR < n`.
+                Self::sendmsg_fd(self.fd, &[], unsafe { p.add(sent - HDR) }, n - (sent - HDR))
+            };
+            let k = match k {
+                Ok(k) => k,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(self.lose(format!("send failed: {e}"))),
+            };
+            out.sent += k;
+            if out.sent < total {
+                return Ok(());
+            }
+            if let Some(ctx) = out.done {
+                done.push(Completion::WriteDone { ctx });
+            }
+            self.queue.pop_front();
+        }
+        Ok(())
+    }
+
+    fn sendmsg_fd(fd: RawFd, hdr: &[u8], p: *const u8, n: usize) -> io::Result<usize> {
+        let mut iov = [
+            libc::iovec { iov_base: hdr.as_ptr() as *mut libc::c_void, iov_len: hdr.len() },
+            libc::iovec { iov_base: p as *mut libc::c_void, iov_len: n },
+        ];
+        let (iov_ptr, cnt) = if hdr.is_empty() { (iov[1..].as_mut_ptr(), 1) } else { (iov.as_mut_ptr(), 2) };
+        // SAFETY: an all-zero msghdr is valid; we set the iovec array, which lives across the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov_ptr;
+        msg.msg_iovlen = cnt;
+        loop {
+            // SAFETY: `fd` is our open socket; the iovecs point at `hdr` and at `n` readable bytes
+            // at `p` (the callers' contracts).
+            let k = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+            if k >= 0 {
+                return Ok(k as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// One nonblocking `recv` of at most `n` bytes to `p`: how many arrived (0: none yet).
+    fn recv_into(&mut self, p: *mut u8, n: usize) -> Result<usize> {
+        loop {
+            // SAFETY: `p` is valid for `n` writable bytes (our buffer, or a registration checked
+            // under the region table's read lock by the caller).
+            let k = unsafe { libc::recv(self.fd, p as *mut libc::c_void, n, libc::MSG_DONTWAIT) };
+            if k > 0 {
+                return Ok(k as usize);
+            }
+            if k == 0 {
+                return Err(
+                    self.lose("the connection closed without goodbye: the peer's process died or was killed".into())
+                );
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(0),
+                _ => return Err(self.lose(format!("receive failed: {e}"))),
+            }
+        }
+    }
+
+    /// Marks the connection lost (unless it already ended) and returns the error naming the peer.
+    fn lose(&mut self, why: String) -> Error {
+        if self.state == Peer::Open {
+            self.state = Peer::Lost(why);
+        }
+        self.rx = Rx::Done;
+        let why = match &self.state {
+            Peer::Lost(w) => w.clone(),
+            _ => "the peer closed its endpoint".into(),
+        };
+        Error::Peer { peer: self.peer, msg: format!("tcp: {why}") }
+    }
+
+    /// Reads everything that has arrived: writes land in their registrations (`WriteArrived` for
+    /// those with immediate), control messages and refusals become completions in `out`; a
+    /// refused write queues its refusal for the initiator (sent by the next `flush`).
+    pub(super) fn receive(&mut self, regions: &Regions, out: &mut Vec<Completion>) -> Result<()> {
+        loop {
+            // On an error `self.rx` stays `Done` (the connection is lost).
+            let (next, more) = match std::mem::replace(&mut self.rx, Rx::Done) {
+                Rx::Done => return Ok(()),
+                Rx::Header if self.rend - self.rpos >= HDR => {
+                    let h: &[u8; HDR] = self.rbuf[self.rpos..self.rpos + HDR].try_into().expect("HDR bytes");
+                    let frame = Frame::decode(h).map_err(|e| self.lose(e.to_string()))?;
+                    self.rpos += HDR;
+                    (self.begin(frame, regions, out), true)
+                }
+                Rx::Header => (Rx::Header, self.fill()?),
+                Rx::Ctrl { tag, mut left, mut data } => {
+                    let take = left.min(self.rend - self.rpos);
+                    data.extend_from_slice(&self.rbuf[self.rpos..self.rpos + take]);
+                    self.rpos += take;
+                    left -= take;
+                    if left == 0 {
+                        out.push(Completion::Ctrl { peer: self.peer, tag, data });
+                        (Rx::Header, true)
+                    } else {
+                        let more = self.fill()?;
+                        (Rx::Ctrl { tag, left, data }, more)
+                    }
+                }
+                Rx::Write { key, mut addr, mut left, imm, ctx, mut refused } => {
+                    let take = left.min((self.rend - self.rpos) as u64) as usize;
+                    if take > 0 {
+                        if refused.is_none() {
+                            let regs = regions.read().unwrap_or_else(PoisonError::into_inner);
+                            if regs.contains_key(&key) {
+                                // SAFETY: the registration, checked at the header to contain
+                                // `[addr, addr + left)`, stays alive while we hold the read lock.
+                                unsafe {
+                                    std::ptr::copy_nonoverlapping(
+                                        self.rbuf.as_ptr().add(self.rpos),
+                                        addr as *mut u8,
+                                        take,
+                                    )
+                                };
+                            } else {
+                                refused = Some(Refusal::UnknownKey);
+                            }
+                        }
+                        self.rpos += take;
+                        addr += take as u64;
+                        left -= take as u64;
+                    }
+                    let more = if left == 0 {
+                        self.end_write(key, imm, ctx, refused, out);
+                        (Rx::Header, true)
+                    } else if left >= DIRECT_MIN && refused.is_none() && self.rpos == self.rend {
+                        let regs = regions.read().unwrap_or_else(PoisonError::into_inner);
+                        let got = if regs.contains_key(&key) {
+                            // Straight into the registration (alive under the read lock).
+                            self.recv_into(addr as *mut u8, left.min(1 << 30) as usize)?
+                        } else {
+                            refused = Some(Refusal::UnknownKey);
+                            0
+                        };
+                        drop(regs);
+                        addr += got as u64;
+                        left -= got as u64;
+                        if left == 0 {
+                            self.end_write(key, imm, ctx, refused, out);
+                            (Rx::Header, true)
+                        } else {
+                            (Rx::Write { key, addr, left, imm, ctx, refused }, got > 0 || refused.is_some())
+                        }
+                    } else {
+                        let more = self.fill()?;
+                        (Rx::Write { key, addr, left, imm, ctx, refused }, more)
+                    };
+                    more
+                }
+            };
+            self.rx = next;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Reads more into the staging buffer; `false` when nothing more has arrived.
+    fn fill(&mut self) -> Result<bool> {
+        if self.rpos == self.rend {
+            (self.rpos, self.rend) = (0, 0);
+        } else if self.rbuf.len() - self.rend < HDR {
+            self.rbuf.copy_within(self.rpos..self.rend, 0);
+            (self.rpos, self.rend) = (0, self.rend - self.rpos);
+        }
+        let (p, n) = (self.rbuf[self.rend..].as_mut_ptr(), self.rbuf.len() - self.rend);
+        let k = self.recv_into(p, n)?;
+        self.rend += k;
+        Ok(k > 0)
+    }
+
+    /// A header arrived: checks a write against the region table; what to read next.
+    fn begin(&mut self, frame: Frame, regions: &Regions, out: &mut Vec<Completion>) -> Rx {
+        match frame {
+            Frame::Write { key, addr, len, imm, ctx } => {
+                let regs = regions.read().unwrap_or_else(PoisonError::into_inner);
+                let refused = match regs.get(&key) {
+                    None => Some(Refusal::UnknownKey),
+                    Some(r) if !r.access.contains(Access::REMOTE_WRITE) => Some(Refusal::NotWritable),
+                    Some(r) if addr < r.addr as u64 || addr + len > (r.addr + r.len) as u64 => {
+                        Some(Refusal::OutOfBounds)
+                    }
+                    Some(_) => None,
+                };
+                Rx::Write { key, addr, left: len, imm, ctx, refused }
+            }
+            Frame::Ctrl { tag, len } => Rx::Ctrl { tag, left: len as usize, data: Vec::with_capacity(len as usize) },
+            Frame::Refused { why, key, ctx } => {
+                let peer = self.peer;
+                let error = match why {
+                    Refusal::UnknownKey => Error::InvalidKey { peer, key }.to_string(),
+                    Refusal::OutOfBounds => format!("rank {peer} refused the write: outside registration {key:#x}"),
+                    Refusal::NotWritable => {
+                        format!("rank {peer} refused the write: registration {key:#x} is not remote-writable")
+                    }
+                };
+                out.push(Completion::WriteError { ctx, error });
+                Rx::Header
+            }
+            Frame::Goodbye => {
+                self.state = Peer::Closed;
+                Rx::Done
+            }
+        }
+    }
+
+    /// A write's last byte was read: notify, or tell the initiator it was refused.
+    fn end_write(&mut self, key: u64, imm: Option<u64>, ctx: u64, refused: Option<Refusal>, out: &mut Vec<Completion>) {
+        match (refused, imm) {
+            (Some(why), _) => {
+                tracing::warn!(peer = self.peer, key, ?why, "tcp: refused a write");
+                let hdr = Frame::Refused { why, key, ctx }.encode();
+                self.queue.push_back(Out { hdr, payload: Payload::None, sent: 0, done: None, _src: None });
+            }
+            (None, Some(imm)) => out.push(Completion::WriteArrived { peer: self.peer, imm }),
+            (None, None) => {}
+        }
+    }
+
+    /// Closing: sends what is queued if none of it is the caller's memory (which may be gone),
+    /// then a goodbye, and shuts the sending side (bounded by `limit`).
+    pub(super) fn close(&mut self, limit: std::time::Duration) {
+        if self.state != Peer::Open || self.queue.iter().any(|o| matches!(o.payload, Payload::Borrowed(..))) {
+            return;
+        }
+        self.queue.push_back(Out {
+            hdr: Frame::Goodbye.encode(),
+            payload: Payload::None,
+            sent: 0,
+            done: None,
+            _src: None,
+        });
+        let until = std::time::Instant::now() + limit;
+        let mut ignored = Vec::new();
+        while self.sending() && std::time::Instant::now() < until {
+            if self.flush(&mut ignored).is_err() {
+                return;
+            }
+            if self.sending() {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        }
+        let _ = self.stream.shutdown(Shutdown::Write);
+    }
+}

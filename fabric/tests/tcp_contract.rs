@@ -1,0 +1,244 @@
+//! Backend `tcp`: the common scenarios among ranks as threads (1–4) and as processes (4), writes
+//! the target refuses (deregistered key, out of bounds), a dead peer, a peer that sends bytes that
+//! are not frames, and bad arguments.
+
+mod local_common;
+mod support;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use fabcoll_fabric::{open, Access, Backend, Completion, Config, Endpoint, Error, RemoteMr};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs `f` on `p` tcp endpoints, one per thread, all connected.
+fn run_threads(p: usize, job: &str, f: fn(&mut dyn Endpoint) -> Result<(), String>) {
+    let blobs = Arc::new(Mutex::new(vec![Vec::new(); p]));
+    let barrier = Arc::new(Barrier::new(p));
+    let handles: Vec<_> = (0..p)
+        .map(|r| {
+            let (blobs, barrier, job) = (blobs.clone(), barrier.clone(), job.to_string());
+            std::thread::spawn(move || -> Result<(), String> {
+                let mut ep = open(&Config::new(Backend::Tcp, r, p, job)).map_err(|e| e.to_string())?;
+                blobs.lock().unwrap()[r] = ep.address().map_err(|e| e.to_string())?;
+                barrier.wait();
+                let all = blobs.lock().unwrap().clone();
+                ep.insert_peers(&all).map_err(|e| e.to_string())?;
+                let res = f(&mut *ep);
+                barrier.wait(); // nobody closes while others may still write to it
+                res
+            })
+        })
+        .collect();
+    let errs: Vec<String> = handles.into_iter().filter_map(|h| h.join().expect("rank thread panicked").err()).collect();
+    assert!(errs.is_empty(), "{errs:#?}");
+}
+
+/// The ring and control scenarios of the other backends (write-to-deregistered differs: below).
+fn scenarios(ep: &mut dyn Endpoint) -> Result<(), String> {
+    let mut inbox = local_common::Inbox::new();
+    for len in local_common::SIZES.into_iter().chain([0, 1, 16 * 1024 + 1]) {
+        local_common::ring(ep, &mut inbox, len)?;
+        local_common::ring_with(ep, &mut inbox, len, true)?;
+    }
+    local_common::ctrl_both_ways(ep, &mut inbox, 100)
+}
+
+#[test]
+fn tcp_scenarios_4_threads() {
+    run_threads(4, "tcp_scenarios_4", scenarios);
+}
+
+#[test]
+fn tcp_scenarios_1_2_3_threads() {
+    for p in [1, 2, 3] {
+        run_threads(p, &format!("tcp_scenarios_{p}"), scenarios);
+    }
+}
+
+#[test]
+fn tcp_scenarios_4_procs() {
+    support::ranks("tcp_scenarios_4_procs", 4, LIMIT, &[], |job| {
+        let (r, p) = (job.rank() as usize, job.size() as usize);
+        let mut ep = open(&Config::new(Backend::Tcp, r, p, "procs")).expect("open tcp");
+        let blobs = job.exchange("addr", &ep.address().expect("address"));
+        ep.insert_peers(&blobs).expect("insert_peers");
+        scenarios(&mut *ep).unwrap();
+        job.barrier("done");
+    });
+}
+
+/// The target refuses a write to a deregistered key and one beyond a registration's end (a forged
+/// descriptor): the initiator gets `WriteError` for that ctx after its `WriteDone`, naming the
+/// target; no byte lands and the target sees no arrival.
+#[test]
+fn tcp_refused_writes_are_reported_to_the_initiator() {
+    run_threads(2, "tcp_refused", |ep| {
+        let (r, peer) = (ep.rank(), 1 - ep.rank());
+        let mut inbox = local_common::Inbox::new();
+        let e = |e: Error| format!("rank {r}: {e}");
+        let gone = ep.alloc(4096, Access::REMOTE_WRITE).map_err(e)?;
+        let stale = gone.remote();
+        drop(gone);
+        let fresh = ep.alloc(4096, Access::REMOTE_WRITE).map_err(e)?;
+        local_common::send_ctrl(ep, &mut inbox, peer, 1, &stale.to_bytes())?;
+        local_common::send_ctrl(ep, &mut inbox, peer, 2, &fresh.remote().to_bytes())?;
+        let their_stale = RemoteMr::from_bytes(&inbox.ctrl(ep, peer, 1)?).map_err(e)?;
+        let mut their_fresh = RemoteMr::from_bytes(&inbox.ctrl(ep, peer, 2)?).map_err(e)?;
+        let src = ep.alloc(8192, Access::LOCAL).map_err(e)?;
+        src.write_at(0, &[0xAB; 8192]).map_err(e)?;
+        ep.write(peer, src.slice(0, 64).map_err(e)?, their_stale.slice(0, 64).map_err(e)?, Some(7), 99).map_err(e)?;
+        // A descriptor that claims twice the length: the initiator's bounds check passes, the target's
+        // table refuses.
+        their_fresh.len *= 2;
+        ep.write(peer, src.range(), their_fresh.slice(0, 8192).map_err(e)?, None, 100).map_err(e)?;
+        for (ctx, want) in [(99, Error::InvalidKey { peer, key: their_stale.key }.to_string()), (100, "outside".into())]
+        {
+            inbox.expect(ep, "WriteDone", |c| *c == Completion::WriteDone { ctx })?;
+            match inbox.expect(ep, "WriteError", |c| matches!(c, Completion::WriteError { ctx: x, .. } if *x == ctx))? {
+                Completion::WriteError { error, .. }
+                    if error.contains(&want) && error.contains(&format!("rank {peer}")) => {}
+                other => return Err(format!("rank {r}: write {ctx} gave {other:?}, wanted an error with {want:?}")),
+            }
+        }
+        // Both ranks saw their refusals: every frame of the peer has been read here too.
+        local_common::send_ctrl(ep, &mut inbox, peer, 3, &[])?;
+        inbox.ctrl(ep, peer, 3)?;
+        let mut got = vec![0u8; 4096];
+        fresh.read_at(0, &mut got).map_err(e)?;
+        if got.iter().any(|&b| b != 0) {
+            return Err(format!("rank {r}: a refused write landed"));
+        }
+        let mut out = Vec::new();
+        ep.poll(&mut out).map_err(e)?;
+        if out.iter().any(|c| matches!(c, Completion::WriteArrived { .. })) {
+            return Err(format!("rank {r}: a refused write was notified: {out:?}"));
+        }
+        Ok(())
+    });
+}
+
+/// A peer that dies (exits without closing its endpoint) while we wait: `wait` fails naming it,
+/// `peer_gone` says why, and writes to it fail.
+#[test]
+fn tcp_dead_peer_is_named() {
+    support::ranks("tcp_dead_peer_is_named", 2, LIMIT, &[], |job| {
+        let (r, p) = (job.rank() as usize, job.size() as usize);
+        let mut ep = open(&Config::new(Backend::Tcp, r, p, "dead")).expect("open tcp");
+        let blobs = job.exchange("addr", &ep.address().expect("address"));
+        ep.insert_peers(&blobs).expect("insert_peers");
+        let mut inbox = local_common::Inbox::new();
+        local_common::ring(&mut *ep, &mut inbox, 8).unwrap();
+        job.barrier("connected");
+        if r == 1 {
+            std::process::exit(0);
+        }
+        let t0 = Instant::now();
+        let error = loop {
+            assert!(t0.elapsed() < Duration::from_secs(30), "no error for a dead peer within 30 s");
+            let mut out = Vec::new();
+            match ep.wait(&mut out, Some(Duration::from_millis(100))) {
+                Err(Error::Timeout { .. }) => {}
+                Err(e) => break e,
+                Ok(_) => assert!(out.is_empty(), "events from a dead peer: {out:?}"),
+            }
+        };
+        assert!(matches!(error, Error::Peer { peer: 1, .. }), "{error}");
+        assert!(error.to_string().contains("without goodbye"), "{error}");
+        assert!(ep.peer_gone(1).is_some_and(|w| w.contains("without goodbye")));
+        let src = ep.alloc(8, Access::LOCAL).unwrap();
+        let dst = ep.alloc(8, Access::REMOTE_WRITE).unwrap();
+        let e = ep.write(1, src.range(), dst.remote().range(), None, 1).unwrap_err();
+        assert!(matches!(e, Error::Peer { peer: 1, .. }), "{e}");
+        eprintln!("dead peer named after {:?}: {error}", t0.elapsed());
+    });
+}
+
+/// A clean close (the peer drops its endpoint) is not a death.
+#[test]
+fn tcp_closed_peer_is_not_dead() {
+    let mut eps: Vec<Box<dyn Endpoint>> =
+        (0..2).map(|r| open(&Config::new(Backend::Tcp, r, 2, "tcp_closed")).unwrap()).collect();
+    let all: Vec<Vec<u8>> = eps.iter().map(|ep| ep.address().unwrap()).collect();
+    let (mut one, theirs) = (eps.pop().unwrap(), all.clone());
+    let t = std::thread::spawn(move || one.insert_peers(&theirs).map(|()| one));
+    eps[0].insert_peers(&all).unwrap();
+    drop(t.join().unwrap().unwrap());
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(300) {
+        let mut out = Vec::new();
+        eps[0].poll(&mut out).expect("a closed peer is no error");
+        assert!(out.is_empty(), "{out:?}");
+    }
+    assert_eq!(eps[0].peer_gone(1), None);
+    let e = eps[0].send_ctrl(1, 1, b"late").unwrap_err();
+    assert!(e.to_string().contains("closed its endpoint"), "{e}");
+}
+
+/// A "rank" that sends a valid hello, then bytes that are not a frame: the endpoint's poll fails
+/// with an error naming that rank and saying what was wrong.
+#[test]
+fn tcp_malformed_stream_is_an_error_naming_the_sender() {
+    let job = "tcp_malformed";
+    let mut ep = open(&Config::new(Backend::Tcp, 0, 2, job)).unwrap();
+    let mine = ep.address().unwrap();
+    let job_hash = job.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    // Rank 1's blob: same layout as the endpoint's own, pointing at a port nobody connects to.
+    let mut theirs = mine[..8].to_vec();
+    theirs.extend_from_slice(&job_hash.to_le_bytes());
+    theirs.extend_from_slice(&1u64.to_le_bytes());
+    theirs.extend_from_slice(&2u64.to_le_bytes());
+    theirs.extend_from_slice(b"127.0.0.1:9");
+    let at = std::str::from_utf8(&mine[32..]).unwrap().to_string();
+    let fake = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(at).unwrap();
+        let mut hello = b"fabtcph1".to_vec();
+        for v in [job_hash, 1, 2] {
+            hello.extend_from_slice(&u64::to_le_bytes(v));
+        }
+        s.write_all(&hello).unwrap();
+        s.write_all(&[9u8; 48]).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+    });
+    ep.insert_peers(&[mine, theirs]).unwrap();
+    let t0 = Instant::now();
+    let e = loop {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no error for a malformed stream");
+        let mut out = Vec::new();
+        if let Err(e) = ep.poll(&mut out) {
+            break e;
+        }
+    };
+    assert!(matches!(e, Error::Peer { peer: 1, .. }), "{e}");
+    assert!(e.to_string().contains("malformed frame"), "{e}");
+    fake.join().unwrap();
+}
+
+#[test]
+fn tcp_bad_arguments_are_errors() {
+    let mut a = open(&Config::new(Backend::Tcp, 0, 1, "tcp_bad")).unwrap();
+    let mr = a.alloc(64, Access::LOCAL).unwrap();
+    let e = a.write(0, mr.range(), mr.remote().range(), None, 0).unwrap_err();
+    assert!(e.to_string().contains("insert_peers"), "{e}");
+    let other = open(&Config::new(Backend::Tcp, 0, 1, "another_job")).unwrap().address().unwrap();
+    let e = a.insert_peers(&[other]).unwrap_err();
+    assert!(e.to_string().contains("another job"), "{e}");
+    let me = a.address().unwrap();
+    a.insert_peers(&[me]).unwrap();
+    let dst = a.alloc(32, Access::REMOTE_WRITE).unwrap();
+    for (e, want) in [
+        (a.write(0, mr.range(), dst.remote().range(), None, 0).unwrap_err(), "source bytes"),
+        (a.write(1, mr.slice(0, 32).unwrap(), dst.remote().range(), None, 0).unwrap_err(), "not in a group"),
+        (
+            a.write(0, mr.slice(0, 32).unwrap(), mr.remote().slice(0, 32).unwrap(), None, 0).unwrap_err(),
+            "remote-writable",
+        ),
+        (a.send_ctrl(0, 1, &vec![0u8; 64 * 1024 + 1]).unwrap_err(), "at most"),
+        (a.map_remote(0, &dst.remote()).unwrap_err(), "unsupported"),
+    ] {
+        assert!(e.to_string().contains(want), "{e} should say {want}");
+    }
+}
