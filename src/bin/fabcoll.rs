@@ -170,7 +170,7 @@ fn env_fabric() -> String {
     }
     match fabcoll::fabric::bootstrap::JobEnv::from_env() {
         Ok(e) if e.local_size == Some(e.size) => "shm".into(),
-        Ok(_) => "ofi:tcp".into(),
+        Ok(_) => "tcp".into(),
         Err(_) => "?".into(),
     }
 }

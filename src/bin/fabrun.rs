@@ -32,7 +32,7 @@ bootstrap reads its variables and needs a shared secret token and a store addres
   torchrun: FABCOLL_TOKEN=<same secret on every node> torchrun --nnodes 2 --nproc-per-node 4 \\
               --master-addr HOST --master-port 29500 ./prog   (RANK, WORLD_SIZE, LOCAL_RANK, ...)
   Rank 0 then serves the store at MASTER_ADDR:MASTER_PORT+1 (or FABCOLL_STORE_PORT); set
-  FABCOLL_FABRIC=ofi:tcp (or ofi:verbs, ...) for the network; default is shm on one node.";
+  FABCOLL_FABRIC=tcp (or ofi:tcp, ofi:verbs, ...) for the network; default is shm on one node.";
 
 /// Runs N ranks of a program on this machine with the fabcoll bootstrap environment.
 #[derive(Parser, Debug)]
@@ -42,7 +42,7 @@ struct Cli {
     #[arg(short = 'n', long = "np", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     n: u32,
 
-    /// Fabric the ranks use, passed as FABCOLL_FABRIC: shm, ofi:tcp, ofi:shm, ofi:<provider>.
+    /// Fabric the ranks use, passed as FABCOLL_FABRIC: shm, tcp, ofi:tcp, ofi:shm, ofi:<provider>.
     /// Default: the ranks decide (shm on one node). `local` runs ranks as threads of one process,
     /// so it cannot be launched as processes: use `fabcoll bench --fabric local -n N`.
     #[arg(long, value_name = "FABRIC")]

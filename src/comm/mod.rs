@@ -165,7 +165,7 @@ impl Communicator {
 
     /// Joins the job the environment describes (fabrun, torchrun, Slurm or `FABCOLL_*`, see
     /// `fabric::bootstrap::JobEnv`): opens the store, the fabric (`FABCOLL_FABRIC` = `shm`,
-    /// `ofi:tcp`, …; default shm when every rank is on this node, else `ofi:tcp`), exchanges
+    /// `ofi:tcp`, …; default shm when every rank is on this node, else `tcp`), exchanges
     /// addresses and sets up the eager rings.
     pub fn from_env() -> Result<Communicator> {
         // The bootstrap's timeout; the executor's settings follow once the fabric is known.
@@ -175,7 +175,7 @@ impl Communicator {
         let backend: Backend = match std::env::var("FABCOLL_FABRIC") {
             Ok(s) => s.parse()?,
             Err(_) if env.local_size == Some(env.size) => Backend::Shm,
-            Err(_) => Backend::Ofi { provider: "tcp".into() },
+            Err(_) => Backend::Tcp,
         };
         let job = format!("fabcoll-{}", env.store);
         let mut fcfg = Config::new(backend, env.rank as usize, env.size as usize, job);
