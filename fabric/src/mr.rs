@@ -100,6 +100,23 @@ impl RemoteMr {
     }
 }
 
+/// The argument checks of a write to `peer` that a backend can make before it touches anything:
+/// equal lengths, both ranges inside their registrations, a remote-writable destination.
+pub(crate) fn check_write(peer: usize, src: &LocalRange<'_>, dst: &RemoteRange) -> Result<()> {
+    if src.len != dst.len {
+        return Err(Error::invalid(format!("write of {} source bytes into {} destination bytes", src.len, dst.len)));
+    }
+    check_bounds("local source", src.off, src.len, src.mr.len())?;
+    check_bounds("remote destination", dst.off, dst.len, dst.mr.len as usize)?;
+    if !dst.mr.access.contains(Access::REMOTE_WRITE) {
+        return Err(Error::Access(format!(
+            "rank {peer}'s registration (key {:#x}) grants no remote write",
+            dst.mr.key
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_bounds(what: &'static str, off: usize, len: usize, reg_len: usize) -> Result<()> {
     match off.checked_add(len) {
         Some(end) if end <= reg_len => Ok(()),

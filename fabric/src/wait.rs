@@ -3,6 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::endpoint::Completion;
+use crate::error::{Error, Result};
+
 /// How [`crate::Endpoint::wait`] waits for a completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaitPolicy {
@@ -88,6 +91,32 @@ impl Backoff {
 
     fn expired(&self) -> bool {
         self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+/// The `wait` of every backend: `poll` until it appends something, backing off per `policy`
+/// between empty polls — `block(ep, d)` is the backend's way to give up the CPU for at most `d`
+/// — and failing with `timed_out(ep)` once `timeout` has passed.
+pub(crate) fn poll_until<E: ?Sized>(
+    ep: &mut E,
+    policy: WaitPolicy,
+    timeout: Option<Duration>,
+    out: &mut Vec<Completion>,
+    poll: fn(&mut E, &mut Vec<Completion>) -> Result<usize>,
+    block: fn(&mut E, Duration) -> Result<()>,
+    timed_out: fn(&mut E, Duration) -> Error,
+) -> Result<usize> {
+    let mut backoff = Backoff::new(policy, timeout);
+    loop {
+        let n = poll(ep, out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        match backoff.step() {
+            Step::Spin | Step::Yielded => {}
+            Step::Block(d) => block(ep, d)?,
+            Step::TimedOut => return Err(timed_out(ep, timeout.unwrap_or_default())),
+        }
     }
 }
 

@@ -234,7 +234,7 @@ fn tcp_bad_arguments_are_errors() {
         (a.write(1, mr.slice(0, 32).unwrap(), dst.remote().range(), None, 0).unwrap_err(), "not in a group"),
         (
             a.write(0, mr.slice(0, 32).unwrap(), mr.remote().slice(0, 32).unwrap(), None, 0).unwrap_err(),
-            "remote-writable",
+            "no remote write",
         ),
         (a.send_ctrl(0, 1, &vec![0u8; 64 * 1024 + 1]).unwrap_err(), "at most"),
         (a.map_remote(0, &dst.remote()).unwrap_err(), "unsupported"),

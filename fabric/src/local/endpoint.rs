@@ -11,7 +11,7 @@ use super::{Region, Shared};
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
 use crate::error::{Error, Result};
 use crate::mr::{check_bounds, Access, AlignedBuf, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
-use crate::wait::{Backoff, Step, WaitPolicy};
+use crate::wait::{poll_until, WaitPolicy};
 
 const MAGIC: &[u8; 8] = b"fablocal";
 const MAX_CTRL: usize = 64 * 1024;
@@ -99,6 +99,16 @@ impl LocalEndpoint {
         // SAFETY: for `alloc`, `owned` is the allocation (dropped after deregistration); for
         // `register`, the caller of `Endpoint::register` guarantees validity.
         Ok(unsafe { Mr::from_parts(addr, len, access, 0, remote, backend, owned) })
+    }
+
+    /// Sleeps on our inbox's condition variable for at most `d` unless something is there.
+    fn sleep_on_inbox(&mut self, d: Duration) -> Result<()> {
+        let st = &self.shared.ranks[self.rank];
+        let inbox = st.inbox.lock().map_err(|_| Error::invalid("own inbox poisoned"))?;
+        if inbox.is_empty() {
+            let _ = st.bell.wait_timeout(inbox, d).map_err(|_| Error::invalid("own inbox poisoned"))?;
+        }
+        Ok(())
     }
 
     fn push(&self, peer: usize, c: Completion) -> Result<()> {
@@ -229,29 +239,10 @@ impl Endpoint for LocalEndpoint {
     }
 
     fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
-        let mut backoff = Backoff::new(self.wait, timeout);
-        loop {
-            let n = self.poll(out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            match backoff.step() {
-                Step::Spin | Step::Yielded => {}
-                Step::Block(d) => {
-                    let st = &self.shared.ranks[self.rank];
-                    let inbox = st.inbox.lock().map_err(|_| Error::invalid("own inbox poisoned"))?;
-                    if inbox.is_empty() {
-                        let _ = st.bell.wait_timeout(inbox, d).map_err(|_| Error::invalid("own inbox poisoned"))?;
-                    }
-                }
-                Step::TimedOut => {
-                    return Err(Error::Timeout {
-                        after: timeout.unwrap_or_default(),
-                        what: format!("a completion on local rank {}", self.rank),
-                    })
-                }
-            }
-        }
+        poll_until(self, self.wait, timeout, out, Self::poll, Self::sleep_on_inbox, |ep, after| Error::Timeout {
+            after,
+            what: format!("a completion on local rank {}", ep.rank),
+        })
     }
 
     fn map_remote(&mut self, peer: usize, mr: &RemoteMr) -> Result<Mapping> {

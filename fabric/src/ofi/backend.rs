@@ -37,8 +37,8 @@ use super::endpoint::{OfiConfig, OfiEndpoint, OfiEvent, OfiMr, RemoteRegion};
 use super::error::OfiError;
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
 use crate::error::{Error, Result};
-use crate::mr::{check_bounds, Access, AlignedBuf, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
-use crate::wait::{Backoff, Step, WaitPolicy};
+use crate::mr::{check_write, Access, AlignedBuf, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
+use crate::wait::{poll_until, WaitPolicy};
 use crate::Config;
 
 /// Opens an ofi endpoint for `cfg` on `provider` (`tcp`, `shm`, `net`, `verbs`, `efa`, …). The local address to
@@ -202,6 +202,23 @@ impl MrBackend for OfiMrBackend {
     }
 }
 
+impl OfiBackend {
+    /// Idle in `wait`. Manual progress: a sleeping rank moves no bytes (its writes nor its
+    /// peers'), so keep polling, yielding the core to whoever needs it, for `busy_wait` after the
+    /// last event, and always while our own operations are in flight; then sleep briefly between
+    /// polls (no fi_wait object: a CQ opened with FI_WAIT_FD halved tcp's streaming bandwidth,
+    /// 1.5–1.9 GB/s instead of 2.8–4.4).
+    fn idle(&mut self, d: Duration) -> Result<()> {
+        let idle = *self.idle_since.get_or_insert_with(Instant::now);
+        if idle.elapsed() < self.busy_wait || !self.ep.may_sleep() {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(d.min(Duration::from_micros(200)));
+        }
+        Ok(())
+    }
+}
+
 impl Endpoint for OfiBackend {
     fn rank(&self) -> usize {
         self.ep.rank() as usize
@@ -252,20 +269,7 @@ impl Endpoint for OfiBackend {
 
     fn write(&mut self, peer: usize, src: LocalRange<'_>, dst: RemoteRange, imm: Option<u64>, ctx: u64) -> Result<()> {
         self.check_peer(peer)?;
-        if src.len != dst.len {
-            return Err(Error::invalid(format!(
-                "write of {} source bytes into {} destination bytes",
-                src.len, dst.len
-            )));
-        }
-        check_bounds("local source", src.off, src.len, src.mr.len())?;
-        check_bounds("remote destination", dst.off, dst.len, dst.mr.len as usize)?;
-        if !dst.mr.access.contains(Access::REMOTE_WRITE) {
-            return Err(Error::Access(format!(
-                "rank {peer}'s registration (key {:#x}) grants no remote write",
-                dst.mr.key
-            )));
-        }
+        check_write(peer, &src, &dst)?;
         let imm = match imm {
             Some(v) if self.caps.imm_bits < 64 && v >> self.caps.imm_bits != 0 => {
                 return Err(Error::invalid(format!("immediate {v:#x} does not fit in {} bits", self.caps.imm_bits)));
@@ -305,34 +309,10 @@ impl Endpoint for OfiBackend {
     }
 
     fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
-        let mut b = Backoff::new(self.wait, timeout);
-        loop {
-            let n = self.poll(out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            match b.step() {
-                Step::Spin | Step::Yielded => {}
-                // Manual progress: a sleeping rank moves no bytes (its writes nor its peers'), so keep polling,
-                // yielding the core to whoever needs it, for busy_wait after the last event, and always while our
-                // own operations are in flight; then sleep briefly between polls (no fi_wait object: a CQ opened
-                // with FI_WAIT_FD halved tcp's streaming bandwidth, 1.5–1.9 GB/s instead of 2.8–4.4).
-                Step::Block(d) => {
-                    let idle = *self.idle_since.get_or_insert_with(Instant::now);
-                    if idle.elapsed() < self.busy_wait || !self.ep.may_sleep() {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(d.min(Duration::from_micros(200)));
-                    }
-                }
-                Step::TimedOut => {
-                    return Err(Error::Timeout {
-                        after: timeout.unwrap_or_default(),
-                        what: format!("a completion on ofi:{} rank {}", self.caps.provider, self.rank()),
-                    })
-                }
-            }
-        }
+        poll_until(self, self.wait, timeout, out, Self::poll, Self::idle, |ep, after| Error::Timeout {
+            after,
+            what: format!("a completion on ofi:{} rank {}", ep.caps.provider, ep.rank()),
+        })
     }
 
     fn map_remote(&mut self, _peer: usize, _mr: &RemoteMr) -> Result<Mapping> {

@@ -15,7 +15,7 @@ use super::sys;
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
 use crate::error::{Error, Result};
 use crate::mr::{check_bounds, Access, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
-use crate::wait::{Backoff, Step, WaitPolicy};
+use crate::wait::{poll_until, WaitPolicy};
 use crate::Config;
 
 const BLOB_MAGIC: &[u8; 8] = b"fabshmad";
@@ -264,6 +264,26 @@ impl Drop for ShmEndpoint {
     }
 }
 
+impl ShmEndpoint {
+    /// Idle: releases mappings of retired peer keys, then sleeps on our doorbell for at most `d`.
+    /// Lost-wakeup freedom: read the doorbell, announce ourselves, re-check the queues, then sleep
+    /// only if the doorbell is unchanged (a producer's push is ordered before its bump, and it
+    /// wakes when it sees a sleeper).
+    fn sleep_on_doorbell(&mut self, d: Duration) -> Result<()> {
+        sweep(&mut self.maps, &self.peers);
+        let h = self.seg.header();
+        let seq = h.doorbell.load(Ordering::SeqCst);
+        h.sleepers.fetch_add(1, Ordering::SeqCst);
+        if !self.any_pending() {
+            self.set_idle(true);
+            sys::futex_wait(&h.doorbell, seq, d);
+            self.set_idle(false);
+        }
+        h.sleepers.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
 impl Endpoint for ShmEndpoint {
     fn rank(&self) -> usize {
         self.rank
@@ -494,40 +514,11 @@ impl Endpoint for ShmEndpoint {
     }
 
     fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
-        let mut backoff = Backoff::new(self.wait, timeout);
-        loop {
-            let n = self.poll(out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            match backoff.step() {
-                Step::Spin | Step::Yielded => {}
-                Step::Block(d) => {
-                    sweep(&mut self.maps, &self.peers); // idle: release mappings of retired peer keys
-                                                        // Lost-wakeup freedom: read the doorbell, announce ourselves, re-check the
-                                                        // queues, then sleep only if the doorbell is unchanged (a producer's push is
-                                                        // ordered before its bump, and it wakes when it sees a sleeper).
-                    let h = self.seg.header();
-                    let seq = h.doorbell.load(Ordering::SeqCst);
-                    h.sleepers.fetch_add(1, Ordering::SeqCst);
-                    if !self.any_pending() {
-                        self.set_idle(true);
-                        sys::futex_wait(&h.doorbell, seq, d);
-                        self.set_idle(false);
-                    }
-                    h.sleepers.fetch_sub(1, Ordering::SeqCst);
-                }
-                Step::TimedOut => {
-                    if let Some(e) = (0..self.peers.len()).find_map(|r| self.crashed_peer(r)) {
-                        return Err(e);
-                    }
-                    return Err(Error::Timeout {
-                        after: timeout.unwrap_or_default(),
-                        what: format!("a completion on shm rank {}", self.rank),
-                    });
-                }
-            }
-        }
+        poll_until(self, self.wait, timeout, out, Self::poll, Self::sleep_on_doorbell, |ep, after| {
+            (0..ep.peers.len())
+                .find_map(|r| ep.crashed_peer(r))
+                .unwrap_or_else(|| Error::Timeout { after, what: format!("a completion on shm rank {}", ep.rank) })
+        })
     }
 
     fn map_remote(&mut self, peer: usize, mr: &RemoteMr) -> Result<Mapping> {

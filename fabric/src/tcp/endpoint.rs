@@ -12,8 +12,8 @@ use super::wire::{Frame, MAX_CTRL};
 use super::{Region, Regions, TcpMr};
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
 use crate::error::{Error, Result};
-use crate::mr::{check_bounds, Access, AlignedBuf, LocalRange, Mr, RemoteMr, RemoteRange};
-use crate::wait::{Backoff, Step, WaitPolicy};
+use crate::mr::{check_bounds, check_write, Access, AlignedBuf, LocalRange, Mr, RemoteMr, RemoteRange};
+use crate::wait::{poll_until, WaitPolicy};
 use crate::Config;
 
 const MAGIC: &[u8; 8] = b"fabtcp01";
@@ -265,17 +265,7 @@ impl Endpoint for TcpEndpoint {
 
     fn write(&mut self, peer: usize, src: LocalRange<'_>, dst: RemoteRange, imm: Option<u64>, ctx: u64) -> Result<()> {
         self.check_connected()?;
-        if src.len != dst.len {
-            return Err(Error::invalid(format!(
-                "write of {} source bytes into {} destination bytes",
-                src.len, dst.len
-            )));
-        }
-        check_bounds("local source", src.off, src.len, src.mr.len())?;
-        check_bounds("remote destination", dst.off, dst.len, dst.mr.len as usize)?;
-        if !dst.mr.access.contains(Access::REMOTE_WRITE) {
-            return Err(Error::Access(format!("remote key {:#x} is not remote-writable", dst.mr.key)));
-        }
+        check_write(peer, &src, &dst)?;
         // SAFETY: in bounds of the source registration (checked above).
         let p = unsafe { src.mr.as_ptr().add(src.off) } as *const u8;
         if peer == self.rank {
@@ -343,23 +333,10 @@ impl Endpoint for TcpEndpoint {
     }
 
     fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
-        let mut backoff = Backoff::new(self.wait, timeout);
-        loop {
-            let n = self.poll(out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            match backoff.step() {
-                Step::Spin | Step::Yielded => {}
-                Step::Block(d) => self.sleep_on_sockets(d)?,
-                Step::TimedOut => {
-                    return Err(Error::Timeout {
-                        after: timeout.unwrap_or_default(),
-                        what: format!("a completion on tcp rank {}", self.rank),
-                    })
-                }
-            }
-        }
+        poll_until(self, self.wait, timeout, out, Self::poll, Self::sleep_on_sockets, |ep, after| Error::Timeout {
+            after,
+            what: format!("a completion on tcp rank {}", ep.rank),
+        })
     }
 
     fn map_remote(&mut self, _peer: usize, _mr: &RemoteMr) -> Result<Mapping> {
