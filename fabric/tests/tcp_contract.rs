@@ -7,34 +7,14 @@ mod support;
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use fabcoll_fabric::{open, Access, Backend, Completion, Config, Endpoint, Error, RemoteMr};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// Runs `f` on `p` tcp endpoints, one per thread, all connected.
 fn run_threads(p: usize, job: &str, f: fn(&mut dyn Endpoint) -> Result<(), String>) {
-    let blobs = Arc::new(Mutex::new(vec![Vec::new(); p]));
-    let barrier = Arc::new(Barrier::new(p));
-    let handles: Vec<_> = (0..p)
-        .map(|r| {
-            let (blobs, barrier, job) = (blobs.clone(), barrier.clone(), job.to_string());
-            std::thread::spawn(move || -> Result<(), String> {
-                let mut ep = open(&Config::new(Backend::Tcp, r, p, job)).map_err(|e| e.to_string())?;
-                blobs.lock().unwrap()[r] = ep.address().map_err(|e| e.to_string())?;
-                barrier.wait();
-                let all = blobs.lock().unwrap().clone();
-                ep.insert_peers(&all).map_err(|e| e.to_string())?;
-                let res = f(&mut *ep);
-                barrier.wait(); // nobody closes while others may still write to it
-                res
-            })
-        })
-        .collect();
-    let errs: Vec<String> = handles.into_iter().filter_map(|h| h.join().expect("rank thread panicked").err()).collect();
-    assert!(errs.is_empty(), "{errs:#?}");
+    local_common::run_threads(Backend::Tcp, p, job, f);
 }
 
 /// The ring and control scenarios of the other backends (write-to-deregistered differs: below).

@@ -2,9 +2,10 @@
 //! of notified writes, ordered control messages both ways, and a write to a deregistered key.
 #![allow(dead_code)]
 
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use fabcoll_fabric::{Access, Completion, Endpoint, Error, RemoteMr};
+use fabcoll_fabric::{open, Access, Backend, Completion, Config, Endpoint, Error, RemoteMr};
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 pub const SIZES: [usize; 3] = [8, 64 * 1024, 16 * 1024 * 1024];
@@ -12,6 +13,29 @@ pub const SIZES: [usize; 3] = [8, 64 * 1024, 16 * 1024 * 1024];
 const TAG_DESC: u64 = 1;
 const TAG_ORDER: u64 = 2;
 const TAG_DEAD: u64 = 3;
+
+/// Runs `f` on `p` endpoints of `backend`, one per thread of this process, all connected.
+pub fn run_threads(backend: Backend, p: usize, job: &str, f: fn(&mut dyn Endpoint) -> Result<(), String>) {
+    let blobs = Arc::new(Mutex::new(vec![Vec::new(); p]));
+    let barrier = Arc::new(Barrier::new(p));
+    let handles: Vec<_> = (0..p)
+        .map(|r| {
+            let (blobs, barrier, job, backend) = (blobs.clone(), barrier.clone(), job.to_string(), backend.clone());
+            std::thread::spawn(move || -> Result<(), String> {
+                let mut ep = open(&Config::new(backend, r, p, job)).map_err(|e| e.to_string())?;
+                blobs.lock().unwrap()[r] = ep.address().map_err(|e| e.to_string())?;
+                barrier.wait();
+                let all = blobs.lock().unwrap().clone();
+                ep.insert_peers(&all).map_err(|e| e.to_string())?;
+                let res = f(&mut *ep);
+                barrier.wait(); // nobody drops its endpoint while others may still write to it
+                res
+            })
+        })
+        .collect();
+    let errs: Vec<String> = handles.into_iter().filter_map(|h| h.join().expect("rank thread panicked").err()).collect();
+    assert!(errs.is_empty(), "{errs:#?}");
+}
 
 /// Collects completions and hands out the first one matching a predicate.
 pub struct Inbox {
