@@ -39,6 +39,18 @@ fn tcp_scenarios_1_2_3_threads() {
     }
 }
 
+/// Ten ranks: more than 8 connections each, so `poll` asks `ppoll` which sockets to serve.
+#[test]
+fn tcp_scenarios_10_threads() {
+    run_threads(10, "tcp_scenarios_10", |ep| {
+        let mut inbox = local_common::Inbox::new();
+        for len in [0, 8, 64 * 1024 + 3] {
+            local_common::ring(ep, &mut inbox, len)?;
+        }
+        local_common::ctrl_both_ways(ep, &mut inbox, 20)
+    });
+}
+
 #[test]
 fn tcp_scenarios_4_procs() {
     support::ranks("tcp_scenarios_4_procs", 4, LIMIT, &[], |job| {

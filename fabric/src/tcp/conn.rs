@@ -269,11 +269,15 @@ impl Conn {
             self.state = Peer::Lost(why);
         }
         self.rx = Rx::Done;
-        let why = match &self.state {
-            Peer::Lost(w) => w.clone(),
-            _ => "the peer closed its endpoint".into(),
-        };
-        Error::Peer { peer: self.peer, msg: format!("tcp: {why}") }
+        self.loss().unwrap_or_else(|| Error::Peer { peer: self.peer, msg: "tcp: the peer closed its endpoint".into() })
+    }
+
+    /// The error naming the peer of a lost connection (`None` while open or after a goodbye).
+    pub(super) fn loss(&self) -> Option<Error> {
+        match &self.state {
+            Peer::Lost(why) => Some(Error::Peer { peer: self.peer, msg: format!("tcp: {why}") }),
+            _ => None,
+        }
     }
 
     /// Reads everything that has arrived: writes land in their registrations (`WriteArrived` for
@@ -327,32 +331,26 @@ impl Conn {
                         addr += take as u64;
                         left -= take as u64;
                     }
-                    let more = if left == 0 {
+                    if left == 0 {
                         self.end_write(key, imm, ctx, refused, out);
                         (Rx::Header, true)
                     } else if left >= DIRECT_MIN && refused.is_none() && self.rpos == self.rend {
+                        // Straight into the registration (alive under the read lock); the next
+                        // round ends the write when this `recv` brought its last byte.
                         let regs = regions.read().unwrap_or_else(PoisonError::into_inner);
                         let got = if regs.contains_key(&key) {
-                            // Straight into the registration (alive under the read lock).
                             self.recv_into(addr as *mut u8, left.min(1 << 30) as usize)?
                         } else {
                             refused = Some(Refusal::UnknownKey);
                             0
                         };
                         drop(regs);
-                        addr += got as u64;
-                        left -= got as u64;
-                        if left == 0 {
-                            self.end_write(key, imm, ctx, refused, out);
-                            (Rx::Header, true)
-                        } else {
-                            (Rx::Write { key, addr, left, imm, ctx, refused }, got > 0 || refused.is_some())
-                        }
+                        let more = got > 0 || refused.is_some();
+                        (Rx::Write { key, addr: addr + got as u64, left: left - got as u64, imm, ctx, refused }, more)
                     } else {
                         let more = self.fill()?;
                         (Rx::Write { key, addr, left, imm, ctx, refused }, more)
-                    };
-                    more
+                    }
                 }
             };
             self.rx = next;

@@ -47,6 +47,8 @@ pub struct TcpEndpoint {
     pollfds: Vec<libc::pollfd>,
     /// Polls in a row that returned local completions without reading the sockets.
     scans_skipped: u32,
+    /// The ranks whose connections the current `poll` serves (kept to reuse its allocation).
+    serve: Vec<usize>,
 }
 
 impl std::fmt::Debug for TcpEndpoint {
@@ -94,6 +96,7 @@ impl TcpEndpoint {
             pending: Vec::new(),
             pollfds: Vec::new(),
             scans_skipped: 0,
+            serve: Vec::new(),
         })
     }
 
@@ -166,20 +169,24 @@ impl TcpEndpoint {
         Ok(())
     }
 
-    /// Which connections to serve in this `poll`: all of them when there are few, else those that
-    /// `ppoll` says are ready (or have frames waiting).
-    fn ready(&mut self) -> Result<Vec<usize>> {
-        let open: Vec<usize> = (0..self.conns.len()).filter(|&r| self.conns[r].is_some()).collect();
-        if open.len() <= SCAN_ALL_MAX {
-            return Ok(open);
+    /// Fills `self.serve` with the connections to serve in this `poll`: all of them when there are
+    /// few, else those that `ppoll` says are ready or that have frames waiting to be sent.
+    fn ready(&mut self) -> Result<()> {
+        self.serve.clear();
+        if self.size - 1 <= SCAN_ALL_MAX {
+            self.serve.extend((0..self.conns.len()).filter(|&r| self.conns[r].is_some()));
+            return Ok(());
         }
         self.sleep_on_sockets(Duration::ZERO)?;
-        let ready: std::collections::HashSet<i32> =
-            self.pollfds.iter().filter(|p| p.revents != 0).map(|p| p.fd).collect();
-        Ok(open
-            .into_iter()
-            .filter(|&r| self.conns[r].as_ref().is_some_and(|c| c.sending() || ready.contains(&c.fd())))
-            .collect())
+        // `pollfds` lists the open connections in rank order.
+        let mut fds = self.pollfds.iter().filter(|p| p.revents != 0).map(|p| p.fd).peekable();
+        for (r, c) in self.conns.iter().enumerate() {
+            let Some(c) = c else { continue };
+            if fds.next_if_eq(&c.fd()).is_some() || c.sending() {
+                self.serve.push(r);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -309,27 +316,24 @@ impl Endpoint for TcpEndpoint {
             return Ok(out.len() - before);
         }
         self.scans_skipped = 0;
-        let mut lost = None;
-        for r in self.ready()? {
+        self.ready()?;
+        for &r in &self.serve {
             let Some(c) = self.conns[r].as_mut() else { continue };
-            let res = c.flush(out).and_then(|()| c.receive(&self.regions, out)).and_then(|()| c.flush(out));
-            if let Err(e) = res {
-                if !c.loss_reported && lost.is_none() {
-                    lost = Some((r, e));
-                }
-            }
+            // A failure marks the connection lost (`Conn::loss`), reported below.
+            let _ = c.flush(out).and_then(|()| c.receive(&self.regions, out)).and_then(|()| c.flush(out));
         }
         let n = out.len() - before;
-        match lost {
-            // A loss is reported once, by a poll that found nothing else (so nothing is dropped).
-            Some((r, e)) if n == 0 => {
-                if let Some(c) = self.conns[r].as_mut() {
-                    c.loss_reported = true;
-                }
-                Err(e)
-            }
-            _ => Ok(n),
+        if n > 0 {
+            return Ok(n);
         }
+        // A loss is reported once, by a poll that found nothing else (so nothing is dropped).
+        for c in self.conns.iter_mut().flatten().filter(|c| !c.loss_reported) {
+            if let Some(e) = c.loss() {
+                c.loss_reported = true;
+                return Err(e);
+            }
+        }
+        Ok(0)
     }
 
     fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
