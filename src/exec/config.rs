@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use fabcoll_fabric::Caps;
 
+use super::proto::MAX_SLOTS;
 use crate::error::{Error, Result};
 use crate::select::FabricClass;
 
@@ -14,8 +15,13 @@ pub struct ExecConfig {
     /// Messages of at most this many bytes go eager (copied once out of a slot); larger ones go
     /// zero-copy. Capped at `slot_size`.
     pub eager_threshold: usize,
-    /// Eager slots per ordered pair of ranks (at most 64).
+    /// Eager slots per ordered pair of ranks (at most 64); the least when `ring_budget` is set.
     pub slots: usize,
+    /// When non-zero, the slots per pair grow from `slots` up to 64 while a rank's p rings
+    /// (p · slots · slot_size bytes) fit in this many bytes ([`ExecConfig::slots_for`]): on
+    /// network fabrics, where fewer credit messages per small message pay (see
+    /// [`NETWORK_RING_BUDGET`]). `FABCOLL_SLOTS` sets `slots` and turns this off.
+    pub ring_budget: usize,
     /// Bytes per eager slot.
     pub slot_size: usize,
     /// A receiver returns the slots it freed in one credit message once it holds
@@ -63,6 +69,7 @@ impl Default for ExecConfig {
         ExecConfig {
             eager_threshold: 16384,
             slots: 16,
+            ring_budget: 0,
             slot_size: 16384,
             credit_fraction: 4,
             timeout: Duration::from_secs(60),
@@ -87,11 +94,20 @@ pub const DEFAULT_DIRECT: usize = 16384;
 /// 64 KiB (loaded machine, 3 rounds, p50) 120 → 86 µs.
 pub const NETWORK_EAGER: usize = 65536;
 
+/// Ring memory per rank on network fabrics ([`ExecConfig::ring_budget`]): 64 slots per pair up
+/// to p = 4 with 64 KiB slots, 32 at p = 8, the 16-slot minimum from p = 16 on (p MiB). Every
+/// credit message costs both ranks a TCP send and receive; with 64 slots a receiver returns
+/// credits every 32 messages instead of every 8. Measured on tcp p = 2 (mpibench method, 5
+/// alternating rounds, medians, 8 B – 64 KiB; `FABCOLL_SLOTS` 16 against 64): faster at 51 of 56
+/// cells, e.g. 8–1024 B allreduce 7.5–8.4 → 7.0–7.6 µs, alltoall 7.3–8.8 → 6.9–7.7, allgather
+/// 7.3–8.3 → 6.9–7.9, bcast 5.2–5.7 → 5.1–5.6; the other five within 0.2 µs.
+pub const NETWORK_RING_BUDGET: usize = 16 << 20;
+
 impl ExecConfig {
     /// The defaults for a fabric of class `class`: [`ExecConfig::default`] on node-local fabrics;
-    /// on network fabrics a [`NETWORK_EAGER`] eager limit and slot size, still 16 slots per pair
-    /// (rings of p·16·64 KiB = p MiB per rank), and credits returned every half ring instead of
-    /// every quarter. Each credit message costs both ranks a TCP send and receive (~3–4 µs on
+    /// on network fabrics a [`NETWORK_EAGER`] eager limit and slot size, 16 to 64 slots per pair
+    /// (as many as fit [`NETWORK_RING_BUDGET`]; 16 give rings of p·16·64 KiB = p MiB per rank),
+    /// and credits returned every half ring instead of every quarter. Each credit message costs both ranks a TCP send and receive (~3–4 µs on
     /// loopback), paid every few small messages: with 8 slots instead of 16 small messages on
     /// ofi:tcp were slower (p=2, 3 alternating rounds, p50: allreduce 8 B–8 KiB better with 16 at
     /// 9 of 11 sizes, e.g. 128 B 18.2 → 14.0 µs; bcast at 10 of 12, e.g. 2 KiB 16.5 → 11.7 µs);
@@ -104,10 +120,20 @@ impl ExecConfig {
             FabricClass::Network => ExecConfig {
                 eager_threshold: NETWORK_EAGER,
                 slot_size: NETWORK_EAGER,
+                ring_budget: NETWORK_RING_BUDGET,
                 credit_fraction: 2,
                 ..ExecConfig::default()
             },
         }
+    }
+
+    /// Eager slots per pair for a job of `p` ranks with slots of `slot_size` bytes: `slots`, or
+    /// with a [`ExecConfig::ring_budget`] as many as fit it, between `slots` and 64.
+    pub fn slots_for(&self, p: usize, slot_size: usize) -> usize {
+        if self.ring_budget == 0 || p < 2 || slot_size == 0 {
+            return self.slots;
+        }
+        (self.ring_budget / (p * slot_size)).clamp(self.slots.min(MAX_SLOTS), MAX_SLOTS)
     }
 
     /// [`ExecConfig::for_class`] of an endpoint ([`FabricClass::of`] its capabilities).
@@ -148,6 +174,7 @@ impl ExecConfig {
         }
         if let Some(v) = num("FABCOLL_SLOTS")? {
             c.slots = v as usize;
+            c.ring_budget = 0;
         }
         if let Some(v) = num("FABCOLL_TIMEOUT")? {
             c.timeout = Duration::from_secs_f64(v.max(0.001));
@@ -225,5 +252,21 @@ mod tests {
         assert!(net.eager_threshold <= net.slot_size, "the eager limit is capped at the slot size");
         // Everything but the eager ring is the same.
         assert_eq!((net.timeout, net.mr_cache, net.spin), (node.timeout, node.mr_cache, node.spin));
+    }
+
+    #[test]
+    fn network_rings_grow_to_64_slots_within_the_budget() {
+        let node = ExecConfig::for_class(FabricClass::Node);
+        let net = ExecConfig::for_class(FabricClass::Network);
+        let e = NETWORK_EAGER;
+        let by_p: Vec<usize> = [1, 2, 4, 5, 8, 16, 64].iter().map(|&p| net.slots_for(p, e)).collect();
+        assert_eq!(by_p, [16, 64, 64, 51, 32, 16, 16], "16 MiB of rings, 16 to 64 slots per pair");
+        assert!([2, 4, 8].iter().all(|&p| p * net.slots_for(p, e) * e <= NETWORK_RING_BUDGET));
+        assert_eq!(node.slots_for(2, node.slot_size), 16, "node-local fabrics: fixed rings");
+        assert_eq!(net.slots_for(2, 1 << 30), 16, "never fewer than `slots`");
+        let fixed = ExecConfig { slots: 8, ring_budget: 0, ..net.clone() };
+        assert_eq!(fixed.slots_for(2, e), 8, "FABCOLL_SLOTS clears the budget");
+        let many = ExecConfig { slots: 100, ..net };
+        assert_eq!(many.slots_for(2, e), MAX_SLOTS, "at most 64 (the credit mask)");
     }
 }

@@ -171,7 +171,8 @@ impl Engine {
         let slot_size = cfg.slot_size.min(caps.max_write);
         cfg.eager_threshold = cfg.eager_threshold.min(slot_size);
         let (eager, setups) = if layout.eager_possible() {
-            Eager::new(&mut *ep, cfg.slots, slot_size, cfg.credit_fraction)?
+            let slots = cfg.slots_for(ep.size(), slot_size);
+            Eager::new(&mut *ep, slots, slot_size, cfg.credit_fraction)?
         } else {
             Eager::new(&mut *ep, 0, 0, 1)?
         };
