@@ -27,14 +27,6 @@ const SCAN_ALL_MAX: usize = 8;
 /// writes (a bcast root) would pay one per call. p = 2, 3 alternating rounds, medians: bcast
 /// 8 B–1 KiB 6.45–7.82 → 5.33–6.68 µs; allreduce unchanged (8.2–10.7 against 9.2–10.2).
 const SKIP_SCANS: u32 = 3;
-/// Each such read that finds nothing doubles the polls skipped before the next (+1), up to this;
-/// one that finds something goes back to [`SKIP_SCANS`]. A bcast root hears from its receiver
-/// only when credits come back (every 32 small messages), so it reads its socket every 16th call
-/// instead of every 4th. Counted with strace (p = 2, 8 B bcast, 40,400 calls): the root's `recv`
-/// calls 11,334 → 5,873 (empty ones 10,064 → 4,539); 5 alternating rounds, medians: bcast
-/// 8 B–1 KiB faster at 7 of 8 sizes (e.g. 128 B 6.17 → 5.09 µs), allreduce unchanged (7.5–8.7
-/// against 8.1–8.7, 4 sizes each way).
-const MAX_SKIP_SCANS: u32 = 15;
 
 /// One rank of a `tcp` group.
 pub struct TcpEndpoint {
@@ -55,8 +47,6 @@ pub struct TcpEndpoint {
     pollfds: Vec<libc::pollfd>,
     /// Polls in a row that returned local completions without reading the sockets.
     scans_skipped: u32,
-    /// Polls with local completions skipped before the next socket read (see [`MAX_SKIP_SCANS`]).
-    skip_limit: u32,
     /// The ranks whose connections the current `poll` serves (kept to reuse its allocation).
     serve: Vec<usize>,
 }
@@ -106,7 +96,6 @@ impl TcpEndpoint {
             pending: Vec::new(),
             pollfds: Vec::new(),
             scans_skipped: 0,
-            skip_limit: SKIP_SCANS,
             serve: Vec::new(),
         })
     }
@@ -318,7 +307,7 @@ impl Endpoint for TcpEndpoint {
         if !self.connected {
             return Ok(out.len() - before);
         }
-        if local && self.scans_skipped < self.skip_limit {
+        if local && self.scans_skipped < SKIP_SCANS {
             self.scans_skipped += 1;
             for c in self.conns.iter_mut().flatten().filter(|c| c.sending()) {
                 // An error here is found again (and reported) by the next full scan.
@@ -328,22 +317,10 @@ impl Endpoint for TcpEndpoint {
         }
         self.scans_skipped = 0;
         self.ready()?;
-        let mut received = 0;
         for &r in &self.serve {
             let Some(c) = self.conns[r].as_mut() else { continue };
             // A failure marks the connection lost (`Conn::loss`), reported below.
-            let _ = c
-                .flush(out)
-                .and_then(|()| {
-                    let k = out.len();
-                    let r = c.receive(&self.regions, out);
-                    received += out.len() - k;
-                    r
-                })
-                .and_then(|()| c.flush(out));
-        }
-        if local {
-            self.skip_limit = if received == 0 { (self.skip_limit * 2 + 1).min(MAX_SKIP_SCANS) } else { SKIP_SCANS };
+            let _ = c.flush(out).and_then(|()| c.receive(&self.regions, out)).and_then(|()| c.flush(out));
         }
         let n = out.len() - before;
         if n > 0 {
