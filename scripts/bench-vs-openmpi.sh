@@ -19,7 +19,8 @@
 # average per rank, averaged over ranks. fabcoll: f32 + sum for reductions, u8 for the others;
 # mpibench: MPI_FLOAT throughout (same bytes).
 # Writes OUT/raw.csv (run,impl,transport,op,p,bytes,usec), OUT/summary.csv and OUT/summary.md
-# (medians, ratio = fabcoll / Open MPI: below 1 means fabcoll is faster).
+# (medians, ratio = fabcoll / Open MPI: below 1 means fabcoll is faster; paired = the median of
+# the per-run ratios).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -119,20 +120,40 @@ tail -n +2 "$raw" | sort -t, -k2,2 -k3,3 -k4,4 -k5,5n -k6,6n -k7,7g | awk -F, '
   function flush() { if (n) { m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2; print key "," m "," n } }
   { k = $2 "," $3 "," $4 "," $5 "," $6; if (k != key) { flush(); key = k; n = 0 } v[++n] = $7 }
   END { flush() }' >"$out/medians.csv"
-echo "transport,op,p,bytes,fabcoll_us,openmpi_us,ratio,runs" >"$summary"
+# Paired: per run, fabcoll / Open MPI measured back to back in that run, then the median over
+# runs. This machine drifts between speed regimes for minutes at a time (an 8 B bcast took 4.7 or
+# 6.2 us on either side within one hour): a ratio of medians may divide one side's fast runs by
+# the other's slow ones, a paired ratio compares runs made minutes apart. Both are reported.
+tail -n +2 "$raw" | awk -F, '
+  { k = $3 "," $4 "," $5 "," $6; v[$2 "," k "," $1] = $7; keys[k] = 1; runs[$1] = 1 }
+  END {
+    for (k in keys) {
+      n = 0
+      for (r in runs) {
+        a = v["fabcoll," k "," r]; b = v["openmpi," k "," r]
+        if (a != "" && b + 0 > 0) x[++n] = a / b
+      }
+      if (!n) continue
+      for (i = 2; i <= n; i++) { t = x[i]; for (j = i - 1; j >= 1 && x[j] > t; j--) x[j + 1] = x[j]; x[j + 1] = t }
+      printf "%s,%.2f\n", k, (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2
+    }
+  }' >"$out/paired.csv"
+echo "transport,op,p,bytes,fabcoll_us,openmpi_us,ratio,paired_ratio,runs" >"$summary"
 awk -F, '
+  FILENAME ~ /paired.csv$/ { q[$1 "," $2 "," $3 "," $4] = $5; next }
   $1 == "fabcoll" { f[$2 "," $3 "," $4 "," $5] = $6; n[$2 "," $3 "," $4 "," $5] = $7 }
   $1 == "openmpi" { o[$2 "," $3 "," $4 "," $5] = $6 }
-  END { for (k in f) if (k in o && o[k] > 0) printf "%s,%.2f,%.2f,%.2f,%d\n", k, f[k], o[k], f[k] / o[k], n[k] }' \
-  "$out/medians.csv" | sort -t, -k1,1 -k2,2 -k3,3n -k4,4n >>"$summary"
+  END { for (k in f) if (k in o && o[k] > 0) printf "%s,%.2f,%.2f,%.2f,%s,%d\n", k, f[k], o[k], f[k] / o[k], q[k], n[k] }' \
+  "$out/paired.csv" "$out/medians.csv" | sort -t, -k1,1 -k2,2 -k3,3n -k4,4n >>"$summary"
 {
   echo "# fabcoll vs Open MPI ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, medians of $runs runs)"
   echo
   echo "Average latency in µs (mpibench method, both sides). Open MPI: shm = ob1 + vader, ofi:tcp = ob1 + tcp BTL on lo."
-  echo "ratio = fabcoll / Open MPI (below 1: fabcoll faster)."
+  echo "ratio = fabcoll / Open MPI of the medians; paired = median over runs of fabcoll / Open MPI measured in"
+  echo "the same run (below 1: fabcoll faster)."
   echo
-  echo "| transport | op | p | bytes | fabcoll µs | Open MPI µs | ratio |"
-  echo "|---|---|---|---|---|---|---|"
-  tail -n +2 "$summary" | awk -F, '{ printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7 }'
+  echo "| transport | op | p | bytes | fabcoll µs | Open MPI µs | ratio | paired |"
+  echo "|---|---|---|---|---|---|---|---|"
+  tail -n +2 "$summary" | awk -F, '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8 }'
 } >"$out/summary.md"
 cat "$out/summary.md"
