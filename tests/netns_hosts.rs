@@ -15,19 +15,28 @@ mod child;
 const FABCOLL: &str = env!("CARGO_BIN_EXE_fabcoll");
 const LIMIT: Duration = Duration::from_secs(240);
 
-/// Why namespaces cannot be made here, or `None` when they can.
+/// Why this machine cannot host the test (a namespace holding a bridge and a veth pair, what the
+/// script builds), or `None` when it can.
 fn no_namespaces() -> Option<String> {
     let probe = format!("fcprobe{}", std::process::id());
-    match Command::new("ip").args(["netns", "add", &probe]).output() {
-        Err(e) => Some(format!("cannot run ip (iproute2): {e}")),
-        Ok(o) if !o.status.success() => {
-            Some(format!("ip netns add failed: {}", String::from_utf8_lossy(&o.stderr).trim()))
+    let steps: [&[&str]; 3] = [
+        &["netns", "add", &probe],
+        &["-n", &probe, "link", "add", "br0", "type", "bridge"],
+        &["-n", &probe, "link", "add", "a0", "type", "veth", "peer", "name", "b0"],
+    ];
+    let mut why = None;
+    for args in steps {
+        match Command::new("ip").args(args).output() {
+            Err(e) => why = Some(format!("cannot run ip (iproute2): {e}")),
+            Ok(o) if !o.status.success() => {
+                why = Some(format!("ip {} failed: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim()))
+            }
+            Ok(_) => continue,
         }
-        Ok(_) => {
-            let _ = Command::new("ip").args(["netns", "del", &probe]).output();
-            None
-        }
+        break;
     }
+    let _ = Command::new("ip").args(["netns", "del", &probe]).output();
+    why
 }
 
 fn script() -> PathBuf {
