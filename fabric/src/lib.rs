@@ -109,6 +109,12 @@ impl Config {
     }
 }
 
+/// FNV-1a of a job name: what a backend puts in its address blobs, segments and hellos, so that
+/// ranks of another job (or a stale one) are told apart. The same on every rank of a job.
+pub fn job_hash(job: &str) -> u64 {
+    job.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
 /// Build an endpoint for `cfg.backend` (each backend module exports the same
 /// `open(&Config) -> Result<Box<dyn Endpoint>>`). Then exchange [`Endpoint::address`] blobs and call
 /// [`Endpoint::insert_peers`].

@@ -177,7 +177,7 @@ fn tcp_malformed_stream_is_an_error_naming_the_sender() {
     let job = "tcp_malformed";
     let mut ep = open(&Config::new(Backend::Tcp, 0, 2, job)).unwrap();
     let mine = ep.address().unwrap();
-    let job_hash = job.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let job_hash = fabcoll_fabric::job_hash(job);
     // Rank 1's blob: same layout as the endpoint's own, pointing at a port nobody connects to.
     let mut theirs = mine[..8].to_vec();
     theirs.extend_from_slice(&job_hash.to_le_bytes());

@@ -10,13 +10,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::segment::{self, job_hash, Msg, Queue, Segment, KIND_CTRL, KIND_WRITE, NKEYS, PAYLOAD};
+use super::segment::{self, Msg, Queue, Segment, KIND_CTRL, KIND_WRITE, NKEYS, PAYLOAD};
 use super::sys;
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
 use crate::error::{Error, Result};
 use crate::mr::{check_bounds, Access, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
 use crate::wait::{poll_until, WaitPolicy};
-use crate::Config;
+use crate::{job_hash, Config};
 
 const BLOB_MAGIC: &[u8; 8] = b"fabshmad";
 const BLOB_LEN: usize = 32;

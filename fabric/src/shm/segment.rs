@@ -130,8 +130,3 @@ impl Segment {
         }
     }
 }
-
-/// FNV-1a of the job name (segments of another job are rejected).
-pub(crate) fn job_hash(job: &str) -> u64 {
-    job.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x1000_0000_01b3))
-}

@@ -14,7 +14,7 @@ use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
 use crate::error::{Error, Result};
 use crate::mr::{check_bounds, check_write, Access, AlignedBuf, LocalRange, Mr, RemoteMr, RemoteRange};
 use crate::wait::{poll_until, WaitPolicy};
-use crate::Config;
+use crate::{job_hash, Config};
 
 const MAGIC: &[u8; 8] = b"fabtcp01";
 /// With more connections than this, `poll` asks `ppoll` which sockets are ready instead of trying
@@ -55,11 +55,6 @@ impl std::fmt::Debug for TcpEndpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TcpEndpoint").field("rank", &self.rank).field("size", &self.size).finish()
     }
-}
-
-/// FNV-1a of the job name: peers of another job are told apart in address blobs and hellos.
-fn job_hash(job: &str) -> u64 {
-    job.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 impl TcpEndpoint {
