@@ -160,7 +160,9 @@ impl Conn {
     }
 
     /// Sends a write whose payload stays in the caller's memory until `WriteDone { ctx }`.
-    /// `src` is the `len` bytes at `ptr` of registration `mr`.
+    /// `src` is the `len` bytes at `ptr` of registration `mr`. When nothing is queued it goes out
+    /// at once; only a part the socket did not take is queued (with a clone of `mr`, which keeps
+    /// the source registered until the last byte leaves).
     pub(super) fn send_write(
         &mut self,
         frame: Frame,
@@ -171,33 +173,50 @@ impl Conn {
         done: &mut Vec<Completion>,
     ) -> Result<()> {
         self.check_open()?;
-        self.queue.push_back(Out {
-            hdr: frame.encode(),
-            payload: Payload::Borrowed(ptr, len),
-            sent: 0,
-            done: Some(ctx),
-            _src: Some(mr.clone()),
-        });
-        self.flush(done)
+        let hdr = frame.encode();
+        let sent = self.send_now(&hdr, ptr, len)?;
+        if sent == HDR + len {
+            done.push(Completion::WriteDone { ctx });
+            return Ok(());
+        }
+        let payload = Payload::Borrowed(ptr, len);
+        self.enqueue(Out { hdr, payload, sent, done: Some(ctx), _src: Some(mr.clone()) }, done)
     }
 
     /// Sends a control message (copied if it does not leave at once).
     pub(super) fn send_ctrl(&mut self, tag: u64, data: &[u8], done: &mut Vec<Completion>) -> Result<()> {
         self.check_open()?;
         let hdr = Frame::Ctrl { tag, len: data.len() as u64 }.encode();
+        let sent = self.send_now(&hdr, data.as_ptr(), data.len())?;
+        if sent == HDR + data.len() {
+            return Ok(());
+        }
+        self.enqueue(Out { hdr, payload: Payload::Owned(data.to_vec()), sent, done: None, _src: None }, done)
+    }
+
+    /// One `sendmsg` of a new frame (header, then at most [`SEND_BURST`] payload bytes) if no frame
+    /// is queued before it, else none: how many bytes left (0: the frame must be queued whole).
+    fn send_now(&mut self, hdr: &[u8; HDR], p: *const u8, n: usize) -> Result<usize> {
         if !self.queue.is_empty() {
-            self.queue.push_back(Out { hdr, payload: Payload::Owned(data.to_vec()), sent: 0, done: None, _src: None });
-            return self.flush(done);
+            return Ok(0);
         }
-        let sent = match Self::sendmsg_fd(self.fd, &hdr, data.as_ptr(), data.len()) {
-            Ok(k) => k,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-            Err(e) => return Err(self.lose(format!("send failed: {e}"))),
-        };
-        if sent < HDR + data.len() {
-            self.queue.push_back(Out { hdr, payload: Payload::Owned(data.to_vec()), sent, done: None, _src: None });
+        match Self::sendmsg_fd(self.fd, hdr, p, n.min(SEND_BURST)) {
+            Ok(k) => Ok(k),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(self.lose(format!("send failed: {e}"))),
         }
-        Ok(())
+    }
+
+    /// Queues what `send_now` did not send of a frame. One that did not start (frames were queued
+    /// before it, or the socket was full) goes behind them and they are flushed; the rest of a
+    /// started one waits for the next poll's flush.
+    fn enqueue(&mut self, out: Out, done: &mut Vec<Completion>) -> Result<()> {
+        let started = out.sent > 0;
+        self.queue.push_back(out);
+        if started {
+            return Ok(());
+        }
+        self.flush(done)
     }
 
     /// Sends queued frames until the socket is full or [`SEND_BURST`] bytes left; reports
