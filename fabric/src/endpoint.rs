@@ -17,7 +17,8 @@
 //! - **Write without immediate** is silent at the target; the initiator learns only local completion.
 //! - **Local completion.** [`Completion::WriteDone`] with the caller's `ctx` is reported exactly once
 //!   per successful `write` call; after it the source range may be reused. A backend whose writes
-//!   are done on return (`Caps::inline_completion`) still reports `WriteDone` through `poll`.
+//!   are done on return (up to `Caps::inline_completion` bytes) still reports `WriteDone` through
+//!   `poll`, except for a write whose `ctx` is [`SILENT_WRITE`].
 //!   A `write` that returned `Err` reports nothing and had no effect at the target.
 //! - **Control messages** from one sender to one receiver arrive in send order, exactly once,
 //!   intact, up to `Caps::max_ctrl` bytes (local 64 KiB, shm 4072 B; protocol headers should stay
@@ -81,18 +82,27 @@ pub struct Caps {
     pub writes_land_without_target_poll: bool,
     /// Writes and control messages of one initiator to one target become visible in issue order.
     pub ordered_writes: bool,
-    /// Every write is complete when `write` returns (WriteDone still reported via `poll`, unless
-    /// the write's `ctx` is [`SILENT_WRITE`]).
-    pub inline_completion: bool,
+    /// Writes of at most this many bytes are complete when `write` returns: the source may be
+    /// reused at once (`WriteDone` is still reported through `poll`, unless the write's `ctx` is
+    /// [`SILENT_WRITE`]). 0: none; `usize::MAX`: all (shm, local).
+    pub inline_completion: usize,
     /// Progress model.
     pub progress: Progress,
     /// Peers' registrations can be mapped for direct load/store ([`Endpoint::map_remote`]).
     pub load_store: bool,
 }
 
-/// The `ctx` of a write that reports no [`Completion::WriteDone`] on endpoints whose writes
-/// complete inside `write` ([`Caps::inline_completion`]); elsewhere it is an ordinary value.
-/// Saves the executor's per-message completion bookkeeping on shared memory.
+impl Caps {
+    /// Whether a write of `len` bytes is complete when `write` returns.
+    #[inline]
+    pub fn completes_inline(&self, len: usize) -> bool {
+        len <= self.inline_completion
+    }
+}
+
+/// The `ctx` of a write that reports no [`Completion::WriteDone`] when it completes inside `write`
+/// (at most [`Caps::inline_completion`] bytes); on larger writes it is an ordinary value. Saves the
+/// executor's per-message completion bookkeeping (shared memory; small writes on tcp).
 pub const SILENT_WRITE: u64 = u64::MAX;
 
 /// Something `poll` reports.
@@ -207,8 +217,8 @@ pub trait Endpoint: Send {
 
     /// One-sided write of `src` into the peer's `dst` (equal lengths), optionally with immediate
     /// data reported at the target as [`Completion::WriteArrived`]. `ctx` comes back in
-    /// [`Completion::WriteDone`] — except `ctx` = [`SILENT_WRITE`] on an endpoint with
-    /// [`Caps::inline_completion`]: that write is complete on return and reports nothing.
+    /// [`Completion::WriteDone`] — except `ctx` = [`SILENT_WRITE`] on a write of at most
+    /// [`Caps::inline_completion`] bytes: that write is complete on return and reports nothing.
     fn write(&mut self, peer: usize, src: LocalRange<'_>, dst: RemoteRange, imm: Option<u64>, ctx: u64) -> Result<()>;
 
     /// Send a small tagged control message (≤ `Caps::max_ctrl` bytes); copied, no completion.

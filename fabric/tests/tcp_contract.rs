@@ -9,7 +9,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use fabcoll_fabric::{open, Access, Backend, Completion, Config, Endpoint, Error, RemoteMr};
+use fabcoll_fabric::{open, Access, Backend, Completion, Config, Endpoint, Error, RemoteMr, SILENT_WRITE};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -110,6 +110,56 @@ fn tcp_refused_writes_are_reported_to_the_initiator() {
             return Err(format!("rank {r}: a refused write was notified: {out:?}"));
         }
         Ok(())
+    });
+}
+
+/// Writes of at most `Caps::inline_completion` bytes are complete on return: the source may be
+/// overwritten at once, also when the socket is full and the write waits in the queue (16 MiB
+/// written while the target does not read), and one with ctx `SILENT_WRITE` reports nothing; a
+/// larger write reports its `WriteDone`. The target checks every byte.
+#[test]
+fn tcp_small_writes_complete_on_return() {
+    run_threads(2, "tcp_inline", |ep| {
+        const N: usize = 256;
+        let (r, peer) = (ep.rank(), 1 - ep.rank());
+        let e = |e: Error| format!("rank {r}: {e}");
+        let len = ep.caps().inline_completion;
+        if len == 0 || len > 1 << 20 {
+            return Err(format!("tcp completes writes of up to {len} bytes inline; the test expects 1 B to 1 MiB"));
+        }
+        let byte = |i: usize| (i * 37 + 11) as u8;
+        let mut inbox = local_common::Inbox::new();
+        if r == 1 {
+            let dst = ep.alloc(N * len + len + 1, Access::REMOTE_WRITE).map_err(e)?;
+            local_common::send_ctrl(ep, &mut inbox, peer, 1, &dst.remote().to_bytes())?;
+            // Rank 0 writes meanwhile: its socket fills and the rest of its writes wait in its queue.
+            std::thread::sleep(Duration::from_millis(300));
+            let mut got = vec![0u8; len + 1];
+            for i in 0..=N {
+                inbox.expect(ep, "arrival", |c| *c == Completion::WriteArrived { peer, imm: i as u64 })?;
+                let n = if i < N { len } else { len + 1 };
+                dst.read_at(i * len, &mut got[..n]).map_err(e)?;
+                if let Some(j) = got[..n].iter().position(|&b| b != byte(i)) {
+                    return Err(format!("write {i}: byte {j} is {:#x}, wanted {:#x}", got[j], byte(i)));
+                }
+            }
+            return local_common::send_ctrl(ep, &mut inbox, peer, 3, &[]);
+        }
+        let dst = RemoteMr::from_bytes(&inbox.ctrl(ep, peer, 1)?).map_err(e)?;
+        let src = ep.alloc(len + 1, Access::LOCAL).map_err(e)?;
+        for i in 0..N {
+            src.write_at(0, &vec![byte(i); len]).map_err(e)?;
+            let to = dst.slice(i * len, len).map_err(e)?;
+            ep.write(peer, src.slice(0, len).map_err(e)?, to, Some(i as u64), SILENT_WRITE).map_err(e)?;
+        }
+        src.write_at(0, &vec![byte(N); len + 1]).map_err(e)?;
+        ep.write(peer, src.range(), dst.slice(N * len, len + 1).map_err(e)?, Some(N as u64), 7).map_err(e)?;
+        inbox.expect(ep, "the large write's WriteDone", |c| *c == Completion::WriteDone { ctx: 7 })?;
+        inbox.ctrl(ep, peer, 3)?;
+        match inbox.rest(ep)?.into_iter().find(|c| matches!(c, Completion::WriteDone { .. })) {
+            None => Ok(()),
+            Some(c) => Err(format!("a silent inline write reported {c:?}")),
+        }
     });
 }
 

@@ -132,6 +132,26 @@ impl Core {
         Ok(())
     }
 
+    /// Polls the endpoint once and applies the eager credits that came back; everything else it
+    /// brought waits in `backlog` for the engine's next `progress`. Credits are independent of
+    /// other messages, so taking them first reorders nothing that matters.
+    pub fn refill_credits(&mut self) -> Result<()> {
+        let before = self.backlog.len();
+        self.ep.poll(&mut self.backlog)?;
+        let mut i = before;
+        while i < self.backlog.len() {
+            match &self.backlog[i] {
+                Completion::Ctrl { peer, tag, data } if proto::is_credit(*tag) => {
+                    let mask = proto::credit_mask(*peer, data)?;
+                    self.eager.on_credit(*peer, mask)?;
+                    self.backlog.remove(i);
+                }
+                _ => i += 1,
+            }
+        }
+        Ok(())
+    }
+
     /// A registered scratch buffer of at least `bytes` from the pool.
     pub fn scratch(&mut self, bytes: usize) -> Result<Mr> {
         if let Some(i) =
@@ -158,5 +178,45 @@ impl Core {
             }
         }
         self.pool.push(mr);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fabcoll_fabric::{Endpoint, LocalFabric, WaitPolicy};
+
+    use crate::exec::{Engine, ExecConfig};
+
+    /// A sender whose ring at the peer ran dry gets the credits the peer sent back by
+    /// `refill_credits` alone (no engine `progress`), and other completions stay for the engine.
+    #[test]
+    fn a_sender_out_of_slots_takes_returned_credits_from_the_endpoint() {
+        let fabric = LocalFabric::new(2).unwrap();
+        let cfg = ExecConfig { slots: 4, credit_fraction: 1, ..ExecConfig::default() };
+        let mut eps: Vec<Box<dyn Endpoint>> =
+            (0..2).map(|r| Box::new(fabric.endpoint(r, WaitPolicy::oversubscribed()).unwrap()) as _).collect();
+        let blobs: Vec<_> = eps.iter().map(|e| e.address().unwrap()).collect();
+        eps.iter_mut().for_each(|e| e.insert_peers(&blobs).unwrap());
+        let mut e: Vec<Engine> = eps.into_iter().map(|ep| Engine::new(ep, cfg.clone()).unwrap()).collect();
+        for x in &mut e {
+            x.progress(None).unwrap();
+        }
+        let sender = &mut e[0].core;
+        for _ in 0..4 {
+            assert!(sender.eager.take_slot(1, 8).is_some());
+        }
+        assert!(sender.eager.take_slot(1, 8).is_none());
+        assert!(sender.eager.may_refill(1, 8));
+        assert!(!sender.eager.may_refill(1, cfg.slot_size + 1), "a message larger than a slot never goes eager");
+        for slot in 0..4 {
+            e[1].core.release_slot(0, slot).unwrap();
+        }
+        e[1].core.ep.send_ctrl(0, 0, b"not a credit").unwrap();
+        let sender = &mut e[0].core;
+        sender.refill_credits().unwrap();
+        for _ in 0..4 {
+            assert!(sender.eager.take_slot(1, 8).is_some());
+        }
+        assert_eq!(sender.backlog.len(), 1, "the other control message waits for the engine: {:?}", sender.backlog);
     }
 }

@@ -117,6 +117,12 @@ impl Eager {
         Some((slot, dst))
     }
 
+    /// Whether credits returned by `peer` could give a message of `bytes` a slot (its ring for us
+    /// is known, the message fits a slot, and none is free now).
+    pub fn may_refill(&self, peer: usize, bytes: usize) -> bool {
+        self.peers.get(peer).is_some_and(|st| st.free == 0 && st.remote.is_some_and(|s| bytes <= s.slot_size as usize))
+    }
+
     /// Start of `slot` of our ring for `peer`, after checking that `bytes` fit.
     pub fn slot_ptr(&self, peer: usize, slot: u32, bytes: usize) -> Result<*const u8> {
         let ring =

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fabcoll_fabric::{Access, Completion, Endpoint, Mr};
+use fabcoll_fabric::{Access, Completion, Endpoint, Mr, SILENT_WRITE};
 
 use crate::error::{Error, Result};
 use eager::Eager;
@@ -565,6 +565,11 @@ impl Engine {
                     }
                 }
             }
+            Completion::WriteError { ctx: SILENT_WRITE, error } => {
+                // A write that completed inline (an eager message), refused at its target later:
+                // which op it served is not recorded, so the error goes to the op waited for.
+                return Err(Error::Protocol(format!("an eager write failed at its target: {error}")));
+            }
             Completion::WriteError { ctx: wid, error } => {
                 if let Some((key, s)) = self.core.writes.remove(&wid) {
                     let ep = self.ops.get(&key).and_then(|o| o.step_peer(s).map(|p| o.ep(p)));
@@ -599,9 +604,7 @@ impl Engine {
                 match kind {
                     Kind::Setup => self.core.eager.on_setup(peer, Setup::from_bytes(&data)?)?,
                     Kind::Credit => {
-                        let mask = u64::from_le_bytes(data.as_slice().try_into().map_err(|_| {
-                            Error::Protocol(format!("credit message of {} bytes from rank {peer}", data.len()))
-                        })?);
+                        let mask = proto::credit_mask(peer, &data)?;
                         self.core.eager.on_credit(peer, mask)?;
                     }
                     Kind::Grant | Kind::Rts | Kind::Check | Kind::Abort => {

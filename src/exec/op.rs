@@ -365,13 +365,20 @@ impl Op {
     fn eager_send(&mut self, core: &mut Core, s: StepId, peer: u32, src: Region, bytes: usize) -> Result<()> {
         let ep = self.ep(peer);
         let idx = self.plan.idx[s as usize];
-        if let Some((slot, dst)) = core.eager.take_slot(ep, bytes) {
+        let mut taken = core.eager.take_slot(ep, bytes);
+        if taken.is_none() && core.eager.may_refill(ep, bytes) {
+            // A sender whose writes complete inline may not have polled since its last call:
+            // the credits it lacks may be waiting in the endpoint.
+            core.refill_credits()?;
+            taken = core.eager.take_slot(ep, bytes);
+        }
+        if let Some((slot, dst)) = taken {
             if let Some(imm) = core.layout.encode_eager(slot, self.key.ctx, self.key.seq, idx) {
                 let (mr, base) = self.mr(src.buf)?;
                 let off = base + src.off as usize * self.elem;
                 core.stats.eager_msgs += 1;
                 core.stats.eager_bytes += bytes as u64;
-                if core.caps.inline_completion {
+                if core.caps.completes_inline(bytes) {
                     // Complete on return: no completion to track.
                     core.write(ep, mr, off, bytes, dst, Some(imm), SILENT_WRITE)?;
                     self.complete(s);
@@ -404,7 +411,7 @@ impl Op {
         let mr = mr.clone();
         let seg = core.caps.max_write.max(1);
         let imm = core.layout.encode_zcopy(g.gid);
-        let inline = core.caps.inline_completion;
+        let inline = core.caps.completes_inline(seg.min(bytes));
         let mut off = 0;
         let mut n = 0;
         while off < bytes {

@@ -161,6 +161,19 @@ pub(crate) fn untag(tag: u64) -> Result<(Kind, u32, u64)> {
     Ok((kind, ((tag >> 32) & mask(24)) as u32, tag & mask(TAG_SEQ_BITS)))
 }
 
+/// Whether a control tag is a [`Kind::Credit`] message's.
+pub(crate) fn is_credit(tag: u64) -> bool {
+    (tag >> 56) as u8 == Kind::Credit as u8
+}
+
+/// The slot mask a [`Kind::Credit`] message from `peer` carries.
+pub(crate) fn credit_mask(peer: usize, data: &[u8]) -> Result<u64> {
+    let bytes = data
+        .try_into()
+        .map_err(|_| Error::Protocol(format!("credit message of {} bytes from rank {peer}", data.len())))?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
 /// Contexts must fit the control tag.
 pub(crate) const MAX_CTX: u32 = (1 << 24) - 1;
 

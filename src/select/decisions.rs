@@ -549,7 +549,7 @@ mod tests {
             imm_bits: 64,
             writes_land_without_target_poll: false,
             ordered_writes: false,
-            inline_completion: false,
+            inline_completion: 0,
             progress: Progress::Manual,
             load_store: false,
         };

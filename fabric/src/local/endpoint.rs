@@ -65,7 +65,7 @@ impl LocalEndpoint {
             imm_bits: 64,
             writes_land_without_target_poll: true,
             ordered_writes: true,
-            inline_completion: true,
+            inline_completion: usize::MAX,
             progress: Progress::Auto,
             load_store: true,
         };

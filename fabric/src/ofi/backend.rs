@@ -120,7 +120,7 @@ impl OfiBackend {
             imm_bits: data_bits - rank_bits,
             writes_land_without_target_poll: !a.manual_progress,
             ordered_writes: false,
-            inline_completion: false,
+            inline_completion: 0,
             progress: if a.manual_progress { Progress::Manual } else { Progress::Auto },
             load_store: false,
         };

@@ -16,7 +16,7 @@ use std::sync::PoisonError;
 
 use super::wire::{Frame, Refusal, HDR};
 use super::Regions;
-use crate::endpoint::Completion;
+use crate::endpoint::{Completion, SILENT_WRITE};
 use crate::error::{Error, Result};
 use crate::mr::{Access, Mr};
 
@@ -55,7 +55,7 @@ enum Payload {
     None,
     /// The caller's memory (a write): valid until its `WriteDone` (the endpoint contract).
     Borrowed(*const u8, usize),
-    /// Our copy (a control message that did not leave at once).
+    /// Our copy (a control message or a small write that did not leave at once).
     Owned(Vec<u8>),
 }
 
@@ -159,10 +159,12 @@ impl Conn {
         }
     }
 
-    /// Sends a write whose payload stays in the caller's memory until `WriteDone { ctx }`.
-    /// `src` is the `len` bytes at `ptr` of registration `mr`. When nothing is queued it goes out
-    /// at once; only a part the socket did not take is queued (with a clone of `mr`, which keeps
-    /// the source registered until the last byte leaves).
+    /// Sends a write of the `len` bytes at `ptr` of registration `mr`. When nothing is queued it
+    /// goes out at once; only a part the socket did not take is queued. An `inline` write is
+    /// complete on return: that part is copied, and a `ctx` of [`SILENT_WRITE`] reports nothing.
+    /// Otherwise the queued part points at the caller's memory (with a clone of `mr`, which keeps
+    /// the source registered until the last byte leaves) until `WriteDone { ctx }`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn send_write(
         &mut self,
         frame: Frame,
@@ -170,17 +172,27 @@ impl Conn {
         ptr: *const u8,
         len: usize,
         ctx: u64,
+        inline: bool,
         done: &mut Vec<Completion>,
     ) -> Result<()> {
         self.check_open()?;
         let hdr = frame.encode();
         let sent = self.send_now(&hdr, ptr, len)?;
+        let report = (!inline || ctx != SILENT_WRITE).then_some(ctx);
         if sent == HDR + len {
-            done.push(Completion::WriteDone { ctx });
+            if let Some(ctx) = report {
+                done.push(Completion::WriteDone { ctx });
+            }
             return Ok(());
         }
-        let payload = Payload::Borrowed(ptr, len);
-        self.enqueue(Out { hdr, payload, sent, done: Some(ctx), _src: Some(mr.clone()) }, done)
+        let out = if inline {
+            // SAFETY: `ptr` is `len` readable bytes of `mr` (checked by the endpoint's `write`).
+            let copy = unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec();
+            Out { hdr, payload: Payload::Owned(copy), sent, done: report, _src: None }
+        } else {
+            Out { hdr, payload: Payload::Borrowed(ptr, len), sent, done: report, _src: Some(mr.clone()) }
+        };
+        self.enqueue(out, done)
     }
 
     /// Sends a control message (copied if it does not leave at once).

@@ -14,7 +14,9 @@
 //!   per pair carries writes and control messages in issue order (`Caps::ordered_writes`).
 //! - **Writes** are one `sendmsg` of header and payload from the caller's memory; what the socket
 //!   does not take at once stays queued (pointing at the caller's memory, no copy) and leaves as
-//!   the endpoint is polled; `WriteDone` is reported when the last byte is in the kernel. The
+//!   the endpoint is polled; `WriteDone` is reported when the last byte is in the kernel. Writes
+//!   of at most 64 KiB are complete on return instead (`Caps::inline_completion`: their queued
+//!   part is copied), so the executor's eager messages need no completion. The
 //!   target reads payloads through a 64 KiB staging buffer (many small frames per `recv`, one
 //!   copy each) or, from [`conn::DIRECT_MIN`] bytes on, straight into the registration.
 //! - **Registration** is a table of (key → address, length, access) of this endpoint, consulted

@@ -68,6 +68,12 @@ impl Inbox {
         }
     }
 
+    /// Polls once more and returns every completion not handed out yet.
+    pub fn rest(&mut self, ep: &mut dyn Endpoint) -> Result<Vec<Completion>, String> {
+        ep.poll(&mut self.pending).map_err(|e| format!("rank {}: {e}", ep.rank()))?;
+        Ok(std::mem::take(&mut self.pending))
+    }
+
     pub fn ctrl(&mut self, ep: &mut dyn Endpoint, from: usize, tag: u64) -> Result<Vec<u8>, String> {
         match self.expect(
             ep,
