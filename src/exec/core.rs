@@ -141,7 +141,7 @@ impl Core {
         let mut i = before;
         while i < self.backlog.len() {
             match &self.backlog[i] {
-                Completion::Ctrl { peer, tag, data } if proto::is_credit(*tag) => {
+                Completion::Ctrl { peer, tag, data } if proto::untag(*tag).is_ok_and(|(k, ..)| k == Kind::Credit) => {
                     let mask = proto::credit_mask(*peer, data)?;
                     self.eager.on_credit(*peer, mask)?;
                     self.backlog.remove(i);

@@ -161,11 +161,6 @@ pub(crate) fn untag(tag: u64) -> Result<(Kind, u32, u64)> {
     Ok((kind, ((tag >> 32) & mask(24)) as u32, tag & mask(TAG_SEQ_BITS)))
 }
 
-/// Whether a control tag is a [`Kind::Credit`] message's.
-pub(crate) fn is_credit(tag: u64) -> bool {
-    (tag >> 56) as u8 == Kind::Credit as u8
-}
-
 /// The slot mask a [`Kind::Credit`] message from `peer` carries.
 pub(crate) fn credit_mask(peer: usize, data: &[u8]) -> Result<u64> {
     let bytes = data
