@@ -22,11 +22,6 @@ const MAGIC: &[u8; 8] = b"fabtcp01";
 /// that an empty `recv` takes) made an 8 B–1 KiB allreduce at p = 2 slower (11.0–11.6 µs instead
 /// of 8.2–10.7, 3 alternating rounds).
 const SCAN_ALL_MAX: usize = 8;
-/// A poll that has local completions to return (write completions) reads the sockets only every
-/// `SKIP_SCANS + 1`-th time: each empty `recv` is a system call, and a rank that streams small
-/// writes (a bcast root) would pay one per call. p = 2, 3 alternating rounds, medians: bcast
-/// 8 B–1 KiB 6.45–7.82 → 5.33–6.68 µs; allreduce unchanged (8.2–10.7 against 9.2–10.2).
-const SKIP_SCANS: u32 = 3;
 /// Writes of at most this many bytes complete inside `write` (`Caps::inline_completion`): the part
 /// the socket does not take at once is copied into the queue. That is at most one eager message
 /// (the executor's network eager limit), and only when the socket is full; in exchange a small
@@ -50,8 +45,6 @@ pub struct TcpEndpoint {
     /// Completions produced outside `poll` (write completions, writes and messages to ourselves).
     pending: Vec<Completion>,
     pollfds: Vec<libc::pollfd>,
-    /// Polls in a row that returned local completions without reading the sockets.
-    scans_skipped: u32,
     /// The ranks whose connections the current `poll` serves (kept to reuse its allocation).
     serve: Vec<usize>,
 }
@@ -95,7 +88,6 @@ impl TcpEndpoint {
             next_key: 1,
             pending: Vec::new(),
             pollfds: Vec::new(),
-            scans_skipped: 0,
             serve: Vec::new(),
         })
     }
@@ -305,20 +297,10 @@ impl Endpoint for TcpEndpoint {
 
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
         let before = out.len();
-        let local = !self.pending.is_empty();
         out.append(&mut self.pending);
         if !self.connected {
             return Ok(out.len() - before);
         }
-        if local && self.scans_skipped < SKIP_SCANS {
-            self.scans_skipped += 1;
-            for c in self.conns.iter_mut().flatten().filter(|c| c.sending()) {
-                // An error here is found again (and reported) by the next full scan.
-                let _ = c.flush(out);
-            }
-            return Ok(out.len() - before);
-        }
-        self.scans_skipped = 0;
         self.ready()?;
         for &r in &self.serve {
             let Some(c) = self.conns[r].as_mut() else { continue };
