@@ -3,8 +3,7 @@
 
 use std::any::Any;
 use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -14,6 +13,7 @@ use super::segment::{self, Msg, Queue, Segment, KIND_CTRL, KIND_WRITE, NKEYS, PA
 use super::sys;
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
 use crate::error::{Error, Result};
+use crate::keymap::KeyMap;
 use crate::mr::{check_bounds, Access, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
 use crate::wait::{poll_until, WaitPolicy};
 use crate::{job_hash, Config};
@@ -88,30 +88,8 @@ pub struct ShmEndpoint {
     maps: Maps,
 }
 
-/// Peer mappings by (peer, key), hashed with FxHash's mixing (the keys are ours, not an
-/// attacker's, and a write looks its destination up here).
-type Maps = HashMap<(usize, u64), sys::Mmap, BuildHasherDefault<KeyHasher>>;
-
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        bytes.iter().for_each(|&b| self.write_u64(u64::from(b)));
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-}
+/// Peer mappings by (peer, key) (a write looks its destination up here).
+type Maps = KeyMap<(usize, u64), sys::Mmap>;
 
 /// Cached peer mappings above this count are dropped wholesale (they are re-created on demand).
 const MAX_MAPS: usize = 256;

@@ -438,6 +438,18 @@ impl Conn {
                     }
                     Some(_) => None,
                 };
+                let staged = (self.rend - self.rpos) as u64;
+                if refused.is_none() && len > 0 && len <= staged {
+                    // The whole payload is staged (a small write): copy it under this lookup's
+                    // lock instead of looking the key up again; the Write state then only ends it.
+                    // SAFETY: the registration, just checked to contain `[addr, addr + len)`, stays
+                    // alive while we hold the read lock; `len` staged bytes follow `rpos`.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(self.rbuf.as_ptr().add(self.rpos), addr as *mut u8, len as usize)
+                    };
+                    self.rpos += len as usize;
+                    return Rx::Write { key, addr: addr + len, left: 0, imm, ctx, refused };
+                }
                 Rx::Write { key, addr, left: len, imm, ctx, refused }
             }
             Frame::Ctrl { tag, len } => Rx::Ctrl { tag, left: len as usize, data: Vec::with_capacity(len as usize) },

@@ -1,6 +1,6 @@
 //! `TcpEndpoint`: the [`Endpoint`] of the `tcp` backend (design in the module doc of `tcp`).
 
-use std::collections::HashMap;
+use crate::keymap::KeyMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
@@ -84,7 +84,7 @@ impl TcpEndpoint {
             listener: Some(listener),
             conns: Vec::new(),
             connected: false,
-            regions: Arc::new(RwLock::new(HashMap::new())),
+            regions: Arc::new(RwLock::new(KeyMap::default())),
             next_key: 1,
             pending: Vec::new(),
             pollfds: Vec::new(),

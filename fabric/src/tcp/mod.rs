@@ -45,8 +45,8 @@ mod connect;
 mod endpoint;
 pub(crate) mod wire;
 
+use crate::keymap::KeyMap;
 use std::any::Any;
-use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 pub use endpoint::TcpEndpoint;
@@ -69,7 +69,7 @@ pub(crate) struct Region {
 }
 
 /// This endpoint's registrations by key.
-pub(crate) type Regions = Arc<RwLock<HashMap<u64, Region>>>;
+pub(crate) type Regions = Arc<RwLock<KeyMap<u64, Region>>>;
 
 /// Deregisters on drop (the write lock waits for a receive into the region in progress).
 struct TcpMr {
