@@ -38,8 +38,12 @@
 //! - **Addresses**: the endpoint listens on `FABCOLL_TCP_ADDR` (an IP of this host; port 0 = any),
 //!   else on the address through which this host reaches the job's store (`FABCOLL_STORE` or
 //!   `MASTER_ADDR`), else on 127.0.0.1.
+//! - **Congestion control**: connections between ranks of one host use Reno instead of the
+//!   system's algorithm (BBR paces loopback traffic); `FABCOLL_TCP_CONGESTION` overrides it
+//!   (`tcp/congestion.rs`).
 
 mod addr;
+mod congestion;
 mod conn;
 mod connect;
 mod endpoint;
