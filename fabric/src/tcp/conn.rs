@@ -512,3 +512,43 @@ impl Conn {
         let _ = self.stream.shutdown(Shutdown::Write);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::net::TcpListener;
+    use std::sync::{Arc, RwLock};
+
+    use super::*;
+    use crate::keymap::KeyMap;
+    use crate::tcp::Region;
+
+    /// A write whose `addr + len` wraps around 2^64 (which the bounds check at the header, and
+    /// the copy of a staged payload under it, rely on never seeing) breaks the connection as
+    /// malformed; nothing lands.
+    #[test]
+    fn a_write_past_the_end_of_the_address_space_breaks_the_connection() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut fake = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let mut conn = Conn::new(1, s).unwrap();
+        let mut target = vec![0u8; 64];
+        let region = Region { addr: target.as_mut_ptr() as usize, len: target.len(), access: Access::REMOTE_WRITE };
+        let regions: Regions = Arc::new(RwLock::new(KeyMap::default()));
+        regions.write().unwrap().insert(7, region);
+        let frame = Frame::Write { key: 7, addr: u64::MAX - 3, len: 8, imm: Some(1), ctx: 42 };
+        fake.write_all(&frame.encode()).unwrap();
+        fake.write_all(&[0xab; 8]).unwrap();
+        let mut out = Vec::new();
+        let t0 = std::time::Instant::now();
+        let e = loop {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(10), "no error for a wrapping write");
+            if let Err(e) = conn.receive(&regions, &mut out) {
+                break e;
+            }
+        };
+        assert!(e.to_string().contains("malformed frame") && e.to_string().contains("wraps"), "{e}");
+        assert!(out.is_empty(), "{out:?}");
+        assert!(target.iter().all(|&b| b == 0));
+    }
+}
