@@ -13,7 +13,7 @@ pub mod bootstrap;
 pub mod copy;
 pub mod endpoint;
 pub mod error;
-mod keymap;
+pub mod keymap;
 pub mod local;
 pub mod mr;
 #[cfg(target_os = "linux")]
