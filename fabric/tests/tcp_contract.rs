@@ -51,13 +51,19 @@ fn tcp_scenarios_10_threads() {
     });
 }
 
+/// This process's tcp endpoint in `job`, connected to every rank's.
+fn connected(job: &support::Job, name: &str) -> Box<dyn Endpoint> {
+    let (r, p) = (job.rank() as usize, job.size() as usize);
+    let mut ep = open(&Config::new(Backend::Tcp, r, p, name)).expect("open tcp");
+    let blobs = job.exchange("addr", &ep.address().expect("address"));
+    ep.insert_peers(&blobs).expect("insert_peers");
+    ep
+}
+
 #[test]
 fn tcp_scenarios_4_procs() {
     support::ranks("tcp_scenarios_4_procs", 4, LIMIT, &[], |job| {
-        let (r, p) = (job.rank() as usize, job.size() as usize);
-        let mut ep = open(&Config::new(Backend::Tcp, r, p, "procs")).expect("open tcp");
-        let blobs = job.exchange("addr", &ep.address().expect("address"));
-        ep.insert_peers(&blobs).expect("insert_peers");
+        let mut ep = connected(&job, "procs");
         scenarios(&mut *ep).unwrap();
         job.barrier("done");
     });
@@ -168,10 +174,8 @@ fn tcp_small_writes_complete_on_return() {
 #[test]
 fn tcp_dead_peer_is_named() {
     support::ranks("tcp_dead_peer_is_named", 2, LIMIT, &[], |job| {
-        let (r, p) = (job.rank() as usize, job.size() as usize);
-        let mut ep = open(&Config::new(Backend::Tcp, r, p, "dead")).expect("open tcp");
-        let blobs = job.exchange("addr", &ep.address().expect("address"));
-        ep.insert_peers(&blobs).expect("insert_peers");
+        let r = job.rank() as usize;
+        let mut ep = connected(&job, "dead");
         let mut inbox = local_common::Inbox::new();
         local_common::ring(&mut *ep, &mut inbox, 8).unwrap();
         job.barrier("connected");

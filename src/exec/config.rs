@@ -108,8 +108,8 @@ impl ExecConfig {
     /// on network fabrics a [`NETWORK_EAGER`] eager limit and slot size, 16 to 64 slots per pair
     /// (as many as fit [`NETWORK_RING_BUDGET`]; 16 give rings of p·16·64 KiB = p MiB per rank),
     /// and credits returned every half ring instead of every quarter. Each credit message costs
-    /// both ranks a TCP send and receive (~3–4 µs on loopback), paid every few small messages: with 8 slots instead of 16 small messages on
-    /// ofi:tcp were slower (p=2, 3 alternating rounds, p50: allreduce 8 B–8 KiB better with 16 at
+    /// both ranks a TCP send and receive (~3–4 µs on loopback), paid every few small messages:
+    /// with 8 slots instead of 16 small messages on ofi:tcp were slower (p=2, 3 alternating rounds, p50: allreduce 8 B–8 KiB better with 16 at
     /// 9 of 11 sizes, e.g. 128 B 18.2 → 14.0 µs; bcast at 10 of 12, e.g. 2 KiB 16.5 → 11.7 µs);
     /// returning credits every 8 messages instead of 4 (p=2, 8 B, 6 alternating rounds, medians
     /// of the averages): allreduce 13.07 → 11.55 µs, allgather 12.38 → 11.38, alltoall 12.35 →

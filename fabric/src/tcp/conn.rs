@@ -367,14 +367,9 @@ impl Conn {
                             let regs = regions.read().unwrap_or_else(PoisonError::into_inner);
                             if regs.contains_key(&key) {
                                 // SAFETY: the registration, checked at the header to contain
-                                // `[addr, addr + left)`, stays alive while we hold the read lock.
-                                unsafe {
-                                    std::ptr::copy_nonoverlapping(
-                                        self.rbuf.as_ptr().add(self.rpos),
-                                        addr as *mut u8,
-                                        take,
-                                    )
-                                };
+                                // `[addr, addr + left)`, stays alive while we hold the read lock;
+                                // `take` bytes are staged.
+                                unsafe { self.copy_staged(addr, take) };
                             } else {
                                 refused = Some(Refusal::UnknownKey);
                             }
@@ -412,6 +407,16 @@ impl Conn {
         }
     }
 
+    /// Copies the next `n` staged bytes to `addr` (the caller advances `rpos`).
+    ///
+    /// # Safety
+    /// `[addr, addr + n)` lies in a registration that stays alive meanwhile (the caller holds the
+    /// region table's read lock), and at least `n` bytes are staged after `rpos`.
+    unsafe fn copy_staged(&self, addr: u64, n: usize) {
+        // SAFETY: the caller's contract; the staging buffer is ours, the registration is not.
+        unsafe { std::ptr::copy_nonoverlapping(self.rbuf.as_ptr().add(self.rpos), addr as *mut u8, n) };
+    }
+
     /// Reads more into the staging buffer; `false` when nothing more has arrived.
     fn fill(&mut self) -> Result<bool> {
         if self.rpos == self.rend {
@@ -444,10 +449,8 @@ impl Conn {
                     // The whole payload is staged (a small write): copy it under this lookup's
                     // lock instead of looking the key up again; the Write state then only ends it.
                     // SAFETY: the registration, just checked to contain `[addr, addr + len)`, stays
-                    // alive while we hold the read lock; `len` staged bytes follow `rpos`.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(self.rbuf.as_ptr().add(self.rpos), addr as *mut u8, len as usize)
-                    };
+                    // alive while we hold the read lock; `len` bytes are staged.
+                    unsafe { self.copy_staged(addr, len as usize) };
                     self.rpos += len as usize;
                     return Rx::Write { key, addr: addr + len, left: 0, imm, ctx, refused };
                 }

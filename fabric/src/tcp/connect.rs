@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 
 const HELLO_MAGIC: &[u8; 8] = b"fabtcph1";
-const HELLO: usize = 32;
+/// Bytes of a [`Hello`] (also the start of a tcp endpoint's address blob).
+pub(super) const HELLO: usize = 32;
 
-/// Who opens a connection: what its first 32 bytes say.
+/// Who opens a connection: what its first 32 bytes say (and what a rank's address blob starts with).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Hello {
     pub job: u64,
@@ -21,7 +22,7 @@ pub(super) struct Hello {
 }
 
 impl Hello {
-    fn encode(&self) -> [u8; HELLO] {
+    pub(super) fn encode(&self) -> [u8; HELLO] {
         let mut b = [0u8; HELLO];
         b[..8].copy_from_slice(HELLO_MAGIC);
         b[8..16].copy_from_slice(&self.job.to_le_bytes());
@@ -30,7 +31,7 @@ impl Hello {
         b
     }
 
-    fn decode(b: &[u8; HELLO]) -> Option<Hello> {
+    pub(super) fn decode(b: &[u8; HELLO]) -> Option<Hello> {
         let u = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         (&b[..8] == HELLO_MAGIC).then(|| Hello { job: u(8), rank: u(16), size: u(24) })
     }

@@ -1,22 +1,21 @@
 //! `TcpEndpoint`: the [`Endpoint`] of the `tcp` backend (design in the module doc of `tcp`).
 
-use crate::keymap::KeyMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use super::addr::listen_addr;
 use super::conn::{Conn, Peer};
-use super::connect::{mesh, Hello};
+use super::connect::{mesh, Hello, HELLO};
 use super::wire::{Frame, MAX_CTRL};
 use super::{Region, Regions, TcpMr};
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress, SILENT_WRITE};
 use crate::error::{Error, Result};
+use crate::keymap::KeyMap;
 use crate::mr::{check_bounds, check_write, Access, AlignedBuf, LocalRange, Mr, RemoteMr, RemoteRange};
 use crate::wait::{poll_until, WaitPolicy};
 use crate::{job_hash, Config};
 
-const MAGIC: &[u8; 8] = b"fabtcp01";
 /// With more connections than this, `poll` asks `ppoll` which sockets are ready instead of trying
 /// a `recv` on each. Asking `ppoll` first with few connections (it does not take the socket lock
 /// that an empty `recv` takes) made an 8 B–1 KiB allreduce at p = 2 slower (11.0–11.6 µs instead
@@ -90,6 +89,11 @@ impl TcpEndpoint {
             pollfds: Vec::new(),
             serve: Vec::new(),
         })
+    }
+
+    /// What this rank's connections open with.
+    fn hello(&self) -> Hello {
+        Hello { job: self.job, rank: self.rank as u64, size: self.size as u64 }
     }
 
     fn check_connected(&self) -> Result<()> {
@@ -208,10 +212,8 @@ impl Endpoint for TcpEndpoint {
     fn address(&self) -> Result<Vec<u8>> {
         let l = self.listener.as_ref().ok_or_else(|| Error::invalid("address after insert_peers"))?;
         let at = l.local_addr().map_err(|e| Error::Os { op: "tcp: listener address".into(), source: e })?;
-        let mut b = MAGIC.to_vec();
-        b.extend_from_slice(&self.job.to_le_bytes());
-        b.extend_from_slice(&(self.rank as u64).to_le_bytes());
-        b.extend_from_slice(&(self.size as u64).to_le_bytes());
+        // The hello this rank opens its connections with, then its listening address.
+        let mut b = self.hello().encode().to_vec();
         b.extend_from_slice(at.to_string().as_bytes());
         Ok(b)
     }
@@ -225,27 +227,24 @@ impl Endpoint for TcpEndpoint {
         }
         let mut addrs = Vec::with_capacity(blobs.len());
         for (r, b) in blobs.iter().enumerate() {
-            let u = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-            if b.len() < 32 || &b[..8] != MAGIC {
+            let hello = b.first_chunk::<HELLO>().and_then(Hello::decode);
+            let Some(h) = hello else {
                 return Err(Error::Address(format!("blob of rank {r} is not a tcp-backend address")));
-            }
-            if u(8) != self.job || u(16) != r as u64 || u(24) != self.size as u64 {
+            };
+            if h != (Hello { rank: r as u64, ..self.hello() }) {
                 return Err(Error::Address(format!(
                     "blob of rank {r} belongs to another job or group (job {:#x}, rank {}, size {})",
-                    u(8),
-                    u(16),
-                    u(24)
+                    h.job, h.rank, h.size
                 )));
             }
-            let at = std::str::from_utf8(&b[32..])
+            let at = std::str::from_utf8(&b[HELLO..])
                 .ok()
                 .and_then(|s| s.parse::<SocketAddr>().ok())
                 .ok_or_else(|| Error::Address(format!("blob of rank {r} holds no socket address")))?;
             addrs.push(at);
         }
         let listener = self.listener.take().ok_or_else(|| Error::invalid("listener gone"))?;
-        let me = Hello { job: self.job, rank: self.rank as u64, size: self.size as u64 };
-        let streams = mesh(&listener, me, &addrs, self.timeout)?;
+        let streams = mesh(&listener, self.hello(), &addrs, self.timeout)?;
         self.conns = streams
             .into_iter()
             .enumerate()
