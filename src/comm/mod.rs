@@ -530,7 +530,7 @@ mod tests {
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         for e in &errs {
-            assert!(e.contains("eager<=1024") && e.contains("eager<=16384"), "{e}");
+            assert!(e.contains("eager<=1024") && e.contains("eager<=8192"), "{e}");
         }
         // Equal settings pass the check.
         let mut same = local_mixed(vec![ExecConfig::default(), ExecConfig::default()]);

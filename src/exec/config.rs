@@ -60,17 +60,15 @@ pub struct ExecConfig {
     pub direct_limit: usize,
 }
 
-/// Defaults measured with `tests/shm_bench.rs` (2 processes, allreduce recursive doubling, shm,
-/// 2 oversubscribed cores): all-eager beat all-zero-copy at every size up to 32 KiB (e.g. 4 KiB:
-/// 22–69 µs vs 112–137 µs; 16 KiB: 66–76 µs vs 92–118 µs) and tied around 64 KiB, because
-/// zero-copy pays the grant's round trip. 16 KiB keeps the rings at p·16·16 KiB per rank.
+/// Defaults for node-local fabrics. The eager limit and slot size are [`NODE_EAGER`] (see there
+/// for the measurements); 16 slots keep the rings at p·16·8 KiB per rank.
 impl Default for ExecConfig {
     fn default() -> ExecConfig {
         ExecConfig {
-            eager_threshold: 16384,
+            eager_threshold: NODE_EAGER,
             slots: 16,
             ring_budget: 0,
-            slot_size: 16384,
+            slot_size: NODE_EAGER,
             credit_fraction: 4,
             timeout: Duration::from_secs(60),
             mr_cache: 64,
@@ -86,6 +84,19 @@ impl Default for ExecConfig {
 
 /// Default direct limit (see [`ExecConfig::direct_limit`]).
 pub const DEFAULT_DIRECT: usize = 16384;
+
+/// Eager limit and slot size on node-local fabrics (shm, local). An eager message is copied
+/// twice (into the peer's slot, then out of it), a zero-copy one once after a grant's round trip
+/// (~0.3–0.5 µs on shm). With the ranks pinned to their own cores, the second copy of a message
+/// above 8 KiB costs more than the round trip. Measured on shm p = 2 (`FABCOLL_EAGER`, 2
+/// alternating rounds, 2,000 iterations back to back, averages): allgather with 16 KiB blocks
+/// 4.29–4.65 µs at a 16 KiB limit, 2.13–2.97 at 8 KiB; alltoall 4.54–5.02 → 2.19–2.71 (Open
+/// MPI's vader in the same run: 3.30 and 3.32). At 8 KiB messages eager and zero-copy were
+/// within the noise of each other in two thirds of the cells. p = 4 (2 rounds): alltoall 16 KiB
+/// blocks 19.9–22.3 → 11.7–14.0 µs, allgather 8 KiB 11.5–12.1 → 7.4–9.5, bcast and allreduce
+/// 2–32 KiB the same within the noise (allgather 16 KiB blocks 9.3 → 11.3–15.3, one cell
+/// slower). Earlier, on 2 oversubscribed cores and without pinning, eager won up to 32 KiB.
+pub const NODE_EAGER: usize = 8192;
 
 /// Eager limit and slot size on network fabrics ([`FabricClass::Network`]). A zero-copy message
 /// pays a rendezvous round trip (grant, then write) that costs ~15–25 µs on ofi:tcp, more than
@@ -246,7 +257,7 @@ mod tests {
     fn network_fabrics_get_a_larger_eager_limit_and_fewer_credit_messages() {
         let node = ExecConfig::for_class(FabricClass::Node);
         let net = ExecConfig::for_class(FabricClass::Network);
-        assert_eq!((node.eager_threshold, node.slot_size, node.slots), (16384, 16384, 16));
+        assert_eq!((node.eager_threshold, node.slot_size, node.slots), (8192, 8192, 16));
         assert_eq!((net.eager_threshold, net.slot_size, net.slots), (NETWORK_EAGER, NETWORK_EAGER, 16));
         assert_eq!((node.credit_fraction, net.credit_fraction), (4, 2), "credits every quarter / half ring");
         assert!(net.eager_threshold <= net.slot_size, "the eager limit is capped at the slot size");
