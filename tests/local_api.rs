@@ -431,6 +431,34 @@ fn early_messages_and_full_rings_fall_back_to_rendezvous() {
 }
 
 #[test]
+fn a_sends_only_root_sends_at_once_and_falls_back_when_the_rings_are_full() {
+    let stats = job(4, engine_only(), |c| {
+        if c.rank() == 3 {
+            // A slow receiver: the root's ring for it fills, and its calls take the engine.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        for round in 0..200u32 {
+            let mut b: Vec<u32> = if c.rank() == 1 { (0..9).map(|i| i ^ round).collect() } else { vec![0; 9] };
+            c.with(&Options::algorithm("binomial")).bcast(&mut b, 1).unwrap();
+            assert!(b.iter().enumerate().all(|(i, &v)| v == i as u32 ^ round), "rank {} round {round}", c.rank());
+        }
+        // Nonblocking sends-only calls too, several outstanding.
+        let mut bufs: Vec<Vec<u64>> = (0..5).map(|k| if c.rank() == 1 { vec![k; 3] } else { vec![0; 3] }).collect();
+        c.scope(|s| {
+            let reqs: Vec<_> = bufs.iter_mut().map(|b| s.bcast(b, 1)).collect::<Result<_, _>>()?;
+            reqs.into_iter().try_for_each(|r| r.wait())
+        })
+        .unwrap();
+        assert!(bufs.iter().enumerate().all(|(k, b)| b == &[k as u64; 3]), "rank {}: {bufs:?}", c.rank());
+        c.stats()
+    });
+    let root = &stats[1];
+    assert!(root.fired_calls > 0, "the root never sent at once: {root:?}");
+    assert!(root.rts_msgs > 0, "the root never ran out of slots: {root:?}");
+    assert!(stats.iter().enumerate().all(|(r, s)| r == 1 || s.fired_calls == 0), "only the root sends only: {stats:?}");
+}
+
+#[test]
 fn a_direct_call_progresses_the_nonblocking_ops_a_peer_waits_for() {
     // Rank 0 makes a small blocking call while its large nonblocking allreduce is in flight;
     // rank 1 first waits for that allreduce (which needs rank 0's grants and reductions), then

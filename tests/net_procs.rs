@@ -106,6 +106,15 @@ fn tcp_killed_rank_is_named() {
 }
 
 #[test]
+fn tcp_bcast_root_of_a_dead_receiver_names_it() {
+    let env = [("FABCOLL_FABRIC", "tcp"), ("FABCOLL_TIMEOUT", "5")];
+    support::ranks("tcp_bcast_root_of_a_dead_receiver_names_it", 2, LIMIT, &env, |_| {
+        let Some(c) = connect() else { return };
+        procs::root_of_a_dead_receiver(&c, Duration::from_secs(10));
+    });
+}
+
+#[test]
 fn tcp_eager_limit_is_the_network_default() {
     on_fabric("tcp_eager_limit_is_the_network_default", "tcp", 2, 1, eager_limit_follows_the_fabric);
 }

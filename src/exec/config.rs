@@ -228,6 +228,9 @@ pub struct Stats {
     /// Rendezvous requests sent (eager message without a free slot) and grants sent.
     pub rts_msgs: u64,
     pub grants: u64,
+    /// Calls whose part on this rank was only eager Sends, sent as the call started, without an
+    /// op (`exec::fire`).
+    pub fired_calls: u64,
     /// Bytes moved by the algorithms' own Copy steps (not transport copies) and Reduce steps.
     pub local_copy_bytes: u64,
     pub reduce_bytes: u64,

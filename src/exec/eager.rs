@@ -117,6 +117,11 @@ impl Eager {
         Some((slot, dst))
     }
 
+    /// Whether a message of `bytes` to `peer` would get a slot now ([`Eager::take_slot`]).
+    pub fn has_free(&self, peer: usize, bytes: usize) -> bool {
+        self.peers.get(peer).is_some_and(|st| st.free != 0 && st.remote.is_some_and(|s| bytes <= s.slot_size as usize))
+    }
+
     /// Whether credits returned by `peer` could give a message of `bytes` a slot (its ring for us
     /// is known, the message fits a slot, and none is free now).
     pub fn may_refill(&self, peer: usize, bytes: usize) -> bool {

@@ -12,6 +12,7 @@ mod core;
 pub(crate) mod direct;
 pub(crate) mod eager;
 pub(crate) mod fasthash;
+mod fire;
 pub(crate) mod mailbox;
 pub(crate) mod mrcache;
 pub(crate) mod op;
@@ -31,6 +32,7 @@ use fabcoll_fabric::{Access, Completion, Endpoint, Mr, SILENT_WRITE};
 use crate::error::{Error, Result};
 use eager::Eager;
 use fasthash::FastMap;
+use fire::Fired;
 use mrcache::MrCache;
 use op::{Bound, Op, OpSpec};
 use proto::{GrantEntry, Imm, ImmLayout, Kind, Setup};
@@ -128,6 +130,8 @@ pub(crate) struct Engine {
     /// because they move back into `ops` as they are.
     #[allow(clippy::vec_box)]
     spare: Vec<Box<Op>>,
+    /// Calls done as they started, without an op (`fire`), not yet taken, and their algorithms.
+    fired: Vec<(OpKey, &'static str)>,
     pub next_ctx: u32,
     comp: Vec<Completion>,
     /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
@@ -208,6 +212,7 @@ impl Engine {
             early: Vec::new(),
             early_mine: Vec::new(),
             spare: Vec::new(),
+            fired: Vec::new(),
             next_ctx: 1,
             comp: Vec::new(),
             pinned: Vec::new(),
@@ -394,6 +399,20 @@ impl Engine {
                 msg: format!("more than {window} collectives outstanding on one communicator"),
             });
         }
+        let mut fire_failed = None;
+        if spec.plan.fire && check.is_none() && self.early.is_empty() && self.core.ctrl_out.is_empty() {
+            match self.fire(key, members, &spec, &send, &recv) {
+                Fired::Done => {
+                    self.ctxs.get_mut(&ctx).expect("looked up above").next_seq += 1;
+                    self.fired.push((key, spec.alg));
+                    self.core.stats.fired_calls += 1;
+                    return Ok(key);
+                }
+                Fired::Declined => {}
+                Fired::Failed(s, e) => fire_failed = Some((s, e)),
+            }
+        }
+        let st = self.ctxs.get_mut(&ctx).expect("looked up above");
         st.next_seq += 1;
         st.outstanding.push(key.seq);
         let mut spare = self.spare.pop();
@@ -424,6 +443,12 @@ impl Engine {
                 }
             }
             op.check = Some(c);
+        }
+        if let Some((failed, e)) = fire_failed {
+            op.adopt_sent(0..failed);
+            self.ops.insert(key, op);
+            self.fail(key, e);
+            return Ok(key);
         }
         self.ops.insert(key, op);
         // Messages that arrived before we started this collective, in arrival order.
@@ -741,6 +766,10 @@ impl Engine {
     /// Removes a finished op and returns its result. A failed op breaks its communicator.
     pub fn take(&mut self, key: OpKey) -> Result<()> {
         let Some(op) = self.ops.get(&key) else {
+            if let Some(i) = self.fired.iter().position(|&(k, _)| k == key) {
+                self.fired.swap_remove(i);
+                return Ok(());
+            }
             return Err(Error::Protocol(format!("collective #{} is unknown (already waited for?)", key.seq)));
         };
         if !op.finished() {
@@ -979,6 +1008,6 @@ impl Engine {
 
     /// The algorithm an op runs (for tests and tracing).
     pub fn alg_of(&self, key: OpKey) -> Option<&'static str> {
-        self.ops.get(&key).map(|o| o.alg)
+        self.ops.get(&key).map(|o| o.alg).or_else(|| self.fired.iter().find(|&&(k, _)| k == key).map(|&(_, a)| a))
     }
 }

@@ -233,6 +233,15 @@ impl Op {
         self.members[peer as usize] as usize
     }
 
+    /// Marks the op started with `sent`, Sends that went out before it existed (`exec::fire`),
+    /// done; the rest are never issued (the op is about to fail).
+    pub fn adopt_sent(&mut self, sent: impl Iterator<Item = StepId>) {
+        self.started = true;
+        for s in sent {
+            self.complete(s);
+        }
+    }
+
     /// Issues every step without deps.
     pub fn start(&mut self, core: &mut Core) -> Result<()> {
         self.started = true;

@@ -38,6 +38,9 @@ pub(crate) struct Plan {
     /// Whether and how the call runs on the direct path (`comm::direct::form`), decided on first
     /// use.
     pub direct: OnceLock<DirectForm>,
+    /// The steps are all Sends, to distinct peers, without scratch: the engine may send them as
+    /// the call starts, without an op (`super::fire`).
+    pub fire: bool,
 }
 
 impl Plan {
@@ -69,7 +72,9 @@ impl Plan {
             .collect();
         let (local_roots, roots) =
             (0..n as StepId).rev().filter(|&i| deps[i as usize] == 0).partition(|&i| local[i as usize]);
+        let fire = super::fire::sends_only(&sched);
         Plan {
+            fire,
             sched,
             deps,
             dependents,

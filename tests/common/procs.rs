@@ -302,6 +302,38 @@ pub fn killed_rank(c: &Communicator, count: usize, limit: Duration, survivors_le
     survivors_leave();
 }
 
+/// A bcast root whose only receiver died: its calls send at once without an op (`exec::fire`)
+/// until a write to the dead rank fails; that call ends with an error naming the rank, and the
+/// communicator is broken.
+pub fn root_of_a_dead_receiver(c: &Communicator, limit: Duration) {
+    let r = c.rank();
+    let mut x = vec![1u64; 4];
+    c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+    if r == 1 {
+        std::process::exit(0);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let mut b = [7u8; 8];
+    let mut calls = 0u64;
+    let e = loop {
+        match c.with(&Options::algorithm("binomial")).bcast(&mut b, 0) {
+            Ok(()) => calls += 1,
+            Err(e) => break e,
+        }
+        assert!(t0.elapsed() < limit, "no error after {calls} calls in {:?}", t0.elapsed());
+    };
+    assert!(c.stats().fired_calls > 0, "the root never sent at once: {:?}", c.stats());
+    let named = match &e {
+        Error::Timeout { waiting_for, .. } => waiting_for == &[1],
+        Error::PeerLost { peers, .. } => peers == &[1],
+        _ => false,
+    };
+    assert!(named, "after {calls} calls: error does not name exactly rank 1: {e}");
+    eprintln!("rank 0 after {calls} calls: {e}");
+    assert!(matches!(c.barrier(), Err(Error::Broken(_))), "communicator not broken after {e}");
+}
+
 /// Where rank 0 of job `name` leaves its mark (the number of checks it ran), so the parent knows
 /// the children really ran the body: the path the parent passes down in `FABCOLL_TEST_MARK`.
 pub fn mark_path(name: &str) -> String {
