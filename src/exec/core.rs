@@ -46,6 +46,23 @@ impl Core {
         gid
     }
 
+    /// An eager message: `bytes` at `off` of `mr` into a slot of `peer`'s ring (`dst`), counted.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_eager(
+        &mut self,
+        peer: usize,
+        mr: &Mr,
+        off: usize,
+        bytes: usize,
+        dst: RemoteRange,
+        imm: u64,
+        wid: u64,
+    ) -> Result<()> {
+        self.stats.eager_msgs += 1;
+        self.stats.eager_bytes += bytes as u64;
+        self.write(peer, mr, off, bytes, dst, Some(imm), wid)
+    }
+
     /// A write, retried while the fabric is busy (polling meanwhile so peers can drain).
     #[allow(clippy::too_many_arguments)]
     pub fn write(

@@ -96,11 +96,11 @@ impl Engine {
             let (Some(mr), Some((slot, dst))) = (bound.mr.as_ref(), core.eager.take_slot(ep, bytes)) else {
                 return Fired::Failed(s, Error::Protocol(format!("no eager slot for rank {peer}")));
             };
-            let imm = core.layout.encode_eager(slot, key.ctx, key.seq, plan.idx[s as usize]);
+            let Some(imm) = core.layout.encode_eager(slot, key.ctx, key.seq, plan.idx[s as usize]) else {
+                return Fired::Failed(s, Error::Protocol("eager identity does not fit the immediate".into()));
+            };
             let off = bound.mr_off + src.off as usize * elem;
-            core.stats.eager_msgs += 1;
-            core.stats.eager_bytes += bytes as u64;
-            if let Err(e) = core.write(ep, mr, off, bytes, dst, imm, SILENT_WRITE) {
+            if let Err(e) = core.write_eager(ep, mr, off, bytes, dst, imm, SILENT_WRITE) {
                 return Fired::Failed(s, e);
             }
         }

@@ -385,16 +385,14 @@ impl Op {
             if let Some(imm) = core.layout.encode_eager(slot, self.key.ctx, self.key.seq, idx) {
                 let (mr, base) = self.mr(src.buf)?;
                 let off = base + src.off as usize * self.elem;
-                core.stats.eager_msgs += 1;
-                core.stats.eager_bytes += bytes as u64;
                 if core.caps.completes_inline(bytes) {
                     // Complete on return: no completion to track.
-                    core.write(ep, mr, off, bytes, dst, Some(imm), SILENT_WRITE)?;
+                    core.write_eager(ep, mr, off, bytes, dst, imm, SILENT_WRITE)?;
                     self.complete(s);
                     return Ok(());
                 }
                 let wid = core.new_write(self.key, s);
-                core.write(ep, mr, off, bytes, dst, Some(imm), wid)?;
+                core.write_eager(ep, mr, off, bytes, dst, imm, wid)?;
                 self.pending[s as usize] = 1;
                 return Ok(());
             }
