@@ -114,6 +114,17 @@ fn tcp_bcast_root_of_a_dead_receiver_names_it() {
     });
 }
 
+/// On ofi:net the root's 8 B messages are injected (complete on return, so it fires them at once),
+/// and net reports nothing for injects to a dead peer: the liveness probes name it.
+#[test]
+fn ofi_net_bcast_root_of_a_dead_receiver_names_it() {
+    let env = [("FABCOLL_FABRIC", "ofi:net"), ("FABCOLL_TIMEOUT", "5")];
+    support::ranks("ofi_net_bcast_root_of_a_dead_receiver_names_it", 2, LIMIT, &env, |_| {
+        let Some(c) = connect() else { return };
+        procs::root_of_a_dead_receiver(&c, Duration::from_secs(15));
+    });
+}
+
 #[test]
 fn tcp_eager_limit_is_the_network_default() {
     on_fabric("tcp_eager_limit_is_the_network_default", "tcp", 2, 1, eager_limit_follows_the_fabric);

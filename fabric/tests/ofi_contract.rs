@@ -276,8 +276,8 @@ fn ofi_tcp_writer_exits_right_after_completion() {
 
 /// A peer that dies: writing to it must end in an error naming it, never hang — in the default transmit-complete
 /// mode too, where the first writes after the death may still complete (bytes handed to the socket) and a later
-/// one fails once the provider saw the connection close. 64 B would be injected with `FABCOLL_OFI_INJECT=1`
-/// (then tcp reports nothing, which is why inject is off by default).
+/// one fails once the provider saw the connection close. (64 B writes are not injected on tcp by default: see
+/// `OfiConfig::inject`.)
 fn dead_peer(name: &str, len: usize) {
     support::ranks(name, 2, LIMIT, TCP_ENV, |job| {
         let mut ep = connect(&job, "tcp");

@@ -78,7 +78,7 @@ fn ring(job: support::Job, prov: &str) {
         // SAFETY: src outlives smr.
         let smr = unsafe { ep.register(src.as_ptr(), len).unwrap() };
         // SAFETY: src stays registered and unmodified until WriteDone below.
-        let op = unsafe { ep.write(&smr, 0, len, right, &remote, 0, Some(imm(rank, round))).unwrap() };
+        let op = unsafe { ep.write(&smr, 0, len, right, &remote, 0, Some(imm(rank, round)), true).unwrap() };
         let want = imm(left, round);
         match ep.wait_for(WAIT, |e| matches!(e, OfiEvent::RemoteWrite { .. })) {
             Ok(OfiEvent::RemoteWrite { imm, .. }) => assert_eq!(imm, want, "rank {rank} round {round}: immediate"),

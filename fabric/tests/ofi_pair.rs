@@ -76,7 +76,7 @@ fn ctrl_and_writes(provider: &str) {
             e => panic!("{e:?}"),
         };
         // SAFETY: src stays registered and unmodified until WriteDone below.
-        let op = unsafe { p.eps[0].write(&smr, 0, len, 1, &remote, 16, Some(0xfab0_0000 + i as u64)).unwrap() };
+        let op = unsafe { p.eps[0].write(&smr, 0, len, 1, &remote, 16, Some(0xfab0_0000 + i as u64), true).unwrap() };
         match drive(&mut p, 1, |e| matches!(e, OfiEvent::RemoteWrite { .. })) {
             OfiEvent::RemoteWrite { imm, .. } => assert_eq!(imm, 0xfab0_0000 + i as u64),
             e => panic!("{e:?}"),
@@ -98,12 +98,13 @@ fn shm_ctrl_and_notified_writes() {
     ctrl_and_writes("shm");
 }
 
-/// Inject (`OfiConfig::inject`): writes of at most `inject_size` bytes are done before any progress, land intact
-/// with their immediate, and get distinct `OpId`s; larger writes take the normal path.
+/// Inject (`OfiConfig::inject`, the default): writes of at most `inject_size` bytes are done before any progress,
+/// land intact with their immediate, get distinct `OpId`s, and report their `WriteDone` only when asked to; larger
+/// writes take the normal path.
 #[test]
 fn tcp_injected_writes() {
     let mut cfg = config("tcp");
-    cfg.inject = true;
+    cfg.inject = Some(true);
     let mut p = pair_with(&cfg);
     let max = p.eps[0].inject_max();
     assert!(max >= 8, "tcp offers inject_size {} (expected >= 8)", p.eps[0].attrs().inject_size);
@@ -116,7 +117,7 @@ fn tcp_injected_writes() {
     let remote = dmr.remote();
     // A normal write first (connects: an inject is refused while rxm sets up the connection).
     // SAFETY: src stays registered and unmodified until the completions below.
-    let b = unsafe { p.eps[0].write(&smr, 0, max + 1, 1, &remote, max as u64 + 1, Some(12)).unwrap() };
+    let b = unsafe { p.eps[0].write(&smr, 0, max + 1, 1, &remote, max as u64 + 1, Some(12), true).unwrap() };
     drive(&mut p, 0, |e| matches!(e, OfiEvent::WriteDone(o) if *o == b));
     match drive(&mut p, 1, |e| matches!(e, OfiEvent::RemoteWrite { .. })) {
         OfiEvent::RemoteWrite { imm, .. } => assert_eq!(imm, 12),
@@ -125,7 +126,7 @@ fn tcp_injected_writes() {
     let mut ids = vec![b];
     for k in 0..3u64 {
         // SAFETY: as above.
-        let a = unsafe { p.eps[0].write(&smr, 0, max, 1, &remote, 0, Some(20 + k)).unwrap() };
+        let a = unsafe { p.eps[0].write(&smr, 0, max, 1, &remote, 0, Some(20 + k), true).unwrap() };
         let mut done = Vec::new();
         p.eps[0].poll(&mut done).unwrap();
         assert!(matches!(done[..], [OfiEvent::WriteDone(o)] if o == a), "inject not done at once: {done:?}");
@@ -137,6 +138,16 @@ fn tcp_injected_writes() {
         }
     }
     assert!(dst[..max] == src[..max] && dst[max + 1..] == src[..], "injected bytes corrupted");
+    // Without `report`, an injected write is just as complete on return and reports nothing.
+    // SAFETY: as above.
+    unsafe { p.eps[0].write(&smr, 0, max, 1, &remote, 0, Some(30), false).unwrap() };
+    match drive(&mut p, 1, |e| matches!(e, OfiEvent::RemoteWrite { .. })) {
+        OfiEvent::RemoteWrite { imm, .. } => assert_eq!(imm, 30),
+        e => panic!("{e:?}"),
+    }
+    let mut rest = std::mem::take(&mut p.stash[0]);
+    p.eps[0].poll(&mut rest).unwrap();
+    assert!(!rest.iter().any(|e| matches!(e, OfiEvent::WriteDone(_))), "an unreported inject reported {rest:?}");
     drop((smr, dmr));
 }
 
@@ -150,9 +161,9 @@ fn bad_arguments_are_errors() {
     let remote = mr.remote();
     // SAFETY: all rejected before posting.
     unsafe {
-        assert!(eps[0].write(&mr, 0, 65, 1, &remote, 0, None).is_err());
-        assert!(eps[0].write(&mr, 0, 64, 1, &remote, 1, None).is_err());
-        assert!(eps[0].write(&mr, 0, 8, 7, &remote, 0, None).unwrap_err().to_string().contains("peer 7"));
+        assert!(eps[0].write(&mr, 0, 65, 1, &remote, 0, None, true).is_err());
+        assert!(eps[0].write(&mr, 0, 64, 1, &remote, 1, None, true).is_err());
+        assert!(eps[0].write(&mr, 0, 8, 7, &remote, 0, None, true).unwrap_err().to_string().contains("peer 7"));
     }
     let too_long = vec![0u8; eps[0].max_ctrl() + 1];
     assert!(eps[0].send_ctrl(1, 0, &too_long).unwrap_err().to_string().contains("exceeds"));
@@ -173,8 +184,12 @@ fn write_after_deregister(provider: &str, delivery_complete: bool) -> (Option<Of
     let dmr = unsafe { p.eps[1].register(dst.as_ptr(), 4096).unwrap() };
     let remote = dmr.remote();
     drop(dmr);
+    // Connect first: a write of at most the inject size (shm: 4 KiB) waits in `write` for the connection, which
+    // needs the peer's progress.
+    p.eps[0].send_ctrl(1, 1, b"connect").unwrap();
+    drive(&mut p, 1, |e| matches!(e, OfiEvent::Ctrl { .. }));
     // SAFETY: src stays registered until the completion below (or the endpoint's close).
-    let op = unsafe { p.eps[0].write(&smr, 0, 4096, 1, &remote, 0, Some(1)).unwrap() };
+    let op = unsafe { p.eps[0].write(&smr, 0, 4096, 1, &remote, 0, Some(1), true).unwrap() };
     let t = Instant::now();
     let mut done = None;
     let mut target = Vec::new();
@@ -240,9 +255,10 @@ fn write_to_a_closed_peer() {
         // SAFETY: as above.
         let dmr = unsafe { p.eps[1].register(dst.as_ptr(), 4096).unwrap() };
         let remote = dmr.remote();
-        // Connect first (one successful write), then close the peer.
+        // Connect first (one successful write, larger than an inject: an inject waits for the connection, which
+        // needs the peer's progress), then close the peer.
         // SAFETY: src stays registered until the completions below.
-        let op = unsafe { p.eps[0].write(&smr, 0, 8, 1, &remote, 0, Some(1)).unwrap() };
+        let op = unsafe { p.eps[0].write(&smr, 0, 4096, 1, &remote, 0, Some(1), true).unwrap() };
         drive(&mut p, 0, |e| matches!(e, OfiEvent::WriteDone(o) if *o == op));
         drive(&mut p, 1, |e| matches!(e, OfiEvent::RemoteWrite { .. }));
         let Pair { eps: [mut a, b], .. } = p;
@@ -250,7 +266,7 @@ fn write_to_a_closed_peer() {
         drop(b);
         let t = Instant::now();
         // SAFETY: as above.
-        let res = unsafe { a.write(&smr, 0, 4096, 1, &remote, 0, Some(2)) };
+        let res = unsafe { a.write(&smr, 0, 4096, 1, &remote, 0, Some(2), true) };
         let ev = res.and_then(|op| {
             a.wait_for(
                 Duration::from_secs(10),
@@ -304,7 +320,7 @@ fn tcp_may_not_sleep_while_a_write_is_in_flight() {
         unsafe { (p.eps[0].register(src.as_ptr(), len).unwrap(), p.eps[1].register(dst.as_ptr(), len).unwrap()) };
     let remote = dmr.remote();
     // SAFETY: src stays registered and unmodified until WriteDone below.
-    let op = unsafe { p.eps[0].write(&smr, 0, len, 1, &remote, 0, Some(3)).unwrap() };
+    let op = unsafe { p.eps[0].write(&smr, 0, len, 1, &remote, 0, Some(3), true).unwrap() };
     assert!(!p.eps[0].may_sleep(), "may sleep with a 1 MiB write in flight");
     drive(&mut p, 1, |e| matches!(e, OfiEvent::RemoteWrite { .. }));
     drive(&mut p, 0, |e| matches!(e, OfiEvent::WriteDone(o) if *o == op));

@@ -16,8 +16,10 @@
 //! which name the silent ranks — and sooner through liveness probes: an endpoint that found no event for 1 s
 //! sends every peer an empty control message its endpoint drops unseen; one to a dead peer fails and `poll`
 //! returns `Error::Peer` naming it (not on shm; `FABCOLL_OFI_PROBE=<seconds>`, 0 = off).
-//! `FABCOLL_OFI_INJECT=1` injects writes of at most the provider's `inject_size` (tcp: 64 B;
-//! `Caps::inject_size`), off by default because tcp then never reports a dead peer to the writer.
+//! Writes of at most the provider's `inject_size` (net: 128 B, shm: 4 KiB) are injected, except over `ofi_rxm`
+//! (tcp, verbs), whose injects crash libfabric 1.17 when a peer dies (`OfiConfig::inject`): complete on return
+//! (`Caps::inline_completion`), and one with ctx [`SILENT_WRITE`] reports nothing. A dead peer is named by the
+//! failed inject or by the probes.
 //!
 //! Waiting (`Endpoint::wait`): after the spin and yield rounds of the [`WaitPolicy`], the endpoint keeps polling and
 //! yielding for `FABCOLL_OFI_BUSY_US` (default 10 ms) after its last event, and as long as its own writes or control
@@ -35,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use super::endpoint::{OfiConfig, OfiEndpoint, OfiEvent, OfiMr, RemoteRegion};
 use super::error::OfiError;
-use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
+use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress, SILENT_WRITE};
 use crate::error::{Error, Result};
 use crate::mr::{check_write, Access, AlignedBuf, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
 use crate::wait::{poll_until, WaitPolicy};
@@ -43,7 +45,7 @@ use crate::Config;
 
 /// Opens an ofi endpoint for `cfg` on `provider` (`tcp`, `shm`, `net`, `verbs`, `efa`, …). The local address to
 /// bind comes from `FABCOLL_OFI_NODE` (e.g. `127.0.0.1`; ignored for shm), delivery-complete from
-/// `FABCOLL_OFI_DELIVERY_COMPLETE` (default off: see the module doc), inject from `FABCOLL_OFI_INJECT`, liveness
+/// `FABCOLL_OFI_DELIVERY_COMPLETE` (default off: see the module doc), inject from `FABCOLL_OFI_INJECT` (default on except over rxm), liveness
 /// probes from `FABCOLL_OFI_PROBE` (default 1 s except on shm and under delivery-complete).
 pub fn open(cfg: &Config, provider: &str) -> Result<Box<dyn Endpoint>> {
     let mut oc = OfiConfig::from_env().provider(provider);
@@ -120,7 +122,7 @@ impl OfiBackend {
             imm_bits: data_bits - rank_bits,
             writes_land_without_target_poll: !a.manual_progress,
             ordered_writes: false,
-            inline_completion: 0,
+            inline_completion: ep.inject_max(),
             progress: if a.manual_progress { Progress::Manual } else { Progress::Auto },
             load_store: false,
         };
@@ -286,11 +288,16 @@ impl Endpoint for OfiBackend {
         let local: &OfiMr = backend.mr.as_ref().unwrap_or(&self.null_mr);
         let remote = RemoteRegion { addr: dst.mr.addr, key: dst.mr.key, len: dst.mr.len.max(1) };
         let (off, len) = if src.len == 0 { (0, 0) } else { (src.off, src.len) };
+        // An injected write (at most `inline_completion` bytes) is complete on return; one with ctx SILENT_WRITE
+        // reports nothing.
+        let silent = ctx == SILENT_WRITE && self.caps.completes_inline(len);
         // SAFETY: `InFlight` keeps a clone of the source Mr (and so its memory, per the register contract) until
-        // the write's completion is translated.
-        let op =
-            unsafe { self.ep.write(local, off, len, peer, &remote, dst.off as u64, imm) }.map_err(|e| self.err(e))?;
-        self.inflight.insert(op.0, InFlight { ctx, peer, key: dst.mr.key, _src: src.mr.clone() });
+        // the write's completion is translated; an injected write is done with the source when it returns.
+        let op = unsafe { self.ep.write(local, off, len, peer, &remote, dst.off as u64, imm, !silent) }
+            .map_err(|e| self.err(e))?;
+        if !silent {
+            self.inflight.insert(op.0, InFlight { ctx, peer, key: dst.mr.key, _src: src.mr.clone() });
+        }
         Ok(())
     }
 

@@ -4,9 +4,10 @@
 //! Transmit-complete writes to a dead tcp peer may all succeed (bytes handed to the socket) when nothing else is
 //! sent to it. A probe is an empty control message (header flag `PROBE`) the receiving endpoint drops unseen;
 //! sent to a dead peer, tcp refuses it (`-FI_EAGAIN` while rxm fails to reconnect) or fails it, and after 3
-//! intervals of refusals `poll` returns [`OfiError::Peer`] naming the peer. Only peers we exchanged control
-//! messages with are probed (an unconnected live peer that does not poll would look the same), never one that
-//! said goodbye (`PROBE | GOODBYE`, sent by `Drop`): an orderly departure is not a death.
+//! intervals of refusals `poll` returns [`OfiError::Peer`] naming the peer. Injected writes to a dead tcp peer are
+//! refused for good (`write` keeps driving progress and probing meanwhile). Only connected peers are probed (we
+//! exchanged control messages with them or injected a write to them; an unconnected live peer that does not poll
+//! would look the same as a dead one), never one that said goodbye (`PROBE | GOODBYE`, sent by `Drop`): an orderly departure is not a death.
 
 use std::time::{Duration, Instant};
 
