@@ -511,9 +511,9 @@ fn set_decisions_steers_a_communicator_and_options_still_win() {
         });
         algorithms(dups, 64, opts)
     };
-    // The file's choice for allreduce; bcast (not covered) keeps the embedded default (linear
-    // at p = 4 up to 8 KiB).
-    assert!(steered(Options::default()).iter().all(|&a| a == ("ring", "linear")));
+    // The file's choice for allreduce; bcast (not covered) keeps the embedded default (binomial
+    // at p = 4 up to 12 KiB).
+    assert!(steered(Options::default()).iter().all(|&a| a == ("ring", "binomial")));
     // A per-call choice wins over the file.
     let forced = steered(Options::algorithm("recursive_doubling"));
     assert!(forced.iter().all(|&(a, _)| a == "recursive_doubling"), "{forced:?}");

@@ -484,7 +484,7 @@ mod tests {
         let (a, p) = d.choose_for(&noncomm).unwrap();
         assert_eq!((a.name, p.get(SEGMENT)), ("recursive_doubling", None));
         // Operations the file does not cover: the embedded defaults.
-        let bcast = CollArgs::new(Collective::Bcast, 0, 4, 10);
+        let bcast = CollArgs::new(Collective::Bcast, 0, 3, 10);
         assert_eq!(d.choose_for(&bcast).unwrap().0.name, "linear");
     }
 

@@ -134,7 +134,7 @@ mod tests {
         assert_eq!(pick(Collective::Allreduce, 8, 513, true), "rabenseifner");
         assert_eq!(pick(Collective::Allreduce, 8, 1 << 20, true), "rabenseifner");
         assert_eq!(pick(Collective::Bcast, 4, 1 << 20, true), "binomial");
-        assert_eq!(pick(Collective::Bcast, 4, 16, true), "linear");
+        assert_eq!(pick(Collective::Bcast, 4, 16, true), "binomial");
         assert_eq!(pick(Collective::Bcast, 3, 16, true), "linear");
         assert_eq!(pick(Collective::Bcast, 2, 16, true), "binomial");
         assert_eq!(pick(Collective::Bcast, 5, 16, true), "binomial");
@@ -169,6 +169,21 @@ mod tests {
         assert_eq!(pick(2, 16 << 10, FabricClass::Node), "recursive_doubling");
         // p > 2 keeps the thakur cutoffs on every fabric.
         assert_eq!(pick(4, 32 << 10, FabricClass::Network), "rabenseifner");
+    }
+
+    #[test]
+    fn network_fabrics_use_bruck_for_small_alltoall_at_p4_to_7() {
+        let d = Decisions::embedded().unwrap();
+        let pick = |p: u32, bytes: u64, fabric: FabricClass| {
+            let args = CollArgs::new(Collective::Alltoall, 0, p, bytes / 4);
+            d.choose(&args, &Features::of(&args).unwrap().on(fabric)).unwrap().0.name
+        };
+        assert_eq!(pick(4, 64, FabricClass::Network), "bruck");
+        assert_eq!(pick(7, 2048, FabricClass::Network), "bruck");
+        assert_eq!(pick(4, 4096, FabricClass::Network), "simple");
+        assert_eq!(pick(3, 64, FabricClass::Network), "simple");
+        assert_eq!(pick(4, 64, FabricClass::Node), "simple");
+        assert_eq!(pick(8, 2048, FabricClass::Network), "simple");
     }
 
     #[test]
