@@ -590,7 +590,7 @@ impl OfiEndpoint {
         // While the provider has no room (or the connection is still being set up), drive progress and retry:
         // what the caller gets back is complete.
         if len <= self.inject_max {
-            let start = Instant::now();
+            let mut start = None;
             let mut spins = 0u32;
             loop {
                 if self.backlog.is_empty() {
@@ -607,7 +607,7 @@ impl OfiEndpoint {
                         Err(e) => return Err(OfiError::Peer { peer, source: Box::new(e) }),
                     }
                 }
-                if start.elapsed() > self.timeout {
+                if start.get_or_insert_with(Instant::now).elapsed() > self.timeout {
                     return Err(OfiError::Timeout(format!(
                         "no room to inject a write to rank {peer} within {:?} (peer not progressing?)",
                         self.timeout
