@@ -91,9 +91,9 @@ impl Default for OfiConfig {
 
 impl OfiConfig {
     /// Defaults, with the provider from `FABCOLL_OFI_PROVIDER` or `FI_PROVIDER` and the node from
-    /// `FABCOLL_OFI_NODE`, `FABCOLL_OFI_DELIVERY_COMPLETE=1`, `FABCOLL_OFI_INJECT=0`/`=1` (small writes posted normally / injected),
-    /// `FABCOLL_OFI_PROBE` (probe interval in seconds; 0: none), `FABCOLL_OFI_BUSY_US` ([`OfiConfig::busy_wait`]
-    /// in microseconds).
+    /// `FABCOLL_OFI_NODE`, `FABCOLL_OFI_DELIVERY_COMPLETE=1`, `FABCOLL_OFI_INJECT=0`/`=1` (small writes posted
+    /// normally / injected), `FABCOLL_OFI_PROBE` (probe interval in seconds; 0: none), `FABCOLL_OFI_BUSY_US`
+    /// ([`OfiConfig::busy_wait`] in microseconds).
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         OfiConfig {
@@ -697,10 +697,8 @@ impl OfiEndpoint {
         if self.pending.is_empty() {
             self.progress()?;
         }
+        // Events from the provider were activity (`progress` noted when); local ones are not.
         let heard = self.pending.len();
-        if heard > 0 {
-            self.last_activity = Instant::now();
-        }
         if heard == 0 || self.inject_failed.is_some() {
             self.probe_when_idle()?;
         }
