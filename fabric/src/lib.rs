@@ -62,7 +62,8 @@ impl fmt::Display for Backend {
 impl FromStr for Backend {
     type Err = Error;
 
-    /// `local`, `shm`, `tcp`, `ofi` (provider `tcp`) or `ofi:<provider>`.
+    /// `local`, `shm`, `tcp`, `ofi` (provider `tcp`) or `ofi:<provider>` (`ofi:tcp` opens libfabric 1.17's `net`
+    /// where it is there: see `ofi::open`).
     fn from_str(s: &str) -> Result<Backend> {
         match s.trim() {
             "local" => Ok(Backend::Local),

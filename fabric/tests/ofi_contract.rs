@@ -12,6 +12,8 @@ use fabcoll_fabric::{open, Access, Backend, Completion, Config, Endpoint, Error,
 
 const LIMIT: Duration = Duration::from_secs(120);
 const TCP_ENV: &[(&str, &str)] = &[("FI_TCP_IFACE", "lo"), ("FABCOLL_OFI_NODE", "127.0.0.1")];
+/// libfabric 1.17's layered tcp provider, by name (`tcp` opens `net` where it is there).
+const RXM: &str = "tcp;ofi_rxm";
 
 fn connect(job: &support::Job, provider: &str) -> Box<dyn Endpoint> {
     let (r, p) = (job.rank() as usize, job.size() as usize);
@@ -132,14 +134,15 @@ fn ofi_tcp_scenarios_4_procs() {
     support::ranks("ofi_tcp_scenarios_4_procs", 4, LIMIT, TCP_ENV, |job| scenarios(job, "tcp"));
 }
 
-/// Delivery-complete semantics (`FABCOLL_OFI_DELIVERY_COMPLETE=1`, off by default): tcp must report a write to a
-/// deregistered key to the initiator as `InvalidKey` naming the target. Three ranks, so that each connection
-/// carries one stale write (at two, the target's own stale write may tear the connection down first).
+/// Delivery-complete semantics (`FABCOLL_OFI_DELIVERY_COMPLETE=1`, off by default): `tcp;ofi_rxm` must report a
+/// write to a deregistered key to the initiator as `InvalidKey` naming the target (net drops it silently). Three
+/// ranks, so that each connection carries one stale write (at two, the target's own stale write may tear the
+/// connection down first).
 #[test]
 fn ofi_tcp_stale_key_delivery_complete_3_procs() {
     let env = [TCP_ENV, &[("FABCOLL_OFI_DELIVERY_COMPLETE", "1")]].concat();
     support::ranks("ofi_tcp_stale_key_delivery_complete_3_procs", 3, LIMIT, &env, |job| {
-        let mut ep = connect(&job, "tcp");
+        let mut ep = connect(&job, RXM);
         let mut inbox = local_common::Inbox::new();
         local_common::ring(&mut *ep, &mut inbox, 8).unwrap();
         stale_key(&mut *ep, &mut inbox, true, &job);
@@ -276,11 +279,12 @@ fn ofi_tcp_writer_exits_right_after_completion() {
 
 /// A peer that dies: writing to it must end in an error naming it, never hang — in the default transmit-complete
 /// mode too, where the first writes after the death may still complete (bytes handed to the socket) and a later
-/// one fails once the provider saw the connection close. (64 B writes are not injected on tcp by default: see
-/// `OfiConfig::inject`.)
-fn dead_peer(name: &str, len: usize) {
+/// one fails once the provider saw the connection close (`tcp;ofi_rxm`), or, on net, where they neither fail nor
+/// complete, the liveness probes find the peer's address refusing connections. (64 B writes are injected on net
+/// and not over rxm: see `OfiConfig::inject`.)
+fn dead_peer(name: &str, provider: &str, len: usize) {
     support::ranks(name, 2, LIMIT, TCP_ENV, |job| {
-        let mut ep = connect(&job, "tcp");
+        let mut ep = connect(&job, provider);
         let dst = ep.alloc(len, Access::REMOTE_WRITE).unwrap();
         let src = ep.alloc(len, Access::LOCAL).unwrap();
         let descs = job.exchange("desc", &dst.remote().to_bytes());
@@ -373,10 +377,39 @@ fn ofi_tcp_departed_peer_is_not_blamed() {
 
 #[test]
 fn ofi_tcp_dead_peer_is_an_error() {
-    dead_peer("ofi_tcp_dead_peer_is_an_error", 4096);
+    dead_peer("ofi_tcp_dead_peer_is_an_error", "tcp", 4096);
 }
 
 #[test]
 fn ofi_tcp_dead_peer_small_writes_is_an_error() {
-    dead_peer("ofi_tcp_dead_peer_small_writes_is_an_error", 64);
+    dead_peer("ofi_tcp_dead_peer_small_writes_is_an_error", "tcp", 64);
+}
+
+#[test]
+fn ofi_rxm_dead_peer_is_an_error() {
+    dead_peer("ofi_rxm_dead_peer_is_an_error", RXM, 4096);
+}
+
+#[test]
+fn ofi_rxm_dead_peer_small_writes_is_an_error() {
+    dead_peer("ofi_rxm_dead_peer_small_writes_is_an_error", RXM, 64);
+}
+
+/// `ofi:tcp` opens libfabric's TCP transport with native RDM endpoints (`net` on 1.17) where it is there, and the
+/// layered provider when asked for by name.
+#[test]
+fn ofi_tcp_opens_net_where_libfabric_has_it() {
+    let open_on = |provider: &str| {
+        open(&Config::new(Backend::Ofi { provider: provider.into() }, 0, 1, "resolve"))
+            .map(|ep| ep.caps().provider.clone())
+    };
+    let net = open_on("net");
+    let tcp = open_on("tcp").expect("ofi:tcp opens");
+    match net {
+        Ok(net) => assert_eq!(tcp, net, "ofi:tcp did not open net"),
+        Err(e) => assert!(tcp.starts_with("tcp"), "no net ({e}), yet ofi:tcp opened {tcp}"),
+    }
+    if let Ok(rxm) = open_on(RXM) {
+        assert_eq!(rxm, RXM);
+    }
 }

@@ -233,6 +233,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         op: a.op.name().into(),
         algo: a.algo.clone(),
         fabric,
+        runs_on: None,
         ranks,
         dtype: if a.op.is_reduction() { "f32" } else { "u8" }.into(),
         sync: if cfg.pace.barrier { "barrier" } else { "none" }.into(),
@@ -269,7 +270,11 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         std::env::set_var("FABCOLL_FABRIC", f);
     }
     let c = Communicator::from_env().map_err(|e| e.to_string())?;
-    let meta = meta(env_fabric(), c.size());
+    let mut meta = meta(env_fabric(), c.size());
+    let runs_on = c.fabric_name();
+    if runs_on != meta.fabric {
+        meta.runs_on = Some(runs_on);
+    }
     let ok = rank_main(&c, &a, &cfg, &meta).map_err(|e| format!("rank {}: {e}", c.rank()))?;
     // No exit barrier is needed: the sweep ends with a collective barrier, and a rank that leaves
     // first closes its shm segment in order, so a slower peer never takes it for a crashed one.

@@ -128,13 +128,14 @@ impl Communicator {
         self.model.select.store(on, Ordering::Relaxed);
     }
 
-    /// The fabric this communicator runs on, as `FABCOLL_FABRIC` names it (`shm`, `ofi:tcp`, …).
+    /// The fabric this communicator runs on, as `FABCOLL_FABRIC` would name it to open the same
+    /// (`shm`, `ofi:net`, `ofi:tcp;ofi_rxm`, …): on ofi the provider that opened, which for
+    /// `FABCOLL_FABRIC=ofi:tcp` is `net` where libfabric has it.
     pub fn fabric_name(&self) -> String {
         let eng = self.lock();
         let caps = &eng.core.caps;
         if caps.backend == "ofi" {
-            // libfabric names layered providers `tcp;ofi_rxm`; FABCOLL_FABRIC says `ofi:tcp`.
-            format!("ofi:{}", caps.provider.split(';').next().unwrap_or(&caps.provider))
+            format!("ofi:{}", caps.provider)
         } else {
             caps.backend.to_owned()
         }

@@ -4,7 +4,7 @@
 //! space. On backends whose registration is a name for a virtual range and pins nothing — `local`,
 //! `shm` (the peer copies with `process_vm_writev` / through the same mapping), `tcp` (the receiver
 //! copies from its socket into the address), and the libfabric
-//! providers that move data through the CPU (`tcp`, `sockets`, `udp`, `shm`) — a buffer freed and
+//! providers that move data through the CPU (`tcp`, `net`, `sockets`, `udp`, `shm`) — a buffer freed and
 //! reallocated at the same address is still correctly described by the old entry, so the cache is
 //! enabled there. Providers that pin pages (`verbs`, `efa`, `cxi`, …) would keep the OLD physical
 //! pages after a free/realloc, so the cache is disabled for them: user buffers are registered per
@@ -40,7 +40,7 @@ pub(crate) fn cache_safe(caps: &Caps) -> bool {
     match caps.backend {
         "local" | "shm" | "tcp" => true,
         // The core provider is the first of a layered name like "tcp;ofi_rxm".
-        "ofi" => matches!(caps.provider.split(';').next().unwrap_or(""), "tcp" | "sockets" | "udp" | "shm"),
+        "ofi" => matches!(caps.provider.split(';').next().unwrap_or(""), "tcp" | "net" | "sockets" | "udp" | "shm"),
         _ => false,
     }
 }

@@ -302,6 +302,8 @@ pub struct OfiEndpoint {
     peers: Vec<u64>,
     writes: Vec<Option<Box<OpCtx>>>,
     free_writes: Vec<usize>,
+    /// Target rank of each write slot (a completed write shows the connection to it stands).
+    write_peer: Vec<usize>,
     send_ctx: Box<[OpCtx]>,
     free_sends: Vec<usize>,
     /// Destination rank of each control send slot (for errors naming the peer).
@@ -325,10 +327,14 @@ pub struct OfiEndpoint {
     inject_failed: Option<(Instant, OfiError)>,
     probe_interval: Option<Duration>,
     /// Peers we exchanged control messages with (connected: the only ones probed), peers that said goodbye (never
-    /// probed again), and since when probes to a peer are refused.
+    /// probed again), since when probes to a peer are refused, and since when a probe to it has been posted but
+    /// has not left (cleared by anything that completes towards the peer).
     alive: Vec<bool>,
     departed: Vec<bool>,
     probe_refused: Vec<Option<Instant>>,
+    probe_unsent: Vec<Option<Instant>>,
+    /// Peers' socket addresses, read from their address blobs (`None`: not a socket address, e.g. shm).
+    peer_sockets: Vec<Option<std::net::SocketAddr>>,
     /// Last time `poll` found an event, and last probe round.
     last_activity: Instant,
     last_probe: Instant,
@@ -421,6 +427,7 @@ impl OfiEndpoint {
             peers: Vec::new(),
             writes: Vec::new(),
             free_writes: Vec::new(),
+            write_peer: Vec::new(),
             send_ctx: (0..cfg.ctrl_send_slots).map(|i| OpCtx::new(Kind::CtrlSend, i as u64)).collect(),
             free_sends: (0..cfg.ctrl_send_slots).rev().collect(),
             send_peer: vec![0; cfg.ctrl_send_slots],
@@ -444,6 +451,8 @@ impl OfiEndpoint {
             alive: Vec::new(),
             departed: Vec::new(),
             probe_refused: Vec::new(),
+            probe_unsent: Vec::new(),
+            peer_sockets: Vec::new(),
             last_activity: Instant::now(),
             last_probe: Instant::now(),
             ctrl_max: cfg.ctrl_max,
@@ -486,6 +495,8 @@ impl OfiEndpoint {
         self.alive = vec![false; self.peers.len()];
         self.departed = vec![false; self.peers.len()];
         self.probe_refused = vec![None; self.peers.len()];
+        self.probe_unsent = vec![None; self.peers.len()];
+        self.peer_sockets = addrs.iter().map(|a| probe::socket_addr(a)).collect();
         Ok(())
     }
 
@@ -637,6 +648,10 @@ impl OfiEndpoint {
         };
         let ctx = self.writes[slot].get_or_insert_with(|| OpCtx::boxed(Kind::Write, 0));
         ctx.id = slot as u64;
+        if self.write_peer.len() <= slot {
+            self.write_peer.resize(slot + 1, 0);
+        }
+        self.write_peer[slot] = peer;
         if let Err(e) = self.submit(Post::Write { buf, len, desc, imm, dest, addr, key, slot }) {
             self.free_writes.push(slot);
             return Err(e);
@@ -913,6 +928,8 @@ impl OfiEndpoint {
                 };
                 match kind {
                     Kind::Write => {
+                        // Taken by the provider for that peer: the connection stands, the probes watch it.
+                        self.mark_alive(self.write_peer[id]);
                         self.free_writes.push(id);
                         self.pending.push_back(OfiEvent::WriteDone(OpId(id as u64)));
                     }

@@ -5,10 +5,15 @@
 //! sent to it. A probe is an empty control message (header flag `PROBE`) the receiving endpoint drops unseen;
 //! sent to a dead peer, tcp refuses it (`-FI_EAGAIN` while rxm fails to reconnect) or fails it, and after 3
 //! intervals of refusals `poll` returns [`OfiError::Peer`] naming the peer. Injected writes to a dead tcp peer are
-//! refused for good (`write` keeps driving progress and probing meanwhile). Only connected peers are probed (we
-//! exchanged control messages with them or injected a write to them; an unconnected live peer that does not poll
+//! refused for good (`write` keeps driving progress and probing meanwhile). On net, writes and sends to a dead peer
+//! neither fail nor complete (the provider keeps reconnecting, `ECONNREFUSED`, and reports nothing): a probe that
+//! has not left after a probe interval makes the endpoint ask the kernel whether the peer still listens at its
+//! address (a TCP connect, which a live process accepts even when it is not polling); a refusal names the peer.
+//! Only connected peers are probed (we
+//! exchanged control messages with them or a write to them completed; an unconnected live peer that does not poll
 //! would look the same as a dead one), never one that said goodbye (`PROBE | GOODBYE`, sent by `Drop`): an orderly departure is not a death.
 
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::{OfiEndpoint, OfiError, Post, CTRL_HEADER, GOODBYE, PROBE};
@@ -22,6 +27,20 @@ impl OfiEndpoint {
             if peer as u64 == self.rank || !self.alive[peer] {
                 continue;
             }
+            if let Some(since) = self.probe_unsent[peer] {
+                // The last probe has not left: no second one; past an interval, ask whether the peer still listens.
+                if since.elapsed() >= self.probe_interval.unwrap_or_default() {
+                    if let Some(addr) = self.peer_sockets[peer].filter(|a| refuses_connections(*a)) {
+                        let why = format!(
+                            "a liveness probe has not left for {:?} and {addr} refuses connections: peer gone",
+                            since.elapsed()
+                        );
+                        return Err(OfiError::Peer { peer, source: Box::new(OfiError::Timeout(why)) });
+                    }
+                    self.probe_unsent[peer] = Some(Instant::now());
+                }
+                continue;
+            }
             let Some(slot) = self.free_sends.pop() else { return Ok(()) };
             let off = (self.ctrl_recv_slots + slot) * self.ctrl_max;
             self.send_peer[slot] = peer;
@@ -32,7 +51,10 @@ impl OfiEndpoint {
             let (desc, dest) = (self.ctrl_mr.desc(), self.peers[peer]);
             // Posted directly, never deferred: probes are unordered, and one to a dead peer must not hold up others.
             match self.try_post(&Post::Send { buf, len: CTRL_HEADER, desc, dest, tag: 0, slot }) {
-                Ok(()) => self.probe_refused[peer] = None,
+                Ok(()) => {
+                    self.probe_refused[peer] = None;
+                    self.probe_unsent[peer] = Some(Instant::now());
+                }
                 Err(e) if e.is_again() => {
                     self.free_sends.push(slot);
                     let since = *self.probe_refused[peer].get_or_insert_with(Instant::now);
@@ -53,6 +75,7 @@ impl OfiEndpoint {
     pub(super) fn mark_alive(&mut self, peer: usize) {
         if let Some(a) = self.alive.get_mut(peer) {
             *a = !self.departed[peer];
+            self.probe_unsent[peer] = None;
         }
     }
 
@@ -81,5 +104,63 @@ impl OfiEndpoint {
         while !sent.iter().all(|s| self.free_sends.contains(s)) && t0.elapsed() < Duration::from_millis(200) {
             let _ = self.progress();
         }
+    }
+}
+
+/// The socket address in a provider address blob that is a `sockaddr_in` or `sockaddr_in6` (tcp, net, sockets).
+pub(super) fn socket_addr(blob: &[u8]) -> Option<SocketAddr> {
+    let family = u16::from_ne_bytes(blob.get(..2)?.try_into().ok()?);
+    let port = u16::from_be_bytes(blob.get(2..4)?.try_into().ok()?);
+    match i32::from(family) {
+        libc::AF_INET => {
+            let ip: [u8; 4] = blob.get(4..8)?.try_into().ok()?;
+            Some(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(ip), port)))
+        }
+        libc::AF_INET6 => {
+            let flow = u32::from_be_bytes(blob.get(4..8)?.try_into().ok()?);
+            let ip: [u8; 16] = blob.get(8..24)?.try_into().ok()?;
+            let scope = u32::from_ne_bytes(blob.get(24..28)?.try_into().ok()?);
+            Some(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, flow, scope)))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `addr` actively refuses a TCP connection (nobody listens there: the process that did is gone). A timeout
+/// or any other failure says nothing.
+fn refuses_connections(addr: SocketAddr) -> bool {
+    match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+        Ok(_) => false,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionRefused,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_addresses_are_read_from_sockaddr_blobs() {
+        let mut v4 = vec![0u8; 16];
+        v4[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        v4[2..4].copy_from_slice(&4242u16.to_be_bytes());
+        v4[4..8].copy_from_slice(&[127, 0, 0, 1]);
+        assert_eq!(socket_addr(&v4), Some("127.0.0.1:4242".parse().unwrap()));
+        let mut v6 = vec![0u8; 28];
+        v6[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        v6[2..4].copy_from_slice(&80u16.to_be_bytes());
+        v6[23] = 1;
+        assert_eq!(socket_addr(&v6), Some("[::1]:80".parse().unwrap()));
+        assert_eq!(socket_addr(b"fi_shm://1234"), None, "shm names are not sockets");
+        assert_eq!(socket_addr(&v4[..6]), None, "truncated");
+    }
+
+    #[test]
+    fn a_closed_port_refuses_and_a_listener_does_not() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        assert!(!refuses_connections(addr));
+        drop(l);
+        assert!(refuses_connections(addr));
     }
 }

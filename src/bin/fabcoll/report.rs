@@ -19,6 +19,10 @@ pub struct Meta {
     /// The requested algorithm: a name or "auto".
     pub algo: String,
     pub fabric: String,
+    /// The fabric the job runs on when the name resolved to another one (`ofi:tcp` opens `ofi:net` on
+    /// libfabric 1.17).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_on: Option<String>,
     pub ranks: u32,
     pub dtype: String,
     /// "barrier" (OSU) or "none" (back-to-back iterations).
@@ -43,11 +47,12 @@ impl Report {
             Format::Table => {
                 writeln!(
                     out,
-                    "# fabcoll bench: {} ({} sum for reductions), algorithm {}, fabric {}, {} ranks, sync {}{}",
+                    "# fabcoll bench: {} ({} sum for reductions), algorithm {}, fabric {}{}, {} ranks, sync {}{}",
                     meta.op,
                     meta.dtype,
                     meta.algo,
                     meta.fabric,
+                    meta.runs_on.as_ref().map(|f| format!(" (runs on {f})")).unwrap_or_default(),
                     meta.ranks,
                     meta.sync,
                     if meta.touch { ", receive buffers read after each call" } else { "" }
