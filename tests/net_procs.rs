@@ -1,9 +1,8 @@
-//! Multi-process runs over the fabrics other than `shm` — `tcp` (sockets), and libfabric's `ofi:tcp` (the `net`
-//! provider on libfabric 1.17)
-//! and `ofi:shm`: every collective × every algorithm (also in place) against the reference at
-//! p ∈ {1, 2, 3, 4, 5, 7, 8}, nonblocking overlap, split and dup, bad arguments, and a killed rank
-//! named by the survivors (bodies in `tests/common/procs.rs`, shared with `shm_procs`). The ofi
-//! runs are skipped (with a note) when the build has no libfabric.
+//! Multi-process runs over the fabrics other than `shm` — `tcp` (sockets), and libfabric's `ofi:tcp`
+//! (the `net` provider on libfabric 1.17) and `ofi:shm`: every collective × every algorithm (also
+//! in place) against the reference at p ∈ {1, 2, 3, 4, 5, 7, 8}, nonblocking overlap, split and
+//! dup, bad arguments, and a killed rank named by the survivors (bodies in `tests/common/procs.rs`,
+//! shared with `shm_procs`). The ofi runs are skipped (with a note) when the build has no libfabric.
 
 #[path = "../fabric/tests/support/mod.rs"]
 mod support;
