@@ -105,24 +105,25 @@ fn tcp_killed_rank_is_named() {
     killed_rank("tcp_killed_rank_is_named", "tcp", "5");
 }
 
+/// A bcast root whose receiver died names it within `within` (FABCOLL_TIMEOUT 5 s).
+fn root_of_a_dead_receiver(name: &str, fabric: &str, within: Duration) {
+    let env = [("FABCOLL_FABRIC", fabric), ("FABCOLL_TIMEOUT", "5")];
+    support::ranks(name, 2, LIMIT, &env, |_| {
+        let Some(c) = connect() else { return };
+        procs::root_of_a_dead_receiver(&c, within);
+    });
+}
+
 #[test]
 fn tcp_bcast_root_of_a_dead_receiver_names_it() {
-    let env = [("FABCOLL_FABRIC", "tcp"), ("FABCOLL_TIMEOUT", "5")];
-    support::ranks("tcp_bcast_root_of_a_dead_receiver_names_it", 2, LIMIT, &env, |_| {
-        let Some(c) = connect() else { return };
-        procs::root_of_a_dead_receiver(&c, Duration::from_secs(10));
-    });
+    root_of_a_dead_receiver("tcp_bcast_root_of_a_dead_receiver_names_it", "tcp", Duration::from_secs(10));
 }
 
 /// On ofi:net the root's 8 B messages are injected (complete on return, so it fires them at once),
 /// and net reports nothing for injects to a dead peer: the liveness probes name it.
 #[test]
 fn ofi_net_bcast_root_of_a_dead_receiver_names_it() {
-    let env = [("FABCOLL_FABRIC", "ofi:net"), ("FABCOLL_TIMEOUT", "5")];
-    support::ranks("ofi_net_bcast_root_of_a_dead_receiver_names_it", 2, LIMIT, &env, |_| {
-        let Some(c) = connect() else { return };
-        procs::root_of_a_dead_receiver(&c, Duration::from_secs(15));
-    });
+    root_of_a_dead_receiver("ofi_net_bcast_root_of_a_dead_receiver_names_it", "ofi:net", Duration::from_secs(15));
 }
 
 #[test]

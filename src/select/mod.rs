@@ -156,13 +156,16 @@ mod tests {
         assert_eq!(pick(Collective::ReduceScatterBlock, 4, 1 << 20, true), "pairwise");
     }
 
+    /// The embedded decisions' algorithm for `coll` at `p` ranks, `bytes` per block (f32), on `fabric`.
+    fn pick_on(coll: Collective, p: u32, bytes: u64, fabric: FabricClass) -> &'static str {
+        let d = Decisions::embedded().unwrap();
+        let args = CollArgs::new(coll, 0, p, bytes / 4);
+        d.choose(&args, &Features::of(&args).unwrap().on(fabric)).unwrap().0.name
+    }
+
     #[test]
     fn network_fabrics_use_recursive_doubling_longer_at_p2() {
-        let d = Decisions::embedded().unwrap();
-        let pick = |p: u32, bytes: u64, fabric: FabricClass| {
-            let args = CollArgs::new(Collective::Allreduce, 0, p, bytes / 4);
-            d.choose(&args, &Features::of(&args).unwrap().on(fabric)).unwrap().0.name
-        };
+        let pick = |p, bytes, fabric| pick_on(Collective::Allreduce, p, bytes, fabric);
         assert_eq!(pick(2, 512 << 10, FabricClass::Network), "recursive_doubling");
         assert_eq!(pick(2, 32 << 10, FabricClass::Node), "rabenseifner");
         assert_eq!(pick(2, 1 << 20, FabricClass::Network), "rabenseifner");
@@ -173,11 +176,7 @@ mod tests {
 
     #[test]
     fn network_fabrics_use_bruck_for_small_alltoall_at_p4_to_7() {
-        let d = Decisions::embedded().unwrap();
-        let pick = |p: u32, bytes: u64, fabric: FabricClass| {
-            let args = CollArgs::new(Collective::Alltoall, 0, p, bytes / 4);
-            d.choose(&args, &Features::of(&args).unwrap().on(fabric)).unwrap().0.name
-        };
+        let pick = |p, bytes, fabric| pick_on(Collective::Alltoall, p, bytes, fabric);
         assert_eq!(pick(4, 64, FabricClass::Network), "bruck");
         assert_eq!(pick(7, 2048, FabricClass::Network), "bruck");
         assert_eq!(pick(4, 4096, FabricClass::Network), "simple");

@@ -643,14 +643,12 @@ impl OfiEndpoint {
             Some(s) => s,
             None => {
                 self.writes.push(None);
+                self.write_peer.push(0);
                 self.writes.len() - 1
             }
         };
         let ctx = self.writes[slot].get_or_insert_with(|| OpCtx::boxed(Kind::Write, 0));
         ctx.id = slot as u64;
-        if self.write_peer.len() <= slot {
-            self.write_peer.resize(slot + 1, 0);
-        }
         self.write_peer[slot] = peer;
         if let Err(e) = self.submit(Post::Write { buf, len, desc, imm, dest, addr, key, slot }) {
             self.free_writes.push(slot);
