@@ -10,6 +10,9 @@
 //! `fi_pingpong` (send/recv) from libfabric-bin is printed for reference. `cargo bench -p fabcoll-fabric --bench ofi`;
 //! `FABCOLL_BENCH_PROVS="tcp net shm"` picks the providers (default `tcp shm`), `FABCOLL_BENCH_REPS` the runs,
 //! `FABCOLL_BENCH_RAW=0` skips the raw C, delivery-complete and fi_pingpong runs.
+//! `xchg_512KiB_us` / `xchg_1024KiB_us`: both ranks write that many bytes to each other in 512 KiB writes and wait
+//! for the peer's (the one exchange of a 2-rank allgather or alltoall of twice the size, without its grant round
+//! trip and local copy), to set fabcoll's large p = 2 cells on ofi:tcp beside the provider's own floor.
 
 #[cfg(not(fabcoll_ofi))]
 fn main() {
@@ -39,6 +42,10 @@ mod bench {
     /// Rounds of the wake-up measurement (each sleeps 1 ms).
     const WAKE_ITERS: usize = 100;
     const BW_SIZES: [usize; 2] = [1 << 20, 16 << 20];
+    const XCHG_SIZES: [usize; 2] = [512 << 10, 1 << 20];
+    const XCHG_SEGMENT: usize = 512 << 10;
+    const XCHG_WARM: usize = 20;
+    const XCHG_ITERS: usize = 200;
     /// Bytes streamed per bandwidth measurement.
     const BW_TOTAL: usize = 128 << 20;
 
@@ -65,13 +72,19 @@ mod bench {
         let provs = std::env::var("FABCOLL_BENCH_PROVS").unwrap_or_else(|_| "tcp shm".into());
         for prov in provs.split_whitespace() {
             let (mut ours, mut dc, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
+            let opened = fabcoll_fabric::ofi::provider_opened(prov);
+            if opened != prov {
+                println!("{prov}: fabcoll and the raw C program both run libfabric's {opened} provider");
+            }
             for _ in 0..reps {
                 best(&mut ours, pair(&me, &[], prov, &[]));
                 if prov != "shm" && !only_ours {
                     best(&mut dc, pair(&me, &[], prov, &[("FABCOLL_OFI_DELIVERY_COMPLETE", "1")]));
                 }
                 if let Ok(exe) = &raw {
-                    best(&mut theirs, pair(exe, &[prov.to_string()], prov, &[]));
+                    // The provider fabcoll opens for `prov` (`tcp`: net where libfabric has it), so both sides
+                    // run the same one.
+                    best(&mut theirs, pair(exe, std::slice::from_ref(&opened), prov, &[]));
                 }
             }
             let get = |v: &Vec<(String, f64)>, name: &str| v.iter().find(|(n, _)| n == name).map(|(_, x)| *x);
@@ -239,7 +252,12 @@ mod bench {
         }
 
         fn write(&mut self, mr: &Mr, len: usize) {
-            let (src, dst) = (mr.slice(0, len).unwrap(), self.remote.slice(0, len).unwrap());
+            self.write_from(mr, 0, len);
+        }
+
+        /// Writes `len` bytes of `mr` from `off` to the start of the peer's buffer.
+        fn write_from(&mut self, mr: &Mr, off: usize, len: usize) {
+            let (src, dst) = (mr.slice(off, len).unwrap(), self.remote.slice(0, len).unwrap());
             loop {
                 match self.ep.write(self.peer, src, dst, Some(len as u64), 0) {
                     Ok(()) => break,
@@ -413,6 +431,27 @@ mod bench {
                 r.take_and_ack(n, &src);
             }
             r.drain();
+        }
+        // Large exchange (the floor of a 2-rank allgather or alltoall of 2·size bytes: its one exchange, without the
+        // grant round trip and the local copy): both ranks write `size` bytes in 512 KiB writes (the executor's
+        // segment on socket providers) and wait for the peer's and their own.
+        for size in XCHG_SIZES {
+            let mut t0 = Instant::now();
+            for i in 0..XCHG_WARM + XCHG_ITERS {
+                if i == XCHG_WARM {
+                    t0 = Instant::now();
+                }
+                for off in (0..size).step_by(XCHG_SEGMENT) {
+                    r.write_from(&src, off, XCHG_SEGMENT);
+                }
+                for _ in 0..size / XCHG_SEGMENT {
+                    r.wait_remote();
+                }
+                r.drain();
+            }
+            if rank == 0 {
+                println!("xchg_{}KiB_us {:.1}", size >> 10, t0.elapsed().as_secs_f64() * 1e6 / XCHG_ITERS as f64);
+            }
         }
         // Let the peer's last completions drain before closing.
         let t = Instant::now();

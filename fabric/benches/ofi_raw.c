@@ -1,6 +1,6 @@
 /* Raw libfabric baseline for benches/ofi.rs: the same protocol (8 B fi_writedata ping-pong, plain and injected;
  * the 8 B exchange a 2-rank allreduce needs at least; a one-way stream of 8 B writes, a 2-rank broadcast's floor; 1 MiB / 16 MiB fi_writedata streams with window 8 and an
- * 8 B ack; 8 MiB streams in both directions at once) straight on libfabric, one CQ, FI_CQ_FORMAT_DATA.
+ * 8 B ack; 8 MiB streams in both directions at once; 512 KiB / 1 MiB exchanges in 512 KiB writes) straight on libfabric, one CQ, FI_CQ_FORMAT_DATA.
  * Usage: ofi_raw <provider>, with FABCOLL_BENCH_RANK (0|1) and FABCOLL_BENCH_DIR (address files) set, and
  * FABCOLL_BENCH_DC=1 for delivery-complete writes. Prints "name value" lines on rank 0. */
 #include <rdma/fabric.h>
@@ -299,6 +299,25 @@ int main(int argc, char **argv)
 		arrived -= n;
 		if (rank == 0)
 			printf("bibw_8MiB_MBps %.1f\n", (double)(n * size) / (now() - t) / 1e6);
+	}
+	/* The floor of a 2-rank allgather or alltoall of 2*size bytes (its one exchange, without the grant round trip
+	 * and the local copy): both ranks write size bytes to each other in 512 KiB writes (fabcoll's segment on
+	 * socket providers) and wait for the peer's and their own, 200 times. */
+	for (size_t size = 512UL << 10; size <= (1UL << 20); size *= 2) {
+		const size_t seg = 512UL << 10, iters = 200, warm = 20;
+		double t = now();
+		for (size_t i = 0; i < warm + iters; i++) {
+			if (i == warm)
+				t = now();
+			for (size_t off = 0; off < size; off += seg)
+				write_(src + off, seg);
+			for (size_t k = 0; k < size / seg; k++)
+				wait_remote();
+			while (outstanding > 0)
+				poll_once();
+		}
+		if (rank == 0)
+			printf("xchg_%zuKiB_us %.1f\n", size >> 10, (now() - t) * 1e6 / iters);
 	}
 	fflush(stdout);
 	t0 = now();

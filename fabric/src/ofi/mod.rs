@@ -17,7 +17,7 @@ mod raw;
 mod shm_leftovers;
 mod sys;
 
-pub use backend::{open, OfiBackend};
+pub use backend::{open, provider_opened, OfiBackend};
 pub use endpoint::{OfiConfig, OfiEndpoint, OfiEvent, OfiMr, OpId, RemoteRegion};
 pub use error::OfiError;
 pub use raw::ProviderAttrs;
