@@ -87,8 +87,8 @@ fn resolve_provider<'a>(provider: &'a str, oc: &OfiConfig) -> &'a str {
 }
 
 /// The libfabric provider `ofi:<provider>` opens here, with the node and completion mode of the environment
-/// (`OfiConfig::from_env`): `tcp` names `net` where libfabric offers it. For
-/// baselines that must run the same provider (`benches/ofi.rs` hands it to the raw C program).
+/// (`OfiConfig::from_env`): `tcp` names `net` where libfabric offers it. For baselines that must run the same
+/// provider (`benches/ofi.rs` hands it to the raw C program).
 pub fn provider_opened(provider: &str) -> String {
     resolve_provider(provider, &OfiConfig::from_env()).to_string()
 }
