@@ -118,6 +118,9 @@ fn total(stats: &[Stats]) -> Stats {
         t.local_copy_bytes += s.local_copy_bytes;
         t.rts_msgs += s.rts_msgs;
         t.grants += s.grants;
+        t.fired_calls += s.fired_calls;
+        t.inline_calls += s.inline_calls;
+        t.inline_handovers += s.inline_handovers;
         t.direct_msgs += s.direct_msgs;
         t.direct_bytes += s.direct_bytes;
         t.direct_copy_bytes += s.direct_copy_bytes;
@@ -173,6 +176,85 @@ fn copy_counters_prove_zero_copy_and_single_copy_eager() {
     assert_eq!(t.eager_copy_bytes, t.eager_bytes, "eager bytes must be copied exactly once: {t:?}");
     assert_eq!(t.transport_copy_bytes(), t.eager_bytes);
     assert_eq!((t.rts_msgs, t.grants), (0, 0), "{t:?}");
+}
+
+/// Repeated small calls on the engine's eager path, with inline calls on or off: every rank's
+/// counters.
+fn small_calls(inline: bool, slots: usize, credit_fraction: usize, calls: usize) -> Vec<Stats> {
+    let cfg = ExecConfig { inline, slots, credit_fraction, ..engine_only() };
+    job(4, cfg, |c| {
+        let r = c.rank() as usize;
+        let rd = Options::algorithm("recursive_doubling");
+        let bino = Options::algorithm("binomial");
+        for i in 0..calls {
+            let x = vec![(r + i) as f64; 64];
+            let mut y = vec![0.0f64; 64];
+            c.with(&rd).allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+            assert!(y.iter().all(|&v| v == (6 + 4 * i) as f64), "allreduce {i}: {:?}", &y[..4]);
+            let mut b = if r == 2 { vec![i as u8; 1000] } else { vec![0u8; 1000] };
+            c.with(&bino).bcast(&mut b, 2).unwrap();
+            assert!(b.iter().all(|&v| v == i as u8), "bcast {i}");
+            let mut g = vec![0u32; 4 * 5];
+            c.allgather(&[(r * 100 + i) as u32; 5], &mut g).unwrap();
+            for (k, v) in g.iter().enumerate() {
+                assert_eq!(*v as usize, (k / 5) * 100 + i, "allgather {i} element {k}");
+            }
+        }
+        c.stats()
+    })
+}
+
+#[test]
+fn inline_calls_move_the_same_bytes_as_the_engine_and_copy_as_little() {
+    let (on, off) = (small_calls(true, 16, 4, 30), small_calls(false, 16, 4, 30));
+    let (a, b) = (total(&on), total(&off));
+    // 4 ranks x 3 blocking calls x 30 rounds; a bcast root's part goes out without an op
+    // (`fired`). A call that finds an RTS for it already there starts an op instead (timing).
+    assert!(on.iter().all(|s| s.inline_calls > 0), "{on:?}");
+    assert!(a.inline_calls + a.fired_calls >= 360 / 2, "{a:?}");
+    assert_eq!((b.inline_calls, b.inline_handovers), (0, 0), "{b:?}");
+    assert_eq!(a.eager_bytes + a.zcopy_bytes, b.eager_bytes + b.zcopy_bytes, "{a:?}\n{b:?}");
+    // Each eager byte is copied out of its slot at most once (allreduce's are reduced straight
+    // out of it), inline or not.
+    assert_eq!(a.eager_copy_bytes + a.eager_fused_bytes, a.eager_bytes, "{a:?}");
+    assert_eq!(b.eager_copy_bytes + b.eager_fused_bytes, b.eager_bytes, "{b:?}");
+    assert_eq!(a.transport_copy_bytes(), a.eager_copy_bytes, "{a:?}");
+}
+
+#[test]
+fn inline_calls_meet_rendezvous_from_senders_out_of_slots() {
+    // One slot per pair: a sender that runs ahead finds its slot still taken and sends an RTS,
+    // which may reach its receiver while that runs the call inline (then an op takes it over)
+    // or before (then the call starts an op). Either way every result must be right.
+    let stats = small_calls(true, 1, 1, 200);
+    let t = total(&stats);
+    assert!(t.inline_calls > 0, "{t:?}");
+    assert_eq!(t.eager_copy_bytes + t.eager_fused_bytes, t.eager_bytes, "{t:?}");
+    eprintln!(
+        "one slot per pair, 4 ranks x 600 calls: {} inline, {} handed over, {} RTS",
+        t.inline_calls, t.inline_handovers, t.rts_msgs
+    );
+}
+
+#[test]
+fn an_inline_call_that_waits_long_is_handed_over_to_an_op() {
+    let stats = job(2, engine_only(), |c| {
+        let mut b = vec![c.rank() as u16; 300];
+        if c.rank() == 1 {
+            // The root comes late: rank 0's call waits far longer than its spin budget.
+            std::thread::sleep(Duration::from_millis(100));
+            b.fill(77);
+        }
+        c.with(&Options::algorithm("binomial")).bcast(&mut b, 1).unwrap();
+        assert!(b.iter().all(|&v| v == 77));
+        // The communicator goes on working, inline again.
+        let mut y = [0u64; 3];
+        c.allreduce(&[c.rank() as u64 + 1; 3], &mut y, &ReduceOp::Sum).unwrap();
+        assert_eq!(y, [3; 3]);
+        c.stats()
+    });
+    assert!(stats[0].inline_handovers >= 1, "{:?}", stats[0]);
+    assert!(stats[0].inline_calls >= 2, "{:?}", stats[0]);
 }
 
 #[test]

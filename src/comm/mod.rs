@@ -304,14 +304,22 @@ impl Communicator {
         Ok((alg.name, args, plan))
     }
 
-    /// Starts a call; the buffers behind `call` must stay lent until the op is waited for.
-    fn start(&self, call: &Call<'_>, opts: &Options) -> Result<OpKey> {
+    /// Starts a call; the buffers behind `call` must stay lent until the op is waited for. A
+    /// `blocking` call is waited for right away: the engine may run it to its end inside the start
+    /// (`exec::inline`).
+    fn start(&self, call: &Call<'_>, opts: &Options, blocking: bool) -> Result<OpKey> {
         let (spec, args) = self.plan(call, opts, self.check)?;
-        self.start_planned(call, spec, args)
+        self.start_planned(call, spec, args, blocking)
     }
 
     /// [`Communicator::start`] with the plan made (`args` only in checked mode).
-    fn start_planned(&self, call: &Call<'_>, spec: OpSpec, args: Option<Arc<CollArgs>>) -> Result<OpKey> {
+    fn start_planned(
+        &self,
+        call: &Call<'_>,
+        spec: OpSpec,
+        args: Option<Arc<CollArgs>>,
+        blocking: bool,
+    ) -> Result<OpKey> {
         let mut eng = self.lock();
         let check = args.map(|args| {
             // The executor settings every rank must share (they decide eager vs zero-copy per
@@ -330,7 +338,7 @@ impl Communicator {
         let send = unsafe { eng.bind_user(call.send.0, call.send.1, Access::LOCAL)? };
         // SAFETY: as above.
         let recv = unsafe { eng.bind_user(call.recv.0, call.recv.1, Access::REMOTE_WRITE)? };
-        eng.start(self.ctx, &self.members, spec, send, recv, check)
+        eng.start(self.ctx, &self.members, spec, send, recv, check, blocking)
     }
 
     /// Waits for `key`, releasing the engine between rounds so that other threads using
@@ -362,7 +370,7 @@ impl Communicator {
             if args.is_some_and(|a| direct::unsegmented(&a) && fits(&a)) {
                 return self.run_direct(call, opts, &spec);
             }
-            let key = self.start_planned(call, spec, None)?;
+            let key = self.start_planned(call, spec, None, true)?;
             return self.wait_with(key, Waiter::fresh());
         }
         self.run_engine(call, opts)
@@ -370,7 +378,7 @@ impl Communicator {
 
     /// A blocking call on the engine.
     fn run_engine(&self, call: &Call<'_>, opts: &Options) -> Result<()> {
-        let key = self.start(call, opts)?;
+        let key = self.start(call, opts, true)?;
         self.wait_with(key, Waiter::fresh())
     }
 

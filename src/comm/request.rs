@@ -51,7 +51,7 @@ impl<'scope> Collectives<'scope> for Scope<'scope, '_> {
     }
 
     fn submit(&self, call: &Call<'scope>) -> Result<Request<'scope>> {
-        let key = self.comm.start(call, &self.opts.borrow())?;
+        let key = self.comm.start(call, &self.opts.borrow(), false)?;
         self.keys.borrow_mut().push(key);
         Ok(Request { comm: self.comm, key, done: false })
     }

@@ -58,6 +58,10 @@ pub struct ExecConfig {
     /// moves through per-communicator shared-memory mailboxes instead of the engine (see
     /// `exec::direct`). 0 turns it off; at most `mailbox::MAX_DIRECT`. `FABCOLL_DIRECT`.
     pub direct_limit: usize,
+    /// Blocking calls whose every message goes eager run inline: in a straight line inside the
+    /// call's start, without an op, handed over to the engine when anything else happens (see
+    /// `exec::inline`). `FABCOLL_INLINE=0` turns it off.
+    pub inline: bool,
 }
 
 /// Defaults for node-local fabrics. The eager limit and slot size are [`NODE_EAGER`] (see there
@@ -78,6 +82,7 @@ impl Default for ExecConfig {
             yield_when_idle: None,
             local_cpus: None,
             direct_limit: DEFAULT_DIRECT,
+            inline: true,
         }
     }
 }
@@ -166,7 +171,8 @@ impl ExecConfig {
     /// These settings overridden by `FABCOLL_EAGER` (bytes; raises the slot size to fit),
     /// `FABCOLL_SLOTS`, `FABCOLL_TIMEOUT` (seconds, fractions allowed), `FABCOLL_MR_CACHE`
     /// (entries), `FABCOLL_SPIN_US` (microseconds), `FABCOLL_YIELD` (0 or 1) and
-    /// `FABCOLL_LOCAL_CPUS` (CPUs the node's ranks share) and `FABCOLL_DIRECT` (bytes, 0 = off).
+    /// `FABCOLL_LOCAL_CPUS` (CPUs the node's ranks share), `FABCOLL_DIRECT` (bytes, 0 = off) and
+    /// `FABCOLL_INLINE` (0 or 1).
     pub fn env_over(self) -> Result<ExecConfig> {
         let mut c = self;
         let num = |k: &str| -> Result<Option<f64>> {
@@ -205,6 +211,9 @@ impl ExecConfig {
         if let Some(v) = num("FABCOLL_DIRECT")? {
             c.direct_limit = (v.max(0.0) as usize).min(super::mailbox::MAX_DIRECT);
         }
+        if let Some(v) = num("FABCOLL_INLINE")? {
+            c.inline = v != 0.0;
+        }
         Ok(c)
     }
 }
@@ -231,6 +240,10 @@ pub struct Stats {
     /// Calls whose part on this rank was only eager Sends, sent as the call started, without an
     /// op (`exec::fire`).
     pub fired_calls: u64,
+    /// Blocking calls run inline, without an op (`exec::inline`), and those of them handed over
+    /// to an op halfway (a rendezvous, a long wait, an error).
+    pub inline_calls: u64,
+    pub inline_handovers: u64,
     /// Bytes moved by the algorithms' own Copy steps (not transport copies) and Reduce steps.
     pub local_copy_bytes: u64,
     pub reduce_bytes: u64,

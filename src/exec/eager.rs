@@ -122,6 +122,11 @@ impl Eager {
         self.peers.get(peer).is_some_and(|st| st.free != 0 && st.remote.is_some_and(|s| bytes <= s.slot_size as usize))
     }
 
+    /// Free slots of `peer`'s ring for us (0 while the ring is unknown).
+    pub fn free_slots(&self, peer: usize) -> u32 {
+        self.peers.get(peer).filter(|st| st.remote.is_some()).map_or(0, |st| st.free.count_ones())
+    }
+
     /// Whether credits returned by `peer` could give a message of `bytes` a slot (its ring for us
     /// is known, the message fits a slot, and none is free now).
     pub fn may_refill(&self, peer: usize, bytes: usize) -> bool {

@@ -6,6 +6,8 @@
 //! per-pair slot rings with credits and are copied (once) out of the slot; larger messages are
 //! written zero-copy into destinations the receiver grants; messages for collectives this rank has
 //! not started yet are kept (slots stay occupied, control messages are queued) until it does.
+//! A blocking call whose messages all go eager runs inline, without an op, until something else
+//! concerns it ([`inline`]); a call that only sends eager messages sends them at once ([`fire`]).
 
 mod config;
 mod core;
@@ -13,6 +15,7 @@ pub(crate) mod direct;
 pub(crate) mod eager;
 pub(crate) mod fasthash;
 mod fire;
+mod inline;
 pub(crate) mod mailbox;
 pub(crate) mod mrcache;
 pub(crate) mod op;
@@ -33,6 +36,7 @@ use crate::error::{Error, Result};
 use eager::Eager;
 use fasthash::FastMap;
 use fire::Fired;
+use inline::{Inline, InlineState};
 use mrcache::MrCache;
 use op::{Bound, Op, OpSpec};
 use proto::{GrantEntry, Imm, ImmLayout, Kind, Setup};
@@ -132,6 +136,8 @@ pub(crate) struct Engine {
     spare: Vec<Box<Op>>,
     /// Calls done as they started, without an op (`fire`), not yet taken, and their algorithms.
     fired: Vec<(OpKey, &'static str)>,
+    /// Reused state of inline calls (`inline`).
+    inline: InlineState,
     pub next_ctx: u32,
     comp: Vec<Completion>,
     /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
@@ -213,6 +219,7 @@ impl Engine {
             early_mine: Vec::new(),
             spare: Vec::new(),
             fired: Vec::new(),
+            inline: InlineState::default(),
             next_ctx: 1,
             comp: Vec::new(),
             pinned: Vec::new(),
@@ -377,7 +384,9 @@ impl Engine {
         self.pinned.retain(|m| !(m.as_ptr() == mr.as_ptr() && m.len() == mr.len() && m.remote() == mr.remote()));
     }
 
-    /// Starts a collective on context `ctx`; returns its key. Buffers are already bound.
+    /// Starts a collective on context `ctx`; returns its key. Buffers are already bound. A
+    /// `blocking` call (waited for right after) may run inline to its end here (`inline`).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         &mut self,
         ctx: u32,
@@ -386,6 +395,7 @@ impl Engine {
         send: Bound,
         recv: Bound,
         check: Option<op::Check>,
+        blocking: bool,
     ) -> Result<OpKey> {
         let st = self.ctxs.get_mut(&ctx).ok_or_else(|| Error::Protocol(format!("unknown context {ctx}")))?;
         if let Some(why) = &st.broken {
@@ -412,29 +422,22 @@ impl Engine {
                 Fired::Failed(s, e) => fire_failed = Some((s, e)),
             }
         }
+        let (spec, send, recv) = if blocking && self.core.cfg.inline && check.is_none() && fire_failed.is_none() {
+            match self.run_inline(key, members, spec, send, recv) {
+                Inline::Declined(spec, send, recv) => (spec, send, recv),
+                Inline::Ran => return Ok(key),
+            }
+        } else {
+            (spec, send, recv)
+        };
         let st = self.ctxs.get_mut(&ctx).expect("looked up above");
         st.next_seq += 1;
         st.outstanding.push(key.seq);
-        let mut spare = self.spare.pop();
-        let mut scratch = spare.as_mut().map(|o| o.release_buffers()).unwrap_or_default();
+        // The scratch list reuses the allocation of the spare op `make_op` takes.
+        let mut scratch = self.spare.last_mut().map(|o| o.release_buffers()).unwrap_or_default();
         scratch.clear();
-        let elem = spec.dtype.size();
-        for &len in &spec.plan.sched.scratch {
-            let bytes = len as usize * elem;
-            if bytes == 0 {
-                scratch.push(Bound::empty());
-            } else {
-                let mr = self.core.scratch(bytes)?;
-                scratch.push(Bound { ptr: mr.as_ptr(), bytes, mr: Some(mr), mr_off: 0 });
-            }
-        }
-        let mut op = match spare {
-            Some(mut op) => {
-                op.reuse(key, spec, members, send, recv, scratch);
-                op
-            }
-            None => Box::new(Op::new(key, spec, members.clone(), send, recv, scratch)),
-        };
+        self.bind_scratch(&spec, &mut scratch)?;
+        let mut op = self.make_op(key, spec, members, send, recv, scratch);
         if let Some(c) = check {
             for peer in 0..op.members.len() as u32 {
                 if peer != op.rank {
@@ -451,13 +454,55 @@ impl Engine {
             return Ok(key);
         }
         self.ops.insert(key, op);
+        self.admit(key, true);
+        Ok(key)
+    }
+
+    /// Registered scratch buffers for `spec`'s plan, appended to `into`.
+    fn bind_scratch(&mut self, spec: &OpSpec, into: &mut Vec<Bound>) -> Result<()> {
+        let elem = spec.dtype.size();
+        for &len in &spec.plan.sched.scratch {
+            let bytes = len as usize * elem;
+            if bytes == 0 {
+                into.push(Bound::empty());
+            } else {
+                let mr = self.core.scratch(bytes)?;
+                into.push(Bound { ptr: mr.as_ptr(), bytes, mr: Some(mr), mr_off: 0 });
+            }
+        }
+        Ok(())
+    }
+
+    /// An op for `key` (a spare one reused if there is one), not started.
+    fn make_op(
+        &mut self,
+        key: OpKey,
+        spec: OpSpec,
+        members: &Arc<[u32]>,
+        send: Bound,
+        recv: Bound,
+        scratch: Vec<Bound>,
+    ) -> Box<Op> {
+        match self.spare.pop() {
+            Some(mut op) => {
+                op.reuse(key, spec, members, send, recv, scratch);
+                op
+            }
+            None => Box::new(Op::new(key, spec, members.clone(), send, recv, scratch)),
+        }
+    }
+
+    /// Hands op `key` (just entered in `ops`) the messages for it that arrived before, then
+    /// begins it (`begin`: its schedule from the roots, once checked mode agrees) or runs what is
+    /// ready (an op taking over an inline call), and sends what that queued. A failure fails the op.
+    fn admit(&mut self, key: OpKey, begin: bool) {
         // Messages that arrived before we started this collective, in arrival order.
         let mut early = std::mem::take(&mut self.early_mine);
         early.clear();
         let mut i = 0;
         while i < self.early.len() {
             let e = &self.early[i];
-            if e.ctx == ctx && seq_match(key.seq, e.seq_low, e.mask) {
+            if e.ctx == key.ctx && seq_match(key.seq, e.seq_low, e.mask) {
                 early.push(self.early.remove(i));
             } else {
                 i += 1;
@@ -467,7 +512,11 @@ impl Engine {
             for e in early.drain(..) {
                 self.deliver(key, e.peer, e.what)?;
             }
-            self.maybe_begin(key)?;
+            if begin {
+                self.maybe_begin(key)?;
+            } else if let Some(op) = self.ops.get_mut(&key).filter(|o| o.error.is_none()) {
+                op.run(&mut self.core)?;
+            }
             let react =
                 self.ops.get(&key).is_some_and(|o| o.started && !o.notices.is_empty() && o.grace_until.is_none());
             if react {
@@ -480,7 +529,6 @@ impl Engine {
         if let Err(e) = r {
             self.fail(key, e);
         }
-        Ok(key)
     }
 
     /// Starts the schedule once the checked-mode signatures (if any) all agree.
@@ -861,8 +909,10 @@ impl Engine {
         let t0 = op.wait_began();
         if w.since.is_none() && w.fresh {
             // The op was started just before this wait: the op's clock reading stands for the
-            // wait's (one clock read less per blocking call).
+            // wait's (one clock read less per blocking call), and the wait goes on from the polls
+            // the call made inline before the op took it over.
             w.since = Some(t0);
+            (w.rounds, w.idle) = op.polled;
         }
         if w.since.is_some() && !w.blocking && !w.rounds.wrapping_add(1).is_multiple_of(CLOCK_EVERY) && !in_grace {
             // Fast round: poll without reading the clock (deadline and spin budget are checked

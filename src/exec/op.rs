@@ -93,6 +93,9 @@ pub(crate) struct Op {
     /// When the first wait for this op began (the deadline counts from there); `None` until then,
     /// so an op that finishes inside its start never reads the clock.
     pub t0: Option<Instant>,
+    /// Polls (all, and those in a row that brought nothing) the call made inline before this op
+    /// took it over (`super::inline`): its first wait goes on from there instead of polling anew.
+    pub polled: (u32, u32),
     /// Set when the deadline passed: abort notices were sent, waiting for peers' notices until then.
     pub grace_until: Option<Instant>,
     /// Peers' abort notices: who timed out here, and whom they were waiting for.
@@ -148,6 +151,7 @@ impl Op {
             started: false,
             error: None,
             t0: None,
+            polled: (0, 0),
             grace_until: None,
             notices: FastMap::default(),
             lost: None,
@@ -202,6 +206,7 @@ impl Op {
         self.started = false;
         self.error = None;
         self.t0 = None;
+        self.polled = (0, 0);
         self.grace_until = None;
         self.notices.clear();
         self.lost = None;
@@ -240,6 +245,29 @@ impl Op {
         for s in sent {
             self.complete(s);
         }
+    }
+
+    /// Takes over a call that ran inline (`super::inline`) up to here: the steps of `ran` (a
+    /// prefix of a topological order) were issued, and are done but for `sending`, Sends whose
+    /// write has not completed yet (one write each, tracked in `Core::writes`); `fused` are
+    /// fused Recvs among them whose message still waits in its slot for the Reduce. Every step
+    /// not issued whose deps are done is ready.
+    pub fn adopt_done(&mut self, ran: &[StepId], sending: &[StepId], fused: &[(StepId, (usize, u32))]) {
+        self.started = true;
+        self.work.clone_from(&self.plan.roots);
+        self.work_local.clone_from(&self.plan.local_roots);
+        for &s in ran {
+            if sending.contains(&s) {
+                self.st[s as usize] = St::Waiting;
+                self.pending[s as usize] = 1;
+            } else {
+                self.complete(s);
+            }
+        }
+        let st = &self.st;
+        self.work.retain(|&s| st[s as usize] == St::Blocked);
+        self.work_local.retain(|&s| st[s as usize] == St::Blocked);
+        self.fused_slot.extend_from_slice(fused);
     }
 
     /// Issues every step without deps.
@@ -331,40 +359,14 @@ impl Op {
                 }
                 // else: wait for the eager message or an RTS.
             }
-            StepKind::Reduce { src, dst, order } => {
-                let (mut sp, n) = self.raw(src);
-                let (dp, _) = self.raw(dst);
+            StepKind::Reduce { .. } | StepKind::Copy { .. } => {
                 let from = self.plan.fused_from[s as usize];
                 let fused = if from == NOT_FUSED {
                     None
                 } else {
                     self.fused_slot.iter().position(|&(r, _)| r == from).map(|i| self.fused_slot.swap_remove(i).1)
                 };
-                if let Some((ep, slot)) = fused {
-                    // The Recv left its message in the slot: reduce straight out of it.
-                    sp = core.eager.slot_ptr(ep, slot, n)?.cast_mut();
-                }
-                let rop = self.rop.as_ref().ok_or_else(|| Error::Protocol("reduce step without an op".into()))?;
-                if n > 0 {
-                    // SAFETY: both regions lie in buffers bound to this call (bounds checked); they
-                    // do not overlap (check_bounds refuses overlapping Reduce); no peer writes them
-                    // now: peers only write granted Recv regions of pending Recv steps, and the
-                    // schedule orders every such Recv before any step touching its region.
-                    let (a, b) = unsafe { (std::slice::from_raw_parts(sp, n), std::slice::from_raw_parts_mut(dp, n)) };
-                    kernels::reduce(rop, self.dtype, a, b, order)?;
-                }
-                core.stats.reduce_bytes += n as u64;
-                if let Some((ep, slot)) = fused {
-                    core.release_slot(ep, slot)?;
-                }
-                self.complete(s);
-            }
-            StepKind::Copy { src, dst } => {
-                let (sp, n) = self.raw(src);
-                let (dp, _) = self.raw(dst);
-                // SAFETY: as for Reduce: bound, in bounds, non-overlapping, quiet regions.
-                unsafe { fabcoll_fabric::copy::copy_bulk(dp, sp, n) };
-                core.stats.local_copy_bytes += n as u64;
+                run_local(core, kind, &|r| self.raw(r), fused, self.dtype, self.rop.as_ref())?;
                 self.complete(s);
             }
         }
@@ -464,21 +466,11 @@ impl Op {
     fn eager_copy(&mut self, core: &mut Core, s: StepId, peer: u32, slot: u32, dst: Region) -> Result<()> {
         let ep = self.ep(peer);
         let (dp, n) = self.raw(dst);
-        if self.plan.fuse[s as usize] {
-            // Its only consumer reduces straight out of the slot (no copy at all).
-            core.eager.slot_ptr(ep, slot, n)?;
+        let fuse = self.plan.fuse[s as usize];
+        receive_eager(core, ep, slot, dp, n, fuse)?;
+        if fuse {
             self.fused_slot.push((s, (ep, slot)));
-            core.stats.eager_fused_bytes += n as u64;
-            self.complete(s);
-            return Ok(());
         }
-        let sp = core.eager.slot_ptr(ep, slot, n)?;
-        // SAFETY: the slot holds a complete message (its WriteArrived was seen) and nobody writes it
-        // until we return it; the destination is a bound, quiet Recv region; they are different
-        // allocations.
-        unsafe { std::ptr::copy_nonoverlapping(sp, dp, n) };
-        core.stats.eager_copy_bytes += n as u64;
-        core.release_slot(ep, slot)?;
         self.complete(s);
         Ok(())
     }
@@ -627,6 +619,71 @@ impl Op {
         let waiting = self.eager_in.iter().map(|(&(peer, _), &slot)| (self.ep(peer), slot));
         waiting.chain(self.fused_slot.iter().map(|&(_, v)| v)).collect()
     }
+}
+
+/// Receives the eager message of `n` bytes from endpoint rank `ep` in `slot`: copies it to `dp`
+/// (the one copy) and frees the slot, or, for a Recv fused with its Reduce (`fuse`), leaves it in
+/// the slot for that Reduce (no copy at all).
+pub(crate) fn receive_eager(core: &mut Core, ep: usize, slot: u32, dp: *mut u8, n: usize, fuse: bool) -> Result<()> {
+    let sp = core.eager.slot_ptr(ep, slot, n)?;
+    if fuse {
+        core.stats.eager_fused_bytes += n as u64;
+        return Ok(());
+    }
+    // SAFETY: the slot holds a complete message (its WriteArrived was seen) and nobody writes it
+    // until we return it; the destination is a bound, quiet Recv region of `n` bytes; they are
+    // different allocations.
+    unsafe { std::ptr::copy_nonoverlapping(sp, dp, n) };
+    core.stats.eager_copy_bytes += n as u64;
+    core.release_slot(ep, slot)
+}
+
+/// Runs local step `kind` (a Reduce or a Copy) on the regions `raw` resolves (start pointer and
+/// byte length; bounds were checked when the schedule was built). A Reduce whose source message
+/// was left in eager slot `fused` (endpoint rank, slot) by its fused Recv reduces straight out of
+/// the slot and frees it.
+pub(crate) fn run_local(
+    core: &mut Core,
+    kind: StepKind,
+    raw: &dyn Fn(Region) -> (*mut u8, usize),
+    fused: Option<(usize, u32)>,
+    dtype: Datatype,
+    rop: Option<&ReduceOp>,
+) -> Result<()> {
+    match kind {
+        StepKind::Reduce { src, dst, order } => {
+            let (mut sp, n) = raw(src);
+            let (dp, _) = raw(dst);
+            if let Some((ep, slot)) = fused {
+                sp = core.eager.slot_ptr(ep, slot, n)?.cast_mut();
+            }
+            let rop = rop.ok_or_else(|| Error::Protocol("reduce step without an op".into()))?;
+            if n > 0 {
+                // SAFETY: both regions lie in buffers bound to the call or in an eager slot holding
+                // a complete message (bounds checked); they do not overlap (check_bounds refuses
+                // overlapping Reduce); no peer writes them now: peers only write granted Recv
+                // regions of pending Recv steps and slots we have not freed, and the schedule
+                // orders every such Recv before any step touching its region.
+                let (a, b) = unsafe { (std::slice::from_raw_parts(sp, n), std::slice::from_raw_parts_mut(dp, n)) };
+                kernels::reduce(rop, dtype, a, b, order)?;
+            }
+            core.stats.reduce_bytes += n as u64;
+            if let Some((ep, slot)) = fused {
+                core.release_slot(ep, slot)?;
+            }
+        }
+        StepKind::Copy { src, dst } => {
+            let (sp, n) = raw(src);
+            let (dp, _) = raw(dst);
+            // SAFETY: as for Reduce: bound, in bounds, non-overlapping, quiet regions.
+            unsafe { fabcoll_fabric::copy::copy_bulk(dp, sp, n) };
+            core.stats.local_copy_bytes += n as u64;
+        }
+        StepKind::Send { .. } | StepKind::Recv { .. } => {
+            return Err(Error::Protocol("a Send or Recv run as a local step".into()));
+        }
+    }
+    Ok(())
 }
 
 /// The ranks to blame on timeout (see [`Op::suspects`]): of the ranks `rank` waits for

@@ -38,6 +38,9 @@ pub(crate) struct Plan {
     /// Whether and how the call runs on the direct path (`comm::direct::form`), decided on first
     /// use.
     pub direct: OnceLock<DirectForm>,
+    /// The straight-line order of the steps (`super::straight::order`) for inline calls
+    /// (`super::inline`), made on first use.
+    pub inline_order: OnceLock<Box<[StepId]>>,
     /// The steps are all Sends, to distinct peers, without scratch: the engine may send them as
     /// the call starts, without an op (`super::fire`).
     pub fire: bool,
@@ -87,6 +90,7 @@ impl Plan {
             local_roots,
             local,
             direct: OnceLock::new(),
+            inline_order: OnceLock::new(),
         }
     }
 }
