@@ -242,6 +242,13 @@ pub trait Endpoint: Send {
     /// Default: ignored.
     fn hint_read_once(&mut self, _mr: &Mr) {}
 
+    /// Every peer has been heard from, so connections a provider opens on demand exist now: a
+    /// backend may adjust them (ofi: the congestion control of a socket provider's connections,
+    /// see `crate::congestion`). Default: nothing.
+    fn connected(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Announces that this rank gives up its CPU (`true`: it yields or sleeps waiting for
     /// peers) or runs again (`false`), so that node-local peers can tell whether waiting for it
     /// by spinning is worth it ([`Endpoint::peer_busy_elsewhere`]). Default: ignored.

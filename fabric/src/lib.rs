@@ -10,6 +10,7 @@
 
 #[allow(missing_docs)] // documented in its own module doc; owned by the bootstrap work
 pub mod bootstrap;
+pub mod congestion;
 pub mod copy;
 pub mod endpoint;
 pub mod error;

@@ -332,3 +332,28 @@ fn tcp_may_not_sleep_while_a_write_is_in_flight() {
     assert!(dst == src, "write corrupted");
     drop((smr, dmr));
 }
+
+/// Once both ends talked, `tune_connections` sets the same-host algorithm (Reno) on the net provider's listener and
+/// connection of each endpoint, and leaves the process's other sockets alone.
+#[test]
+fn net_connections_between_local_ranks_get_reno() {
+    use std::os::fd::AsRawFd;
+    if std::env::var("FABCOLL_TCP_CONGESTION").is_ok() {
+        return; // the expectation is the default
+    }
+    let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap_or_default();
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut p = pair("net");
+    p.eps[0].send_ctrl(1, 7, b"from 0").unwrap();
+    p.eps[1].send_ctrl(0, 7, b"from 1").unwrap();
+    drive(&mut p, 1, |e| matches!(e, OfiEvent::Ctrl { .. }));
+    drive(&mut p, 0, |e| matches!(e, OfiEvent::Ctrl { .. }));
+    for (i, ep) in p.eps.iter_mut().enumerate() {
+        let n = ep.tune_connections().unwrap();
+        assert!(n >= 2, "endpoint {i}: {n} sockets set (its listener and its connection at least)");
+    }
+    assert_eq!(fabcoll_fabric::congestion::current(other.as_raw_fd()), system.trim(), "a socket not the provider's");
+    // Still working.
+    p.eps[0].send_ctrl(1, 8, b"again").unwrap();
+    drive(&mut p, 1, |e| matches!(e, OfiEvent::Ctrl { tag: 8, .. }));
+}

@@ -994,7 +994,8 @@ impl Engine {
         loop {
             let missing = self.core.eager.missing_setups(me);
             if missing.is_empty() {
-                return Ok(());
+                // Every peer's setup came: the fabric's connections to all of them exist.
+                return Ok(self.core.ep.connected()?);
             }
             if Instant::now() >= deadline {
                 return Err(Error::Fabric(fabcoll_fabric::Error::Timeout {

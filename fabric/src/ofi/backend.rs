@@ -291,6 +291,10 @@ impl Endpoint for OfiBackend {
         &self.caps
     }
 
+    fn connected(&mut self) -> Result<()> {
+        self.ep.tune_connections().map(drop).map_err(|e| self.err(e))
+    }
+
     fn address(&self) -> Result<Vec<u8>> {
         self.ep.address().map_err(|e| self.err(e))
     }

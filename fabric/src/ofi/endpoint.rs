@@ -13,6 +13,8 @@ use super::sys;
 
 #[path = "probe.rs"]
 mod probe;
+#[path = "sockets.rs"]
+mod sockets;
 
 /// How to open an ofi endpoint.
 #[derive(Debug, Clone)]

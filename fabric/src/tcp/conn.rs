@@ -127,7 +127,7 @@ impl Conn {
             .set_nonblocking(true)
             .map_err(|e| Error::Os { op: format!("set_nonblocking (rank {peer})"), source: e })?;
         stream.set_nodelay(true).map_err(|e| Error::Os { op: format!("TCP_NODELAY (rank {peer})"), source: e })?;
-        super::congestion::apply(&stream, peer)?;
+        crate::congestion::apply(&stream, peer)?;
         let fd = stream.as_raw_fd();
         Ok(Conn {
             peer,

@@ -41,10 +41,9 @@
 //!   `MASTER_ADDR`), else on 127.0.0.1.
 //! - **Congestion control**: connections between ranks of one host use Reno instead of the
 //!   system's algorithm (BBR paces loopback traffic); `FABCOLL_TCP_CONGESTION` overrides it
-//!   (`tcp/congestion.rs`).
+//!   (`crate::congestion`).
 
 mod addr;
-mod congestion;
 mod conn;
 mod connect;
 mod endpoint;

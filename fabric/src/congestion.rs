@@ -1,4 +1,5 @@
-//! Which congestion control a connection uses (`TCP_CONGESTION`).
+//! Which congestion control a TCP connection between ranks uses (`TCP_CONGESTION`): the tcp
+//! backend's connections ([`apply`]) and the socket providers' under ofi (`ofi::sockets`).
 //!
 //! Congestion control shares a network path among flows. Two ranks on the same host share none:
 //! their bytes go through the kernel's loopback, yet the system's algorithm still regulates them.
@@ -14,20 +15,20 @@
 //! bcast 2 MiB 378 → 362; 24 of 28 cells from 256 KiB to 16 MiB the same or faster, the other
 //! four within 8 % (alltoall 512 KiB 102 → 110, allgather 8 MiB 2742 → 2819).
 
-use std::net::{IpAddr, TcpStream};
-use std::os::fd::AsRawFd;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 
 use crate::error::{Error, Result};
 
 /// The algorithm of connections between ranks of one host, unless the environment says otherwise.
-pub(super) const SAME_HOST: &str = "reno";
+pub(crate) const SAME_HOST: &str = "reno";
 
 /// The environment variable that overrides the choice.
 const ENV: &str = "FABCOLL_TCP_CONGESTION";
 
 /// The algorithm to set on a connection (`None`: keep the system's), from the value of
 /// [`ENV`] and whether the peer runs on this host.
-pub(super) fn choice(env: Option<&str>, same_host: bool) -> Option<&str> {
+pub(crate) fn choice(env: Option<&str>, same_host: bool) -> Option<&str> {
     match env.map(str::trim) {
         Some("system") => None,
         Some(name) if !name.is_empty() => Some(name),
@@ -35,9 +36,8 @@ pub(super) fn choice(env: Option<&str>, same_host: bool) -> Option<&str> {
     }
 }
 
-/// Whether the two ends of `stream` are on one host: a loopback peer, or the same address.
-fn same_host(stream: &TcpStream) -> bool {
-    let (Ok(peer), Ok(local)) = (stream.peer_addr(), stream.local_addr()) else { return false };
+/// Whether the two ends of a connection are on one host: a loopback peer, or the same address.
+pub(crate) fn same_host(local: SocketAddr, peer: SocketAddr) -> bool {
     let loopback = match peer.ip() {
         IpAddr::V4(ip) => ip.is_loopback(),
         IpAddr::V6(ip) => ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
@@ -45,14 +45,15 @@ fn same_host(stream: &TcpStream) -> bool {
     loopback || peer.ip() == local.ip()
 }
 
-/// Sets the congestion control of the connection to `peer` (see the module doc). A name the
-/// user chose that the kernel refuses is an error; the default for ranks of one host that the
-/// kernel refuses leaves the system's choice (logged).
-pub(super) fn apply(stream: &TcpStream, peer: usize) -> Result<()> {
-    let env = std::env::var(ENV).ok();
-    let Some(name) = choice(env.as_deref(), same_host(stream)) else { return Ok(()) };
-    let fd = stream.as_raw_fd();
-    // SAFETY: `fd` is the stream's open socket; the option value is `name`'s bytes, for its length.
+/// The algorithm the environment asks for (`None`: the default rule).
+pub(crate) fn env_choice() -> Option<String> {
+    std::env::var(ENV).ok()
+}
+
+/// Sets congestion control `name` on TCP socket `fd`.
+pub(crate) fn set(fd: RawFd, name: &str) -> std::io::Result<()> {
+    // SAFETY: the option value is `name`'s bytes, for its length; an fd that is not a TCP socket
+    // makes the call fail, nothing else.
     let r = unsafe {
         libc::setsockopt(
             fd,
@@ -63,36 +64,49 @@ pub(super) fn apply(stream: &TcpStream, peer: usize) -> Result<()> {
         )
     };
     if r == 0 {
-        return Ok(());
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
-    let e = std::io::Error::last_os_error();
-    if env.is_some() {
-        let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap_or_default();
-        return Err(Error::invalid(format!(
-            "{ENV}={name}: the kernel refused it for the connection to rank {peer} ({e}); allowed here: {}",
-            allowed.trim()
-        )));
-    }
-    tracing::debug!(peer, name, error = %e, "tcp: congestion control not set; the system's stays");
-    Ok(())
 }
 
-/// The connection's congestion control as the kernel reports it.
-#[cfg(test)]
-pub(super) fn current(stream: &TcpStream) -> String {
+/// The error for an algorithm the user chose that the kernel refused.
+pub(crate) fn refused(name: &str, what: &str, e: &std::io::Error) -> Error {
+    let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap_or_default();
+    Error::invalid(format!("{ENV}={name}: the kernel refused it for {what} ({e}); allowed here: {}", allowed.trim()))
+}
+
+/// Sets the congestion control of the connection to `peer` (see the module doc). A name the
+/// user chose that the kernel refuses is an error; the default for ranks of one host that the
+/// kernel refuses leaves the system's choice (logged).
+pub(crate) fn apply(stream: &TcpStream, peer: usize) -> Result<()> {
+    let env = env_choice();
+    let same = match (stream.local_addr(), stream.peer_addr()) {
+        (Ok(local), Ok(remote)) => same_host(local, remote),
+        _ => false,
+    };
+    let Some(name) = choice(env.as_deref(), same) else { return Ok(()) };
+    match set(stream.as_raw_fd(), name) {
+        Ok(()) => Ok(()),
+        Err(e) if env.is_some() => Err(refused(name, &format!("the connection to rank {peer}"), &e)),
+        Err(e) => {
+            tracing::debug!(peer, name, error = %e, "tcp: congestion control not set; the system's stays");
+            Ok(())
+        }
+    }
+}
+
+/// The congestion control of TCP socket `fd` as the kernel reports it (empty if `fd` is none).
+pub fn current(fd: RawFd) -> String {
     let mut buf = [0u8; 32];
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: `buf` is writable for `len` bytes; the kernel writes at most that and updates `len`.
     let r = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            buf.as_mut_ptr().cast::<libc::c_void>(),
-            &mut len,
-        )
+        libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast::<libc::c_void>(), &mut len)
     };
-    assert_eq!(r, 0, "getsockopt TCP_CONGESTION: {}", std::io::Error::last_os_error());
+    if r != 0 {
+        return String::new();
+    }
     String::from_utf8_lossy(&buf[..len as usize]).trim_end_matches('\0').to_owned()
 }
 
@@ -118,8 +132,10 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
-        assert!(same_host(&a) && same_host(&b));
+        for s in [&a, &b] {
+            assert!(same_host(s.local_addr().unwrap(), s.peer_addr().unwrap()));
+        }
         apply(&a, 1).unwrap();
-        assert_eq!(current(&a), SAME_HOST);
+        assert_eq!(current(a.as_raw_fd()), SAME_HOST);
     }
 }
