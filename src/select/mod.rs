@@ -164,14 +164,18 @@ mod tests {
     }
 
     #[test]
-    fn network_fabrics_use_recursive_doubling_longer_at_p2() {
+    fn network_fabrics_use_recursive_doubling_longer() {
         let pick = |p, bytes, fabric| pick_on(Collective::Allreduce, p, bytes, fabric);
         assert_eq!(pick(2, 512 << 10, FabricClass::Network), "recursive_doubling");
         assert_eq!(pick(2, 32 << 10, FabricClass::Node), "rabenseifner");
         assert_eq!(pick(2, 1 << 20, FabricClass::Network), "rabenseifner");
         assert_eq!(pick(2, 16 << 10, FabricClass::Node), "recursive_doubling");
-        // p > 2 keeps the thakur cutoffs on every fabric.
-        assert_eq!(pick(4, 32 << 10, FabricClass::Network), "rabenseifner");
+        // p > 2: up to 32 KiB on network fabrics, thakur's 2 KiB on node-local ones.
+        assert_eq!(pick(4, 32 << 10, FabricClass::Network), "recursive_doubling");
+        assert_eq!(pick(3, 4 << 10, FabricClass::Network), "recursive_doubling");
+        assert_eq!(pick(4, 64 << 10, FabricClass::Network), "rabenseifner");
+        assert_eq!(pick(8, 64 << 10, FabricClass::Network), "rabenseifner");
+        assert_eq!(pick(4, 4 << 10, FabricClass::Node), "rabenseifner");
     }
 
     #[test]
