@@ -1,5 +1,5 @@
 //! Which congestion control a TCP connection between ranks uses (`TCP_CONGESTION`): the tcp
-//! backend's connections ([`apply`]) and the socket providers' under ofi (`ofi::sockets`).
+//! backend's connections (`apply`) and the socket providers' under ofi (`ofi::sockets`).
 //!
 //! Congestion control shares a network path among flows. Two ranks on the same host share none:
 //! their bytes go through the kernel's loopback, yet the system's algorithm still regulates them.

@@ -20,7 +20,7 @@ pub struct ExecConfig {
     /// When non-zero, the slots per pair grow from `slots` up to 64 while a rank's p rings
     /// (p · slots · slot_size bytes) fit in this many bytes ([`ExecConfig::slots_for`]): on
     /// network fabrics, where fewer credit messages per small message pay (see
-    /// [`NETWORK_RING_BUDGET`]). `FABCOLL_SLOTS` sets `slots` and turns this off.
+    /// `NETWORK_RING_BUDGET`). `FABCOLL_SLOTS` sets `slots` and turns this off.
     pub ring_budget: usize,
     /// Bytes per eager slot.
     pub slot_size: usize,
@@ -64,7 +64,7 @@ pub struct ExecConfig {
     pub inline: bool,
 }
 
-/// Defaults for node-local fabrics. The eager limit and slot size are [`NODE_EAGER`] (see there
+/// Defaults for node-local fabrics. The eager limit and slot size are `NODE_EAGER` (see there
 /// for the measurements); 16 slots keep the rings at p·16·8 KiB per rank.
 impl Default for ExecConfig {
     fn default() -> ExecConfig {
@@ -121,8 +121,8 @@ pub const NETWORK_RING_BUDGET: usize = 16 << 20;
 
 impl ExecConfig {
     /// The defaults for a fabric of class `class`: [`ExecConfig::default`] on node-local fabrics;
-    /// on network fabrics a [`NETWORK_EAGER`] eager limit and slot size, 16 to 64 slots per pair
-    /// (as many as fit [`NETWORK_RING_BUDGET`]; 16 give rings of p·16·64 KiB = p MiB per rank),
+    /// on network fabrics a `NETWORK_EAGER` eager limit and slot size, 16 to 64 slots per pair
+    /// (as many as fit `NETWORK_RING_BUDGET`; 16 give rings of p·16·64 KiB = p MiB per rank),
     /// and credits returned every half ring instead of every quarter. Each credit message costs
     /// both ranks a TCP send and receive (~3–4 µs on loopback), paid every few small messages:
     /// with 8 slots instead of 16 small messages on ofi:tcp were slower (p=2, 3 alternating rounds, p50: allreduce 8 B–8 KiB better with 16 at

@@ -7,7 +7,7 @@
 //! 2-core machine a repetition during which another job holds one rank's core runs 5–10× slower
 //! as a whole (p = 2 allgather 4 KiB ring, five repetitions: 12.8 1.6 12.9 11.6 1.6 µs, median
 //! 11.6), and such bursts last milliseconds, as long as a repetition. It applies only when the
-//! fast repetitions are at least a quarter of them ([`MIN_FAST_SHARE`]): a lucky few are not
+//! fast repetitions are at least a quarter of them (`MIN_FAST_SHARE`): a lucky few are not
 //! the machine.
 //!
 //! "Beyond noise" ([`Sample::beats`]): `a` beats `b` when its median is lower by more than a

@@ -7,7 +7,7 @@
 //!    `Send`, equal lengths, peers in range);
 //! 2. message matching: the k-th Send a→b has a k-th Recv on b from a, of equal length;
 //! 3. no races: two steps of a rank not ordered by its DAG never touch a common element when one
-//!    of them writes it ([`races`]);
+//!    of them writes it (`races`);
 //! 4. the job runs to completion (a step runs when its deps are done; a Recv also needs its Send to
 //!    have run and gets the Send's data as it was when the Send ran): if steps remain and none
 //!    can run, the job-wide graph has a cycle and the error names the blocked Recvs;

@@ -55,7 +55,7 @@ impl std::fmt::Debug for TcpEndpoint {
 }
 
 impl TcpEndpoint {
-    /// Listens on [`listen_addr`](super::addr) and waits for `insert_peers`.
+    /// Listens on `listen_addr` (`tcp::addr`) and waits for `insert_peers`.
     pub fn open(cfg: &Config) -> Result<TcpEndpoint> {
         let at = listen_addr()?;
         let listener =

@@ -19,7 +19,7 @@
 //!   of at most 64 KiB are complete on return instead (`Caps::inline_completion`: their queued
 //!   part is copied), so the executor's eager messages need no completion. The
 //!   target reads payloads through a 64 KiB staging buffer (many small frames per `recv`, one
-//!   copy each) or, from [`conn::DIRECT_MIN`] bytes on, straight into the registration.
+//!   copy each) or, from `conn::DIRECT_MIN` bytes on, straight into the registration.
 //! - **Registration** is a table of (key → address, length, access) of this endpoint, consulted
 //!   by the receiver: nothing is pinned. Keys count up from 1 and are never reused. The receiver
 //!   holds the table's read lock while bytes go into a registration and `Mr` drop takes the write

@@ -19,7 +19,7 @@
 //! The parameters come from a short probe over the communicator ([`probe`]) — the executor's own
 //! collectives with forced algorithms, fitted by weighted least squares ([`fit`]) — cached per
 //! machine, fabric and p-class in a JSON file ([`cache`]), or from `FABCOLL_MODEL=<file>`.
-//! `FABCOLL_SELECT=model` makes the default selection use the model's argmin ([`predict`]); the
+//! `FABCOLL_SELECT=model` makes the default selection use the model's argmin ([`predict()`]); the
 //! decisions (embedded default, `FABCOLL_TUNING_FILE`) stay the default. [`compare`] checks the
 //! model against a tuner log.
 //!

@@ -1,5 +1,5 @@
 //! Predicting each candidate's time: every eligible algorithm, with `segment` ∈ {none,
-//! [`segment_candidates`](super::segment_candidates)}, replayed by the simulator on the fitted
+//! [`segment_candidates`]}, replayed by the simulator on the fitted
 //! machine; the per-call overhead is added to each.
 //!
 //! Replay cost: up to 8 ranks the whole job is replayed (p small schedules); above, the

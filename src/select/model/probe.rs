@@ -13,9 +13,9 @@
 //!   3 MiB), and linear measured 1.6-2x faster than binomial from 64 KiB to 1 MiB; once the
 //!   receivers read their buffers between calls as well, linear lost that lead.
 //! - **gap** ([`ModelParams::gap`]): not probed; 0.3 on node fabrics, 1 elsewhere (see
-//!   [`NODE_GAP`]).
+//!   `NODE_GAP`).
 //! - **sends on the CPU** ([`ModelParams::cpu_sends`]): not probed; set on node fabrics (see
-//!   [`node_shape`]).
+//!   `node_shape`).
 //! - **step cost**: not probed (0; see [`super::fit`] for why).
 //! - **γ, κ**: the f32-sum reduction kernel and memcpy timed on 4 MiB buffers on rank 0.
 //!
@@ -213,7 +213,7 @@ fn is_node_fabric(fabric: &str) -> bool {
 }
 
 /// The node the probe fits on: on node fabrics (`shm`, `local`) the job's `cores`, the gap
-/// [`NODE_GAP`], and sends on the sender's CPU ([`ModelParams::cpu_sends`]); elsewhere a core and
+/// `NODE_GAP`, and sends on the sender's CPU ([`ModelParams::cpu_sends`]); elsewhere a core and
 /// a NIC per rank and Hockney's model ([`NodeShape::HOCKNEY`]).
 ///
 /// Sends take the sender's CPU on node fabrics because the rank's own thread writes the bytes
@@ -264,7 +264,7 @@ impl Timings<'_> {
     /// mean square of the relative errors) is kept. On 2 cores, p = 4 ring exchanges (4 ranks
     /// busy) cost ≈ 10 µs a message where binomial's (≤ 2 busy) cost ≈ 3 µs: a scheduling delay
     /// that a factor k/c on the transfer does not always describe better than a large f_α. The
-    /// rest of `shape` (gap, sends on the CPU) is the fabric's ([`node_shape`]).
+    /// rest of `shape` (gap, sends on the CPU) is the fabric's (`node_shape`).
     fn fit(&self, shape: NodeShape) -> Result<(ModelParams, f64)> {
         let rates = cpu_rates()?;
         let unshared = NodeShape { cores: 0, ..shape };
