@@ -51,7 +51,7 @@ use std::time::Instant;
 use fabcoll_collectives::schedule::{Buf, Region, StepId, StepKind};
 use fabcoll_fabric::{Completion, SILENT_WRITE};
 
-use super::op::{receive_eager, run_local, Bound, OpSpec};
+use super::op::{receive_eager, run_local, Bound, Bufs, OpSpec, Parts};
 use super::plan::{Plan, NOT_FUSED};
 use super::proto::Imm;
 use super::{seq_match, Early, EarlyWhat, Engine, OpKey, BUSY_PEER_SPIN, CLOCK_EVERY};
@@ -107,34 +107,6 @@ enum Polled {
     HandOver(Option<Error>),
 }
 
-/// The call's buffers.
-struct Bufs<'a> {
-    send: &'a Bound,
-    recv: &'a Bound,
-    scratch: &'a [Bound],
-    elem: usize,
-}
-
-impl Bufs<'_> {
-    fn bound(&self, b: Buf) -> &Bound {
-        match b {
-            Buf::Send => self.send,
-            Buf::Recv => self.recv,
-            Buf::Scratch(i) => &self.scratch[i as usize],
-        }
-    }
-
-    /// Start pointer and byte length of a region (bounds were checked when the schedule was built
-    /// against the same buffer lengths).
-    fn raw(&self, r: Region) -> (*mut u8, usize) {
-        let b = self.bound(r.buf);
-        let (off, len) = (r.off as usize * self.elem, r.len as usize * self.elem);
-        debug_assert!(off + len <= b.bytes);
-        // SAFETY: `off + len <= b.bytes` (schedule bounds checked against the bound lengths).
-        (unsafe { b.ptr.add(off) }, len)
-    }
-}
-
 impl Engine {
     /// Runs a blocking call inline if it qualifies (see the module doc). `key` is the call's
     /// (its context exists and is not broken).
@@ -172,21 +144,23 @@ impl Engine {
                 _ => i += 1,
             }
         }
-        let plan = &spec.plan;
+        let mut call = Parts { spec, send, recv, scratch };
+        let plan = &call.spec.plan;
         let order = plan.inline_order.get_or_init(|| super::straight::order(&plan.sched).into());
-        let bufs = Bufs { send: &send, recv: &recv, scratch: &scratch, elem: spec.dtype.size() };
+        let elem = call.spec.dtype.size();
+        let bufs = Bufs { send: &call.send, recv: &call.recv, scratch: &call.scratch, elem };
         let mut w = Wait::default();
         let mut ran = 0;
-        let stop = self.inline_steps(key, members, &spec, order, &bufs, &mut st, &mut w, &mut ran);
+        let stop = self.inline_steps(key, members, &call.spec, order, &bufs, &mut st, &mut w, &mut ran);
         match stop {
             None if st.arrived.is_empty() => {
-                self.give_back_scratch(&mut scratch);
-                st.scratch = scratch;
-                self.fired.push((key, spec.alg));
+                self.give_back_scratch(&mut call.scratch);
+                st.scratch = call.scratch;
+                self.fired.push((key, call.spec.alg));
             }
             // Done, but a message for the call matched none of its Recvs: the op reports it.
-            None => self.hand_over(key, members, spec, send, recv, scratch, ran, &st, &w, None),
-            Some(e) => self.hand_over(key, members, spec, send, recv, scratch, ran, &st, &w, e),
+            None => self.hand_over(key, members, call, ran, &st, &w, None),
+            Some(e) => self.hand_over(key, members, call, ran, &st, &w, e),
         }
         self.inline = st;
         Inline::Ran
@@ -475,10 +449,7 @@ impl Engine {
         &mut self,
         key: OpKey,
         members: &Arc<[u32]>,
-        spec: OpSpec,
-        send: Bound,
-        recv: Bound,
-        scratch: Vec<Bound>,
+        call: Parts,
         ran: usize,
         st: &InlineState,
         w: &Wait,
@@ -488,9 +459,9 @@ impl Engine {
         if let Some(c) = self.ctxs.get_mut(&key.ctx) {
             c.outstanding.push(key.seq);
         }
-        let plan = spec.plan.clone();
+        let plan = call.spec.plan.clone();
         let order = plan.inline_order.get().map_or(&[][..], |o| &o[..ran]);
-        let mut op = self.make_op(key, spec, members, send, recv, scratch);
+        let mut op = self.make_op(key, members, call);
         op.adopt_done(order, &st.sending, &st.fused);
         op.t0 = Some(w.since.unwrap_or_else(Instant::now));
         op.polled = (w.rounds, w.idle);

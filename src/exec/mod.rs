@@ -38,7 +38,7 @@ use fasthash::FastMap;
 use fire::Fired;
 use inline::{Inline, InlineState};
 use mrcache::MrCache;
-use op::{Bound, Op, OpSpec};
+use op::{Bound, Op, OpSpec, Parts};
 use proto::{GrantEntry, Imm, ImmLayout, Kind, Setup};
 
 /// Identity of a collective call: communicator context and sequence number.
@@ -437,7 +437,7 @@ impl Engine {
         let mut scratch = self.spare.last_mut().map(|o| o.release_buffers()).unwrap_or_default();
         scratch.clear();
         self.bind_scratch(&spec, &mut scratch)?;
-        let mut op = self.make_op(key, spec, members, send, recv, scratch);
+        let mut op = self.make_op(key, members, Parts { spec, send, recv, scratch });
         if let Some(c) = check {
             for peer in 0..op.members.len() as u32 {
                 if peer != op.rank {
@@ -474,15 +474,8 @@ impl Engine {
     }
 
     /// An op for `key` (a spare one reused if there is one), not started.
-    fn make_op(
-        &mut self,
-        key: OpKey,
-        spec: OpSpec,
-        members: &Arc<[u32]>,
-        send: Bound,
-        recv: Bound,
-        scratch: Vec<Bound>,
-    ) -> Box<Op> {
+    fn make_op(&mut self, key: OpKey, members: &Arc<[u32]>, call: Parts) -> Box<Op> {
+        let Parts { spec, send, recv, scratch } = call;
         match self.spare.pop() {
             Some(mut op) => {
                 op.reuse(key, spec, members, send, recv, scratch);

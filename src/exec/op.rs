@@ -110,6 +110,42 @@ pub(crate) struct Op {
 // its mutex, by one thread at a time.
 unsafe impl Send for Op {}
 
+/// A call's buffers, `elem` bytes per element.
+pub(crate) struct Bufs<'a> {
+    pub send: &'a Bound,
+    pub recv: &'a Bound,
+    pub scratch: &'a [Bound],
+    pub elem: usize,
+}
+
+impl<'a> Bufs<'a> {
+    pub fn bound(&self, b: Buf) -> &'a Bound {
+        match b {
+            Buf::Send => self.send,
+            Buf::Recv => self.recv,
+            Buf::Scratch(i) => &self.scratch[i as usize],
+        }
+    }
+
+    /// Start pointer and byte length of a region (bounds were checked when the schedule was built
+    /// against the same buffer lengths).
+    pub fn raw(&self, r: Region) -> (*mut u8, usize) {
+        let b = self.bound(r.buf);
+        let (off, len) = (r.off as usize * self.elem, r.len as usize * self.elem);
+        debug_assert!(off + len <= b.bytes);
+        // SAFETY: `off + len <= b.bytes` (schedule bounds checked against the bound lengths).
+        (unsafe { b.ptr.add(off) }, len)
+    }
+}
+
+/// A call's plan and buffers: what an op is made of.
+pub(crate) struct Parts {
+    pub spec: OpSpec,
+    pub send: Bound,
+    pub recv: Bound,
+    pub scratch: Vec<Bound>,
+}
+
 pub(crate) struct OpSpec {
     pub coll: Collective,
     pub alg: &'static str,
@@ -306,22 +342,17 @@ impl Op {
         }
     }
 
-    fn bound(&self, b: Buf) -> &Bound {
-        match b {
-            Buf::Send => &self.send,
-            Buf::Recv => &self.recv,
-            Buf::Scratch(i) => &self.scratch[i as usize],
-        }
+    fn bufs(&self) -> Bufs<'_> {
+        Bufs { send: &self.send, recv: &self.recv, scratch: &self.scratch, elem: self.elem }
     }
 
-    /// Start pointer and byte length of a region (bounds were checked when the schedule was built
-    /// against the same buffer lengths).
+    fn bound(&self, b: Buf) -> &Bound {
+        self.bufs().bound(b)
+    }
+
+    /// Start pointer and byte length of a region (see [`Bufs::raw`]).
     fn raw(&self, r: Region) -> (*mut u8, usize) {
-        let b = self.bound(r.buf);
-        let (off, len) = (r.off as usize * self.elem, r.len as usize * self.elem);
-        debug_assert!(off + len <= b.bytes);
-        // SAFETY: `off + len <= b.bytes` (schedule bounds checked against the bound lengths).
-        (unsafe { b.ptr.add(off) }, len)
+        self.bufs().raw(r)
     }
 
     /// The registration of a buffer and the byte offset of the buffer's start in it.
