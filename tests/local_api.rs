@@ -258,6 +258,42 @@ fn an_inline_call_that_waits_long_is_handed_over_to_an_op() {
 }
 
 #[test]
+fn an_inline_call_hands_over_when_another_thread_waits_for_the_engine() {
+    // Each rank's engine is wanted by two threads at once: one waits inline (in a bcast whose
+    // root comes late, or in an allreduce whose peer thread is blocked), the other needs the
+    // engine to make progress. An inline call only lets go of the engine at a hand-over; with
+    // a spin budget of 20 s only another thread's wait for the engine can cause one sooner.
+    // Without it the two ranks block each other until the spin budget is spent.
+    let spin = Duration::from_secs(20);
+    let cfg = ExecConfig { spin, timeout: Duration::from_secs(60), ..engine_only() };
+    let t0 = Instant::now();
+    let stats = job(2, cfg, |c| {
+        let d = c.dup().unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut b = [0u32; 4];
+                if c.rank() == 1 {
+                    std::thread::sleep(Duration::from_millis(300));
+                    b = [5; 4];
+                }
+                c.with(&Options::algorithm("binomial")).bcast(&mut b, 1).unwrap();
+                assert_eq!(b, [5; 4]);
+            });
+            s.spawn(|| {
+                // Rank 0 asks for the engine while its bcast waits inline.
+                std::thread::sleep(Duration::from_millis(50));
+                let mut x = [c.rank() + 1; 2];
+                d.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+                assert_eq!(x, [3; 2]);
+            });
+        });
+        c.stats()
+    });
+    assert!(t0.elapsed() < spin / 2, "the ranks waited for the spin budget: {:?}", t0.elapsed());
+    assert!(stats[0].inline_handovers >= 1, "{:?}", stats[0]);
+}
+
+#[test]
 fn direct_path_copies_once_and_reduces_out_of_the_mailbox() {
     // The first direct call sets up the mailboxes with an allgather on the engine: counters are
     // taken after one warm-up call.

@@ -13,8 +13,8 @@ mod estimate;
 mod pinned;
 mod request;
 
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use fabcoll_collectives::op::ReduceOp;
@@ -80,6 +80,8 @@ pub struct Communicator {
     direct_counts: direct::SharedCounts,
     /// The engine's count of broken contexts ([`Engine::breaks`]).
     breaks: Arc<AtomicU64>,
+    /// Threads waiting for the engine's lock ([`Engine::lock_waiters`]).
+    lock_waiters: Arc<AtomicU32>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -143,6 +145,7 @@ impl Communicator {
         engine.add_ctx(0, &members)?;
         let direct_limit = engine.direct_limit();
         let breaks = engine.breaks();
+        let lock_waiters = engine.lock_waiters();
         let direct_counts = direct::SharedCounts::default();
         Ok(Communicator {
             engine: Arc::new(Mutex::new(engine)),
@@ -160,6 +163,7 @@ impl Communicator {
             direct: direct::DirectRegistry::register(&direct_counts),
             direct_counts,
             breaks,
+            lock_waiters,
         })
     }
 
@@ -238,7 +242,17 @@ impl Communicator {
 
     fn lock(&self) -> MutexGuard<'_, Engine> {
         // A panic while holding the lock leaves consistent-enough state to report errors.
-        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+        match self.engine.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // Counted while waiting: an inline call holding the lock hands over (`exec::inline`).
+                self.lock_waiters.fetch_add(1, Ordering::Relaxed);
+                let g = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+                self.lock_waiters.fetch_sub(1, Ordering::Relaxed);
+                g
+            }
+        }
     }
 
     /// Chooses the algorithm and builds this rank's schedule for a call. A repeated call reuses
@@ -447,6 +461,7 @@ impl Communicator {
             direct: direct::DirectRegistry::register(&self.direct_counts),
             direct_counts: self.direct_counts.clone(),
             breaks: self.breaks.clone(),
+            lock_waiters: self.lock_waiters.clone(),
         })
     }
 

@@ -27,8 +27,8 @@
 //! slots) and the messages for it that came meanwhile delivered, and the caller waits for the op
 //! as usual. It happens when a control message for the call arrives (an RTS from a sender out of
 //! slots, an abort notice, a grant), when a wait lasts as long as the engine's would before it
-//! blocks (its rounds and spin budget; the op's deadline counts from the call's first wait), or
-//! on an error (the op fails with it, with the engine's grace period and blame). So a straight
+//! blocks (its rounds and spin budget; the op's deadline counts from the call's first wait), when
+//! another thread waits for the engine's lock (the op releases it between polls), or on an error (the op fails with it, with the engine's grace period and blame). So a straight
 //! line that would wait forever across ranks cannot deadlock: it waits a spin budget longer.
 //!
 //! Cost per call: the engine's per-message work (a slot, a write; a poll and a copy or fused
@@ -45,6 +45,7 @@
 //! writes) go to `Engine::dispatch` as in a progress round, so collectives in flight on the
 //! engine keep moving while the call waits.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -425,6 +426,11 @@ impl Engine {
     /// once the engine would block (its rounds and spin budget spent, or the deadline passed).
     fn inline_idle(&mut self, w: &mut Wait, awaited: Option<usize>) -> Polled {
         w.idle = w.idle.saturating_add(1);
+        if self.lock_waiters.load(Ordering::Relaxed) > 0 {
+            // Another thread waits for the engine (a communicator sharing the endpoint): the op
+            // releases the lock between its polls, this loop never does.
+            return Polled::HandOver(None);
+        }
         let since = *w.since.get_or_insert_with(Instant::now);
         if w.idle >= self.yield_after
             && (!self.oversubscribed

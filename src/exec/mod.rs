@@ -26,7 +26,7 @@ pub(crate) mod straight;
 pub use config::{ExecConfig, Stats};
 pub(crate) use core::Core;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -161,6 +161,10 @@ pub(crate) struct Engine {
     /// Contexts broken so far (any of this engine's): the direct path's lock-free check that it
     /// may skip asking [`Engine::broken`] (see `Communicator::run_remembered`).
     breaks: Arc<AtomicU64>,
+    /// Threads waiting for the lock this engine is behind (counted by `Communicator::lock`): an
+    /// inline call that waits hands over to an op when one does, so that the lock is released
+    /// between the op's polls (see `inline`).
+    lock_waiters: Arc<AtomicU32>,
 }
 
 /// An abort notice's payload: the awaited ranks, as many as fit one control message.
@@ -235,6 +239,7 @@ impl Engine {
             awaited: Vec::new(),
             awaited_at: None,
             breaks: Arc::default(),
+            lock_waiters: Arc::default(),
         };
         for (q, s) in setups {
             e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0), s.to_bytes());
@@ -332,6 +337,12 @@ impl Engine {
     /// it reads 0, no communicator on the engine is broken.
     pub fn breaks(&self) -> Arc<AtomicU64> {
         self.breaks.clone()
+    }
+
+    /// The count of threads waiting for the lock this engine is behind, which
+    /// `Communicator::lock` keeps.
+    pub fn lock_waiters(&self) -> Arc<AtomicU32> {
+        self.lock_waiters.clone()
     }
 
     /// Registers a communicator context (members = endpoint rank of each communicator rank).
