@@ -5,7 +5,7 @@
 //! Why: on the engine, a small call builds an op (`Op::reuse` of its step tables and maps),
 //! enters it in the op table, tracks dependencies through work lists, routes each arrival through
 //! the context's outstanding list to the op, and `take`s the op again. Callgrind on ofi:shm (p =
-//! 2, 8 B allreduce, rank 0, by the difference of 2,000 and 4,000 calls) put ~4,500 of the ~6,800
+//! 2, 8 B allreduce, rank 0, by the difference of 2,000 and 4,000 iterations) put ~4,500 of the ~6,800
 //! instructions of a call in the engine, spread thinly over that machinery, ~2,350 in libfabric.
 //! The shared-memory fabrics take their own direct path (`super::direct`); this one serves every
 //! fabric, through the engine's eager rings, so it needs no other memory and no set-up.
@@ -28,8 +28,9 @@
 //! as usual. It happens when a control message for the call arrives (an RTS from a sender out of
 //! slots, an abort notice, a grant), when a wait lasts as long as the engine's would before it
 //! blocks (its rounds and spin budget; the op's deadline counts from the call's first wait), when
-//! another thread waits for the engine's lock (the op releases it between polls), or on an error (the op fails with it, with the engine's grace period and blame). So a straight
-//! line that would wait forever across ranks cannot deadlock: it waits a spin budget longer.
+//! another thread waits for the engine's lock (the op releases it between polls), or on an error
+//! (the op fails with it, with the engine's grace period and blame). So a straight line that
+//! would wait forever across ranks cannot deadlock: it waits a spin budget longer.
 //!
 //! Cost per call: the engine's per-message work (a slot, a write; a poll and a copy or fused
 //! reduction per arrival) plus a pass over the plan's steps to count the slots it needs and, per
