@@ -45,13 +45,13 @@ pub(crate) fn same_host(local: SocketAddr, peer: SocketAddr) -> bool {
     loopback || peer.ip() == local.ip()
 }
 
-/// The algorithm the environment asks for (`None`: the default rule).
+/// The value of [`ENV`], if set.
 pub(crate) fn env_choice() -> Option<String> {
     std::env::var(ENV).ok()
 }
 
 /// Sets congestion control `name` on TCP socket `fd`.
-pub(crate) fn set(fd: RawFd, name: &str) -> std::io::Result<()> {
+fn set(fd: RawFd, name: &str) -> std::io::Result<()> {
     // SAFETY: the option value is `name`'s bytes, for its length; an fd that is not a TCP socket
     // makes the call fail, nothing else.
     let r = unsafe {
@@ -70,30 +70,37 @@ pub(crate) fn set(fd: RawFd, name: &str) -> std::io::Result<()> {
     }
 }
 
-/// The error for an algorithm the user chose that the kernel refused.
-pub(crate) fn refused(name: &str, what: &str, e: &std::io::Error) -> Error {
-    let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap_or_default();
-    Error::invalid(format!("{ENV}={name}: the kernel refused it for {what} ({e}); allowed here: {}", allowed.trim()))
+/// Sets on TCP socket `fd` the algorithm [`choice`] picks from `env` (the value of [`ENV`]) and
+/// `same_host`; returns whether it set one. A name the user chose that the kernel refuses is an
+/// error naming `what` (the connection); the default for ranks of one host that the kernel refuses
+/// leaves the system's choice (logged).
+pub(crate) fn apply_to(fd: RawFd, env: Option<&str>, same_host: bool, what: &dyn Fn() -> String) -> Result<bool> {
+    let Some(name) = choice(env, same_host) else { return Ok(false) };
+    match set(fd, name) {
+        Ok(()) => Ok(true),
+        Err(e) if env.is_some() => {
+            let allowed =
+                std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap_or_default();
+            Err(Error::invalid(format!(
+                "{ENV}={name}: the kernel refused it for {} ({e}); allowed here: {}",
+                what(),
+                allowed.trim()
+            )))
+        }
+        Err(e) => {
+            tracing::debug!(connection = what(), name, error = %e, "congestion control not set; the system's stays");
+            Ok(false)
+        }
+    }
 }
 
-/// Sets the congestion control of the connection to `peer` (see the module doc). A name the
-/// user chose that the kernel refuses is an error; the default for ranks of one host that the
-/// kernel refuses leaves the system's choice (logged).
+/// Sets the congestion control of the connection to `peer` (see the module doc and [`apply_to`]).
 pub(crate) fn apply(stream: &TcpStream, peer: usize) -> Result<()> {
-    let env = env_choice();
     let same = match (stream.local_addr(), stream.peer_addr()) {
         (Ok(local), Ok(remote)) => same_host(local, remote),
         _ => false,
     };
-    let Some(name) = choice(env.as_deref(), same) else { return Ok(()) };
-    match set(stream.as_raw_fd(), name) {
-        Ok(()) => Ok(()),
-        Err(e) if env.is_some() => Err(refused(name, &format!("the connection to rank {peer}"), &e)),
-        Err(e) => {
-            tracing::debug!(peer, name, error = %e, "tcp: congestion control not set; the system's stays");
-            Ok(())
-        }
-    }
+    apply_to(stream.as_raw_fd(), env_choice().as_deref(), same, &|| format!("the connection to rank {peer}")).map(drop)
 }
 
 /// The congestion control of TCP socket `fd` as the kernel reports it (empty if `fd` is none).

@@ -2,10 +2,9 @@
 //! notified writes whose immediate carries the initiator's rank in its top bits, tagged control messages.
 //!
 //! Provider facts this adapter relies on or reports (libfabric 1.17, measured): tcp (`tcp;ofi_rxm`), net (what
-//! `ofi:tcp` opens, see `resolve_provider`) and shm
-//! use manual data progress — a write lands only when the target polls (`writes_land_without_target_poll` is
-//! false). A write to a deregistered key never touches the target's memory on any of them, but only `tcp;ofi_rxm` with
-//! delivery-complete semantics (`FABCOLL_OFI_DELIVERY_COMPLETE=1`) reports it to the initiator (`WriteError`
+//! `ofi:tcp` opens, see `resolve_provider`) and shm use manual data progress — a write lands only when the target
+//! polls (`writes_land_without_target_poll` is false). A write to a deregistered key never touches the target's
+//! memory on any of them, but only `tcp;ofi_rxm` with delivery-complete semantics (`FABCOLL_OFI_DELIVERY_COMPLETE=1`) reports it to the initiator (`WriteError`
 //! naming [`Error::InvalidKey`]: the completion's provider errno is `ENOENT`; a dead peer gives `ENOTCONN`); shm
 //! and net drop it silently and report `WriteDone` (shm hangs the completion under delivery-complete).
 //!
@@ -45,11 +44,11 @@ use crate::mr::{check_write, Access, AlignedBuf, LocalRange, Mr, MrBackend, Remo
 use crate::wait::{poll_until, WaitPolicy};
 use crate::Config;
 
-/// Opens an ofi endpoint for `cfg` on `provider` (`tcp`, `shm`, `net`, `verbs`, `efa`, …; `tcp` opens `net`
-/// where libfabric has it, see `resolve_provider`). The local address to
-/// bind comes from `FABCOLL_OFI_NODE` (e.g. `127.0.0.1`; ignored for shm), delivery-complete from
-/// `FABCOLL_OFI_DELIVERY_COMPLETE` (default off: see the module doc), inject from `FABCOLL_OFI_INJECT` (default on except over rxm), liveness
-/// probes from `FABCOLL_OFI_PROBE` (default 1 s except on shm and under delivery-complete).
+/// Opens an ofi endpoint for `cfg` on `provider` (`tcp`, `shm`, `net`, `verbs`, `efa`, …; `tcp` opens `net` where
+/// libfabric has it, see `resolve_provider`). The local address to bind comes from `FABCOLL_OFI_NODE` (e.g.
+/// `127.0.0.1`; ignored for shm), delivery-complete from `FABCOLL_OFI_DELIVERY_COMPLETE` (default off: see the
+/// module doc), inject from `FABCOLL_OFI_INJECT` (default on except over rxm), liveness probes from
+/// `FABCOLL_OFI_PROBE` (default 1 s except on shm and under delivery-complete).
 pub fn open(cfg: &Config, provider: &str) -> Result<Box<dyn Endpoint>> {
     let mut oc = OfiConfig::from_env();
     let provider = resolve_provider(provider, &oc);

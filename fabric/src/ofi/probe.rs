@@ -9,9 +9,9 @@
 //! neither fail nor complete (the provider keeps reconnecting, `ECONNREFUSED`, and reports nothing): a probe that
 //! has not left after a probe interval makes the endpoint ask the kernel whether the peer still listens at its
 //! address (a TCP connect, which a live process accepts even when it is not polling); a refusal names the peer.
-//! Only connected peers are probed (we
-//! exchanged control messages with them or a write to them completed; an unconnected live peer that does not poll
-//! would look the same as a dead one), never one that said goodbye (`PROBE | GOODBYE`, sent by `Drop`): an orderly departure is not a death.
+//! Only connected peers are probed (we exchanged control messages with them or a write to them completed; an
+//! unconnected live peer that does not poll would look the same as a dead one), never one that said goodbye
+//! (`PROBE | GOODBYE`, sent by `Drop`): an orderly departure is not a death.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, TcpStream};
 use std::time::{Duration, Instant};

@@ -45,14 +45,10 @@ impl OfiEndpoint {
                 None if mine => peers.iter().all(|&p| congestion::same_host(s.local, p)),
                 None => continue,
             };
-            let Some(name) = congestion::choice(env.as_deref(), same_host) else { continue };
-            match congestion::set(s.fd, name) {
-                Ok(()) => set += 1,
-                Err(e) if env.is_some() => {
-                    let what = format!("the connection {} -> {:?}", s.local, s.peer);
-                    return Err(OfiError::Invalid(congestion::refused(name, &what, &e).to_string()));
-                }
-                Err(e) => tracing::debug!(local = %s.local, name, error = %e, "ofi: congestion control not set"),
+            let what = || format!("the provider's connection {} -> {:?}", s.local, s.peer);
+            match congestion::apply_to(s.fd, env.as_deref(), same_host, &what) {
+                Ok(done) => set += usize::from(done),
+                Err(e) => return Err(OfiError::Invalid(e.to_string())),
             }
         }
         tracing::debug!(sockets = set, "ofi: congestion control of the provider's connections set");
