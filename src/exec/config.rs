@@ -58,9 +58,9 @@ pub struct ExecConfig {
     /// moves through per-communicator shared-memory mailboxes instead of the engine (see
     /// `exec::direct`). 0 turns it off; at most `mailbox::MAX_DIRECT`. `FABCOLL_DIRECT`.
     pub direct_limit: usize,
-    /// Blocking calls whose every message goes eager run inline: in a straight line inside the
-    /// call's start, without an op, handed over to the engine when anything else happens (see
-    /// `exec::inline`). `FABCOLL_INLINE=0` turns it off.
+    /// Blocking calls whose every message goes eager, and nonblocking ones made of eager Sends
+    /// only, run inline: in a straight line inside the call's start, without an op, handed over to
+    /// the engine when anything else happens (see `exec::inline`). `FABCOLL_INLINE=0` turns it off.
     pub inline: bool,
 }
 
@@ -238,7 +238,7 @@ pub struct Stats {
     pub rts_msgs: u64,
     pub grants: u64,
     /// Calls whose part on this rank was only eager Sends, sent as the call started, without an
-    /// op (`exec::fire`).
+    /// op (among `inline_calls`; blocking or not).
     pub fired_calls: u64,
     /// Blocking calls run inline, without an op (`exec::inline`), and those of them handed over
     /// to an op halfway (a rendezvous, a long wait, an error).

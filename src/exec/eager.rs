@@ -117,11 +117,6 @@ impl Eager {
         Some((slot, dst))
     }
 
-    /// Whether a message of `bytes` to `peer` would get a slot now ([`Eager::take_slot`]).
-    pub fn has_free(&self, peer: usize, bytes: usize) -> bool {
-        self.peers.get(peer).is_some_and(|st| st.free != 0 && st.remote.is_some_and(|s| bytes <= s.slot_size as usize))
-    }
-
     /// Free slots of `peer`'s ring for us (0 while the ring is unknown).
     pub fn free_slots(&self, peer: usize) -> u32 {
         self.peers.get(peer).filter(|st| st.remote.is_some()).map_or(0, |st| st.free.count_ones())

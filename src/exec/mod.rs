@@ -7,14 +7,13 @@
 //! written zero-copy into destinations the receiver grants; messages for collectives this rank has
 //! not started yet are kept (slots stay occupied, control messages are queued) until it does.
 //! A blocking call whose messages all go eager runs inline, without an op, until something else
-//! concerns it ([`inline`]); a call that only sends eager messages sends them at once ([`fire`]).
+//! concerns it ([`inline`]), and so does a nonblocking call that only sends eager messages.
 
 mod config;
 mod core;
 pub(crate) mod direct;
 pub(crate) mod eager;
 pub(crate) mod fasthash;
-mod fire;
 mod inline;
 pub(crate) mod mailbox;
 pub(crate) mod mrcache;
@@ -35,7 +34,6 @@ use fabcoll_fabric::{Access, Completion, Endpoint, Mr, SILENT_WRITE};
 use crate::error::{Error, Result};
 use eager::Eager;
 use fasthash::FastMap;
-use fire::Fired;
 use inline::{Inline, InlineState};
 use mrcache::MrCache;
 use op::{Bound, Op, OpSpec, Parts};
@@ -134,7 +132,7 @@ pub(crate) struct Engine {
     /// because they move back into `ops` as they are.
     #[allow(clippy::vec_box)]
     spare: Vec<Box<Op>>,
-    /// Calls done as they started, without an op (`fire`), not yet taken, and their algorithms.
+    /// Calls done as they started, without an op (`inline`), not yet taken, and their algorithms.
     fired: Vec<(OpKey, &'static str)>,
     /// Reused state of inline calls (`inline`).
     inline: InlineState,
@@ -420,21 +418,9 @@ impl Engine {
                 msg: format!("more than {window} collectives outstanding on one communicator"),
             });
         }
-        let mut fire_failed = None;
-        if spec.plan.fire && check.is_none() && self.early.is_empty() && self.core.ctrl_out.is_empty() {
-            match self.fire(key, members, &spec, &send, &recv) {
-                Fired::Done => {
-                    self.ctxs.get_mut(&ctx).expect("looked up above").next_seq += 1;
-                    self.fired.push((key, spec.alg));
-                    self.core.stats.fired_calls += 1;
-                    return Ok(key);
-                }
-                Fired::Declined => {}
-                Fired::Failed(s, e) => fire_failed = Some((s, e)),
-            }
-        }
-        let (spec, send, recv) = if blocking && self.core.cfg.inline && check.is_none() && fire_failed.is_none() {
-            match self.run_inline(key, members, spec, send, recv) {
+        // A nonblocking call made of Sends only never waits inline: it may run there too.
+        let (spec, send, recv) = if self.core.cfg.inline && check.is_none() && (blocking || spec.plan.sends_only) {
+            match self.run_inline(key, members, spec, send, recv, blocking) {
                 Inline::Declined(spec, send, recv) => (spec, send, recv),
                 Inline::Ran => return Ok(key),
             }
@@ -457,12 +443,6 @@ impl Engine {
                 }
             }
             op.check = Some(c);
-        }
-        if let Some((failed, e)) = fire_failed {
-            op.adopt_sent(0..failed);
-            self.ops.insert(key, op);
-            self.fail(key, e);
-            return Ok(key);
         }
         self.ops.insert(key, op);
         self.admit(key, true);
@@ -498,7 +478,8 @@ impl Engine {
 
     /// Hands op `key` (just entered in `ops`) the messages for it that arrived before, then
     /// begins it (`begin`: its schedule from the roots, once checked mode agrees) or runs what is
-    /// ready (an op taking over an inline call), and sends what that queued. A failure fails the op.
+    /// ready (an op taking over an inline call, unless that failed), and sends what that queued. A
+    /// failure fails the op.
     fn admit(&mut self, key: OpKey, begin: bool) {
         // Messages that arrived before we started this collective, in arrival order.
         let mut early = std::mem::take(&mut self.early_mine);
@@ -518,7 +499,7 @@ impl Engine {
             }
             if begin {
                 self.maybe_begin(key)?;
-            } else if let Some(op) = self.ops.get_mut(&key).filter(|o| o.error.is_none()) {
+            } else if let Some(op) = self.ops.get_mut(&key).filter(|o| o.error.is_none() && o.lost.is_none()) {
                 op.run(&mut self.core)?;
             }
             let react =

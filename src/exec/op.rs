@@ -274,15 +274,6 @@ impl Op {
         self.members[peer as usize] as usize
     }
 
-    /// Marks the op started with `sent`, Sends that went out before it existed (`exec::fire`),
-    /// done; the rest are never issued (the op is about to fail).
-    pub fn adopt_sent(&mut self, sent: impl Iterator<Item = StepId>) {
-        self.started = true;
-        for s in sent {
-            self.complete(s);
-        }
-    }
-
     /// Takes over a call that ran inline (`super::inline`) up to here: the steps of `ran` (a
     /// prefix of a topological order) were issued, and are done but for `sending`, Sends whose
     /// write has not completed yet (one write each, tracked in `Core::writes`); `fused` are

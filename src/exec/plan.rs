@@ -41,9 +41,9 @@ pub(crate) struct Plan {
     /// The straight-line order of the steps (`super::straight::order`) for inline calls
     /// (`super::inline`), made on first use.
     pub inline_order: OnceLock<Box<[StepId]>>,
-    /// The steps are all Sends, to distinct peers, without scratch: the engine may send them as
-    /// the call starts, without an op (`super::fire`).
-    pub fire: bool,
+    /// The steps are all Sends, to distinct peers, without scratch ([`sends_only`]): the call runs
+    /// inline even when nonblocking, when its writes complete on return (`super::inline`).
+    pub sends_only: bool,
 }
 
 impl Plan {
@@ -75,9 +75,9 @@ impl Plan {
             .collect();
         let (local_roots, roots) =
             (0..n as StepId).rev().filter(|&i| deps[i as usize] == 0).partition(|&i| local[i as usize]);
-        let fire = super::fire::sends_only(&sched);
+        let sends_only = sends_only(&sched);
         Plan {
-            fire,
+            sends_only,
             sched,
             deps,
             dependents,
@@ -135,4 +135,49 @@ fn fusable(s: &Schedule, dependents: &[Vec<StepId>]) -> Fusion {
         }
     }
     (fuse, from)
+}
+
+/// Whether a plan's steps are all Sends, each to a different peer, with no scratch: a call that
+/// may run inline even when nonblocking (`super::inline`: it never waits there).
+pub(crate) fn sends_only(plan_sched: &Schedule) -> bool {
+    let mut peers = Vec::new();
+    for (_, k, _) in plan_sched.iter() {
+        let StepKind::Send { peer, .. } = *k else { return false };
+        if peers.contains(&peer) {
+            return false;
+        }
+        peers.push(peer);
+    }
+    !peers.is_empty() && plan_sched.scratch.iter().all(|&n| n == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use fabcoll_collectives::{registry, CollArgs, Collective};
+
+    use super::sends_only;
+
+    fn shape(coll: Collective, alg: &str, rank: u32, p: u32, count: u64, segment: Option<u64>) -> bool {
+        let mut a = CollArgs::new(coll, rank, p, count);
+        a.elem_size = 4;
+        if let Some(s) = segment {
+            a.params.set("segment", s);
+        }
+        sends_only(&registry::find(coll, alg).unwrap().schedule(&a).unwrap())
+    }
+
+    #[test]
+    fn only_ranks_that_send_once_to_each_peer_and_nothing_else_qualify() {
+        for p in [2, 3, 8] {
+            assert!(shape(Collective::Bcast, "binomial", 0, p, 10, None), "binomial root, p = {p}");
+            assert!(shape(Collective::Bcast, "linear", 0, p, 10, None), "linear root, p = {p}");
+            assert!(!shape(Collective::Bcast, "binomial", 1, p, 10, None), "a receiver, p = {p}");
+        }
+        // A root that sends a peer several segments, or also receives, takes the engine.
+        assert!(!shape(Collective::Bcast, "binomial", 0, 2, 1000, Some(100)), "segmented");
+        assert!(!shape(Collective::Bcast, "scatter_ring_allgather", 0, 4, 1000, None), "the root also receives");
+        assert!(!shape(Collective::Allreduce, "recursive_doubling", 0, 2, 10, None));
+        // Nothing to send (p = 1) is no sends-only call either.
+        assert!(!shape(Collective::Bcast, "binomial", 0, 1, 10, None));
+    }
 }

@@ -302,7 +302,7 @@ pub fn killed_rank(c: &Communicator, count: usize, limit: Duration, survivors_le
     survivors_leave();
 }
 
-/// A bcast root whose only receiver died: its calls send at once without an op (`exec::fire`)
+/// A bcast root whose only receiver died: its calls send at once without an op (`exec::inline`)
 /// until a write to the dead rank fails; that call ends with an error naming the rank, and the
 /// communicator is broken.
 pub fn root_of_a_dead_receiver(c: &Communicator, limit: Duration) {
