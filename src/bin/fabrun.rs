@@ -42,18 +42,22 @@ struct Cli {
     #[arg(short = 'n', long = "np", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     n: u32,
 
-    /// Fabric the ranks use, passed as FABCOLL_FABRIC: shm, tcp, ofi:tcp, ofi:shm, ofi:<provider>.
-    /// Default: the ranks decide (shm on one node). `local` runs ranks as threads of one process,
-    /// so it cannot be launched as processes: use `fabcoll bench --fabric local -n N`.
-    #[arg(long, value_name = "FABRIC")]
+    // The help texts with `<provider>` and `[rank]` are `help` attributes, not doc comments:
+    // rustdoc would read those as an HTML tag and an intra-doc link.
+    #[arg(
+        long,
+        value_name = "FABRIC",
+        help = "Fabric the ranks use, passed as FABCOLL_FABRIC: shm, tcp, ofi:tcp, ofi:shm, ofi:<provider>. \
+                Default: the ranks decide (shm on one node). `local` runs ranks as threads of one process, so it \
+                cannot be launched as processes: use `fabcoll bench --fabric local -n N`"
+    )]
     fabric: Option<String>,
 
     /// Kill every rank and exit 124 if the job runs longer than this many seconds.
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
 
-    /// Do not prefix output lines with "[rank] ".
-    #[arg(long)]
+    #[arg(long, help = "Do not prefix output lines with \"[rank] \"")]
     no_prefix: bool,
 
     /// Extra environment for every rank (repeatable).
