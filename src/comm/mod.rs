@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::exec::direct::DirectForm;
 use crate::exec::op::{Check, OpSpec};
 use crate::exec::plan::Plan;
-use crate::exec::{Engine, ExecConfig, OpKey, Stats, Waiter};
+use crate::exec::{Engine, ExecConfig, OpKey, Started, Stats, Waiter};
 use crate::select::{self, Decisions, FabricClass, Features};
 
 /// Per-call options: force an algorithm by name and set its parameters (see the registry's
@@ -321,7 +321,7 @@ impl Communicator {
     /// Starts a call; the buffers behind `call` must stay lent until the op is waited for. A
     /// `blocking` call is waited for right away: the engine may run it to its end inside the start
     /// (`exec::inline`).
-    fn start(&self, call: &Call<'_>, opts: &Options, blocking: bool) -> Result<OpKey> {
+    fn start(&self, call: &Call<'_>, opts: &Options, blocking: bool) -> Result<Started> {
         let (spec, args) = self.plan(call, opts, self.check)?;
         self.start_planned(call, spec, args, blocking)
     }
@@ -333,7 +333,7 @@ impl Communicator {
         spec: OpSpec,
         args: Option<Arc<CollArgs>>,
         blocking: bool,
-    ) -> Result<OpKey> {
+    ) -> Result<Started> {
         let mut eng = self.lock();
         let check = args.map(|args| {
             // The executor settings every rank must share (they decide eager vs zero-copy per
@@ -384,16 +384,24 @@ impl Communicator {
             if args.is_some_and(|a| direct::unsegmented(&a) && fits(&a)) {
                 return self.run_direct(call, opts, &spec);
             }
-            let key = self.start_planned(call, spec, None, true)?;
-            return self.wait_with(key, Waiter::fresh());
+            let started = self.start_planned(call, spec, None, true)?;
+            return self.finish(started);
         }
         self.run_engine(call, opts)
     }
 
     /// A blocking call on the engine.
     fn run_engine(&self, call: &Call<'_>, opts: &Options) -> Result<()> {
-        let key = self.start(call, opts, true)?;
-        self.wait_with(key, Waiter::fresh())
+        let started = self.start(call, opts, true)?;
+        self.finish(started)
+    }
+
+    /// Waits for a blocking call the engine started, unless it already ran to its end.
+    fn finish(&self, started: Started) -> Result<()> {
+        match started {
+            Started::Done => Ok(()),
+            Started::Pending(key) => self.wait_with(key, Waiter::fresh()),
+        }
     }
 
     /// The algorithm the default selection (or `FABCOLL_ALGO`) would run for `call`.

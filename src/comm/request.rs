@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use super::call::{Call, Collectives};
 use super::{Communicator, Options};
 use crate::error::{Error, Result};
-use crate::exec::OpKey;
+use crate::exec::{OpKey, Started};
 
 /// Collectives started in a scope run concurrently (several outstanding on one communicator);
 /// see [`Communicator::scope`].
@@ -51,7 +51,9 @@ impl<'scope> Collectives<'scope> for Scope<'scope, '_> {
     }
 
     fn submit(&self, call: &Call<'scope>) -> Result<Request<'scope>> {
-        let key = self.comm.start(call, &self.opts.borrow(), false)?;
+        let Started::Pending(key) = self.comm.start(call, &self.opts.borrow(), false)? else {
+            return Err(Error::Protocol("the engine finished a nonblocking call without giving it a key".into()));
+        };
         self.keys.borrow_mut().push(key);
         Ok(Request { comm: self.comm, key, done: false })
     }

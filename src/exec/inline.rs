@@ -67,8 +67,10 @@ use crate::error::Error;
 pub(super) enum Inline {
     /// Not inline: start an op with these as usual.
     Declined(OpSpec, Bound, Bound),
-    /// The call ran to its end (its key is among the engine's fired calls) or was handed over
-    /// to an op: wait for its key.
+    /// A blocking call ran to its end: nothing is left to wait for, and its key is never taken.
+    Done,
+    /// A nonblocking call ran to its end (its key is among the engine's fired calls), or the call
+    /// was handed over to an op: wait for its key.
     Ran,
 }
 
@@ -159,21 +161,32 @@ impl Engine {
         let mut w = Wait::default();
         let mut ran = 0;
         let stop = self.inline_steps(key, members, &call.spec, order, &bufs, &mut st, &mut w, &mut ran);
-        match stop {
+        let ended = match stop {
             None if st.arrived.is_empty() => {
                 self.give_back_scratch(&mut call.scratch);
                 st.scratch = call.scratch;
                 if call.spec.plan.sends_only {
                     self.core.stats.fired_calls += 1;
                 }
-                self.fired.push((key, call.spec.alg));
+                if blocking {
+                    Inline::Done
+                } else {
+                    self.fired.push((key, call.spec.alg));
+                    Inline::Ran
+                }
             }
             // Done, but a message for the call matched none of its Recvs: the op reports it.
-            None => self.hand_over(key, members, call, ran, &st, &w, None),
-            Some(e) => self.hand_over(key, members, call, ran, &st, &w, e),
-        }
+            None => {
+                self.hand_over(key, members, call, ran, &st, &w, None);
+                Inline::Ran
+            }
+            Some(e) => {
+                self.hand_over(key, members, call, ran, &st, &w, e);
+                Inline::Ran
+            }
+        };
         self.inline = st;
-        Inline::Ran
+        ended
     }
 
     /// Returns the registered buffers of `scratch` to the pool and empties it.

@@ -46,6 +46,15 @@ pub(crate) struct OpKey {
     pub seq: u64,
 }
 
+/// What [`Engine::start`] did with a call.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Started {
+    /// A blocking call ran to its end inline: there is nothing to wait for.
+    Done,
+    /// Wait for (then take) this key.
+    Pending(OpKey),
+}
+
 /// A communicator's view inside the engine.
 pub(crate) struct CtxState {
     /// Endpoint rank → communicator rank ([`NOT_A_MEMBER`] for endpoints outside the context).
@@ -393,8 +402,9 @@ impl Engine {
         self.pinned.retain(|m| !(m.as_ptr() == mr.as_ptr() && m.len() == mr.len() && m.remote() == mr.remote()));
     }
 
-    /// Starts a collective on context `ctx`; returns its key. Buffers are already bound. A
-    /// `blocking` call (waited for right after) may run inline to its end here (`inline`).
+    /// Starts a collective on context `ctx`. Buffers are already bound. A `blocking` call (waited
+    /// for right after) may run inline to its end here (`inline`): then it is [`Started::Done`],
+    /// else its key is to be waited for; a nonblocking call always gets a key.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &mut self,
@@ -405,7 +415,7 @@ impl Engine {
         recv: Bound,
         check: Option<op::Check>,
         blocking: bool,
-    ) -> Result<OpKey> {
+    ) -> Result<Started> {
         let st = self.ctxs.get_mut(&ctx).ok_or_else(|| Error::Protocol(format!("unknown context {ctx}")))?;
         if let Some(why) = &st.broken {
             return Err(Error::Broken(why.clone()));
@@ -422,7 +432,8 @@ impl Engine {
         let (spec, send, recv) = if self.core.cfg.inline && check.is_none() && (blocking || spec.plan.sends_only) {
             match self.run_inline(key, members, spec, send, recv, blocking) {
                 Inline::Declined(spec, send, recv) => (spec, send, recv),
-                Inline::Ran => return Ok(key),
+                Inline::Done => return Ok(Started::Done),
+                Inline::Ran => return Ok(Started::Pending(key)),
             }
         } else {
             (spec, send, recv)
@@ -446,7 +457,7 @@ impl Engine {
         }
         self.ops.insert(key, op);
         self.admit(key, true);
-        Ok(key)
+        Ok(Started::Pending(key))
     }
 
     /// Registered scratch buffers for `spec`'s plan, appended to `into`.
