@@ -103,6 +103,47 @@ fn local_allreduce_csv_back_to_back() {
     check_allreduce_rows(&parse_csv(&out), 2, "local");
 }
 
+/// The counters of one `--stats` line (`stats rank=R bytes=B calls=C name=value …`).
+fn stats_of(line: &str) -> HashMap<String, u64> {
+    let rest = line.split_once("stats ").unwrap_or_else(|| panic!("not a stats line: {line}")).1;
+    rest.split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or_else(|| panic!("{kv:?} in {line}"));
+            (k.to_owned(), v.parse().unwrap_or_else(|_| panic!("{kv:?} in {line}")))
+        })
+        .collect()
+}
+
+/// `--stats`: every rank reports, per size, what its engine counted; the root of a bcast sent at
+/// least one message per call (whatever path it took) and the receiver copied its bytes once.
+#[test]
+fn stats_report_each_ranks_counters_per_size() {
+    let args = ["bench", "--fabric", "local", "-n", "2", "--op", "bcast", "--min-size", "8", "--max-size", "4K"];
+    let (ok, out, err) =
+        run(FABCOLL, &[&args[..], &["--sync", "none", "--iters", "20", "--warmup", "5", "--stats"]].concat());
+    assert!(ok, "{err}");
+    assert!(!out.contains("stats rank="), "the counters go to stderr: {out}");
+    let lines: Vec<HashMap<String, u64>> = err.lines().filter(|l| l.starts_with("stats ")).map(stats_of).collect();
+    assert_eq!(lines.len(), 2 * 10, "one line per rank and size (8 B to 4 KiB): {err}");
+    for l in &lines {
+        let bytes = l["bytes"];
+        // Back to back: a timed block and a timed per-call pass of 20 calls each, 5 warm-ups.
+        assert_eq!(l["calls"], 45, "{l:?}");
+        let got = |keys: &[&str]| keys.iter().map(|k| l.get(*k).copied().unwrap_or(0)).sum::<u64>();
+        if l["rank"] == 0 {
+            // Plus the two barriers before the timed passes: counts are per size, not totals.
+            let msgs = got(&["eager_msgs", "zcopy_msgs", "direct_msgs"]);
+            assert!((45..=55).contains(&msgs), "the root sends one message per call: {l:?}");
+        } else {
+            let received = got(&["eager_copy_bytes", "eager_fused_bytes", "direct_copy_bytes", "direct_fused_bytes"]);
+            assert!(received >= 45 * bytes, "the receiver takes {bytes} B per call: {l:?}");
+        }
+    }
+    let (ok, _, err) = run(FABCOLL, &args);
+    assert!(ok, "{err}");
+    assert!(!err.contains("stats rank="), "no counters without --stats: {err}");
+}
+
 #[test]
 fn shm_allreduce_csv_under_fabrun() {
     let mut args = vec!["-n", "2", "--timeout", "100", "--fabric", "shm", FABCOLL, "bench"];

@@ -125,6 +125,12 @@ struct BenchArgs {
     /// application that uses the result does; OSU and nccl-tests do not.
     #[arg(long)]
     touch: bool,
+    /// After each size every rank prints to stderr what its engine counted during that size's
+    /// calls (warm-ups and the untimed barriers included): eager and zero-copy messages and
+    /// bytes, rendezvous requests and grants, calls run inline and handed over, direct-path
+    /// messages, transport copies, registrations. Counters that stayed 0 are left out.
+    #[arg(long)]
+    stats: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -227,6 +233,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         min_iters: a.min_iters,
         check: a.check,
         pace: bench::Pace { barrier: a.sync == Sync::Barrier, touch: a.touch, block: false },
+        stats: a.stats,
     };
     let local = a.fabric.as_deref() == Some("local");
     let meta = |fabric: String, ranks: u32| Meta {

@@ -258,6 +258,47 @@ pub struct Stats {
     pub cache_hits: u64,
 }
 
+/// `Stats::counters` and `Stats::since` over the one list of counters.
+macro_rules! stats_counters {
+    ($($f:ident),* $(,)?) => {
+        impl Stats {
+            /// Every counter with its name, in declaration order (for reports).
+            pub fn counters(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($f), self.$f)),*]
+            }
+
+            /// What was counted after `earlier`, a snapshot of the same engine taken before
+            /// (e.g. around one phase of a program).
+            pub fn since(&self, earlier: &Stats) -> Stats {
+                Stats { $($f: self.$f.saturating_sub(earlier.$f)),* }
+            }
+        }
+    };
+}
+
+stats_counters!(
+    eager_msgs,
+    eager_bytes,
+    eager_copy_bytes,
+    eager_fused_bytes,
+    zcopy_msgs,
+    zcopy_bytes,
+    zcopy_copy_bytes,
+    rts_msgs,
+    grants,
+    fired_calls,
+    inline_calls,
+    inline_handovers,
+    local_copy_bytes,
+    reduce_bytes,
+    direct_msgs,
+    direct_bytes,
+    direct_copy_bytes,
+    direct_fused_bytes,
+    registrations,
+    cache_hits,
+);
+
 impl Stats {
     /// All bytes copied by the transport paths (eager, zero-copy, direct).
     pub fn transport_copy_bytes(&self) -> u64 {
@@ -279,6 +320,22 @@ mod tests {
         assert!(net.eager_threshold <= net.slot_size, "the eager limit is capped at the slot size");
         // Everything but the eager ring is the same.
         assert_eq!((net.timeout, net.mr_cache, net.spin), (node.timeout, node.mr_cache, node.spin));
+    }
+
+    #[test]
+    fn stats_since_counts_every_counter_and_lists_them_all() {
+        let earlier = Stats { eager_msgs: 3, rts_msgs: 1, cache_hits: 7, ..Stats::default() };
+        let later = Stats { eager_msgs: 10, rts_msgs: 1, cache_hits: 9, direct_bytes: 64, ..Stats::default() };
+        let d = later.since(&earlier);
+        assert_eq!(d, Stats { eager_msgs: 7, cache_hits: 2, direct_bytes: 64, ..Stats::default() });
+        assert_eq!(earlier.since(&later).eager_msgs, 0, "a later snapshot never gives negative counts");
+        // Every field is listed (a new counter left out of the list would not compile in `since`,
+        // whose struct literal names every field).
+        let names: Vec<&str> = d.counters().iter().map(|&(n, _)| n).collect();
+        assert_eq!(names.len(), 20);
+        assert_eq!((names[0], names[19]), ("eager_msgs", "cache_hits"));
+        let nonzero: Vec<(&str, u64)> = d.counters().into_iter().filter(|&(_, v)| v > 0).collect();
+        assert_eq!(nonzero, [("eager_msgs", 7), ("direct_bytes", 64), ("cache_hits", 2)]);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use fabcoll::collectives::Collective;
-use fabcoll::{Collectives, Communicator, Options, ReduceOp, WithOptions};
+use fabcoll::{Collectives, Communicator, Options, ReduceOp, Stats, WithOptions};
 
 use crate::ops::{self, BenchElem, Shape};
 
@@ -26,6 +26,8 @@ pub struct Config {
     pub check: bool,
     /// What happens between timed iterations.
     pub pace: Pace,
+    /// Every rank prints its engine's counters for the timed calls of each size (stderr).
+    pub stats: bool,
 }
 
 /// What happens after each timed call, untimed.
@@ -155,6 +157,14 @@ fn read_every_line<T: BenchElem>(buf: &[T]) {
     std::hint::black_box(sum);
 }
 
+/// One rank's `--stats` line: the counters that moved during a size's timed calls.
+fn stats_line(rank: u32, bytes: u64, calls: usize, d: &Stats) -> String {
+    let moved: Vec<String> =
+        d.counters().into_iter().filter(|&(_, v)| v > 0).map(|(name, v)| format!("{name}={v}")).collect();
+    let moved = if moved.is_empty() { "nothing counted".to_owned() } else { moved.join(" ") };
+    format!("stats rank={rank} bytes={bytes} calls={calls} {moved}")
+}
+
 /// Runs the sweep on this rank; `emit` gets each row on rank 0. Returns whether every check
 /// passed (always true without `--check`).
 pub fn run(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row)) -> Result<bool, String> {
@@ -213,6 +223,7 @@ fn sweep<T: BenchElem>(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row
         }
         let (iters, warmup) = cfg.iterations(s.bytes);
         let back_to_back = !cfg.pace.barrier && !cfg.pace.touch;
+        let before = cfg.stats.then(|| c.stats());
         let block = if back_to_back {
             Some(timed_calls(c, &w, s, send, recv, iters, warmup, Pace { block: true, ..cfg.pace })?[0])
         } else {
@@ -220,6 +231,11 @@ fn sweep<T: BenchElem>(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row
         };
         let warmup_left = if back_to_back { 0 } else { warmup };
         let samples = timed_calls(c, &w, s, send, recv, iters, warmup_left, cfg.pace)?;
+        if let Some(before) = before {
+            // Warm-ups, and with --sync barrier the barriers, are counted too.
+            let calls = iters * if back_to_back { 2 } else { 1 } + warmup;
+            eprintln!("{}", stats_line(r, s.bytes, calls, &c.stats().since(&before)));
+        }
         let avg = block.unwrap_or(if iters == 0 { 0.0 } else { samples.iter().sum::<f64>() / iters as f64 });
         let mut avgs = vec![0f64; if r == 0 { p as usize } else { 0 }];
         c.gather(&[avg][..], &mut avgs[..], 0).map_err(err)?;
