@@ -60,18 +60,16 @@ use fabcoll_fabric::{Completion, SILENT_WRITE};
 use super::op::{receive_eager, run_local, Bound, Bufs, OpSpec, Parts};
 use super::plan::{Plan, NOT_FUSED};
 use super::proto::Imm;
-use super::{seq_match, Early, EarlyWhat, Engine, OpKey, BUSY_PEER_SPIN, CLOCK_EVERY};
+use super::{seq_match, Early, EarlyWhat, Engine, OpKey, Started, BUSY_PEER_SPIN, CLOCK_EVERY};
 use crate::error::Error;
 
 /// How [`Engine::run_inline`] ended.
 pub(super) enum Inline {
     /// Not inline: start an op with these as usual.
     Declined(OpSpec, Bound, Bound),
-    /// A blocking call ran to its end: nothing is left to wait for, and its key is never taken.
-    Done,
-    /// A nonblocking call ran to its end (its key is among the engine's fired calls), or the call
-    /// was handed over to an op: wait for its key.
-    Ran,
+    /// The call ran inline: to its end ([`Started::Done`] when blocking; a nonblocking one's key
+    /// is among the engine's fired calls) or until it was handed over to an op.
+    Ran(Started),
 }
 
 /// Per-engine state of inline calls, reused call after call.
@@ -169,24 +167,24 @@ impl Engine {
                     self.core.stats.fired_calls += 1;
                 }
                 if blocking {
-                    Inline::Done
+                    Started::Done
                 } else {
                     self.fired.push((key, call.spec.alg));
-                    Inline::Ran
+                    Started::Pending(key)
                 }
             }
             // Done, but a message for the call matched none of its Recvs: the op reports it.
             None => {
                 self.hand_over(key, members, call, ran, &st, &w, None);
-                Inline::Ran
+                Started::Pending(key)
             }
             Some(e) => {
                 self.hand_over(key, members, call, ran, &st, &w, e);
-                Inline::Ran
+                Started::Pending(key)
             }
         };
         self.inline = st;
-        ended
+        Inline::Ran(ended)
     }
 
     /// Returns the registered buffers of `scratch` to the pool and empties it.

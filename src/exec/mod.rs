@@ -432,8 +432,7 @@ impl Engine {
         let (spec, send, recv) = if self.core.cfg.inline && check.is_none() && (blocking || spec.plan.sends_only) {
             match self.run_inline(key, members, spec, send, recv, blocking) {
                 Inline::Declined(spec, send, recv) => (spec, send, recv),
-                Inline::Done => return Ok(Started::Done),
-                Inline::Ran => return Ok(Started::Pending(key)),
+                Inline::Ran(started) => return Ok(started),
             }
         } else {
             (spec, send, recv)
