@@ -96,7 +96,9 @@ impl PlanCache {
     /// The remembered planning of a call with these arguments and options, if any.
     pub fn choice(&mut self, call: &CollArgs, algorithm: Option<&str>, params: &Params) -> Option<&Choice> {
         let i = self.choices.iter().position(|c| c.key.is(call, algorithm, params))?;
-        self.choices[..=i].rotate_right(1);
+        if i > 0 {
+            self.choices[..=i].rotate_right(1);
+        }
         self.choices.first()
     }
 

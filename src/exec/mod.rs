@@ -143,8 +143,9 @@ pub(crate) struct Engine {
     spare: Vec<Box<Op>>,
     /// Calls done as they started, without an op (`inline`), not yet taken, and their algorithms.
     fired: Vec<(OpKey, &'static str)>,
-    /// Reused state of inline calls (`inline`).
-    inline: InlineState,
+    /// Reused state of inline calls (`inline`), boxed so that taking it for a call and putting it
+    /// back moves a pointer and drops nothing.
+    inline: Option<Box<InlineState>>,
     pub next_ctx: u32,
     comp: Vec<Completion>,
     /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
@@ -230,7 +231,7 @@ impl Engine {
             early_mine: Vec::new(),
             spare: Vec::new(),
             fired: Vec::new(),
-            inline: InlineState::default(),
+            inline: Some(Box::default()),
             next_ctx: 1,
             comp: Vec::new(),
             pinned: Vec::new(),
@@ -461,6 +462,9 @@ impl Engine {
 
     /// Registered scratch buffers for `spec`'s plan, appended to `into`.
     fn bind_scratch(&mut self, spec: &OpSpec, into: &mut Vec<Bound>) -> Result<()> {
+        if spec.plan.sched.scratch.is_empty() {
+            return Ok(());
+        }
         let elem = spec.dtype.size();
         for &len in &spec.plan.sched.scratch {
             let bytes = len as usize * elem;

@@ -32,7 +32,6 @@
 //! write-after-write order), so `ordered_writes` is false: protocols learn arrival from immediates.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::endpoint::{OfiConfig, OfiEndpoint, OfiEvent, OfiMr, RemoteRegion};
@@ -40,6 +39,7 @@ use super::error::OfiError;
 use super::raw::Info;
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress, SILENT_WRITE};
 use crate::error::{Error, Result};
+use crate::keymap::KeyMap;
 use crate::mr::{check_write, Access, AlignedBuf, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
 use crate::wait::{poll_until, WaitPolicy};
 use crate::Config;
@@ -141,7 +141,9 @@ pub struct OfiBackend {
     rank_bits: u32,
     wait: WaitPolicy,
     inserted: bool,
-    inflight: HashMap<u64, InFlight>,
+    /// Writes awaiting their completion, by `OpId` (hashed by [`KeyHasher`](crate::keymap::KeyHasher): SipHash cost
+    /// ~300 instructions per write, callgrind).
+    inflight: KeyMap<u64, InFlight>,
     events: Vec<OfiEvent>,
     /// How long `wait` yields between polls after the last event before it sleeps ([`OfiConfig::busy_wait`]).
     busy_wait: Duration,
@@ -192,7 +194,7 @@ impl OfiBackend {
             rank_bits,
             wait,
             inserted: false,
-            inflight: HashMap::new(),
+            inflight: KeyMap::default(),
             events: Vec::new(),
             busy_wait: oc.busy_wait,
             idle_since: None,

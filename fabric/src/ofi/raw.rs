@@ -4,6 +4,7 @@
 //! domains with `FI_THREAD_DOMAIN`), which makes the wrappers `Send + Sync`.
 
 use std::ffi::{c_void, CStr, CString};
+use std::mem::MaybeUninit;
 use std::ptr::{self, addr_of_mut};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -278,13 +279,16 @@ impl Cq {
 
     /// Reads up to `out.capacity()` events (appending); returns how many. Drives manual progress.
     pub(crate) fn read(&self, out: &mut Vec<CqEvent>, max: usize) -> Result<usize, OfiError> {
-        let mut buf = [sys::fi_cq_tagged_entry::default(); 16];
+        // Not zeroed: the provider fills the entries it returns, and only those are read (zeroing
+        // the 768 bytes cost ~50 instructions per read, callgrind).
+        let mut buf = [const { MaybeUninit::<sys::fi_cq_tagged_entry>::uninit() }; 16];
         let n = max.min(buf.len());
         let _g = self.domain.lock();
         // SAFETY: buf has room for n tagged entries, the CQ format.
         let ret = unsafe { sys::fabcoll_fi_cq_read(self.ptr, buf.as_mut_ptr().cast(), n) };
         if ret >= 0 {
-            out.extend(buf[..ret as usize].iter().map(|e| CqEvent::Ok(*e)));
+            // SAFETY: fi_cq_read wrote `ret` (<= n) entries at the start of buf.
+            out.extend(buf[..ret as usize].iter().map(|e| CqEvent::Ok(unsafe { e.assume_init() })));
             return Ok(ret as usize);
         }
         if -ret == sys::FI_EAGAIN as isize {
