@@ -221,6 +221,26 @@ pub trait Endpoint: Send {
     /// [`Caps::inline_completion`] bytes: that write is complete on return and reports nothing.
     fn write(&mut self, peer: usize, src: LocalRange<'_>, dst: RemoteRange, imm: Option<u64>, ctx: u64) -> Result<()>;
 
+    /// [`Endpoint::write`] for a caller that waits for the write's local completion next (a
+    /// blocking call's eager Sends): `Ok(true)` when the write completed within this call, and
+    /// then no [`Completion::WriteDone`] is reported for it; `Ok(false)` when it is in flight, and
+    /// its `WriteDone` (or `WriteError`) comes through `poll` as after `write`.
+    ///
+    /// A backend whose completion of a larger write is usually ready as soon as it is posted
+    /// (ofi `net` hands the bytes to the socket inside `fi_writedata`) looks for it once, which
+    /// spares the completion its way through `poll` and the caller's bookkeeping. The default
+    /// is `write`, then `false`.
+    fn write_settled(
+        &mut self,
+        peer: usize,
+        src: LocalRange<'_>,
+        dst: RemoteRange,
+        imm: Option<u64>,
+        ctx: u64,
+    ) -> Result<bool> {
+        self.write(peer, src, dst, imm, ctx).map(|()| false)
+    }
+
     /// Send a small tagged control message (≤ `Caps::max_ctrl` bytes); copied, no completion.
     fn send_ctrl(&mut self, peer: usize, tag: u64, data: &[u8]) -> Result<()>;
 

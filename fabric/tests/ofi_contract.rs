@@ -33,6 +33,14 @@ fn scenarios(job: support::Job, provider: &str) {
         local_common::ring(&mut *ep, &mut inbox, len).unwrap();
         local_common::ring_with(&mut *ep, &mut inbox, len, true).unwrap();
     }
+    // Settled writes: an injected one always settles; on net a 1 KiB write is complete as soon
+    // as it is posted (the bytes went to the socket), which is what the look is for.
+    for len in [8, 1024, 64 << 10] {
+        let settled = local_common::settled_ring(&mut *ep, &mut inbox, len).unwrap();
+        if len <= caps.inline_completion {
+            assert!(settled, "an injected write of {len} B did not settle");
+        }
+    }
     // Largest immediate that fits travels intact (the initiator's rank rides above it).
     let max_imm = if caps.imm_bits >= 64 { u64::MAX } else { (1u64 << caps.imm_bits) - 1 };
     imm_ring(&mut *ep, &mut inbox, max_imm);

@@ -24,6 +24,9 @@ fn scenarios(ep: &mut dyn Endpoint) -> Result<(), String> {
         local_common::ring(ep, &mut inbox, len)?;
         local_common::ring_with(ep, &mut inbox, len, true)?;
     }
+    for len in [8, 1024, 64 * 1024] {
+        local_common::settled_ring(ep, &mut inbox, len)?;
+    }
     local_common::ctrl_both_ways(ep, &mut inbox, 100)
 }
 

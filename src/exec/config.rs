@@ -244,6 +244,9 @@ pub struct Stats {
     /// to an op halfway (a rendezvous, a long wait, an error).
     pub inline_calls: u64,
     pub inline_handovers: u64,
+    /// Eager writes of inline calls whose completion was there as soon as they were posted
+    /// (`Endpoint::write_settled`): no completion to wait for.
+    pub settled_writes: u64,
     /// Bytes moved by the algorithms' own Copy steps (not transport copies) and Reduce steps.
     pub local_copy_bytes: u64,
     pub reduce_bytes: u64,
@@ -289,6 +292,7 @@ stats_counters!(
     fired_calls,
     inline_calls,
     inline_handovers,
+    settled_writes,
     local_copy_bytes,
     reduce_bytes,
     direct_msgs,
@@ -332,8 +336,8 @@ mod tests {
         // Every field is listed (a new counter left out of the list would not compile in `since`,
         // whose struct literal names every field).
         let names: Vec<&str> = d.counters().iter().map(|&(n, _)| n).collect();
-        assert_eq!(names.len(), 20);
-        assert_eq!((names[0], names[19]), ("eager_msgs", "cache_hits"));
+        assert_eq!(names.len(), 21);
+        assert_eq!((names[0], names[20]), ("eager_msgs", "cache_hits"));
         let nonzero: Vec<(&str, u64)> = d.counters().into_iter().filter(|&(_, v)| v > 0).collect();
         assert_eq!(nonzero, [("eager_msgs", 7), ("direct_bytes", 64), ("cache_hits", 2)]);
     }

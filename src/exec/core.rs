@@ -32,6 +32,17 @@ pub(crate) struct Core {
     pub pool: Vec<Mr>,
 }
 
+/// How the completion of an eager write is followed ([`Core::write_eager`]).
+pub enum Completes {
+    /// Complete when written (at most `Caps::inline_completion` bytes): reports nothing.
+    Inline,
+    /// Reported as write `wid` (from [`Core::new_write`]).
+    As(u64),
+    /// The caller waits for it next (an inline call's Send of `(key, step)`): taken at once if it
+    /// is there (`Endpoint::write_settled`), else entered as a write of that step.
+    Settle(OpKey, u32),
+}
+
 impl Core {
     pub fn new_write(&mut self, key: OpKey, step: u32) -> u64 {
         self.next_write += 1;
@@ -46,7 +57,8 @@ impl Core {
         gid
     }
 
-    /// An eager message: `bytes` at `off` of `mr` into a slot of `peer`'s ring (`dst`), counted.
+    /// An eager message: `bytes` at `off` of `mr` into a slot of `peer`'s ring (`dst`), counted;
+    /// its completion followed as `how` says. Whether it completed already (inline, or settled).
     #[allow(clippy::too_many_arguments)]
     pub fn write_eager(
         &mut self,
@@ -56,14 +68,32 @@ impl Core {
         bytes: usize,
         dst: RemoteRange,
         imm: u64,
-        wid: u64,
-    ) -> Result<()> {
+        how: Completes,
+    ) -> Result<bool> {
         self.stats.eager_msgs += 1;
         self.stats.eager_bytes += bytes as u64;
-        self.write(peer, mr, off, bytes, dst, Some(imm), wid)
+        match how {
+            Completes::Inline => self.write(peer, mr, off, bytes, dst, Some(imm), SILENT_WRITE, false).map(|_| true),
+            Completes::As(wid) => self.write(peer, mr, off, bytes, dst, Some(imm), wid, false),
+            Completes::Settle(key, step) => {
+                // The id is entered only if the write stays in flight (its `WriteDone` comes
+                // through a later poll).
+                let wid = self.next_write + 1;
+                let settled = self.write(peer, mr, off, bytes, dst, Some(imm), wid, true)?;
+                self.next_write = wid;
+                if settled {
+                    self.stats.settled_writes += 1;
+                } else {
+                    self.writes.insert(wid, (key, step));
+                }
+                Ok(settled)
+            }
+        }
     }
 
-    /// A write, retried while the fabric is busy (polling meanwhile so peers can drain).
+    /// A write, retried while the fabric is busy (polling meanwhile so peers can drain); with
+    /// [`Endpoint::write_settled`](fabcoll_fabric::Endpoint::write_settled) if `settle`. Whether
+    /// the write completed already (always `false` without `settle`).
     #[allow(clippy::too_many_arguments)]
     pub fn write(
         &mut self,
@@ -74,11 +104,18 @@ impl Core {
         dst: RemoteRange,
         imm: Option<u64>,
         wid: u64,
-    ) -> Result<()> {
+        settle: bool,
+    ) -> Result<bool> {
         let mut deadline = None;
         loop {
-            match self.ep.write(peer, mr.slice(off, len)?, dst, imm, wid) {
-                Ok(()) => return Ok(()),
+            let src = mr.slice(off, len)?;
+            let res = if settle {
+                self.ep.write_settled(peer, src, dst, imm, wid)
+            } else {
+                self.ep.write(peer, src, dst, imm, wid).map(|()| false)
+            };
+            match res {
+                Ok(settled) => return Ok(settled),
                 Err(e) if e.is_busy() => {
                     self.ep.poll(&mut self.backlog)?;
                     let now = Instant::now();

@@ -20,6 +20,7 @@ use fabcoll_collectives::schedule::{Buf, Region, StepId, StepKind};
 use fabcoll_collectives::Collective;
 use fabcoll_fabric::{Mr, SILENT_WRITE};
 
+use super::core::Completes;
 use super::fasthash::{FastMap, FastSet};
 use super::plan::{Plan, NOT_FUSED};
 use super::proto::GrantEntry;
@@ -411,12 +412,12 @@ impl Op {
                 let off = base + src.off as usize * self.elem;
                 if core.caps.completes_inline(bytes) {
                     // Complete on return: no completion to track.
-                    core.write_eager(ep, mr, off, bytes, dst, imm, SILENT_WRITE)?;
+                    core.write_eager(ep, mr, off, bytes, dst, imm, Completes::Inline)?;
                     self.complete(s);
                     return Ok(());
                 }
                 let wid = core.new_write(self.key, s);
-                core.write_eager(ep, mr, off, bytes, dst, imm, wid)?;
+                core.write_eager(ep, mr, off, bytes, dst, imm, Completes::As(wid))?;
                 self.pending[s as usize] = 1;
                 return Ok(());
             }
@@ -449,7 +450,7 @@ impl Op {
             let len = seg.min(bytes - off);
             let dst = g.mr.slice(g.off as usize + off, len)?;
             let wid = if inline { SILENT_WRITE } else { core.new_write(self.key, s) };
-            core.write(ep, &mr, base + src.off as usize * self.elem + off, len, dst, Some(imm), wid)?;
+            core.write(ep, &mr, base + src.off as usize * self.elem + off, len, dst, Some(imm), wid, false)?;
             off += len;
             n += 1;
         }

@@ -34,7 +34,7 @@
 use std::any::Any;
 use std::time::{Duration, Instant};
 
-use super::endpoint::{OfiConfig, OfiEndpoint, OfiEvent, OfiMr, RemoteRegion};
+use super::endpoint::{OfiConfig, OfiEndpoint, OfiEvent, OfiMr, OpId, RemoteRegion};
 use super::error::OfiError;
 use super::raw::Info;
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress, SILENT_WRITE};
@@ -144,6 +144,9 @@ pub struct OfiBackend {
     /// Writes awaiting their completion, by `OpId` (hashed by [`KeyHasher`](crate::keymap::KeyHasher): SipHash cost
     /// ~300 instructions per write, callgrind).
     inflight: KeyMap<u64, InFlight>,
+    /// An error the endpoint reported while `write_settled` looked for its write's completion:
+    /// the next `poll` returns it.
+    deferred: Option<OfiError>,
     events: Vec<OfiEvent>,
     /// How long `wait` yields between polls after the last event before it sleeps ([`OfiConfig::busy_wait`]).
     busy_wait: Duration,
@@ -195,6 +198,7 @@ impl OfiBackend {
             wait,
             inserted: false,
             inflight: KeyMap::default(),
+            deferred: None,
             events: Vec::new(),
             busy_wait: oc.busy_wait,
             idle_since: None,
@@ -332,8 +336,81 @@ impl Endpoint for OfiBackend {
     }
 
     fn write(&mut self, peer: usize, src: LocalRange<'_>, dst: RemoteRange, imm: Option<u64>, ctx: u64) -> Result<()> {
+        if let Some(op) = self.post(peer, &src, &dst, imm, ctx)? {
+            self.inflight.insert(op.0, InFlight { ctx, peer, key: dst.mr.key, _src: src.mr.clone() });
+        }
+        Ok(())
+    }
+
+    fn write_settled(
+        &mut self,
+        peer: usize,
+        src: LocalRange<'_>,
+        dst: RemoteRange,
+        imm: Option<u64>,
+        ctx: u64,
+    ) -> Result<bool> {
+        let Some(op) = self.post(peer, &src, &dst, imm, ctx)? else {
+            // A silent write, complete on return.
+            return Ok(true);
+        };
+        // A provider error while looking is `poll`'s to report (as it would have been without
+        // the look), so the write stays in flight and the error waits there.
+        let settled = match self.ep.take_done(op) {
+            Ok(done) => done,
+            Err(e) => {
+                self.deferred.get_or_insert(e);
+                false
+            }
+        };
+        if !settled {
+            self.inflight.insert(op.0, InFlight { ctx, peer, key: dst.mr.key, _src: src.mr.clone() });
+        }
+        Ok(settled)
+    }
+
+    fn send_ctrl(&mut self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
         self.check_peer(peer)?;
-        check_write(peer, &src, &dst)?;
+        self.ep.send_ctrl(peer, tag, data).map_err(|e| self.err(e))
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
+        if let Some(e) = self.deferred.take() {
+            return Err(to_error(&self.caps.provider, e));
+        }
+        self.ep.poll(&mut self.events).map_err(|e| to_error(&self.caps.provider, e))?;
+        let n = self.translate(out);
+        if n > 0 {
+            self.idle_since = None;
+        }
+        Ok(n)
+    }
+
+    fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
+        poll_until(self, self.wait, timeout, out, Self::poll, Self::idle, |ep, after| Error::Timeout {
+            after,
+            what: format!("a completion on ofi:{} rank {}", ep.caps.provider, ep.rank()),
+        })
+    }
+
+    fn map_remote(&mut self, _peer: usize, _mr: &RemoteMr) -> Result<Mapping> {
+        Err(Error::Unsupported { backend: "ofi", what: "direct load/store of a peer's registration".into() })
+    }
+}
+
+impl OfiBackend {
+    /// Checks and posts a write (see [`Endpoint::write`]); the id of its completion to come, or
+    /// `None` for a `SILENT_WRITE` that completed inline.
+    fn post(
+        &mut self,
+        peer: usize,
+        src: &LocalRange<'_>,
+        dst: &RemoteRange,
+        imm: Option<u64>,
+        ctx: u64,
+    ) -> Result<Option<OpId>> {
+        self.check_peer(peer)?;
+        check_write(peer, src, dst)?;
         let imm = match imm {
             Some(v) if self.caps.imm_bits < 64 && v >> self.caps.imm_bits != 0 => {
                 return Err(Error::invalid(format!("immediate {v:#x} does not fit in {} bits", self.caps.imm_bits)));
@@ -357,39 +434,9 @@ impl Endpoint for OfiBackend {
         // the write's completion is translated; an injected write is done with the source when it returns.
         let op = unsafe { self.ep.write(local, off, len, peer, &remote, dst.off as u64, imm, !silent) }
             .map_err(|e| self.err(e))?;
-        if !silent {
-            self.inflight.insert(op.0, InFlight { ctx, peer, key: dst.mr.key, _src: src.mr.clone() });
-        }
-        Ok(())
+        Ok((!silent).then_some(op))
     }
 
-    fn send_ctrl(&mut self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
-        self.check_peer(peer)?;
-        self.ep.send_ctrl(peer, tag, data).map_err(|e| self.err(e))
-    }
-
-    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
-        self.ep.poll(&mut self.events).map_err(|e| to_error(&self.caps.provider, e))?;
-        let n = self.translate(out);
-        if n > 0 {
-            self.idle_since = None;
-        }
-        Ok(n)
-    }
-
-    fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
-        poll_until(self, self.wait, timeout, out, Self::poll, Self::idle, |ep, after| Error::Timeout {
-            after,
-            what: format!("a completion on ofi:{} rank {}", ep.caps.provider, ep.rank()),
-        })
-    }
-
-    fn map_remote(&mut self, _peer: usize, _mr: &RemoteMr) -> Result<Mapping> {
-        Err(Error::Unsupported { backend: "ofi", what: "direct load/store of a peer's registration".into() })
-    }
-}
-
-impl OfiBackend {
     /// Registers `[ptr, ptr+len)` (zero-length regions share the endpoint's 1-byte null registration).
     ///
     /// # Safety

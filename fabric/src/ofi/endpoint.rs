@@ -728,6 +728,30 @@ impl OfiEndpoint {
         Ok(n)
     }
 
+    /// Takes write `op`'s `WriteDone` if it is there, reading the CQ once unless an event of
+    /// `op` is already pending: whether the write completed. Every other event, a `WriteFailed`
+    /// of `op` included, stays for `poll`.
+    pub fn take_done(&mut self, op: OpId) -> Result<bool, OfiError> {
+        if op.0 & INJECTED != 0 {
+            // Complete on return; its `WriteDone` is a local event.
+            if let Some(i) = self.injected.iter().position(|&x| x == op) {
+                self.injected.remove(i);
+            }
+            return Ok(true);
+        }
+        let mine = |e: &OfiEvent| matches!(e, OfiEvent::WriteDone(x) | OfiEvent::WriteFailed(x, _) if *x == op);
+        if !self.pending.iter().any(mine) {
+            self.progress()?;
+        }
+        match self.pending.iter().position(|e| matches!(e, OfiEvent::WriteDone(x) if *x == op)) {
+            Some(i) => {
+                self.pending.remove(i);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// One round of liveness probes when nothing came from the provider for a probe interval (and none was sent
     /// within one); a probe that fails names its peer ([`OfiConfig::probe_interval`]).
     fn probe_when_idle(&mut self) -> Result<(), OfiError> {

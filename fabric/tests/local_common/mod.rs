@@ -68,6 +68,12 @@ impl Inbox {
         }
     }
 
+    /// Polls once more and tells whether a completion matching `pred` came (handing none out).
+    pub fn seen(&mut self, ep: &mut dyn Endpoint, pred: impl Fn(&Completion) -> bool) -> Result<bool, String> {
+        ep.poll(&mut self.pending).map_err(|e| format!("rank {}: {e}", ep.rank()))?;
+        Ok(self.pending.iter().any(pred))
+    }
+
     /// Polls once more and returns every completion not handed out yet.
     pub fn rest(&mut self, ep: &mut dyn Endpoint) -> Result<Vec<Completion>, String> {
         ep.poll(&mut self.pending).map_err(|e| format!("rank {}: {e}", ep.rank()))?;
@@ -99,14 +105,14 @@ pub fn ring(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize) -> Result<(), 
 /// `ring`, with source and destination in plain user memory (`Vec`) registered with `register`
 /// when `user_mem` (exercises e.g. shm's `process_vm_writev` path instead of mapped memfds).
 pub fn ring_with(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize, user_mem: bool) -> Result<(), String> {
-    ring_impl(ep, inbox, len, user_mem, false)
+    ring_impl(ep, inbox, len, user_mem, false, false).map(|_| ())
 }
 
 /// `ring` into destinations marked with [`Endpoint::hint_read_once`] (shm then writes them with
 /// streaming stores from 2 KiB on).
 #[allow(dead_code)] // used by the shm tests only
 pub fn ring_read_once(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize) -> Result<(), String> {
-    ring_impl(ep, inbox, len, false, true)
+    ring_impl(ep, inbox, len, false, true, false).map(|_| ())
 }
 
 fn ring_impl(
@@ -115,7 +121,8 @@ fn ring_impl(
     len: usize,
     user_mem: bool,
     read_once: bool,
-) -> Result<(), String> {
+    settle: bool,
+) -> Result<bool, String> {
     let (r, p) = (ep.rank(), ep.size());
     let (right, left) = ((r + 1) % p, (r + p - 1) % p);
     let e = |e: Error| format!("rank {r}, len {len}: {e}");
@@ -140,8 +147,16 @@ fn ring_impl(
     send_ctrl(ep, inbox, left, TAG_DESC, &dst.remote().to_bytes())?;
     let desc = RemoteMr::from_bytes(&inbox.ctrl(ep, right, TAG_DESC)?).map_err(e)?;
     let ctx = 0xc0ffee ^ len as u64;
-    ep.write(right, src.range(), desc.range(), Some((len ^ r) as u64), ctx).map_err(e)?;
-    inbox.expect(ep, "WriteDone", |c| *c == Completion::WriteDone { ctx })?;
+    let (imm, dst_range) = (Some((len ^ r) as u64), desc.range());
+    let settled = if settle {
+        ep.write_settled(right, src.range(), dst_range, imm, ctx).map_err(e)?
+    } else {
+        ep.write(right, src.range(), dst_range, imm, ctx).map_err(e)?;
+        false
+    };
+    if !settled {
+        inbox.expect(ep, "WriteDone", |c| *c == Completion::WriteDone { ctx })?;
+    }
     let imm = (len ^ left) as u64;
     inbox.expect(ep, "WriteArrived", |c| *c == Completion::WriteArrived { peer: left, imm })?;
     let mut got = vec![0u8; len];
@@ -149,8 +164,21 @@ fn ring_impl(
     if let Some(i) = (0..len).find(|&i| got[i] != pattern(left, len, i)) {
         return Err(format!("rank {r}, len {len}: byte {i} is {} expected {}", got[i], pattern(left, len, i)));
     }
+    // A settled write reports no WriteDone, now or after a few more polls.
+    for _ in 0..if settled { 20 } else { 0 } {
+        if inbox.seen(ep, |c| *c == Completion::WriteDone { ctx })? {
+            return Err(format!("rank {r}, len {len}: a settled write reported a WriteDone too"));
+        }
+    }
     // Nobody may drop `dst` before the left neighbour's write is done: we received it, so fine.
-    Ok(())
+    Ok(settled)
+}
+
+/// A ring of writes made with [`Endpoint::write_settled`]: each write's completion is reported
+/// exactly once, by `write_settled` returning `true` or by one `WriteDone` through `poll`, never
+/// both; the data arrives intact either way. Returns whether this rank's write settled.
+pub fn settled_ring(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize) -> Result<bool, String> {
+    ring_impl(ep, inbox, len, false, false, true)
 }
 
 /// `send_ctrl`, polling (into `inbox`) and retrying while the peer's control queue is full: a peer
@@ -247,6 +275,9 @@ pub fn all(ep: &mut dyn Endpoint) -> Result<(), String> {
     for len in SIZES {
         ring(ep, &mut inbox, len)?;
         ring_with(ep, &mut inbox, len, true)?;
+    }
+    for len in [8, 1024, 64 * 1024] {
+        settled_ring(ep, &mut inbox, len)?;
     }
     ctrl_both_ways(ep, &mut inbox, 100)?;
     write_to_deregistered(ep, &mut inbox)?;
