@@ -60,6 +60,7 @@ impl Core {
     /// An eager message: `bytes` at `off` of `mr` into a slot of `peer`'s ring (`dst`), counted;
     /// its completion followed as `how` says. Whether it completed already (inline, or settled).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn write_eager(
         &mut self,
         peer: usize,

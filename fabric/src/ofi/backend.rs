@@ -400,7 +400,9 @@ impl Endpoint for OfiBackend {
 
 impl OfiBackend {
     /// Checks and posts a write (see [`Endpoint::write`]); the id of its completion to come, or
-    /// `None` for a `SILENT_WRITE` that completed inline.
+    /// `None` for a `SILENT_WRITE` that completed inline. Inlined into its two callers: it is
+    /// the whole of `write` (a call layer cost ~40 instructions per write, callgrind).
+    #[inline]
     fn post(
         &mut self,
         peer: usize,
