@@ -4,8 +4,9 @@
 # without fabcoll (raw C on tcp;ofi_rxm and net, fabric/benches/ofi_raw.c), Open MPI's tcp BTL
 # (mpibench), and fabcoll on tcp (its own sockets backend) and on ofi:tcp. It answers whether a
 # gap to Open MPI is fabcoll's or the layer's below it: the raw C programs run what a 2-rank collective needs at least
-# (an 8 B exchange for allreduce, a one-way stream of 8 B writes for back-to-back broadcasts,
-# 1 MiB writes with a window for large broadcasts) and nothing else (no credits, no headers).
+# (an 8 B exchange for allreduce, a one-way stream of 8 B writes, back-to-back blocking broadcasts
+# of 8 B, 256 B and 1 KiB with the slots, credits and completion waits fabcoll's need, 1 MiB writes
+# with a window for large broadcasts) and nothing else (no headers, no planning, no lookups).
 #
 #   scripts/tcp-floor.sh [--rounds N] [--peers DIR] [--out DIR]
 #     --rounds N   repetitions; medians over them (default 5)
@@ -14,8 +15,9 @@
 #
 # Writes OUT/raw.csv (round,layer,metric,value) and OUT/summary.md (medians; times in µs per
 # operation: lat = half a ping-pong round trip, xchg = one exchange, stream = one message of a
-# one-way stream; 1MiB = one 1 MiB message of a stream (raw C: from its bandwidth), Open MPI's and
-# fabcoll's rows are their bcast / allreduce averages, mpibench method (back to back) both).
+# one-way stream, bcast = one blocking broadcast of a back-to-back series; 1MiB = one 1 MiB message
+# of a stream (raw C: from its bandwidth), Open MPI's and fabcoll's rows are their bcast /
+# allreduce averages, mpibench method (back to back) both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -70,14 +72,14 @@ run_fabcoll() { # round fabric op bytes metric
 for round in $(seq "$rounds"); do
   echo "round $round of $rounds" >&2
   run_ompi "$round" allreduce 8 xchg_8B_us
-  run_ompi "$round" bcast 8 stream_8B_us
+  for b in 8 256 1024; do run_ompi "$round" bcast "$b" "bcast_${b}B_us"; done
   run_ompi "$round" bcast 1048576 stream_1MiB_us
   run_pair "$round" sockets "$out/sock_raw"
   run_pair "$round" "raw-tcp;ofi_rxm" "$out/ofi_raw" "tcp;ofi_rxm"
   run_pair "$round" raw-net "$out/ofi_raw" net
   for fabric in tcp ofi:tcp; do
     run_fabcoll "$round" "$fabric" allreduce 8 xchg_8B_us
-    run_fabcoll "$round" "$fabric" bcast 8 stream_8B_us
+    for b in 8 256 1024; do run_fabcoll "$round" "$fabric" bcast "$b" "bcast_${b}B_us"; done
     run_fabcoll "$round" "$fabric" bcast 1048576 stream_1MiB_us
   done
 done
@@ -89,24 +91,26 @@ awk -F, 'NR > 1 && $3 == "bw_1MiB_MBps" && $4 > 0 { printf "%s,%s,stream_1MiB_us
   echo "# Small messages over loopback TCP, layer by layer ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, medians of $rounds rounds)"
   echo
   echo "µs per operation. lat: half a ping-pong round trip; xchg: both ranks send 8 B, then both receive (Open MPI and"
-  echo "fabcoll: allreduce of 8 B); stream: one 8 B message of a one-way stream (Open MPI and fabcoll: bcast of 8 B,"
-  echo "back to back); 1MiB: one 1 MiB message of a stream (raw C: 1 MiB / its bandwidth; Open MPI and fabcoll: bcast"
-  echo "of 1 MiB). _inject: the raw C program with fi_inject_writedata (no completion)."
+  echo "fabcoll: allreduce of 8 B); stream: one 8 B message of a one-way stream (raw C, window 8); bcast_N: one"
+  echo "blocking broadcast of N bytes, back to back (raw C: 64 slots, a credit every 32, injected up to the provider's"
+  echo "inject size, else each write's completion read before the next); 1MiB: one 1 MiB message of a stream (raw C:"
+  echo "1 MiB / its bandwidth; Open MPI and fabcoll: bcast of 1 MiB). _inject: the raw C program with"
+  echo "fi_inject_writedata (no completion)."
   echo
-  echo "| layer | lat_8B | xchg_8B | xchg_inject_8B | stream_8B | stream_inject_8B | 1MiB |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| layer | lat_8B | xchg_8B | xchg_inject_8B | stream_8B | stream_inject_8B | bcast_8B | bcast_256B | bcast_1KiB | 1MiB |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
   tail -n +2 "$raw" | cat - "$out/derived.csv" | sort -t, -k2,2 -k3,3 -k4,4g | awk -F, '
     function flush() { if (n) { m[key] = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 } }
     { k = $2 SUBSEP $3; if (k != key) { flush(); key = k; n = 0 } v[++n] = $4; layers[$2] = 1 }
     END {
       flush()
       split("sockets raw-tcp;ofi_rxm raw-net openmpi-tcp fabcoll-tcp fabcoll-ofi:tcp", order, " ")
-      split("lat_8B_us xchg_8B_us xchg_inject_8B_us stream_8B_us stream_inject_8B_us stream_1MiB_us", cols, " ")
+      split("lat_8B_us xchg_8B_us xchg_inject_8B_us stream_8B_us stream_inject_8B_us bcast_8B_us bcast_256B_us bcast_1024B_us stream_1MiB_us", cols, " ")
       for (i = 1; i <= 6; i++) {
         l = order[i]
         if (!(l in layers)) continue
         line = "| " l
-        for (c = 1; c <= 6; c++) line = line " | " (((l SUBSEP cols[c]) in m) ? sprintf("%.2f", m[l SUBSEP cols[c]]) : "-")
+        for (c = 1; c <= 9; c++) line = line " | " (((l SUBSEP cols[c]) in m) ? sprintf("%.2f", m[l SUBSEP cols[c]]) : "-")
         print line " |"
       }
     }'

@@ -1,5 +1,7 @@
 /* Raw libfabric baseline for benches/ofi.rs: the same protocol (8 B fi_writedata ping-pong, plain and injected;
- * the 8 B exchange a 2-rank allreduce needs at least; a one-way stream of 8 B writes, a 2-rank broadcast's floor; 1 MiB / 16 MiB fi_writedata streams with window 8 and an
+ * the 8 B exchange a 2-rank allreduce needs at least; a one-way stream of 8 B writes; the floor of back-to-back
+ * blocking 2-rank broadcasts of 8 B, 256 B and 1 KiB (bcast_<n>B_us: 64 slots and a credit every 32, each write's
+ * completion awaited above the inject size); 1 MiB / 16 MiB fi_writedata streams with window 8 and an
  * 8 B ack; 8 MiB streams in both directions at once; 512 KiB / 1 MiB exchanges in 512 KiB writes) straight on libfabric, one CQ, FI_CQ_FORMAT_DATA.
  * Usage: ofi_raw <provider>, with FABCOLL_BENCH_RANK (0|1) and FABCOLL_BENCH_DIR (address files) set, and
  * FABCOLL_BENCH_DC=1 for delivery-complete writes. Prints "name value" lines on rank 0. */
@@ -259,6 +261,52 @@ int main(int argc, char **argv)
 		}
 		while (outstanding > 0)
 			poll_once();
+	}
+	/* What back-to-back blocking 2-rank broadcasts need at least, with the guarantees fabcoll's give and nothing
+	 * else: the root writes each message into one of 64 slots at the receiver (injected when it fits the
+	 * provider's inject size, else written and its completion read before the next, as a blocking call must
+	 * before it returns the buffer), and the receiver copies each message out and returns an 8 B credit every
+	 * 32. No headers, no plan, no MR lookup: the floor under fabcoll's p = 2 bcast of that size (on net, above
+	 * 128 B every write costs a CQ read, whose progress is an epoll_wait). */
+	for (size_t sz = 8; !dc && sz <= 1024; sz *= 2) {
+		if (sz != 8 && sz != 256 && sz != 1024)
+			continue;
+		const long n = 20 * LAT_ITERS, slots = 64, credit = 32;
+		int inj = sz <= info->tx_attr->inject_size;
+		double t = now();
+		if (rank == 0) {
+			long credits = slots;
+			for (long i = 0; i < n; i++) {
+				while (credits == 0 || arrived) {
+					if (!arrived)
+						poll_once();
+					credits += credit * arrived;
+					arrived = 0;
+				}
+				if (inj)
+					inject_(src, sz);
+				else
+					write_(src, sz);
+				while (outstanding > 0)
+					poll_once();
+				credits--;
+			}
+			while (credits < slots) {
+				poll_once();
+				credits += credit * arrived;
+				arrived = 0;
+			}
+			printf("bcast_%zuB_us %.3f\n", sz, (now() - t) * 1e6 / n);
+		} else {
+			for (long got = 0; got < n;) {
+				poll_once();
+				for (; arrived > 0; arrived--) {
+					memcpy(dst + MAXSZ / 2, dst, sz);
+					if (++got % credit == 0)
+						inject_(src, 8);
+				}
+			}
+		}
 	}
 	size_t sizes[2] = {1UL << 20, 16UL << 20};
 	for (int s = 0; s < 2; s++) {
