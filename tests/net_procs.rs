@@ -216,3 +216,61 @@ fn ofi_tcp_eager_limit_is_the_network_default() {
 fn ofi_shm_eager_limit_is_the_node_default() {
     on_fabric("ofi_shm_eager_limit_is_the_node_default", "ofi:shm", 2, 1, eager_limit_follows_the_fabric);
 }
+
+/// Ranks whose write segments differ (`FABCOLL_OFI_SEGMENT`: rank 0 64 KiB pieces, rank 1 whole
+/// transfers, rank 2 the provider's default for its connections) still agree on every zero-copy
+/// transfer, because the receiver names the pieces in its grant: bcast from every root, allgather,
+/// alltoall and allreduce of messages well above the eager limit, checked element by element.
+fn mixed_write_segments(c: &Communicator) -> Result<usize, String> {
+    let (p, r) = (c.size() as usize, c.rank() as usize);
+    let n = (1 << 20) + 5;
+    let before = c.stats();
+    for root in 0..p {
+        let mut b: Vec<u32> = (0..n).map(|i| if r == root { (i * 7 + root) as u32 } else { 0 }).collect();
+        c.bcast(&mut b, root as u32).map_err(|e| format!("bcast from {root}: {e}"))?;
+        if let Some(i) = (0..n).find(|&i| b[i] != (i * 7 + root) as u32) {
+            return Err(format!("bcast from {root}: element {i} is {}", b[i]));
+        }
+    }
+    let mine: Vec<u32> = (0..n).map(|i| (r * n + i) as u32).collect();
+    let mut all = vec![0u32; n * p];
+    c.allgather(&mine, &mut all).map_err(|e| format!("allgather: {e}"))?;
+    if let Some(i) = (0..n * p).find(|&i| all[i] != i as u32) {
+        return Err(format!("allgather: element {i} is {}", all[i]));
+    }
+    let send: Vec<u32> = (0..n * p).map(|i| (r * n * p + i) as u32).collect();
+    let mut got = vec![0u32; n * p];
+    c.alltoall(&send, &mut got).map_err(|e| format!("alltoall: {e}"))?;
+    for (i, &v) in got.iter().enumerate() {
+        let (from, k) = (i / n, i % n);
+        if v != (from * n * p + r * n + k) as u32 {
+            return Err(format!("alltoall: element {i} is {v}"));
+        }
+    }
+    let x: Vec<f64> = (0..n).map(|i| (i % 1000) as f64 + r as f64).collect();
+    let mut y = vec![0f64; n];
+    c.with(&Options::algorithm("ring")).allreduce(&x, &mut y, &ReduceOp::Sum).map_err(|e| format!("allreduce: {e}"))?;
+    let ranks = (p * (p - 1) / 2) as f64;
+    if let Some(i) = (0..n).find(|&i| y[i] != p as f64 * (i % 1000) as f64 + ranks) {
+        return Err(format!("allreduce: element {i} is {}", y[i]));
+    }
+    let zcopy = c.stats().zcopy_msgs - before.zcopy_msgs;
+    if zcopy == 0 {
+        return Err("no message went zero-copy".into());
+    }
+    Ok(1)
+}
+
+#[test]
+fn ofi_tcp_ranks_with_different_write_segments_agree() {
+    let name = "ofi_tcp_ranks_with_different_write_segments_agree";
+    if !procs::is_parent() {
+        // Each child sets its own segment before the endpoint opens (read once, at open).
+        match std::env::var("FABCOLL_RANK").as_deref() {
+            Ok("0") => std::env::set_var("FABCOLL_OFI_SEGMENT", "65536"),
+            Ok("1") => std::env::set_var("FABCOLL_OFI_SEGMENT", "0"),
+            _ => {}
+        }
+    }
+    on_fabric(name, "ofi:tcp", 3, 1, mixed_write_segments);
+}

@@ -262,6 +262,15 @@ pub trait Endpoint: Send {
     /// Default: ignored.
     fn hint_read_once(&mut self, _mr: &Mr) {}
 
+    /// The pieces a transfer larger than this to `peer` goes in, one write each (at most
+    /// [`Caps::max_write`], which is the default). The target of a zero-copy transfer picks it
+    /// for the connection from the initiator and tells the initiator in its grant, so the two
+    /// always agree on how many writes make the transfer, whatever each side's settings.
+    fn write_segment(&self, peer: usize) -> usize {
+        let _ = peer;
+        self.caps().max_write
+    }
+
     /// Every peer has been heard from, so connections a provider opens on demand exist now: a
     /// backend may adjust them (ofi: the congestion control of a socket provider's connections,
     /// see `crate::congestion`). Default: nothing.

@@ -8,7 +8,8 @@
 //!   slot the sender sends an RTS and proceeds as below.
 //! - otherwise (zero-copy): the receiver grants the Recv region when the Recv step is ready (at
 //!   the collective's start for Recvs without deps: one Grant message per peer), the sender writes
-//!   its Send region into it with immediate = grant id, split at `Caps::max_write`.
+//!   its Send region into it with immediate = grant id, split into the pieces the grant names
+//!   (the receiver's `Endpoint::write_segment` for the connection, so both count them alike).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -441,7 +442,13 @@ impl Op {
         let ep = self.ep(peer);
         let (mr, base) = self.mr(src.buf)?;
         let mr = mr.clone();
-        let seg = core.caps.max_write.max(1);
+        let seg = usize::try_from(g.seg).unwrap_or(usize::MAX);
+        if seg == 0 || seg > core.caps.max_write {
+            return Err(Error::Protocol(format!(
+                "{} #{}: rank {peer} granted message {} in pieces of {} bytes, outside 1..={}",
+                self.coll, self.key.seq, g.idx, g.seg, core.caps.max_write
+            )));
+        }
         let imm = core.layout.encode_zcopy(g.gid);
         let inline = core.caps.completes_inline(seg.min(bytes));
         let mut off = 0;
@@ -472,7 +479,8 @@ impl Op {
             self.error = Some(Error::Protocol(format!("{:?} buffer is not registered for writing", dst.buf)));
             return;
         };
-        let segs = bytes.div_ceil(core.caps.max_write.max(1)) as u32;
+        let seg = core.ep.write_segment(ep).clamp(1, core.caps.max_write.max(1));
+        let segs = bytes.div_ceil(seg) as u32;
         let gid = core.new_grant(ep, self.key, s);
         self.pending[s as usize] = segs;
         core.stats.grants += 1;
@@ -483,6 +491,7 @@ impl Op {
             mr,
             off: (base + dst.off as usize * self.elem) as u64,
             len: bytes as u64,
+            seg: seg as u64,
         });
     }
 

@@ -215,10 +215,13 @@ pub(crate) struct GrantEntry {
     pub mr: RemoteMr,
     pub off: u64,
     pub len: u64,
+    /// The pieces the initiator writes `len` in, one write each: the grantor counts them (its
+    /// `Endpoint::write_segment` for the connection from the initiator).
+    pub seg: u64,
 }
 
 impl GrantEntry {
-    pub const LEN: usize = 4 + 8 + RemoteMr::WIRE_LEN + 16;
+    pub const LEN: usize = 4 + 8 + RemoteMr::WIRE_LEN + 24;
 
     pub fn put(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.idx.to_le_bytes());
@@ -226,6 +229,7 @@ impl GrantEntry {
         out.extend_from_slice(&self.mr.to_bytes());
         out.extend_from_slice(&self.off.to_le_bytes());
         out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.seg.to_le_bytes());
     }
 
     pub fn parse_all(b: &[u8]) -> Result<Vec<GrantEntry>> {
@@ -242,6 +246,7 @@ impl GrantEntry {
                     mr: RemoteMr::from_bytes(&c[12..m])?,
                     off: u(m),
                     len: u(m + 8),
+                    seg: u(m + 16),
                 })
             })
             .collect()
@@ -290,7 +295,7 @@ mod tests {
         let mr = RemoteMr { addr: 1 << 33, len: 4096, key: 42, access: Access::REMOTE_WRITE };
         let s = Setup { mr, off: 128, slots: 16, slot_size: 8192 };
         assert_eq!(Setup::from_bytes(&s.to_bytes()).unwrap(), s);
-        let g = GrantEntry { idx: 3, gid: 1 << 35, mr, off: 8, len: 800 };
+        let g = GrantEntry { idx: 3, gid: 1 << 35, mr, off: 8, len: 800, seg: 512 };
         let mut b = Vec::new();
         g.put(&mut b);
         g.put(&mut b);

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use super::endpoint::{OfiConfig, OfiEndpoint, OfiEvent, OfiMr, OpId, RemoteRegion};
 use super::error::OfiError;
 use super::raw::Info;
+use crate::congestion;
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress, SILENT_WRITE};
 use crate::error::{Error, Result};
 use crate::keymap::KeyMap;
@@ -95,29 +96,36 @@ pub fn provider_opened(provider: &str) -> String {
 /// Default liveness-probe interval of network providers in transmit-complete mode (`FABCOLL_OFI_PROBE` sets it).
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The largest single write fabcoll posts on `provider` (larger transfers are split by the executor): on the
-/// socket providers (`tcp`, `net`, `sockets`) 512 KiB although they take up to `max_msg_size`, because one
-/// write of several MiB streams slower than the same bytes in 512 KiB writes (net, p = 2 bcast, 3 alternating
-/// rounds, µs: 4 MiB 933–966 → 734–759, 8 MiB 1898–2022 → 1459–1577, 16 MiB 4102–4377 → 2713–2984; 128 KiB
-/// writes were slower from 8 MiB on, 256 KiB about alike); elsewhere (shm: 16 MiB 1936–1952 in one write,
-/// 1916–2136 in 512 KiB ones) `max_msg_size`. `FABCOLL_OFI_SEGMENT=<bytes>` sets it (0: `max_msg_size`).
-fn write_segment(provider: &str, max_msg_size: usize) -> usize {
-    let env = std::env::var("FABCOLL_OFI_SEGMENT").ok().and_then(|v| v.trim().parse::<usize>().ok());
-    segment_of(provider, max_msg_size, env)
+/// `FABCOLL_OFI_SEGMENT`, if set.
+fn segment_env() -> Option<usize> {
+    std::env::var("FABCOLL_OFI_SEGMENT").ok().and_then(|v| v.trim().parse::<usize>().ok())
 }
 
-/// [`write_segment`] with `FABCOLL_OFI_SEGMENT` given.
-fn segment_of(provider: &str, max_msg_size: usize, env: Option<usize>) -> usize {
+/// The pieces a large transfer over one connection goes in ([`Endpoint::write_segment`]), never above `max_write`
+/// (the provider's largest message); `reno`: the connection runs Reno (fabcoll's choice between ranks of one host,
+/// see `crate::congestion`). `FABCOLL_OFI_SEGMENT` (`env`), when set, is the piece everywhere (0: `max_write`).
+///
+/// On the socket providers (`tcp`, `net`, `sockets`) the kernel's congestion control decides. Under BBR one write of
+/// several MiB streamed slower than the same bytes in 512 KiB writes (net, p = 2 bcast, 3 alternating rounds, µs:
+/// 4 MiB 933–966 → 734–759, 8 MiB 1898–2022 → 1459–1577, 16 MiB 4102–4377 → 2713–2984), so connections that keep
+/// the system's algorithm (to other hosts, or all with `FABCOLL_TCP_CONGESTION=system`) take 512 KiB pieces. Under
+/// Reno the pieces cost time instead (net, p = 2, medians of 8 alternating rounds of 200 calls, 512 KiB pieces →
+/// one write, µs: bcast 1 MiB 195 → 177, 2 MiB 423 → 299, 4 MiB 899 → 617, 8 MiB 1820 → 1436; Open MPI's tcp BTL
+/// in the same rounds 188, 351, 720, 1907; 5 rounds of 100 calls at 16 MiB: allgather 5040 → 4490, allreduce 9908
+/// → 8113, alltoall 5098 → 4185), so those connections take one write. Other providers (shm: 16 MiB 1936–1952 in
+/// one write, 1916–2136 in 512 KiB ones) write whole transfers.
+fn segment_for(provider: &str, max_write: usize, env: Option<usize>, reno: bool) -> usize {
+    let socket = matches!(provider.split(';').next(), Some("tcp" | "net" | "sockets"));
     let seg = match env {
-        Some(0) => max_msg_size,
+        Some(0) => max_write,
         Some(n) => n,
-        None if matches!(provider.split(';').next(), Some("tcp" | "net" | "sockets")) => STREAM_SEGMENT,
-        None => max_msg_size,
+        None if reno || !socket => max_write,
+        None => STREAM_SEGMENT,
     };
-    seg.clamp(1, max_msg_size.max(1))
+    seg.clamp(1, max_write.max(1))
 }
 
-/// [`write_segment`] of the socket providers.
+/// [`segment_for`] of the socket providers' connections that do not run Reno.
 const STREAM_SEGMENT: usize = 512 << 10;
 
 /// Bits of the immediate that carry the initiator's rank (enough for `size` ranks).
@@ -152,6 +160,8 @@ pub struct OfiBackend {
     busy_wait: Duration,
     /// Since when `wait` has found no event (`None`: the last poll found one).
     idle_since: Option<Instant>,
+    /// [`Endpoint::write_segment`] per endpoint rank (set by `insert_peers`).
+    segments: Vec<usize>,
     // Zero-length registrations share this 1-byte registration (providers reject 0-byte MRs).
     null_mr: OfiMr,
     _null_buf: Box<[u8; 1]>,
@@ -178,7 +188,7 @@ impl OfiBackend {
             backend: "ofi",
             provider: a.prov_name.clone(),
             inject_size: ep.inject_max(),
-            max_write: write_segment(&a.prov_name, a.max_msg_size),
+            max_write: a.max_msg_size,
             max_ctrl: ep.max_ctrl(),
             imm_bits: data_bits - rank_bits,
             writes_land_without_target_poll: !a.manual_progress,
@@ -202,6 +212,7 @@ impl OfiBackend {
             events: Vec::new(),
             busy_wait: oc.busy_wait,
             idle_since: None,
+            segments: Vec::new(),
             null_mr,
             _null_buf: null_buf,
         })
@@ -315,8 +326,22 @@ impl Endpoint for OfiBackend {
             OfiError::Unsupported(m) | OfiError::Invalid(m) => Error::Address(m),
             other => to_error(&self.caps.provider, other),
         })?;
+        let (env, cc) = (segment_env(), congestion::env_choice());
+        self.segments = (0..self.size)
+            .map(|peer| {
+                let reno = self
+                    .ep
+                    .same_host(peer)
+                    .is_some_and(|same| congestion::choice(cc.as_deref(), same) == Some(congestion::SAME_HOST));
+                segment_for(&self.caps.provider, self.caps.max_write, env, reno)
+            })
+            .collect();
         self.inserted = true;
         Ok(())
+    }
+
+    fn write_segment(&self, peer: usize) -> usize {
+        self.segments.get(peer).copied().unwrap_or(self.caps.max_write)
     }
 
     unsafe fn register(&mut self, ptr: *mut u8, len: usize, access: Access) -> Result<Mr> {
@@ -504,16 +529,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn socket_providers_write_in_512_kib_segments() {
+    fn socket_providers_write_in_512_kib_pieces_unless_the_connection_runs_reno() {
         for p in ["tcp", "net", "tcp;ofi_rxm", "sockets"] {
-            assert_eq!(segment_of(p, 1 << 30, None), STREAM_SEGMENT, "{p}");
+            assert_eq!(segment_for(p, 1 << 30, None, false), STREAM_SEGMENT, "{p}");
+            assert_eq!(segment_for(p, 1 << 30, None, true), 1 << 30, "{p}");
         }
-        assert_eq!(segment_of("shm", 1 << 30, None), 1 << 30);
-        assert_eq!(segment_of("verbs;ofi_rxm", 1 << 30, None), 1 << 30);
+        assert_eq!(segment_for("shm", 1 << 30, None, false), 1 << 30);
+        assert_eq!(segment_for("verbs;ofi_rxm", 1 << 30, None, false), 1 << 30);
         // Never above what the provider takes; the environment decides otherwise (0: the provider's maximum).
-        assert_eq!(segment_of("net", 4096, None), 4096);
-        assert_eq!(segment_of("net", 1 << 30, Some(0)), 1 << 30);
-        assert_eq!(segment_of("shm", 1 << 30, Some(65536)), 65536);
-        assert_eq!(segment_of("net", 4096, Some(65536)), 4096);
+        assert_eq!(segment_for("net", 4096, None, false), 4096);
+        assert_eq!(segment_for("net", 1 << 30, Some(0), false), 1 << 30);
+        assert_eq!(segment_for("net", 1 << 30, Some(65536), true), 65536);
+        assert_eq!(segment_for("shm", 1 << 30, Some(65536), false), 65536);
+        assert_eq!(segment_for("net", 4096, Some(65536), false), 4096);
     }
 }

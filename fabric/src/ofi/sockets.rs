@@ -56,6 +56,16 @@ impl OfiEndpoint {
     }
 }
 
+impl OfiEndpoint {
+    /// Whether endpoint rank `peer` runs on this host (its published address is a loopback address
+    /// or this endpoint's own); `None` where addresses are not socket addresses (shm, verbs).
+    pub fn same_host(&self, peer: usize) -> Option<bool> {
+        let own = self.peer_sockets.get(self.rank as usize).copied().flatten()?;
+        let theirs = self.peer_sockets.get(peer).copied().flatten()?;
+        Some(congestion::same_host(own, theirs))
+    }
+}
+
 /// The process's TCP sockets (IPv4 and IPv6), from `/proc/self/fd`.
 fn tcp_sockets() -> Vec<Socket> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return Vec::new() };
