@@ -168,8 +168,8 @@ fn killed_rank(name: &str, fabric: &str, timeout: &str) {
     let env = [("FABCOLL_FABRIC", fabric), ("FABCOLL_TIMEOUT", timeout)];
     support::ranks(name, 4, LIMIT, &env, |job| {
         let Some(c) = connect() else { return };
-        procs::killed_rank(&c, 1000, Duration::from_secs(10), || {
-            fabcoll::fabric::bootstrap::barrier(&*job.store, "survivors", 3, Duration::from_secs(30)).unwrap()
+        procs::killed_rank(&c, 1000, Duration::from_secs(10), |name, n| {
+            fabcoll::fabric::bootstrap::barrier(&*job.store, name, n, Duration::from_secs(30)).unwrap()
         });
     });
 }

@@ -93,8 +93,8 @@ fn shm_bad_arguments_are_clear_errors() {
 fn shm_killed_rank(name: &str, count: usize) {
     support::ranks(name, 4, LIMIT, &[("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "5")], |job| {
         let c = Communicator::from_env().expect("communicator");
-        procs::killed_rank(&c, count, Duration::from_secs(10), || {
-            fabcoll::fabric::bootstrap::barrier(&*job.store, "survivors", 3, Duration::from_secs(30)).unwrap()
+        procs::killed_rank(&c, count, Duration::from_secs(10), |name, n| {
+            fabcoll::fabric::bootstrap::barrier(&*job.store, name, n, Duration::from_secs(30)).unwrap()
         });
     });
 }

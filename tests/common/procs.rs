@@ -275,14 +275,19 @@ pub fn bad_arguments(c: &Communicator) -> Result<usize, String> {
 
 /// Killed rank: after one good allreduce of `count` u64, rank `p-1` exits; each survivor's next
 /// allreduce must fail within `limit` with an error that names exactly that rank, and the
-/// communicator must then say it is broken. `survivors_leave` is a barrier of the survivors
-/// outside the communicator (a survivor that exits early would look dead to the others).
-pub fn killed_rank(c: &Communicator, count: usize, limit: Duration, survivors_leave: impl FnOnce()) {
+/// communicator must then say it is broken. `store_barrier(name, n)` is a barrier of `n` ranks
+/// outside the communicator: all ranks pass one after the first allreduce, so that the rank dies
+/// between collectives (it may finish its part of a collective before a survivor finished its
+/// own, and then the survivor's first allreduce could see it gone: seen once in CI on tcp), and
+/// the survivors pass one before they leave (a survivor that exits early would look dead to the
+/// others).
+pub fn killed_rank(c: &Communicator, count: usize, limit: Duration, store_barrier: impl Fn(&str, u32)) {
     let (r, p) = (c.rank(), c.size());
     let dead = p - 1;
     let mut x = vec![1u64; count];
     c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
     assert!(x.iter().all(|&v| v == p as u64), "rank {r}: first allreduce wrong");
+    store_barrier("first-done", p);
     if r == dead {
         std::process::exit(0); // dies between collectives
     }
@@ -299,7 +304,7 @@ pub fn killed_rank(c: &Communicator, count: usize, limit: Duration, survivors_le
     assert!(e.to_string().contains(&dead.to_string()), "rank {r}: message does not name rank {dead}: {e}");
     eprintln!("rank {r}: {e}");
     assert!(matches!(c.barrier(), Err(Error::Broken(_))), "rank {r}: communicator not broken after {e}");
-    survivors_leave();
+    store_barrier("survivors", p - 1);
 }
 
 /// A bcast root whose only receiver died: its calls send at once without an op (`exec::inline`)
