@@ -268,9 +268,9 @@ int main(int argc, char **argv)
 	 * before it returns the buffer), and the receiver copies each message out and returns an 8 B credit every
 	 * 32. No headers, no plan, no MR lookup: the floor under fabcoll's p = 2 bcast of that size (on net, above
 	 * 128 B every write costs a CQ read, whose progress is an epoll_wait). */
-	for (size_t sz = 8; !dc && sz <= 1024; sz *= 2) {
-		if (sz != 8 && sz != 256 && sz != 1024)
-			continue;
+	static const size_t bcast_sizes[] = {8, 256, 1024};
+	for (size_t b = 0; !dc && b < sizeof(bcast_sizes) / sizeof(bcast_sizes[0]); b++) {
+		const size_t sz = bcast_sizes[b];
 		const long n = 20 * LAT_ITERS, slots = 64, credit = 32;
 		int inj = sz <= info->tx_attr->inject_size;
 		double t = now();

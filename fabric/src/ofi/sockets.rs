@@ -32,7 +32,7 @@ impl OfiEndpoint {
     /// Sets the congestion control of this endpoint's TCP sockets (see the module doc); returns
     /// how many were set. Nothing for providers whose addresses are not socket addresses.
     pub fn tune_connections(&mut self) -> Result<usize, OfiError> {
-        let Some(own) = self.peer_sockets.get(self.rank as usize).copied().flatten() else { return Ok(0) };
+        let Some(own) = self.own_socket() else { return Ok(0) };
         let peers: Vec<SocketAddr> = self.peer_sockets.iter().flatten().copied().filter(|&a| a != own).collect();
         let env = congestion::env_choice();
         let mut set = 0;
@@ -54,15 +54,17 @@ impl OfiEndpoint {
         tracing::debug!(sockets = set, "ofi: congestion control of the provider's connections set");
         Ok(set)
     }
-}
 
-impl OfiEndpoint {
     /// Whether endpoint rank `peer` runs on this host (its published address is a loopback address
     /// or this endpoint's own); `None` where addresses are not socket addresses (shm, verbs).
     pub fn same_host(&self, peer: usize) -> Option<bool> {
-        let own = self.peer_sockets.get(self.rank as usize).copied().flatten()?;
         let theirs = self.peer_sockets.get(peer).copied().flatten()?;
-        Some(congestion::same_host(own, theirs))
+        Some(congestion::same_host(self.own_socket()?, theirs))
+    }
+
+    /// The socket address this endpoint published, if it has one.
+    fn own_socket(&self) -> Option<SocketAddr> {
+        self.peer_sockets.get(self.rank as usize).copied().flatten()
     }
 }
 
