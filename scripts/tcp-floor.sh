@@ -5,15 +5,16 @@
 # (mpibench), and fabcoll on tcp (its own sockets backend) and on ofi:tcp. It answers whether a
 # gap to Open MPI is fabcoll's or the layer's below it: the raw C programs run what a 2-rank collective needs at least
 # (an 8 B exchange for allreduce, a one-way stream of 8 B writes, back-to-back blocking broadcasts
-# of 8 B, 256 B and 1 KiB with the slots, credits and completion waits fabcoll's need, 1 MiB writes
-# with a window for large broadcasts) and nothing else (no headers, no planning, no lookups).
+# of 8 B–16 KiB with the slots, credits and completion waits fabcoll's need, 1 MiB writes with a
+# window for large broadcasts) and nothing else (no headers, no planning, no lookups).
 #
 #   scripts/tcp-floor.sh [--rounds N] [--peers DIR] [--out DIR]
 #     --rounds N   repetitions; medians over them (default 5)
 #     --peers DIR  directory holding mpibench.c (default: ../shared/peers or ../../shared/peers)
 #     --out DIR    results (default: target/tcp-floor)
 #
-# Writes OUT/raw.csv (round,layer,metric,value) and OUT/summary.md (medians; times in µs per
+# Writes OUT/raw.csv (round,layer,metric,value) and OUT/summary.md (medians, and each layer's
+# broadcast paired with Open MPI's of the same round: the median over rounds of the ratio; times in µs per
 # operation: lat = half a ping-pong round trip, xchg = one exchange, stream = one message of a
 # one-way stream, bcast = one blocking broadcast of a back-to-back series; 1MiB = one 1 MiB message
 # of a stream (raw C: from its bandwidth), Open MPI's and fabcoll's rows are their bcast /
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --peers) peers=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "tcp-floor: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -39,6 +40,8 @@ cc -O2 -o "$out/sock_raw" fabric/benches/sock_raw.c
 
 raw="$out/raw.csv"
 echo "round,layer,metric,value" >"$raw"
+# Must match bcast_sizes in ofi_raw.c.
+bcast_sizes="8 256 1024 4096 16384"
 
 # Two ranks of a raw C program (pinned like fabrun pins), rank 0's "name value" lines as rows.
 run_pair() { # round layer exe [args...]
@@ -72,14 +75,14 @@ run_fabcoll() { # round fabric op bytes metric
 for round in $(seq "$rounds"); do
   echo "round $round of $rounds" >&2
   run_ompi "$round" allreduce 8 xchg_8B_us
-  for b in 8 256 1024; do run_ompi "$round" bcast "$b" "bcast_${b}B_us"; done
+  for b in $bcast_sizes; do run_ompi "$round" bcast "$b" "bcast_${b}B_us"; done
   run_ompi "$round" bcast 1048576 stream_1MiB_us
   run_pair "$round" sockets "$out/sock_raw"
   run_pair "$round" "raw-tcp;ofi_rxm" "$out/ofi_raw" "tcp;ofi_rxm"
   run_pair "$round" raw-net "$out/ofi_raw" net
   for fabric in tcp ofi:tcp; do
     run_fabcoll "$round" "$fabric" allreduce 8 xchg_8B_us
-    for b in 8 256 1024; do run_fabcoll "$round" "$fabric" bcast "$b" "bcast_${b}B_us"; done
+    for b in $bcast_sizes; do run_fabcoll "$round" "$fabric" bcast "$b" "bcast_${b}B_us"; done
     run_fabcoll "$round" "$fabric" bcast 1048576 stream_1MiB_us
   done
 done
@@ -97,20 +100,50 @@ awk -F, 'NR > 1 && $3 == "bw_1MiB_MBps" && $4 > 0 { printf "%s,%s,stream_1MiB_us
   echo "1 MiB / its bandwidth; Open MPI and fabcoll: bcast of 1 MiB). _inject: the raw C program with"
   echo "fi_inject_writedata (no completion)."
   echo
-  echo "| layer | lat_8B | xchg_8B | xchg_inject_8B | stream_8B | stream_inject_8B | bcast_8B | bcast_256B | bcast_1KiB | 1MiB |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| layer | lat_8B | xchg_8B | xchg_inject_8B | stream_8B | stream_inject_8B | bcast_8B | bcast_256B | bcast_1KiB | bcast_4KiB | bcast_16KiB | 1MiB |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   tail -n +2 "$raw" | cat - "$out/derived.csv" | sort -t, -k2,2 -k3,3 -k4,4g | awk -F, '
     function flush() { if (n) { m[key] = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 } }
     { k = $2 SUBSEP $3; if (k != key) { flush(); key = k; n = 0 } v[++n] = $4; layers[$2] = 1 }
     END {
       flush()
       split("sockets raw-tcp;ofi_rxm raw-net openmpi-tcp fabcoll-tcp fabcoll-ofi:tcp", order, " ")
-      split("lat_8B_us xchg_8B_us xchg_inject_8B_us stream_8B_us stream_inject_8B_us bcast_8B_us bcast_256B_us bcast_1024B_us stream_1MiB_us", cols, " ")
+      split("lat_8B_us xchg_8B_us xchg_inject_8B_us stream_8B_us stream_inject_8B_us bcast_8B_us bcast_256B_us bcast_1024B_us bcast_4096B_us bcast_16384B_us stream_1MiB_us", cols, " ")
       for (i = 1; i <= 6; i++) {
         l = order[i]
         if (!(l in layers)) continue
         line = "| " l
-        for (c = 1; c <= 9; c++) line = line " | " (((l SUBSEP cols[c]) in m) ? sprintf("%.2f", m[l SUBSEP cols[c]]) : "-")
+        for (c = 1; c <= 11; c++) line = line " | " (((l SUBSEP cols[c]) in m) ? sprintf("%.2f", m[l SUBSEP cols[c]]) : "-")
+        print line " |"
+      }
+    }'
+  echo
+  echo "Broadcast against Open MPI's tcp BTL, paired: per round, the layer's time over Open MPI's of the same round;"
+  echo "the median over rounds, and the lowest and highest (below 1: faster than Open MPI)."
+  echo
+  echo "| layer | bcast_8B | bcast_256B | bcast_1KiB | bcast_4KiB | bcast_16KiB |"
+  echo "|---|---|---|---|---|---|"
+  tail -n +2 "$raw" | awk -F, -v bcast_sizes="$bcast_sizes" '$3 ~ /^bcast_/ { t[$1 SUBSEP $2 SUBSEP $3] = $4; layers[$2] = 1 }
+    END {
+      split("raw-tcp;ofi_rxm raw-net fabcoll-tcp fabcoll-ofi:tcp", order, " ")
+      nsizes = split(bcast_sizes, sizes, " ")
+      for (i = 1; i <= 4; i++) {
+        l = order[i]
+        if (!(l in layers)) continue
+        line = "| " l
+        for (c = 1; c <= nsizes; c++) {
+          metric = "bcast_" sizes[c] "B_us"; n = 0
+          for (k in t) {
+            split(k, f, SUBSEP)
+            if (f[2] != l || f[3] != metric || !((f[1] SUBSEP "openmpi-tcp" SUBSEP metric) in t)) continue
+            o = t[f[1] SUBSEP "openmpi-tcp" SUBSEP metric]
+            if (o > 0) r[++n] = t[k] / o
+          }
+          if (!n) { line = line " | -"; continue }
+          for (a = 2; a <= n; a++) { x = r[a]; for (b = a - 1; b >= 1 && r[b] > x; b--) r[b + 1] = r[b]; r[b + 1] = x }
+          med = (n % 2) ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2
+          line = line sprintf(" | %.2f [%.2f–%.2f]", med, r[1], r[n])
+        }
         print line " |"
       }
     }'

@@ -1,7 +1,7 @@
 /* Raw libfabric baseline for benches/ofi.rs: the same protocol (8 B fi_writedata ping-pong, plain and injected;
  * the 8 B exchange a 2-rank allreduce needs at least; a one-way stream of 8 B writes; the floor of back-to-back
- * blocking 2-rank broadcasts of 8 B, 256 B and 1 KiB (bcast_<n>B_us: 64 slots and a credit every 32, each write's
- * completion awaited above the inject size); 1 MiB / 16 MiB fi_writedata streams with window 8 and an
+ * blocking 2-rank broadcasts of 8 B, 256 B, 1 KiB, 4 KiB and 16 KiB (bcast_<n>B_us: 64 slots and a credit every 32,
+ * each write's completion awaited above the inject size); 1 MiB / 16 MiB fi_writedata streams with window 8 and an
  * 8 B ack; 8 MiB streams in both directions at once; 512 KiB / 1 MiB exchanges in 512 KiB writes) straight on libfabric, one CQ, FI_CQ_FORMAT_DATA.
  * Usage: ofi_raw <provider>, with FABCOLL_BENCH_RANK (0|1) and FABCOLL_BENCH_DIR (address files) set, and
  * FABCOLL_BENCH_DC=1 for delivery-complete writes. Prints "name value" lines on rank 0. */
@@ -268,7 +268,7 @@ int main(int argc, char **argv)
 	 * before it returns the buffer), and the receiver copies each message out and returns an 8 B credit every
 	 * 32. No headers, no plan, no MR lookup: the floor under fabcoll's p = 2 bcast of that size (on net, above
 	 * 128 B every write costs a CQ read, whose progress is an epoll_wait). */
-	static const size_t bcast_sizes[] = {8, 256, 1024};
+	static const size_t bcast_sizes[] = {8, 256, 1024, 4096, 16384};
 	for (size_t b = 0; !dc && b < sizeof(bcast_sizes) / sizeof(bcast_sizes[0]); b++) {
 		const size_t sz = bcast_sizes[b];
 		const long n = 20 * LAT_ITERS, slots = 64, credit = 32;
