@@ -510,9 +510,12 @@ fn is_stale_key(e: &OfiError) -> bool {
 /// Turns a backend error into the contract's error type.
 pub(crate) fn to_error(provider: &str, e: OfiError) -> Error {
     match e {
-        OfiError::Call { op, code, text } => {
-            Error::Provider { provider: provider.to_string(), op: op.to_string(), code: -(code as i64), text }
-        }
+        OfiError::Call { op, code, text } => Error::Provider {
+            provider: provider.to_string(),
+            op: op.to_string(),
+            code: -(code as i64),
+            text: text.into_owned(),
+        },
         OfiError::Completion { op, code, text, .. } => {
             Error::Provider { provider: provider.to_string(), op: op.to_string(), code: -(code as i64), text }
         }

@@ -121,7 +121,8 @@ impl Info {
                     "{text}: no FI_EP_RDM provider{} offers tagged messages + RMA with mr_mode within {:#x}",
                     provider.map(|p| format!(" named {p:?}")).unwrap_or_default(),
                     MR_MODE_SUPPORTED
-                ),
+                )
+                .into(),
             },
             other => other,
         })?;
