@@ -40,8 +40,14 @@ cc -O2 -o "$out/sock_raw" fabric/benches/sock_raw.c
 
 raw="$out/raw.csv"
 echo "round,layer,metric,value" >"$raw"
-# Must match bcast_sizes in ofi_raw.c.
+# Must match bcast_sizes in ofi_raw.c. The summary's bcast columns come from this list: each
+# size's metric (bcast_<bytes>B_us) and its heading (bcast_8B, bcast_1KiB, ...).
 bcast_sizes="8 256 1024 4096 16384"
+bcast_metrics="" bcast_heads=""
+for b in $bcast_sizes; do
+  bcast_metrics="$bcast_metrics bcast_${b}B_us"
+  if [ "$b" -ge 1024 ]; then bcast_heads="$bcast_heads | bcast_$((b / 1024))KiB"; else bcast_heads="$bcast_heads | bcast_${b}B"; fi
+done
 
 # Two ranks of a raw C program (pinned like fabrun pins), rank 0's "name value" lines as rows.
 run_pair() { # round layer exe [args...]
@@ -100,20 +106,21 @@ awk -F, 'NR > 1 && $3 == "bw_1MiB_MBps" && $4 > 0 { printf "%s,%s,stream_1MiB_us
   echo "1 MiB / its bandwidth; Open MPI and fabcoll: bcast of 1 MiB). _inject: the raw C program with"
   echo "fi_inject_writedata (no completion)."
   echo
-  echo "| layer | lat_8B | xchg_8B | xchg_inject_8B | stream_8B | stream_inject_8B | bcast_8B | bcast_256B | bcast_1KiB | bcast_4KiB | bcast_16KiB | 1MiB |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-  tail -n +2 "$raw" | cat - "$out/derived.csv" | sort -t, -k2,2 -k3,3 -k4,4g | awk -F, '
+  cols="lat_8B_us xchg_8B_us xchg_inject_8B_us stream_8B_us stream_inject_8B_us$bcast_metrics stream_1MiB_us"
+  echo "| layer | lat_8B | xchg_8B | xchg_inject_8B | stream_8B | stream_inject_8B$bcast_heads | 1MiB |"
+  echo "|---$(printf '|---%.0s' $cols)|"
+  tail -n +2 "$raw" | cat - "$out/derived.csv" | sort -t, -k2,2 -k3,3 -k4,4g | awk -F, -v columns="$cols" '
     function flush() { if (n) { m[key] = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 } }
     { k = $2 SUBSEP $3; if (k != key) { flush(); key = k; n = 0 } v[++n] = $4; layers[$2] = 1 }
     END {
       flush()
       split("sockets raw-tcp;ofi_rxm raw-net openmpi-tcp fabcoll-tcp fabcoll-ofi:tcp", order, " ")
-      split("lat_8B_us xchg_8B_us xchg_inject_8B_us stream_8B_us stream_inject_8B_us bcast_8B_us bcast_256B_us bcast_1024B_us bcast_4096B_us bcast_16384B_us stream_1MiB_us", cols, " ")
+      ncols = split(columns, cols, " ")
       for (i = 1; i <= 6; i++) {
         l = order[i]
         if (!(l in layers)) continue
         line = "| " l
-        for (c = 1; c <= 11; c++) line = line " | " (((l SUBSEP cols[c]) in m) ? sprintf("%.2f", m[l SUBSEP cols[c]]) : "-")
+        for (c = 1; c <= ncols; c++) line = line " | " (((l SUBSEP cols[c]) in m) ? sprintf("%.2f", m[l SUBSEP cols[c]]) : "-")
         print line " |"
       }
     }'
@@ -121,23 +128,21 @@ awk -F, 'NR > 1 && $3 == "bw_1MiB_MBps" && $4 > 0 { printf "%s,%s,stream_1MiB_us
   echo "Broadcast against Open MPI's tcp BTL, paired: per round, the layer's time over Open MPI's of the same round;"
   echo "the median over rounds, and the lowest and highest (below 1: faster than Open MPI)."
   echo
-  echo "| layer | bcast_8B | bcast_256B | bcast_1KiB | bcast_4KiB | bcast_16KiB |"
-  echo "|---|---|---|---|---|---|"
-  tail -n +2 "$raw" | awk -F, -v bcast_sizes="$bcast_sizes" '$3 ~ /^bcast_/ { t[$1 SUBSEP $2 SUBSEP $3] = $4; layers[$2] = 1 }
+  echo "| layer$bcast_heads |"
+  echo "|---$(printf '|---%.0s' $bcast_sizes)|"
+  tail -n +2 "$raw" | awk -F, -v metrics="$bcast_metrics" -v rounds="$rounds" '$3 ~ /^bcast_/ { t[$1 SUBSEP $2 SUBSEP $3] = $4; layers[$2] = 1 }
     END {
       split("raw-tcp;ofi_rxm raw-net fabcoll-tcp fabcoll-ofi:tcp", order, " ")
-      nsizes = split(bcast_sizes, sizes, " ")
+      nmetrics = split(metrics, metric, " ")
       for (i = 1; i <= 4; i++) {
         l = order[i]
         if (!(l in layers)) continue
         line = "| " l
-        for (c = 1; c <= nsizes; c++) {
-          metric = "bcast_" sizes[c] "B_us"; n = 0
-          for (k in t) {
-            split(k, f, SUBSEP)
-            if (f[2] != l || f[3] != metric || !((f[1] SUBSEP "openmpi-tcp" SUBSEP metric) in t)) continue
-            o = t[f[1] SUBSEP "openmpi-tcp" SUBSEP metric]
-            if (o > 0) r[++n] = t[k] / o
+        for (c = 1; c <= nmetrics; c++) {
+          n = 0
+          for (round = 1; round <= rounds; round++) {
+            mine = round SUBSEP l SUBSEP metric[c]; theirs = round SUBSEP "openmpi-tcp" SUBSEP metric[c]
+            if ((mine in t) && (theirs in t) && t[theirs] > 0) r[++n] = t[mine] / t[theirs]
           }
           if (!n) { line = line " | -"; continue }
           for (a = 2; a <= n; a++) { x = r[a]; for (b = a - 1; b >= 1 && r[b] > x; b--) r[b + 1] = r[b]; r[b + 1] = x }
