@@ -390,9 +390,18 @@ impl Communicator {
         self.run_engine(call, opts)
     }
 
-    /// A blocking call on the engine.
+    /// A blocking call on the engine; fired when this rank only sends (`exec::fired`).
     fn run_engine(&self, call: &Call<'_>, opts: &Options) -> Result<()> {
-        let started = self.start(call, opts, true)?;
+        let (spec, args) = self.plan(call, opts, self.check)?;
+        if args.is_none() && spec.plan.fired().is_some() {
+            // SAFETY: the buffers are lent to this blocking call, which waits before returning.
+            // (The engine's lock is released at the end of this statement, before any wait.)
+            let fired = unsafe { self.lock().fire(self.ctx, &self.members, &spec, call.send, call.recv) };
+            if let Some(started) = fired {
+                return self.finish(started?);
+            }
+        }
+        let started = self.start_planned(call, spec, args, true)?;
         self.finish(started)
     }
 

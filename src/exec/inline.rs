@@ -17,6 +17,9 @@
 //! local steps, then Recvs, each Recv waited for in turn; a Recv read by one Reduce is reduced
 //! straight out of its slot, other Recvs copy the slot once (as on the engine).
 //!
+//! A blocking call whose part is eager Sends only takes a shorter way still (`super::fired`),
+//! and goes on here when one of its writes does not complete on return.
+//!
 //! When the call runs inline: it is blocking, not in checked mode, every message fits the eager
 //! limit, the rings at its peers have a free slot for every Send it makes (after reading returned
 //! credits), no control message for it came before, and the control queue is empty. Otherwise
@@ -86,17 +89,17 @@ pub(super) enum Inline {
 #[derive(Default)]
 pub(crate) struct InlineState {
     /// Sends the call makes to each endpoint rank (slots it needs in that rank's ring).
-    need: Vec<u32>,
+    pub(super) need: Vec<u32>,
     /// The call's eager messages that arrived and were not received yet: (endpoint rank, message
     /// index, slot).
-    arrived: Vec<(usize, u32, u32)>,
+    pub(super) arrived: Vec<(usize, u32, u32)>,
     /// Fused Recvs done whose message waits in its slot for the Reduce: (Recv step, (endpoint
     /// rank, slot)).
-    fused: Vec<(StepId, (usize, u32))>,
+    pub(super) fused: Vec<(StepId, (usize, u32))>,
     /// Sends whose write has not completed yet (larger than the fabric completes on return).
-    sending: Vec<StepId>,
+    pub(super) sending: Vec<StepId>,
     /// The call's scratch buffers (empty between calls; kept for its allocation).
-    scratch: Vec<Bound>,
+    pub(super) scratch: Vec<Bound>,
 }
 
 // SAFETY: the only raw pointers are those of `scratch`'s bounds, registered scratch memory the
@@ -161,14 +164,33 @@ impl Engine {
                 _ => i += 1,
             }
         }
-        let mut call = Parts { spec, send, recv, scratch };
+        let call = Parts { spec, send, recv, scratch };
+        Inline::Ran(self.inline_from(key, members, call, st, 0, blocking, None))
+    }
+
+    /// Runs a call's steps in its straight-line order from the `ran`-th on (the ones before were
+    /// issued, their writes still in flight listed in `st.sending`) to the call's end or its
+    /// hand-over to an op, failing it with `err` at once if there is one. Puts `st` back.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn inline_from(
+        &mut self,
+        key: OpKey,
+        members: &Arc<[u32]>,
+        mut call: Parts,
+        mut st: Box<InlineState>,
+        mut ran: usize,
+        blocking: bool,
+        err: Option<Error>,
+    ) -> Started {
         let plan = &call.spec.plan;
         let order = plan.inline_order.get_or_init(|| super::straight::order(&plan.sched).into());
         let elem = call.spec.dtype.size();
         let bufs = Bufs { send: &call.send, recv: &call.recv, scratch: &call.scratch, elem };
         let mut w = Wait::default();
-        let mut ran = 0;
-        let stop = self.inline_steps(key, members, &call.spec, order, &bufs, &mut st, &mut w, &mut ran);
+        let stop = match err {
+            Some(e) => Some(Some(e)),
+            None => self.inline_steps(key, members, &call.spec, order, &bufs, &mut st, &mut w, &mut ran),
+        };
         let ended = match stop {
             None if st.arrived.is_empty() => {
                 self.give_back_scratch(&mut call.scratch);
@@ -194,7 +216,7 @@ impl Engine {
             }
         };
         self.inline = Some(st);
-        Inline::Ran(ended)
+        ended
     }
 
     /// Returns the registered buffers of `scratch` to the pool and empties it.

@@ -14,6 +14,7 @@ mod core;
 pub(crate) mod direct;
 pub(crate) mod eager;
 pub(crate) mod fasthash;
+pub(crate) mod fired;
 mod inline;
 pub(crate) mod mailbox;
 pub(crate) mod mrcache;

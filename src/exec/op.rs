@@ -148,6 +148,7 @@ pub(crate) struct Parts {
     pub scratch: Vec<Bound>,
 }
 
+#[derive(Clone)]
 pub(crate) struct OpSpec {
     pub coll: Collective,
     pub alg: &'static str,

@@ -8,6 +8,7 @@ use fabcoll_collectives::schedule::{Region, Schedule, StepId, StepKind};
 
 use super::direct::DirectForm;
 use super::fasthash::FastMap;
+use super::fired::FiredSends;
 
 /// `Plan::fused_from` of a step that is not a fused Reduce.
 pub(crate) const NOT_FUSED: StepId = StepId::MAX;
@@ -44,9 +45,16 @@ pub(crate) struct Plan {
     /// The steps are all Sends, to distinct peers, without scratch ([`sends_only`]): the call runs
     /// inline even when nonblocking, when its writes complete on return (`super::inline`).
     pub sends_only: bool,
+    /// The Sends of a sends-only plan, for fired calls (`super::fired`), listed on first use.
+    pub fired: OnceLock<Option<FiredSends>>,
 }
 
 impl Plan {
+    /// The plan's Sends if a blocking call may be fired (`super::fired`).
+    pub fn fired(&self) -> Option<&FiredSends> {
+        self.fired.get_or_init(|| FiredSends::of(self)).as_ref()
+    }
+
     pub fn new(sched: Schedule) -> Plan {
         let n = sched.len();
         let mut deps = vec![0u32; n];
@@ -91,6 +99,7 @@ impl Plan {
             local,
             direct: OnceLock::new(),
             inline_order: OnceLock::new(),
+            fired: OnceLock::new(),
         }
     }
 }
