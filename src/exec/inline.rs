@@ -89,7 +89,7 @@ pub(super) enum Inline {
 #[derive(Default)]
 pub(crate) struct InlineState {
     /// Sends the call makes to each endpoint rank (slots it needs in that rank's ring).
-    pub(super) need: Vec<u32>,
+    need: Vec<u32>,
     /// The call's eager messages that arrived and were not received yet: (endpoint rank, message
     /// index, slot).
     pub(super) arrived: Vec<(usize, u32, u32)>,
@@ -99,7 +99,7 @@ pub(crate) struct InlineState {
     /// Sends whose write has not completed yet (larger than the fabric completes on return).
     pub(super) sending: Vec<StepId>,
     /// The call's scratch buffers (empty between calls; kept for its allocation).
-    pub(super) scratch: Vec<Bound>,
+    scratch: Vec<Bound>,
 }
 
 // SAFETY: the only raw pointers are those of `scratch`'s bounds, registered scratch memory the

@@ -45,14 +45,15 @@ pub(crate) struct Plan {
     /// The steps are all Sends, to distinct peers, without scratch ([`sends_only`]): the call runs
     /// inline even when nonblocking, when its writes complete on return (`super::inline`).
     pub sends_only: bool,
-    /// The Sends of a sends-only plan, for fired calls (`super::fired`), listed on first use.
-    pub fired: OnceLock<Option<FiredSends>>,
+    /// The Sends of a sends-only plan, for fired calls (`super::fired`), listed on first use
+    /// ([`Plan::fired`]).
+    fired_sends: OnceLock<Option<FiredSends>>,
 }
 
 impl Plan {
     /// The plan's Sends if a blocking call may be fired (`super::fired`).
     pub fn fired(&self) -> Option<&FiredSends> {
-        self.fired.get_or_init(|| FiredSends::of(self)).as_ref()
+        self.fired_sends.get_or_init(|| FiredSends::of(self)).as_ref()
     }
 
     pub fn new(sched: Schedule) -> Plan {
@@ -99,7 +100,7 @@ impl Plan {
             local,
             direct: OnceLock::new(),
             inline_order: OnceLock::new(),
-            fired: OnceLock::new(),
+            fired_sends: OnceLock::new(),
         }
     }
 }
