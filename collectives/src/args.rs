@@ -494,7 +494,7 @@ impl CollArgs {
         })
     }
 
-    /// max(displs[i] + counts[i]) of a length-p v-variant.
+    /// `max(displs[i] + counts[i])` of a length-p v-variant.
     fn extent_v(&self) -> Result<u64> {
         if self.displs.is_none() {
             // packed: the blocks end at Σ counts (O(p), where block_displ per block is O(p²))

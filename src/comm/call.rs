@@ -1,6 +1,7 @@
 //! The typed collective calls: argument checks (lengths, roots, counts) turn typed slices into a
 //! [`Call`] — the operation's `CollArgs` plus the raw buffers — which a [`Collectives`]
-//! implementor submits: blocking ([`Communicator`], [`WithOptions`]) or nonblocking ([`Scope`]).
+//! implementor submits: blocking ([`Communicator`], [`WithOptions`]) or nonblocking
+//! ([`Scope`](super::request::Scope)).
 //!
 //! Buffer conventions follow `fabcoll_collectives::Collective`: buffers that an operation ignores
 //! on this rank (recv of gather/reduce off the root, send of scatter off the root) may be empty.

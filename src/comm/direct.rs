@@ -5,7 +5,7 @@
 //! rank takes the same path): the endpoint is load/store (shm, local); the call blocks; checked
 //! mode is off; the operation is not a v-variant; the largest buffer any rank passes is at most
 //! `ExecConfig::direct_limit` bytes; the chosen algorithm does not cut messages into segments
-//! smaller than that, and sends at most half an inbox to any one peer ([`fits`]); the
+//! smaller than that, and sends at most half an inbox to any one peer ([`form`]); the
 //! communicator has at most [`MAX_RANKS`] ranks.
 //!
 //! The first such call on a communicator allocates this rank's mailbox region (p inboxes of

@@ -93,8 +93,8 @@ impl Core {
     }
 
     /// A write, retried while the fabric is busy (polling meanwhile so peers can drain); with
-    /// [`Endpoint::write_settled`](fabcoll_fabric::Endpoint::write_settled) if `settle`. Whether
-    /// the write completed already (always `false` without `settle`).
+    /// [`Endpoint::write_settled`] if `settle`. Whether the write completed already (always
+    /// `false` without `settle`).
     #[allow(clippy::too_many_arguments)]
     pub fn write(
         &mut self,

@@ -4,7 +4,7 @@
 //! Cost (n = p·count·elem bytes per rank): p a power of two: lg p·α + (n/2)·lg p·β; other p:
 //! ⌈lg p⌉α + Σ_k |{1 ≤ j < p : bit k of j}|·(n/p)·β (thakur's n/2·lg p + (n/p)(p − 2^⌊lg p⌋) for the
 //! last step), γ = 0; plus local pack/unpack copies. alltoallv: β = Σ over steps of the largest
-//! message. Restrictions: none. Paper: thakur §4.3 (Bruck et al. [7]); faraj-yuan §3.1.
+//! message. Restrictions: none. Paper: thakur §4.3 (Bruck et al. \[7\]); faraj-yuan §3.1.
 //!
 //! The initial rotation of thakur's figure 7 is only a relabeling here: position j of rank r holds
 //! item (src, dst) = (r − (j mod 2^k), src + j) before step k, which both sides of a message

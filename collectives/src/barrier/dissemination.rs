@@ -3,7 +3,7 @@
 //!
 //! Cost (any p): ⌈lg p⌉ α + ⌈lg p⌉·e β for signals of one element of e bytes (the paper's are
 //! empty; ours must carry data, see `signal_regions`), no γ term.
-//! Restrictions: none. Paper: thakur §4.1.2 (the dissemination barrier of Hensgen et al. [10],
+//! Restrictions: none. Paper: thakur §4.1.2 (the dissemination barrier of Hensgen et al. \[10\],
 //! of which Bruck's allgather is a variant).
 
 use crate::args::{CollArgs, Collective};

@@ -72,7 +72,7 @@ impl<T, const N: usize> Spsc<T, N> {
         self.push_seen(&mut 0, fill)
     }
 
-    /// [`Spsc::free`] with the producer's last view of `head` (`seen`, kept in its private
+    /// `Spsc::free` (test builds) with the producer's last view of `head` (`seen`, kept in its private
     /// memory; 0 at first): the shared `head` — a line the consumer writes on every pop — is read
     /// only when `seen` says the ring may be full. A stale `seen` is never above `head`, so it only
     /// underestimates the free slots.
@@ -84,7 +84,7 @@ impl<T, const N: usize> Spsc<T, N> {
         N - (t.wrapping_sub(*seen) as usize).min(N)
     }
 
-    /// [`Spsc::push`] with the producer's view of `head` (see [`Spsc::free_seen`]).
+    /// `Spsc::push` (test builds) with the producer's view of `head` (see [`Spsc::free_seen`]).
     pub(crate) fn push_seen(&self, seen: &mut u64, fill: impl FnOnce(&mut T)) -> bool {
         let t = self.tail.load(Ordering::Relaxed);
         if t.wrapping_sub(*seen) >= N as u64 {
