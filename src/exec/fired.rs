@@ -32,23 +32,21 @@
 
 use std::sync::Arc;
 
-use fabcoll_collectives::schedule::{Buf, StepId, StepKind};
+use fabcoll_collectives::schedule::{Buf, Region, StepId, StepKind};
 use fabcoll_fabric::Access;
 
-use super::core::Completes;
 use super::op::{Bound, OpSpec, Parts};
 use super::plan::Plan;
 use super::{seq_match, Engine, OpKey, Started};
 use crate::error::Result;
 
-/// One Send of a fired call: its step, the communicator rank it goes to, its region of the
-/// buffer the Sends read (in elements) and its message index.
+/// One Send of a fired call: its step, the communicator rank it goes to, its region and its
+/// message index.
 #[derive(Debug)]
 struct FiredSend {
     step: StepId,
     peer: u32,
-    off: u64,
-    len: u64,
+    src: Region,
     idx: u32,
 }
 
@@ -79,9 +77,9 @@ impl FiredSends {
                 return None;
             }
             buf = Some(src.buf);
-            sends.push(FiredSend { step: s, peer, off: src.off, len: src.len, idx: plan.idx[s as usize] });
+            sends.push(FiredSend { step: s, peer, src, idx: plan.idx[s as usize] });
         }
-        let max_len = sends.iter().map(|s| s.len).max()?;
+        let max_len = sends.iter().map(|s| s.src.len).max()?;
         let max_idx = sends.iter().map(|s| s.idx).max()?;
         Some(FiredSends { sends: sends.into(), buf: buf?, max_len, max_idx })
     }
@@ -109,9 +107,8 @@ impl Engine {
         if !core.cfg.inline || !core.ctrl_out.is_empty() || sends.max_len as usize * elem > core.cfg.eager_threshold {
             return None;
         }
-        let window = 1u64 << core.layout.seq_bits.saturating_sub(1).max(1);
         let st = self.ctxs.get(&ctx)?;
-        if st.broken.is_some() || st.outstanding.len() as u64 >= window {
+        if st.broken.is_some() || st.outstanding.len() as u64 >= self.core.layout.seq_window() {
             return None;
         }
         let key = OpKey { ctx, seq: st.next_seq };
@@ -142,11 +139,13 @@ impl Engine {
         let mut err = None;
         let mut ran = 0;
         for s in sends.sends.iter() {
-            match self.fire_one(key, s, members[s.peer as usize] as usize, elem, &bound, &mut st.sending) {
-                Ok(true) => ran += 1,
-                // Not issued: the inline path below tries it again, and hands over if it must.
-                Ok(false) => break,
-                Err(e) => {
+            let ep = members[s.peer as usize] as usize;
+            match self.inline_send(key, s.step, s.idx, ep, s.src, &bound, elem, &mut st.sending) {
+                Ok(()) => ran += 1,
+                // Not issued (no slot, no registration): the inline path below tries it again and
+                // hands over if it must.
+                Err(None) => break,
+                Err(Some(e)) => {
                     err = Some(e);
                     break;
                 }
@@ -161,37 +160,6 @@ impl Engine {
         let (send, recv) = if sends.buf == Buf::Send { (bound, Bound::empty()) } else { (Bound::empty(), bound) };
         let call = Parts { spec: spec.clone(), send, recv, scratch: Vec::new() };
         Some(Ok(self.inline_from(key, members, call, st, ran, true, err)))
-    }
-
-    /// Writes one Send of a fired call into a slot of endpoint rank `ep` (a write still in flight
-    /// is listed in `sending`): whether it was issued (no slot, no registration: not).
-    fn fire_one(
-        &mut self,
-        key: OpKey,
-        s: &FiredSend,
-        ep: usize,
-        elem: usize,
-        bound: &Bound,
-        sending: &mut Vec<StepId>,
-    ) -> Result<bool> {
-        let bytes = s.len as usize * elem;
-        if bytes == 0 {
-            return Ok(true);
-        }
-        let core = &mut self.core;
-        let (Some(mr), Some((slot, dst))) = (bound.mr.as_ref(), core.eager.take_slot(ep, bytes)) else {
-            return Ok(false);
-        };
-        let Some(imm) = core.layout.encode_eager(slot, key.ctx, key.seq, s.idx) else {
-            core.eager.on_credit(ep, 1u64 << slot)?;
-            return Ok(false);
-        };
-        let off = bound.mr_off + s.off as usize * elem;
-        let how = if core.caps.completes_inline(bytes) { Completes::Inline } else { Completes::Settle(key, s.step) };
-        if !core.write_eager(ep, mr, off, bytes, dst, imm, how)? {
-            sending.push(s.step);
-        }
-        Ok(true)
     }
 }
 
@@ -219,7 +187,7 @@ mod tests {
             for (s, &step) in f.sends.iter().zip(order.iter()) {
                 let StepKind::Send { peer, src } = *pl.sched.step(step) else { panic!("not a Send: {step}") };
                 assert_eq!(
-                    (s.step, s.peer, s.off, s.len, s.idx),
+                    (s.step, s.peer, s.src.off, s.src.len, s.idx),
                     (step, peer, src.off, src.len, pl.idx[step as usize])
                 );
             }

@@ -314,7 +314,8 @@ impl Engine {
             let kind = *plan.sched.step(s);
             match kind {
                 StepKind::Send { peer, src } => {
-                    if let Err(e) = self.inline_send(key, plan, s, members[peer as usize] as usize, src, bufs, st) {
+                    let (ep, idx, bound) = (members[peer as usize] as usize, plan.idx[s as usize], bufs.bound(src.buf));
+                    if let Err(e) = self.inline_send(key, s, idx, ep, src, bound, bufs.elem, &mut st.sending) {
                         return Some(e);
                     }
                 }
@@ -348,37 +349,38 @@ impl Engine {
         None
     }
 
-    /// Sends Send step `s`'s message eagerly to endpoint rank `ep`. `Err`: hand the call over
-    /// (the step not issued), failing it with the error if there is one.
+    /// Sends Send step `s` (message index `idx`, region `src` of `bound`, `elem` bytes per
+    /// element) eagerly to endpoint rank `ep`; a write still in flight is listed in `sending`.
+    /// `Err`: hand the call over (the step not issued), failing it with the error if there is one.
     #[allow(clippy::too_many_arguments)]
-    fn inline_send(
+    pub(super) fn inline_send(
         &mut self,
         key: OpKey,
-        plan: &Plan,
         s: StepId,
+        idx: u32,
         ep: usize,
         src: Region,
-        bufs: &Bufs<'_>,
-        st: &mut InlineState,
+        bound: &Bound,
+        elem: usize,
+        sending: &mut Vec<StepId>,
     ) -> Result<(), Option<Error>> {
-        let bytes = src.len as usize * bufs.elem;
+        let bytes = src.len as usize * elem;
         if bytes == 0 {
             return Ok(());
         }
         let core = &mut self.core;
-        let bound = bufs.bound(src.buf);
         // Slots for every Send were counted free before the call began, and only it sends now.
         let (Some(mr), Some((slot, dst))) = (bound.mr.as_ref(), core.eager.take_slot(ep, bytes)) else {
             return Err(None);
         };
-        let Some(imm) = core.layout.encode_eager(slot, key.ctx, key.seq, plan.idx[s as usize]) else {
+        let Some(imm) = core.layout.encode_eager(slot, key.ctx, key.seq, idx) else {
             let _ = core.eager.on_credit(ep, 1u64 << slot);
             return Err(None);
         };
-        let off = bound.mr_off + src.off as usize * bufs.elem;
+        let off = bound.mr_off + src.off as usize * elem;
         let how = if core.caps.completes_inline(bytes) { Completes::Inline } else { Completes::Settle(key, s) };
         if !core.write_eager(ep, mr, off, bytes, dst, imm, how).map_err(Some)? {
-            st.sending.push(s);
+            sending.push(s);
         }
         Ok(())
     }

@@ -423,7 +423,7 @@ impl Engine {
             return Err(Error::Broken(why.clone()));
         }
         let key = OpKey { ctx, seq: st.next_seq };
-        let window = 1u64 << self.core.layout.seq_bits.saturating_sub(1).max(1);
+        let window = self.core.layout.seq_window();
         if st.outstanding.len() as u64 >= window {
             return Err(Error::InvalidArgument {
                 coll: spec.coll.name(),

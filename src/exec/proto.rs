@@ -73,6 +73,12 @@ impl ImmLayout {
         self.idx_bits > 0
     }
 
+    /// Collectives a communicator may have outstanding: half the sequence numbers an immediate
+    /// tells apart, so that the low bits of every outstanding call's number differ.
+    pub fn seq_window(&self) -> u64 {
+        1u64 << self.seq_bits.saturating_sub(1).max(1)
+    }
+
     /// Mask of the sequence-number bits carried by an eager immediate.
     pub fn seq_mask(&self) -> u64 {
         mask(self.seq_bits)
