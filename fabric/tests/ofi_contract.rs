@@ -315,8 +315,10 @@ fn dead_peer(name: &str, provider: &str, len: usize) {
             if let Err(e) = ep.write(1, src.range(), desc.range(), Some(2), ctx) {
                 break format!("write: {e}");
             }
+            // Well above the probes' bound (an idle interval, then 1 to 3 intervals of refusals: 2 to 4 s at the
+            // default 1 s), so that a loaded machine does not turn a late error into a timeout.
             let mut out = Vec::new();
-            match ep.wait(&mut out, Some(Duration::from_secs(5))) {
+            match ep.wait(&mut out, Some(Duration::from_secs(12))) {
                 Ok(_) => {
                     if let Some(Completion::WriteError { error, .. }) =
                         out.iter().find(|c| matches!(c, Completion::WriteError { .. }))

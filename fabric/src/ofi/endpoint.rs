@@ -56,12 +56,12 @@ pub struct OfiConfig {
     /// `FABCOLL_OFI_INJECT=0` / `=1` turns it off / on for every provider.
     pub inject: Option<bool>,
     /// Liveness probes: after this long without any event from the provider (the local completions of injected
-    /// writes do not count), `poll` sends every peer it has exchanged control
-    /// messages with an empty control message that the peer's endpoint drops unseen (one round per interval while
-    /// idle). Transmit-complete writes may all succeed after a peer died (bytes handed to the socket); a probe to
-    /// it fails, or is refused (tcp: `-FI_EAGAIN` while rxm fails to reconnect) for 3 intervals, and `poll`
-    /// returns [`OfiError::Peer`] naming it. A live peer's established connection takes an 8-byte send without
-    /// that peer's progress, so only unreachable peers are named. `None`: no probes.
+    /// writes do not count), `poll` sends every peer it has exchanged control messages with an empty control message
+    /// that the peer's endpoint drops unseen (one round per interval while idle). Transmit-complete writes may all
+    /// succeed after a peer died (bytes handed to the socket); a probe to it fails, or is refused (tcp: `-FI_EAGAIN`
+    /// while the provider fails to reconnect) for an interval while the peer's address refuses connections, or for 3
+    /// intervals, and `poll` returns [`OfiError::Peer`] naming it. A live peer's established connection takes an
+    /// 8-byte send without that peer's progress, so only unreachable peers are named. `None`: no probes.
     pub probe_interval: Option<Duration>,
     /// How long a post may retry on `-FI_EAGAIN` (driving progress) before giving up.
     pub timeout: Duration,

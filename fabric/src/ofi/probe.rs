@@ -3,8 +3,9 @@
 //!
 //! Transmit-complete writes to a dead tcp peer may all succeed (bytes handed to the socket) when nothing else is
 //! sent to it. A probe is an empty control message (header flag `PROBE`) the receiving endpoint drops unseen;
-//! sent to a dead peer, tcp refuses it (`-FI_EAGAIN` while rxm fails to reconnect) or fails it, and after 3
-//! intervals of refusals `poll` returns [`OfiError::Peer`] naming the peer. Injected writes to a dead tcp peer are
+//! sent to a dead peer, tcp refuses it (`-FI_EAGAIN` while the provider fails to reconnect) or fails it. Refused for a
+//! probe interval, the endpoint asks the kernel whether the peer still listens (below), and after 3 intervals of
+//! refusals `poll` returns [`OfiError::Peer`] naming the peer in any case. Injected writes to a dead tcp peer are
 //! refused for good (`write` keeps driving progress and probing meanwhile). On net, writes and sends to a dead peer
 //! neither fail nor complete (the provider keeps reconnecting, `ECONNREFUSED`, and reports nothing): a probe that
 //! has not left after a probe interval makes the endpoint ask the kernel whether the peer still listens at its
@@ -58,8 +59,19 @@ impl OfiEndpoint {
                 Err(e) if e.is_again() => {
                     self.free_sends.push(slot);
                     let since = *self.probe_refused[peer].get_or_insert_with(Instant::now);
-                    if since.elapsed() >= patience {
-                        let why = format!("liveness probes refused for {:?} ({e}): peer unreachable", since.elapsed());
+                    // Refused in the last round too: a peer whose address refuses connections is gone (the kernel
+                    // answers for a live process that is not polling); past the patience, refusals alone name it.
+                    // (Rounds come an interval apart, and `since` was taken just after the last one began.)
+                    let every = self.probe_interval.unwrap_or_default();
+                    let gone = since.elapsed() >= every / 2
+                        && self.peer_sockets[peer].filter(|a| refuses_connections(*a)).is_some();
+                    if gone || since.elapsed() >= patience {
+                        let verdict = if gone {
+                            ", and its address refuses connections: peer gone"
+                        } else {
+                            ": peer unreachable"
+                        };
+                        let why = format!("liveness probes refused for {:?} ({e}){verdict}", since.elapsed());
                         return Err(OfiError::Peer { peer, source: Box::new(OfiError::Timeout(why)) });
                     }
                 }
