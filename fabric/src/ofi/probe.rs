@@ -3,12 +3,12 @@
 //!
 //! Transmit-complete writes to a dead tcp peer may all succeed (bytes handed to the socket) when nothing else is
 //! sent to it. A probe is an empty control message (header flag `PROBE`) the receiving endpoint drops unseen;
-//! sent to a dead peer, tcp refuses it (`-FI_EAGAIN` while the provider fails to reconnect) or fails it. Refused for a
-//! probe interval, the endpoint asks the kernel whether the peer still listens (below), and after 3 intervals of
-//! refusals `poll` returns [`OfiError::Peer`] naming the peer in any case. Injected writes to a dead tcp peer are
+//! sent to a dead peer, tcp refuses it (`-FI_EAGAIN` while the provider fails to reconnect) or fails it. Refused in
+//! two rounds in a row, the endpoint asks the kernel whether the peer still listens (below), and after 3 intervals
+//! of refusals `poll` returns [`OfiError::Peer`] naming the peer in any case. Injected writes to a dead tcp peer are
 //! refused for good (`write` keeps driving progress and probing meanwhile). On net, writes and sends to a dead peer
 //! neither fail nor complete (the provider keeps reconnecting, `ECONNREFUSED`, and reports nothing): a probe that
-//! has not left after a probe interval makes the endpoint ask the kernel whether the peer still listens at its
+//! has not left by the next round makes the endpoint ask the kernel whether the peer still listens at its
 //! address (a TCP connect, which a live process accepts even when it is not polling); a refusal names the peer.
 //! Only connected peers are probed (we exchanged control messages with them or a write to them completed; an
 //! unconnected live peer that does not poll would look the same as a dead one), never one that said goodbye
@@ -23,15 +23,19 @@ impl OfiEndpoint {
     /// Sends every other connected peer a liveness probe (see [`super::OfiConfig::probe_interval`]); stops early when
     /// all control send buffers are in flight. A failed or long-refused probe names the peer.
     pub(super) fn probe(&mut self) -> Result<(), OfiError> {
-        let patience = self.probe_interval.unwrap_or_default() * 3;
+        let every = self.probe_interval.unwrap_or_default();
+        let patience = every * 3;
+        // "Since the last round": rounds come an interval apart, and the times below are taken just after a round
+        // began, so a whole interval would only be seen a round later.
+        let a_round = every / 2;
         for peer in 0..self.peers.len() {
             if peer as u64 == self.rank || !self.alive[peer] {
                 continue;
             }
             if let Some(since) = self.probe_unsent[peer] {
-                // The last probe has not left: no second one; past an interval, ask whether the peer still listens.
-                if since.elapsed() >= self.probe_interval.unwrap_or_default() {
-                    if let Some(addr) = self.peer_sockets[peer].filter(|a| refuses_connections(*a)) {
+                // The last probe has not left: no second one; a round later, ask whether the peer still listens.
+                if since.elapsed() >= a_round {
+                    if let Some(addr) = self.listener_gone(peer) {
                         let why = format!(
                             "a liveness probe has not left for {:?} and {addr} refuses connections: peer gone",
                             since.elapsed()
@@ -59,12 +63,9 @@ impl OfiEndpoint {
                 Err(e) if e.is_again() => {
                     self.free_sends.push(slot);
                     let since = *self.probe_refused[peer].get_or_insert_with(Instant::now);
-                    // Refused in the last round too: a peer whose address refuses connections is gone (the kernel
-                    // answers for a live process that is not polling); past the patience, refusals alone name it.
-                    // (Rounds come an interval apart, and `since` was taken just after the last one began.)
-                    let every = self.probe_interval.unwrap_or_default();
-                    let gone = since.elapsed() >= every / 2
-                        && self.peer_sockets[peer].filter(|a| refuses_connections(*a)).is_some();
+                    // Refused in the last round too: a peer whose address refuses connections is gone; past the
+                    // patience, refusals alone name it.
+                    let gone = since.elapsed() >= a_round && self.listener_gone(peer).is_some();
                     if gone || since.elapsed() >= patience {
                         let verdict = if gone {
                             ", and its address refuses connections: peer gone"
@@ -82,6 +83,12 @@ impl OfiEndpoint {
             }
         }
         Ok(())
+    }
+
+    /// `peer`'s socket address if the kernel refuses connections there: the process that listened is gone (a live
+    /// one's listening socket accepts even when it does not poll). `None` also for peers without a socket address.
+    fn listener_gone(&self, peer: usize) -> Option<SocketAddr> {
+        self.peer_sockets[peer].filter(|a| refuses_connections(*a))
     }
 
     pub(super) fn mark_alive(&mut self, peer: usize) {
