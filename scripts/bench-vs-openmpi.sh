@@ -20,7 +20,8 @@
 # mpibench: MPI_FLOAT throughout (same bytes).
 # Writes OUT/raw.csv (run,impl,transport,op,p,bytes,usec), OUT/summary.csv and OUT/summary.md
 # (medians, ratio = fabcoll / Open MPI: below 1 means fabcoll is faster; paired = the median of
-# the per-run ratios).
+# the per-run ratios; runs_at_or_below = in how many runs fabcoll was at or below Open MPI; the
+# table at the end counts, per transport and p, the cells at or below and those slower in every run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
     --max) max=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "bench-vs-openmpi: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -135,12 +136,14 @@ tail -n +2 "$raw" | awk -F, '
       }
       if (!n) continue
       for (i = 2; i <= n; i++) { t = x[i]; for (j = i - 1; j >= 1 && x[j] > t; j--) x[j + 1] = x[j]; x[j + 1] = t }
-      printf "%s,%.2f\n", k, (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2
+      at = 0
+      for (i = 1; i <= n; i++) if (x[i] <= 1) at++
+      printf "%s,%.2f,%d/%d\n", k, (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2, at, n
     }
   }' >"$out/paired.csv"
-echo "transport,op,p,bytes,fabcoll_us,openmpi_us,ratio,paired_ratio,runs" >"$summary"
+echo "transport,op,p,bytes,fabcoll_us,openmpi_us,ratio,paired_ratio,runs_at_or_below,runs" >"$summary"
 awk -F, '
-  FILENAME ~ /paired.csv$/ { q[$1 "," $2 "," $3 "," $4] = $5; next }
+  FILENAME ~ /paired.csv$/ { q[$1 "," $2 "," $3 "," $4] = $5 "," $6; next }
   $1 == "fabcoll" { f[$2 "," $3 "," $4 "," $5] = $6; n[$2 "," $3 "," $4 "," $5] = $7 }
   $1 == "openmpi" { o[$2 "," $3 "," $4 "," $5] = $6 }
   END { for (k in f) if (k in o && o[k] > 0) printf "%s,%.2f,%.2f,%.2f,%s,%d\n", k, f[k], o[k], f[k] / o[k], q[k], n[k] }' \
@@ -150,10 +153,20 @@ awk -F, '
   echo
   echo "Average latency in µs (mpibench method, both sides). Open MPI: shm = ob1 + vader, ofi:tcp = ob1 + tcp BTL on lo."
   echo "ratio = fabcoll / Open MPI of the medians; paired = median over runs of fabcoll / Open MPI measured in"
-  echo "the same run (below 1: fabcoll faster)."
+  echo "the same run (below 1: fabcoll faster); at/below = in how many runs fabcoll was at or below Open MPI."
   echo
-  echo "| transport | op | p | bytes | fabcoll µs | Open MPI µs | ratio | paired |"
-  echo "|---|---|---|---|---|---|---|---|"
-  tail -n +2 "$summary" | awk -F, '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8 }'
+  echo "| transport | op | p | bytes | fabcoll µs | Open MPI µs | ratio | paired | at/below |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  tail -n +2 "$summary" | awk -F, '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }'
+  echo
+  # Per transport and p: how many cells are at or below by each measure. A cell where fabcoll was
+  # slower in every one of n runs is above by the sign test (chance 2^-n if both were alike); one
+  # that was slower in some runs only is within this machine's run-to-run drift.
+  echo "| transport | p | cells | ratio ≤ 1 | paired ≤ 1 | slower in every run |"
+  echo "|---|---|---|---|---|---|"
+  tail -n +2 "$summary" | awk -F, '
+    { k = $1 " | " $3; c[k]++; if ($7 <= 1) m[k]++; if ($8 <= 1) q[k]++
+      split($9, a, "/"); if (a[1] == 0 && a[2] > 1) { s[k]++; w[k] = w[k] (w[k] == "" ? "" : ", ") $2 " " $4 } }
+    END { for (k in c) printf "| %s | %d | %d | %d | %d%s |\n", k, c[k], m[k], q[k], s[k], (s[k] ? " (" w[k] ")" : "") }' | sort
 } >"$out/summary.md"
 cat "$out/summary.md"
