@@ -66,7 +66,8 @@ pub(crate) const CHECK_EVERY: u32 = 64;
 /// (~10 ns), a round polls the endpoint's queues and the ops (~0.1–0.3 µs). The engine's
 /// yield thresholds are in rounds; counted in direct polls they would yield after ~0.3 µs,
 /// inside the wait for a message already on its way (p = 2, 16 B allreduce: p99 15 µs, avg
-/// twice the p50, from yields that handed the core away).
+/// twice the p50, from yields that handed the core away). Not when oversubscribed: there the
+/// yield is what lets the peer run (`Engine::direct_waiting`).
 pub(crate) const POLLS_PER_ROUND: u32 = 32;
 
 /// Per-communicator state reused by every direct call (no allocation per call once warm).
