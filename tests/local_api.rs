@@ -577,6 +577,71 @@ fn a_sends_only_root_sends_at_once_and_falls_back_when_the_rings_are_full() {
 }
 
 #[test]
+fn a_repeated_sends_only_call_fires_again_and_a_changed_one_is_planned_anew() {
+    let stats = job(3, engine_only(), |c| {
+        let root = c.rank() == 0;
+        let fill = |b: &mut [u32], round: u32| {
+            if root {
+                b.iter_mut().enumerate().for_each(|(i, v)| *v = i as u32 * 7 + round);
+            } else {
+                b.fill(0);
+            }
+        };
+        let check = |b: &[u32], round: u32, what: &str| {
+            assert!(b.iter().enumerate().all(|(i, &v)| v == i as u32 * 7 + round), "rank {} {what}: {b:?}", c.rank());
+        };
+        // The same call: new contents each time, one buffer.
+        let mut a = vec![0u32; 40];
+        for round in 0..60 {
+            fill(&mut a, round);
+            c.bcast(&mut a, 0).unwrap();
+            check(&a, round, "repeat");
+        }
+        let before = c.stats();
+        // Changed calls in between: another length, another buffer, another root.
+        for round in 0..30 {
+            let mut b = vec![0u32; 40 + (round as usize % 3)];
+            fill(&mut b, 1000 + round);
+            c.bcast(&mut b, 0).unwrap();
+            check(&b, 1000 + round, "another buffer");
+            fill(&mut a, 2000 + round);
+            c.bcast(&mut a, 0).unwrap();
+            check(&a, 2000 + round, "the first buffer again");
+            let mut from2 = if c.rank() == 2 { vec![round + 1; 5] } else { vec![0; 5] };
+            c.bcast(&mut from2, 2).unwrap();
+            assert_eq!(from2, vec![round + 1; 5], "rank {}", c.rank());
+        }
+        // Buffers freed and allocated again (often at the same address) with other contents.
+        for round in 0..30 {
+            let mut b = vec![0u32; 40];
+            fill(&mut b, 3000 + round);
+            c.bcast(&mut b, 0).unwrap();
+            check(&b, 3000 + round, "a reallocated buffer");
+        }
+        // A gather leaf's Sends read its send buffer.
+        let mut mine = [0u64; 3];
+        let mut all = vec![0u64; if root { 9 } else { 0 }];
+        for round in 0..20u64 {
+            mine.iter_mut().enumerate().for_each(|(i, v)| *v = u64::from(c.rank()) * 100 + i as u64 + round);
+            c.gather(&mine, &mut all, 0).unwrap();
+            if root {
+                let want: Vec<u64> = (0..3u64).flat_map(|r| (0..3).map(move |i| r * 100 + i + round)).collect();
+                assert_eq!(all, want, "round {round}");
+            }
+        }
+        (before, c.stats())
+    });
+    let (before, after) = &stats[0];
+    assert!(before.fired_calls >= 50, "the root fires its calls: {before:?}");
+    assert!(before.refired_calls >= 40, "repeats fire again without planning: {before:?}");
+    let later = after.since(before);
+    assert!(later.refired_calls < later.fired_calls, "changed calls are planned anew: {later:?}");
+    assert!(stats[1].0.refired_calls == 0 && stats[1].0.fired_calls == 0, "a receiver never fires: {:?}", stats[1].0);
+    let leaf = stats[1].1.since(&stats[1].0);
+    assert!(leaf.refired_calls > 0, "a gather leaf's repeats fire again: {leaf:?}");
+}
+
+#[test]
 fn a_direct_call_progresses_the_nonblocking_ops_a_peer_waits_for() {
     // Rank 0 makes a small blocking call while its large nonblocking allreduce is in flight;
     // rank 1 first waits for that allreduce (which needs rank 0's grants and reductions), then

@@ -13,7 +13,7 @@ mod estimate;
 mod pinned;
 mod request;
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
@@ -31,6 +31,7 @@ use cache::PlanCache;
 
 use crate::error::{Error, Result};
 use crate::exec::direct::DirectForm;
+use crate::exec::fired::CallId;
 use crate::exec::op::{Check, OpSpec};
 use crate::exec::plan::Plan;
 use crate::exec::{Engine, ExecConfig, OpKey, Started, Stats, Waiter};
@@ -82,6 +83,10 @@ pub struct Communicator {
     breaks: Arc<AtomicU64>,
     /// Threads waiting for the engine's lock ([`Engine::lock_waiters`]).
     lock_waiters: Arc<AtomicU32>,
+    /// This communicator's last blocking call on the engine was fired with a [`CallId`]: the
+    /// next one asks the engine whether it is the same (`Engine::refire`), the others skip that
+    /// lock.
+    fired_last: AtomicBool,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -164,6 +169,7 @@ impl Communicator {
             direct_counts,
             breaks,
             lock_waiters,
+            fired_last: AtomicBool::new(false),
         })
     }
 
@@ -223,6 +229,7 @@ impl Communicator {
     /// per-call [`Options`] and `FABCOLL_ALGO` still win. All ranks must set the same decisions.
     pub fn set_decisions(&mut self, decisions: Arc<Decisions>) {
         self.decisions = decisions;
+        self.lock().disarm();
         self.plans.get_mut().unwrap_or_else(|p| p.into_inner()).forget_choices();
         self.direct.lock().unwrap_or_else(|p| p.into_inner()).forget_choices();
     }
@@ -391,18 +398,52 @@ impl Communicator {
     }
 
     /// A blocking call on the engine; fired when this rank only sends (`exec::fired`).
+    /// A repeat of the call fired last is fired again without being planned (`Engine::refire`).
     fn run_engine(&self, call: &Call<'_>, opts: &Options) -> Result<()> {
+        let id = self.fired_id(call, opts);
+        if let Some(id) = &id {
+            if self.fired_last.load(Ordering::Relaxed) {
+                // SAFETY: as below.
+                let fired = unsafe { self.lock().refire(self.ctx, &self.members, id) };
+                if let Some(started) = fired {
+                    return self.finish(started?);
+                }
+            }
+        }
         let (spec, args) = self.plan(call, opts, self.check)?;
         if args.is_none() && spec.plan.fired().is_some() {
             // SAFETY: the buffers are lent to this blocking call, which waits before returning.
             // (The engine's lock is released at the end of this statement, before any wait.)
-            let fired = unsafe { self.lock().fire(self.ctx, &self.members, &spec, call.send, call.recv) };
+            let fired = unsafe { self.lock().fire(self.ctx, &self.members, &spec, call.send, call.recv, id) };
             if let Some(started) = fired {
+                self.fired_last.store(id.is_some(), Ordering::Relaxed);
                 return self.finish(started?);
             }
         }
+        self.fired_last.store(false, Ordering::Relaxed);
         let started = self.start_planned(call, spec, args, true)?;
         self.finish(started)
+    }
+
+    /// The identity of `call` for a fired call's repeats: `None` where planning depends on more
+    /// (per-call options, counts, a reduction operator, checked mode, cost-model selection).
+    fn fired_id(&self, call: &Call<'_>, opts: &Options) -> Option<CallId> {
+        let a = &call.args;
+        let plain = a.counts.is_none() && a.displs.is_none() && a.rdispls.is_none() && call.op.is_none();
+        let defaults = opts.algorithm.is_none() && opts.params == Params::default();
+        if !plain || !defaults || self.check || self.model.selecting() {
+            return None;
+        }
+        Some(CallId {
+            coll: a.coll,
+            count: a.count,
+            root: a.root,
+            elem_size: a.elem_size,
+            in_place: a.in_place,
+            dtype: call.dtype,
+            send: (call.send.0 as usize, call.send.1),
+            recv: (call.recv.0 as usize, call.recv.1),
+        })
     }
 
     /// Waits for a blocking call the engine started, unless it already ran to its end.
@@ -479,6 +520,7 @@ impl Communicator {
             direct_counts: self.direct_counts.clone(),
             breaks: self.breaks.clone(),
             lock_waiters: self.lock_waiters.clone(),
+            fired_last: AtomicBool::new(false),
         })
     }
 

@@ -240,6 +240,9 @@ pub struct Stats {
     /// Calls whose part on this rank was only eager Sends, sent as the call started, without an
     /// op (among `inline_calls`; blocking or not).
     pub fired_calls: u64,
+    /// Fired calls that repeated the call fired before them and were fired again without being
+    /// planned and bound anew (among `fired_calls`; see `exec::fired::Armed`).
+    pub refired_calls: u64,
     /// Blocking calls run inline, without an op (`exec::inline`), and those of them handed over
     /// to an op halfway (a rendezvous, a long wait, an error).
     pub inline_calls: u64,
@@ -290,6 +293,7 @@ stats_counters!(
     rts_msgs,
     grants,
     fired_calls,
+    refired_calls,
     inline_calls,
     inline_handovers,
     settled_writes,
@@ -336,8 +340,8 @@ mod tests {
         // Every field is listed (a new counter left out of the list would not compile in `since`,
         // whose struct literal names every field).
         let names: Vec<&str> = d.counters().iter().map(|&(n, _)| n).collect();
-        assert_eq!(names.len(), 21);
-        assert_eq!((names[0], names[20]), ("eager_msgs", "cache_hits"));
+        assert_eq!(names.len(), 22);
+        assert_eq!((names[0], names[21]), ("eager_msgs", "cache_hits"));
         let nonzero: Vec<(&str, u64)> = d.counters().into_iter().filter(|&(_, v)| v > 0).collect();
         assert_eq!(nonzero, [("eager_msgs", 7), ("direct_bytes", 64), ("cache_hits", 2)]);
     }

@@ -151,6 +151,8 @@ pub(crate) struct Engine {
     comp: Vec<Completion>,
     /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
     pinned: Vec<Mr>,
+    /// The last call fired to its end, for its repeats (`fired::Armed`).
+    armed: Option<Box<fired::Armed>>,
     /// Polls in a row without news before a waiter yields (fewer when oversubscribed).
     yield_after: u32,
     /// This node's ranks outnumber its cores (see `ExecConfig::yield_when_idle`).
@@ -179,6 +181,11 @@ pub(crate) struct Engine {
 /// An abort notice's payload: the awaited ranks, as many as fit one control message.
 fn notice(waits: Vec<u32>, max_ctrl: usize) -> Vec<u8> {
     waits.iter().take(max_ctrl.min(4096) / 4).flat_map(|r| r.to_le_bytes()).collect()
+}
+
+/// Whether two registrations are the same (one buffer, one key).
+fn same_mr(a: &Mr, b: &Mr) -> bool {
+    a.as_ptr() == b.as_ptr() && a.len() == b.len() && a.remote() == b.remote()
 }
 
 fn seq_match(seq: u64, low: u64, mask: u64) -> bool {
@@ -236,6 +243,7 @@ impl Engine {
             next_ctx: 1,
             comp: Vec::new(),
             pinned: Vec::new(),
+            armed: None,
             yield_after: match (yield_idle, load_store) {
                 (true, _) => YIELD_AFTER_OVERSUBSCRIBED,
                 (false, true) => YIELD_AFTER,
@@ -345,6 +353,7 @@ impl Engine {
 
     /// Marks context `ctx` broken by `why` (a failed direct call).
     pub fn break_ctx(&mut self, ctx: u32, why: String) {
+        self.disarm();
         if let Some(c) = self.ctxs.get_mut(&ctx) {
             if c.broken.is_none() {
                 c.broken = Some(why);
@@ -382,6 +391,7 @@ impl Engine {
     }
 
     pub fn remove_ctx(&mut self, ctx: u32) {
+        self.disarm();
         self.ctxs.remove(&ctx);
     }
 
@@ -407,12 +417,19 @@ impl Engine {
 
     /// Uses `mr` for buffers inside it, bypassing the cache; the cache forgets overlapping entries.
     pub fn pin(&mut self, mr: Mr) {
+        self.disarm();
         self.core.mrs.evict(mr.as_ptr(), mr.len());
         self.pinned.push(mr);
     }
 
     pub fn unpin(&mut self, mr: &Mr) {
-        self.pinned.retain(|m| !(m.as_ptr() == mr.as_ptr() && m.len() == mr.len() && m.remote() == mr.remote()));
+        self.disarm();
+        self.pinned.retain(|m| !same_mr(m, mr));
+    }
+
+    /// Whether `mr` is one of the pinned buffers' registrations.
+    fn is_pinned(&self, mr: &Mr) -> bool {
+        self.pinned.iter().any(|m| same_mr(m, mr))
     }
 
     /// Starts a collective on context `ctx`. Buffers are already bound. A `blocking` call (waited
@@ -892,6 +909,7 @@ impl Engine {
                 self.core.mrs.evict(b.ptr, b.bytes);
             }
         }
+        self.disarm();
         self.core.writes.retain(|_, (k, _)| *k != key);
         self.core.grants_in.retain(|_, (k, _)| *k != key);
         if self.core.flush_ctrl().is_err() {

@@ -29,6 +29,7 @@ use super::{Core, OpKey};
 use crate::error::{Error, Result};
 
 /// A user or scratch buffer bound to the call.
+#[derive(Clone)]
 pub(crate) struct Bound {
     pub ptr: *mut u8,
     pub bytes: usize,
