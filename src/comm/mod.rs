@@ -428,18 +428,34 @@ impl Communicator {
     /// The identity of `call` for a fired call's repeats: `None` where planning depends on more
     /// (per-call options, counts, a reduction operator, checked mode, cost-model selection).
     fn fired_id(&self, call: &Call<'_>, opts: &Options) -> Option<CallId> {
-        let a = &call.args;
-        let plain = a.counts.is_none() && a.displs.is_none() && a.rdispls.is_none() && call.op.is_none();
-        let defaults = opts.algorithm.is_none() && opts.params == Params::default();
+        // Every argument is named, as in `cache::CallKey::is`: a field added to `CollArgs` must be
+        // placed here (in the identity, or among the calls that get none) to compile.
+        let CollArgs {
+            coll,
+            rank: _,
+            size: _,
+            root,
+            count,
+            counts,
+            displs,
+            rdispls,
+            commutative: _,
+            in_place,
+            elem_size,
+            params,
+        } = &call.args;
+        // (Rank and size are the context's; commutativity matters only with an operator.)
+        let plain = counts.is_none() && displs.is_none() && rdispls.is_none() && call.op.is_none();
+        let defaults = opts.algorithm.is_none() && opts.params == Params::default() && *params == Params::default();
         if !plain || !defaults || self.check || self.model.selecting() {
             return None;
         }
         Some(CallId {
-            coll: a.coll,
-            count: a.count,
-            root: a.root,
-            elem_size: a.elem_size,
-            in_place: a.in_place,
+            coll: *coll,
+            count: *count,
+            root: *root,
+            elem_size: *elem_size,
+            in_place: *in_place,
             dtype: call.dtype,
             send: (call.send.0 as usize, call.send.1),
             recv: (call.recv.0 as usize, call.recv.1),
