@@ -152,5 +152,27 @@ awk -F, 'NR > 1 && $3 == "bw_1MiB_MBps" && $4 > 0 { printf "%s,%s,stream_1MiB_us
         print line " |"
       }
     }'
+  echo
+  echo "The raw C broadcasts' completion waits above the provider's inject size (medians): µs per broadcast spent"
+  echo "reading the write's completion (cqread), its share of the broadcast, and the share of writes that the first"
+  echo "read found complete (cqfirst). A wait for a write already done on return is the provider's progress call"
+  echo "alone (on net, an epoll_wait): what a one-sided write above the inject size costs over a stream's send."
+  echo
+  echo "| layer | bytes | cqread | of bcast | cqfirst |"
+  echo "|---|---|---|---|---|"
+  tail -n +2 "$raw" | awk -F, '$3 ~ /^(cqread|cqfirst|bcast)_[0-9]+B_/ { print $2 "," $3 "," $4 }' | sort -t, -k1,1 -k2,2 -k3,3g |
+    awk -F, '
+    function flush() { if (n) m[key] = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+    { k = $1 SUBSEP $2; if (k != key) { flush(); key = k; n = 0 } v[++n] = $3 }
+    END {
+      flush()
+      for (k in m) {
+        split(k, a, SUBSEP)
+        if (a[2] !~ /^cqread_/) continue
+        b = a[2]; sub(/^cqread_/, "", b); sub(/B_us$/, "", b)
+        bc = a[1] SUBSEP "bcast_" b "B_us"; cf = a[1] SUBSEP "cqfirst_" b "B_pct"
+        printf "| %s | %s | %.2f µs | %s | %s |\n", a[1], b, m[k], (bc in m && m[bc] > 0) ? sprintf("%.0f %%", 100 * m[k] / m[bc]) : "-", (cf in m) ? sprintf("%.0f %%", m[cf]) : "-"
+      }
+    }' | sort -t'|' -k2,2 -k3,3n
 } >"$out/summary.md"
 cat "$out/summary.md"

@@ -1,7 +1,8 @@
 /* Raw libfabric baseline for benches/ofi.rs: the same protocol (8 B fi_writedata ping-pong, plain and injected;
  * the 8 B exchange a 2-rank allreduce needs at least; a one-way stream of 8 B writes; the floor of back-to-back
  * blocking 2-rank broadcasts of 8 B, 256 B, 1 KiB, 4 KiB and 16 KiB (bcast_<n>B_us: 64 slots and a credit every 32,
- * each write's completion awaited above the inject size); 1 MiB / 16 MiB fi_writedata streams with window 8 and an
+ * each write's completion awaited above the inject size; cqread_<n>B_us and cqfirst_<n>B_pct: that wait's time per
+ * broadcast and the share of writes already complete at its first CQ read); 1 MiB / 16 MiB fi_writedata streams with window 8 and an
  * 8 B ack; 8 MiB streams in both directions at once; 512 KiB / 1 MiB exchanges in 512 KiB writes) straight on libfabric, one CQ, FI_CQ_FORMAT_DATA.
  * Usage: ofi_raw <provider>, with FABCOLL_BENCH_RANK (0|1) and FABCOLL_BENCH_DIR (address files) set, and
  * FABCOLL_BENCH_DC=1 for delivery-complete writes. Prints "name value" lines on rank 0. */
@@ -273,7 +274,8 @@ int main(int argc, char **argv)
 		const size_t sz = bcast_sizes[b];
 		const long n = 20 * LAT_ITERS, slots = 64, credit = 32;
 		int inj = sz <= info->tx_attr->inject_size;
-		double t = now();
+		long done_first = 0;
+		double read_time = 0, t = now();
 		if (rank == 0) {
 			long credits = slots;
 			for (long i = 0; i < n; i++) {
@@ -283,12 +285,19 @@ int main(int argc, char **argv)
 					credits += credit * arrived;
 					arrived = 0;
 				}
-				if (inj)
+				if (inj) {
 					inject_(src, sz);
-				else
+				} else {
 					write_(src, sz);
-				while (outstanding > 0)
+					double t_read = now();
+					/* The write is usually complete when fi_writedata returns (the provider sent it
+					 * in the call); learning so still costs a read. */
 					poll_once();
+					done_first += outstanding == 0;
+					while (outstanding > 0)
+						poll_once();
+					read_time += now() - t_read;
+				}
 				credits--;
 			}
 			while (credits < slots) {
@@ -297,6 +306,12 @@ int main(int argc, char **argv)
 				arrived = 0;
 			}
 			printf("bcast_%zuB_us %.3f\n", sz, (now() - t) * 1e6 / n);
+			if (!inj) {
+				/* cqread: the completion wait per broadcast (its share of bcast_); cqfirst: the share
+				 * of writes whose completion the first read already returned. */
+				printf("cqread_%zuB_us %.3f\n", sz, read_time * 1e6 / n);
+				printf("cqfirst_%zuB_pct %.1f\n", sz, 100.0 * done_first / n);
+			}
 		} else {
 			for (long got = 0; got < n;) {
 				poll_once();
