@@ -13,8 +13,9 @@
 #     --peers DIR  directory holding mpibench.c (default: ../shared/peers or ../../shared/peers)
 #     --out DIR    results (default: target/tcp-floor)
 #
-# Writes OUT/raw.csv (round,layer,metric,value) and OUT/summary.md (medians, and each layer's
-# broadcast paired with Open MPI's of the same round: the median over rounds of the ratio; times in µs per
+# Writes OUT/raw.csv (round,layer,metric,value), OUT/medians.csv (layer,metric,median over rounds) and
+# OUT/summary.md (medians, and each layer's broadcast paired with Open MPI's of the same round: the
+# median over rounds of the ratio; times in µs per
 # operation: lat = half a ping-pong round trip, xchg = one exchange, stream = one message of a
 # one-way stream, bcast = one blocking broadcast of a back-to-back series; 1MiB = one 1 MiB message
 # of a stream (raw C: from its bandwidth), Open MPI's and fabcoll's rows are their bcast /
@@ -96,6 +97,11 @@ done
 # Raw C reports 1 MiB bandwidth (MB/s); as µs per 1 MiB message it compares with a 1 MiB bcast.
 awk -F, 'NR > 1 && $3 == "bw_1MiB_MBps" && $4 > 0 { printf "%s,%s,stream_1MiB_us,%.2f\n", $1, $2, 1048576 / $4 }' \
   "$raw" >"$out/derived.csv"
+# The median over rounds of every layer's metric, once, for the tables below (layer,metric,median).
+tail -n +2 "$raw" | cat - "$out/derived.csv" | sort -t, -k2,2 -k3,3 -k4,4g | awk -F, '
+  function flush() { if (n) printf "%s,%s,%s\n", l, mt, (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+  { if ($2 != l || $3 != mt) { flush(); l = $2; mt = $3; n = 0 } v[++n] = $4 }
+  END { flush() }' >"$out/medians.csv"
 {
   echo "# Small messages over loopback TCP, layer by layer ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, medians of $rounds rounds)"
   echo
@@ -109,11 +115,9 @@ awk -F, 'NR > 1 && $3 == "bw_1MiB_MBps" && $4 > 0 { printf "%s,%s,stream_1MiB_us
   cols="lat_8B_us xchg_8B_us xchg_inject_8B_us stream_8B_us stream_inject_8B_us$bcast_metrics stream_1MiB_us"
   echo "| layer | lat_8B | xchg_8B | xchg_inject_8B | stream_8B | stream_inject_8B$bcast_heads | 1MiB |"
   echo "|---$(printf '|---%.0s' $cols)|"
-  tail -n +2 "$raw" | cat - "$out/derived.csv" | sort -t, -k2,2 -k3,3 -k4,4g | awk -F, -v columns="$cols" '
-    function flush() { if (n) { m[key] = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 } }
-    { k = $2 SUBSEP $3; if (k != key) { flush(); key = k; n = 0 } v[++n] = $4; layers[$2] = 1 }
+  awk -F, -v columns="$cols" '
+    { m[$1 SUBSEP $2] = $3; layers[$1] = 1 }
     END {
-      flush()
       split("sockets raw-tcp;ofi_rxm raw-net openmpi-tcp fabcoll-tcp fabcoll-ofi:tcp", order, " ")
       ncols = split(columns, cols, " ")
       for (i = 1; i <= 6; i++) {
@@ -123,7 +127,7 @@ awk -F, 'NR > 1 && $3 == "bw_1MiB_MBps" && $4 > 0 { printf "%s,%s,stream_1MiB_us
         for (c = 1; c <= ncols; c++) line = line " | " (((l SUBSEP cols[c]) in m) ? sprintf("%.2f", m[l SUBSEP cols[c]]) : "-")
         print line " |"
       }
-    }'
+    }' "$out/medians.csv"
   echo
   echo "Broadcast against Open MPI's tcp BTL, paired: per round, the layer's time over Open MPI's of the same round;"
   echo "the median over rounds, and the lowest and highest (below 1: faster than Open MPI)."
@@ -160,12 +164,9 @@ awk -F, 'NR > 1 && $3 == "bw_1MiB_MBps" && $4 > 0 { printf "%s,%s,stream_1MiB_us
   echo
   echo "| layer | bytes | cqread | of bcast | cqfirst |"
   echo "|---|---|---|---|---|"
-  tail -n +2 "$raw" | awk -F, '$3 ~ /^(cqread|cqfirst|bcast)_[0-9]+B_/ { print $2 "," $3 "," $4 }' | sort -t, -k1,1 -k2,2 -k3,3g |
-    awk -F, '
-    function flush() { if (n) m[key] = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
-    { k = $1 SUBSEP $2; if (k != key) { flush(); key = k; n = 0 } v[++n] = $3 }
+  awk -F, '
+    { m[$1 SUBSEP $2] = $3 }
     END {
-      flush()
       for (k in m) {
         split(k, a, SUBSEP)
         if (a[2] !~ /^cqread_/) continue
@@ -173,6 +174,6 @@ awk -F, 'NR > 1 && $3 == "bw_1MiB_MBps" && $4 > 0 { printf "%s,%s,stream_1MiB_us
         bc = a[1] SUBSEP "bcast_" b "B_us"; cf = a[1] SUBSEP "cqfirst_" b "B_pct"
         printf "| %s | %s | %.2f µs | %s | %s |\n", a[1], b, m[k], (bc in m && m[bc] > 0) ? sprintf("%.0f %%", 100 * m[k] / m[bc]) : "-", (cf in m) ? sprintf("%.0f %%", m[cf]) : "-"
       }
-    }' | sort -t'|' -k2,2 -k3,3n
+    }' "$out/medians.csv" | sort -t'|' -k2,2 -k3,3n
 } >"$out/summary.md"
 cat "$out/summary.md"
