@@ -400,18 +400,19 @@ impl Communicator {
     /// A blocking call on the engine; fired when this rank only sends (`exec::fired`).
     /// A repeat of the call fired last is fired again without being planned (`Engine::refire`).
     fn run_engine(&self, call: &Call<'_>, opts: &Options) -> Result<()> {
-        let id = self.fired_id(call, opts);
+        // The identity is worked out only where it is used: for a repeat, or to arm a fired call.
+        let fired_last = self.fired_last.load(Ordering::Relaxed);
+        let id = if fired_last { self.fired_id(call, opts) } else { None };
         if let Some(id) = &id {
-            if self.fired_last.load(Ordering::Relaxed) {
-                // SAFETY: as below.
-                let fired = unsafe { self.lock().refire(self.ctx, &self.members, id) };
-                if let Some(started) = fired {
-                    return self.finish(started?);
-                }
+            // SAFETY: as below.
+            let fired = unsafe { self.lock().refire(self.ctx, &self.members, id) };
+            if let Some(started) = fired {
+                return self.finish(started?);
             }
         }
         let (spec, args) = self.plan(call, opts, self.check)?;
         if args.is_none() && spec.plan.fired().is_some() {
+            let id = if fired_last { id } else { self.fired_id(call, opts) };
             // SAFETY: the buffers are lent to this blocking call, which waits before returning.
             // (The engine's lock is released at the end of this statement, before any wait.)
             let fired = unsafe { self.lock().fire(self.ctx, &self.members, &spec, call.send, call.recv, id) };
@@ -420,7 +421,9 @@ impl Communicator {
                 return self.finish(started?);
             }
         }
-        self.fired_last.store(false, Ordering::Relaxed);
+        if fired_last {
+            self.fired_last.store(false, Ordering::Relaxed);
+        }
         let started = self.start_planned(call, spec, args, true)?;
         self.finish(started)
     }
