@@ -132,10 +132,10 @@ fn stats_report_each_ranks_counters_per_size() {
         let got = |keys: &[&str]| keys.iter().map(|k| l.get(*k).copied().unwrap_or(0)).sum::<u64>();
         if l["rank"] == 0 {
             // Plus the two barriers before the timed passes: counts are per size, not totals.
-            let msgs = got(&["eager_msgs", "zcopy_msgs", "direct_msgs"]);
+            let msgs = got(&["eager_msgs", "zcopy_msgs", "mailbox_msgs"]);
             assert!((45..=55).contains(&msgs), "the root sends one message per call: {l:?}");
         } else {
-            let received = got(&["eager_copy_bytes", "eager_fused_bytes", "direct_copy_bytes", "direct_fused_bytes"]);
+            let received = got(&["eager_copy_bytes", "eager_fused_bytes", "mailbox_copy_bytes", "mailbox_fused_bytes"]);
             assert!(received >= 45 * bytes, "the receiver takes {bytes} B per call: {l:?}");
         }
     }

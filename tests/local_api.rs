@@ -118,20 +118,19 @@ fn total(stats: &[Stats]) -> Stats {
         t.local_copy_bytes += s.local_copy_bytes;
         t.rts_msgs += s.rts_msgs;
         t.grants += s.grants;
-        t.fired_calls += s.fired_calls;
-        t.inline_calls += s.inline_calls;
-        t.inline_handovers += s.inline_handovers;
-        t.direct_msgs += s.direct_msgs;
-        t.direct_bytes += s.direct_bytes;
-        t.direct_copy_bytes += s.direct_copy_bytes;
-        t.direct_fused_bytes += s.direct_fused_bytes;
+        t.straight_calls += s.straight_calls;
+        t.handovers += s.handovers;
+        t.mailbox_msgs += s.mailbox_msgs;
+        t.mailbox_bytes += s.mailbox_bytes;
+        t.mailbox_copy_bytes += s.mailbox_copy_bytes;
+        t.mailbox_fused_bytes += s.mailbox_fused_bytes;
     }
     t
 }
 
-/// Executor settings without the direct path: small calls take the engine's eager path.
+/// Executor settings without the mailboxes: small calls take the eager rings.
 fn engine_only() -> ExecConfig {
-    ExecConfig { direct_limit: 0, ..common::cfg() }
+    ExecConfig { mailbox_limit: 0, ..common::cfg() }
 }
 
 #[test]
@@ -178,10 +177,10 @@ fn copy_counters_prove_zero_copy_and_single_copy_eager() {
     assert_eq!((t.rts_msgs, t.grants), (0, 0), "{t:?}");
 }
 
-/// Repeated small calls on the engine's eager path, with inline calls on or off: every rank's
+/// Repeated small calls on the engine's eager path, with straight calls on or off: every rank's
 /// counters.
-fn small_calls(inline: bool, slots: usize, credit_fraction: usize, calls: usize) -> Vec<Stats> {
-    let cfg = ExecConfig { inline, slots, credit_fraction, ..engine_only() };
+fn small_calls(straight: bool, slots: usize, credit_fraction: usize, calls: usize) -> Vec<Stats> {
+    let cfg = ExecConfig { straight, slots, credit_fraction, ..engine_only() };
     job(4, cfg, |c| {
         let r = c.rank() as usize;
         let rd = Options::algorithm("recursive_doubling");
@@ -205,14 +204,14 @@ fn small_calls(inline: bool, slots: usize, credit_fraction: usize, calls: usize)
 }
 
 #[test]
-fn inline_calls_move_the_same_bytes_as_the_engine_and_copy_as_little() {
+fn straight_calls_move_the_same_bytes_as_the_engine_and_copy_as_little() {
     let (on, off) = (small_calls(true, 16, 4, 30), small_calls(false, 16, 4, 30));
     let (a, b) = (total(&on), total(&off));
-    // 4 ranks x 3 blocking calls x 30 rounds; a bcast root's part goes out without an op
-    // (`fired`). A call that finds an RTS for it already there starts an op instead (timing).
-    assert!(on.iter().all(|s| s.inline_calls > 0), "{on:?}");
-    assert!(a.inline_calls + a.fired_calls >= 360 / 2, "{a:?}");
-    assert_eq!((b.inline_calls, b.inline_handovers), (0, 0), "{b:?}");
+    // 4 ranks x 3 blocking calls x 30 rounds. A call that finds an RTS for it already there
+    // starts an op instead (timing).
+    assert!(on.iter().all(|s| s.straight_calls > 0), "{on:?}");
+    assert!(a.straight_calls >= 360 / 2, "{a:?}");
+    assert_eq!((b.straight_calls, b.handovers), (0, 0), "{b:?}");
     assert_eq!(a.eager_bytes + a.zcopy_bytes, b.eager_bytes + b.zcopy_bytes, "{a:?}\n{b:?}");
     // Each eager byte is copied out of its slot at most once (allreduce's are reduced straight
     // out of it), inline or not.
@@ -222,17 +221,17 @@ fn inline_calls_move_the_same_bytes_as_the_engine_and_copy_as_little() {
 }
 
 #[test]
-fn inline_calls_meet_rendezvous_from_senders_out_of_slots() {
+fn straight_calls_meet_rendezvous_from_senders_out_of_slots() {
     // One slot per pair: a sender that runs ahead finds its slot still taken and sends an RTS,
     // which may reach its receiver while that runs the call inline (then an op takes it over)
     // or before (then the call starts an op). Either way every result must be right.
     let stats = small_calls(true, 1, 1, 200);
     let t = total(&stats);
-    assert!(t.inline_calls > 0, "{t:?}");
+    assert!(t.straight_calls > 0, "{t:?}");
     assert_eq!(t.eager_copy_bytes + t.eager_fused_bytes, t.eager_bytes, "{t:?}");
     eprintln!(
         "one slot per pair, 4 ranks x 600 calls: {} inline, {} handed over, {} RTS",
-        t.inline_calls, t.inline_handovers, t.rts_msgs
+        t.straight_calls, t.handovers, t.rts_msgs
     );
 }
 
@@ -253,8 +252,8 @@ fn an_inline_call_that_waits_long_is_handed_over_to_an_op() {
         assert_eq!(y, [3; 3]);
         c.stats()
     });
-    assert!(stats[0].inline_handovers >= 1, "{:?}", stats[0]);
-    assert!(stats[0].inline_calls >= 2, "{:?}", stats[0]);
+    assert!(stats[0].handovers >= 1, "{:?}", stats[0]);
+    assert!(stats[0].straight_calls >= 2, "{:?}", stats[0]);
 }
 
 #[test]
@@ -290,22 +289,22 @@ fn an_inline_call_hands_over_when_another_thread_waits_for_the_engine() {
         c.stats()
     });
     assert!(t0.elapsed() < spin / 2, "the ranks waited for the spin budget: {:?}", t0.elapsed());
-    assert!(stats[0].inline_handovers >= 1, "{:?}", stats[0]);
+    assert!(stats[0].handovers >= 1, "{:?}", stats[0]);
 }
 
 #[test]
-fn direct_path_copies_once_and_reduces_out_of_the_mailbox() {
-    // The first direct call sets up the mailboxes with an allgather on the engine: counters are
+fn mailbox_calls_copy_once_and_reduces_out_of_the_mailbox() {
+    // The first mailbox call sets up the mailboxes with an allgather on the engine: counters are
     // taken after one warm-up call.
     let delta = |c: &Communicator, f: &dyn Fn()| {
         let before = c.stats();
         f();
         let after = c.stats();
         Stats {
-            direct_msgs: after.direct_msgs - before.direct_msgs,
-            direct_bytes: after.direct_bytes - before.direct_bytes,
-            direct_copy_bytes: after.direct_copy_bytes - before.direct_copy_bytes,
-            direct_fused_bytes: after.direct_fused_bytes - before.direct_fused_bytes,
+            mailbox_msgs: after.mailbox_msgs - before.mailbox_msgs,
+            mailbox_bytes: after.mailbox_bytes - before.mailbox_bytes,
+            mailbox_copy_bytes: after.mailbox_copy_bytes - before.mailbox_copy_bytes,
+            mailbox_fused_bytes: after.mailbox_fused_bytes - before.mailbox_fused_bytes,
             eager_msgs: after.eager_msgs - before.eager_msgs,
             zcopy_msgs: after.zcopy_msgs - before.zcopy_msgs,
             ..Stats::default()
@@ -324,9 +323,9 @@ fn direct_path_copies_once_and_reduces_out_of_the_mailbox() {
     });
     let t = total(&ar);
     assert_eq!((t.eager_msgs, t.zcopy_msgs), (0, 0), "the engine moved data: {t:?}");
-    assert_eq!((t.direct_msgs, t.direct_bytes), (4 * 2, 4 * 2 * 512), "{t:?}");
+    assert_eq!((t.mailbox_msgs, t.mailbox_bytes), (4 * 2, 4 * 2 * 512), "{t:?}");
     // Recursive doubling reduces every received block straight out of the record: no copy.
-    assert_eq!((t.direct_fused_bytes, t.direct_copy_bytes), (t.direct_bytes, 0), "{t:?}");
+    assert_eq!((t.mailbox_fused_bytes, t.mailbox_copy_bytes), (t.mailbox_bytes, 0), "{t:?}");
     let bc = job(4, common::cfg(), |c| {
         let mut b = vec![0u8; 1000];
         c.with(&Options::algorithm("binomial")).bcast(&mut b, 0).unwrap();
@@ -338,9 +337,9 @@ fn direct_path_copies_once_and_reduces_out_of_the_mailbox() {
     });
     let t = total(&bc);
     assert_eq!((t.eager_msgs, t.zcopy_msgs), (0, 0), "{t:?}");
-    assert_eq!(t.direct_bytes, 3 * 1000, "{t:?}");
-    assert_eq!(t.direct_copy_bytes, t.direct_bytes, "direct bytes must be copied exactly once: {t:?}");
-    assert_eq!(t.transport_copy_bytes(), t.direct_bytes);
+    assert_eq!(t.mailbox_bytes, 3 * 1000, "{t:?}");
+    assert_eq!(t.mailbox_copy_bytes, t.mailbox_bytes, "mailbox bytes must be copied exactly once: {t:?}");
+    assert_eq!(t.transport_copy_bytes(), t.mailbox_bytes);
 }
 
 #[test]
@@ -571,13 +570,12 @@ fn a_sends_only_root_sends_at_once_and_falls_back_when_the_rings_are_full() {
         c.stats()
     });
     let root = &stats[1];
-    assert!(root.fired_calls > 0, "the root never sent at once: {root:?}");
+    assert!(root.straight_calls > 0, "the root never sent at once: {root:?}");
     assert!(root.rts_msgs > 0, "the root never ran out of slots: {root:?}");
-    assert!(stats.iter().enumerate().all(|(r, s)| r == 1 || s.fired_calls == 0), "only the root sends only: {stats:?}");
 }
 
 #[test]
-fn a_repeated_sends_only_call_fires_again_and_a_changed_one_is_planned_anew() {
+fn repeated_and_changed_sends_only_calls_run_straight_on_their_own_buffers() {
     let stats = job(3, engine_only(), |c| {
         let root = c.rank() == 0;
         let fill = |b: &mut [u32], round: u32| {
@@ -632,20 +630,17 @@ fn a_repeated_sends_only_call_fires_again_and_a_changed_one_is_planned_anew() {
         (before, c.stats())
     });
     let (before, after) = &stats[0];
-    assert!(before.fired_calls >= 50, "the root fires its calls: {before:?}");
-    assert!(before.refired_calls >= 40, "repeats fire again without planning: {before:?}");
-    let later = after.since(before);
-    assert!(later.refired_calls < later.fired_calls, "changed calls are planned anew: {later:?}");
-    assert!(stats[1].0.refired_calls == 0 && stats[1].0.fired_calls == 0, "a receiver never fires: {:?}", stats[1].0);
+    assert!(before.straight_calls >= 50, "the root sends its calls at once: {before:?}");
     let leaf = stats[1].1.since(&stats[1].0);
-    assert!(leaf.refired_calls > 0, "a gather leaf's repeats fire again: {leaf:?}");
+    assert!(leaf.straight_calls > 0, "a gather leaf's calls run straight: {leaf:?}");
+    assert!(after.handovers <= after.straight_calls, "{after:?}");
 }
 
 #[test]
-fn a_direct_call_progresses_the_nonblocking_ops_a_peer_waits_for() {
+fn a_mailbox_call_progresses_the_nonblocking_ops_a_peer_waits_for() {
     // Rank 0 makes a small blocking call while its large nonblocking allreduce is in flight;
     // rank 1 first waits for that allreduce (which needs rank 0's grants and reductions), then
-    // makes the small call. Legal in MPI; the direct call must progress the engine meanwhile.
+    // makes the small call. Legal in MPI; the mailbox call must progress the engine meanwhile.
     let cfg = ExecConfig { timeout: Duration::from_secs(10), ..common::cfg() };
     job(2, cfg, |c| {
         let r = c.rank() as u64;
@@ -671,7 +666,7 @@ fn a_direct_call_progresses_the_nonblocking_ops_a_peer_waits_for() {
 }
 
 #[test]
-fn direct_setup_survives_a_root_that_leaves_at_once() {
+fn mailbox_setup_survives_a_root_that_leaves_at_once() {
     // The root's only call is a bcast it finishes without waiting for anyone; it then drops its
     // communicator (and mailbox region). Peers still mapping that region must not fail.
     for round in 0..30u8 {
@@ -684,7 +679,7 @@ fn direct_setup_survives_a_root_that_leaves_at_once() {
 }
 
 #[test]
-fn direct_root_running_far_ahead_waits_for_mailbox_space() {
+fn mailbox_root_running_far_ahead_waits_for_mailbox_space() {
     // 3000 bcasts of 100 B are several laps of a 64 KiB inbox: the root fills it and must wait
     // until the others, asleep at first, consume.
     job(3, common::cfg(), |c| {
@@ -698,9 +693,9 @@ fn direct_root_running_far_ahead_waits_for_mailbox_space() {
         }
         let s = c.stats();
         if c.rank() == 0 {
-            assert!(s.direct_msgs >= 2 * 3000, "{s:?}");
+            assert!(s.mailbox_msgs >= 2 * 3000, "{s:?}");
         } else {
-            assert!(s.direct_copy_bytes >= 3000 * 100, "{s:?}");
+            assert!(s.mailbox_copy_bytes >= 3000 * 100, "{s:?}");
         }
     });
 }

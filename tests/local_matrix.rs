@@ -1,7 +1,7 @@
 //! Every collective × every registered algorithm (restrictions respected) through the real
 //! executor over the local backend, p ∈ {1,2,3,4,5,7,8}, counts {0, 1, p+1, 100,003}, compared
 //! with a reference computation; reductions also with a non-commutative op where allowed. The
-//! small counts take the direct path; `every_collective_on_the_engine_alone` runs them on the
+//! small counts take the mailboxes; `every_collective_on_the_engine_alone` runs them on the
 //! engine as well.
 
 mod common;
@@ -71,11 +71,11 @@ fn alltoalls() {
     matrix(&PS, &[Collective::Alltoall, Collective::Alltoallv]);
 }
 
-/// Small calls take the direct path by default (`FABCOLL_DIRECT`); the engine's eager path
-/// keeps its own coverage at the small counts with the direct path off.
+/// Small calls take the mailboxes by default (`FABCOLL_MAILBOX`); the engine's eager path
+/// keeps its own coverage at the small counts with the mailboxes off.
 #[test]
 fn every_collective_on_the_engine_alone() {
-    let cfg = fabcoll::ExecConfig { direct_limit: 0, ..common::cfg() };
+    let cfg = fabcoll::ExecConfig { mailbox_limit: 0, ..common::cfg() };
     matrix_with(cfg, &[2, 3, 5, 8], &Collective::ALL);
 }
 

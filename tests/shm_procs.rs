@@ -22,18 +22,18 @@ fn on_shm(name: &str, p: u32, want: usize, body: fn(&Communicator) -> Result<usi
     on_shm_with(name, p, want, None, body);
 }
 
-/// [`on_shm`] with `FABCOLL_DIRECT` = `direct` if given (the direct path's limit; "0" = engine
+/// [`on_shm`] with `FABCOLL_MAILBOX` = `mailbox` if given (the mailbox limit; "0" = engine
 /// only).
 fn on_shm_with(
     name: &str,
     p: u32,
     want: usize,
-    direct: Option<&str>,
+    mailbox: Option<&str>,
     body: fn(&Communicator) -> Result<usize, String>,
 ) {
     let mark = procs::mark_path(name);
     let mut env = vec![("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "30"), ("FABCOLL_TEST_MARK", mark.as_str())];
-    env.extend(direct.map(|d| ("FABCOLL_DIRECT", d)));
+    env.extend(mailbox.map(|d| ("FABCOLL_MAILBOX", d)));
     support::ranks(name, p, LIMIT, &env, |_job| {
         let c = Communicator::from_env().expect("communicator");
         let ran = body(&c).unwrap_or_else(|e| panic!("{e}"));
@@ -68,7 +68,7 @@ all_algorithms! {
     shm_all_algorithms_p8: 8,
 }
 
-/// The engine's eager path on shm at the small counts, which otherwise take the direct path.
+/// The engine's eager path on shm at the small counts, which otherwise take the mailboxes.
 #[test]
 fn shm_all_algorithms_p4_on_the_engine_alone() {
     on_shm_with("shm_all_algorithms_p4_on_the_engine_alone", 4, procs::matrix_len(4), Some("0"), procs::matrix);
@@ -89,7 +89,7 @@ fn shm_bad_arguments_are_clear_errors() {
     on_shm("shm_bad_arguments_are_clear_errors", 3, 9, procs::bad_arguments);
 }
 
-/// A killed rank is named, by a call on the engine (8000 B) and by one on the direct path (8 B).
+/// A killed rank is named, by a call on the engine (8000 B) and by one on the mailboxes (8 B).
 fn shm_killed_rank(name: &str, count: usize) {
     support::ranks(name, 4, LIMIT, &[("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "5")], |job| {
         let c = Communicator::from_env().expect("communicator");

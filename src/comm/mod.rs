@@ -6,14 +6,14 @@
 //! parent), which separates their messages in control tags and eager immediates; one engine
 //! progresses the collectives of all of them.
 
-mod cache;
 mod call;
-mod direct;
 mod estimate;
+mod mailboxes;
+mod memo;
 mod pinned;
 mod request;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
@@ -27,11 +27,10 @@ pub use call::{Call, Collectives, WithOptions};
 pub use pinned::{Pinned, Registered};
 pub use request::{Request, Scope};
 
-use cache::PlanCache;
+use mailboxes::{CallsRegistry, Remembered, SharedCalls, SharedRegistry};
+use memo::{Lanes, Path, Prepared};
 
 use crate::error::{Error, Result};
-use crate::exec::direct::DirectForm;
-use crate::exec::fired::CallId;
 use crate::exec::op::{Check, OpSpec};
 use crate::exec::plan::Plan;
 use crate::exec::{Engine, ExecConfig, OpKey, Started, Stats, Waiter};
@@ -68,25 +67,19 @@ pub struct Communicator {
     decisions: Arc<Decisions>,
     /// The class of the endpoint's fabric, a condition of the decisions' rules.
     fabric: FabricClass,
-    /// Built schedules of recent calls.
-    plans: Mutex<PlanCache>,
+    /// The prepared calls and the mailboxes (registered in `registry`).
+    calls: SharedCalls,
+    /// The calls states of the endpoint's communicators (shared with dups and splits).
+    registry: SharedRegistry,
+    /// What the engine offers the lanes (see `memo::Prepared::path`).
+    lanes: Lanes,
     _server: Option<Arc<TcpStoreServer>>,
     /// Cost-model parameters and choices (src/comm/estimate.rs), shared with dups and splits.
     model: Arc<estimate::ModelState>,
-    /// Calls up to this many bytes may take the direct path (0: never; see `comm::direct`).
-    direct_limit: usize,
-    /// This communicator's direct-path mailboxes and state (registered in `direct_counts`).
-    direct: direct::SharedState,
-    /// Direct-path counters of the endpoint (shared with dups and splits).
-    direct_counts: direct::SharedCounts,
     /// The engine's count of broken contexts ([`Engine::breaks`]).
     breaks: Arc<AtomicU64>,
     /// Threads waiting for the engine's lock ([`Engine::lock_waiters`]).
     lock_waiters: Arc<AtomicU32>,
-    /// This communicator's last blocking call on the engine was fired with a [`CallId`]: the
-    /// next one asks the engine whether it is the same (`Engine::refire`), the others skip that
-    /// lock.
-    fired_last: AtomicBool,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -148,10 +141,15 @@ impl Communicator {
         let mut engine = Engine::new(ep, cfg)?;
         let members: Arc<[u32]> = (0..size).collect();
         engine.add_ctx(0, &members)?;
-        let direct_limit = engine.direct_limit();
+        let lanes = Lanes {
+            mailbox_limit: engine.mailbox_limit(),
+            eager_limit: engine.eager_limit(),
+            inline_completion: engine.core.caps.inline_completion,
+            straight: engine.core.cfg.straight,
+        };
         let breaks = engine.breaks();
         let lock_waiters = engine.lock_waiters();
-        let direct_counts = direct::SharedCounts::default();
+        let registry = SharedRegistry::default();
         Ok(Communicator {
             engine: Arc::new(Mutex::new(engine)),
             ctx: 0,
@@ -161,15 +159,13 @@ impl Communicator {
             check: env_check(),
             decisions,
             fabric,
-            plans: Mutex::default(),
+            calls: CallsRegistry::register(&registry),
+            registry,
+            lanes,
             _server: None,
             model: Arc::default(),
-            direct_limit,
-            direct: direct::DirectRegistry::register(&direct_counts),
-            direct_counts,
             breaks,
             lock_waiters,
-            fired_last: AtomicBool::new(false),
         })
     }
 
@@ -229,9 +225,7 @@ impl Communicator {
     /// per-call [`Options`] and `FABCOLL_ALGO` still win. All ranks must set the same decisions.
     pub fn set_decisions(&mut self, decisions: Arc<Decisions>) {
         self.decisions = decisions;
-        self.lock().disarm();
-        self.plans.get_mut().unwrap_or_else(|p| p.into_inner()).forget_choices();
-        self.direct.lock().unwrap_or_else(|p| p.into_inner()).forget_choices();
+        self.calls().memo.clear();
     }
 
     /// Messages up to this many bytes take the eager path on this communicator's endpoint (the
@@ -243,7 +237,7 @@ impl Communicator {
     /// Executor counters of the endpoint this communicator runs on (shared with dup/split).
     pub fn stats(&self) -> Stats {
         let mut s = self.lock().stats();
-        s.add_direct(&direct::DirectRegistry::total(&self.direct_counts));
+        s.add(&CallsRegistry::total(&self.registry));
         s
     }
 
@@ -262,39 +256,31 @@ impl Communicator {
         }
     }
 
-    /// Chooses the algorithm and builds this rank's schedule for a call. A repeated call reuses
-    /// the remembered outcome (see `cache::PlanCache::choice`).
-    /// The arguments the algorithm runs with come back only if `want_args` (checked mode).
-    fn plan(&self, call: &Call<'_>, opts: &Options, want_args: bool) -> Result<(OpSpec, Option<Arc<CollArgs>>)> {
+    /// The call prepared (see `memo`): remembered, or selected and planned now (and
+    /// remembered unless the cost model selects).
+    fn prepared(&self, call: &Call<'_>, opts: &Options) -> Result<Arc<Prepared>> {
         let memo = !self.model.selecting();
         if memo {
-            let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(c) = plans.choice(&call.args, opts.algorithm.as_deref(), &opts.params) {
-                let spec = OpSpec {
-                    coll: call.args.coll,
-                    alg: c.alg,
-                    plan: c.plan.clone(),
-                    dtype: call.dtype,
-                    rop: call.op.clone(),
-                };
-                return Ok((spec, want_args.then(|| c.args.clone())));
+            if let Some(p) = self.calls().memo.find(&call.args, opts.algorithm.as_deref(), &opts.params) {
+                return Ok(p.clone());
             }
         }
-        let (alg, args, plan) = self.choose(call, opts)?;
-        let args = Arc::new(args);
-        if memo {
-            let made = (alg, args.clone(), plan.clone());
-            let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
-            plans.remember(&call.args, opts.algorithm.as_deref(), &opts.params, made);
-        }
-        Ok((
-            OpSpec { coll: call.args.coll, alg, plan, dtype: call.dtype, rop: call.op.clone() },
-            want_args.then_some(args),
-        ))
+        self.prepare(call, opts, memo)
     }
 
-    /// Selection and schedule for a call: the algorithm, the arguments it runs with and its plan.
-    fn choose(&self, call: &Call<'_>, opts: &Options) -> Result<(&'static str, CollArgs, Arc<Plan>)> {
+    /// Selects, plans and (if `memo`) remembers a call.
+    fn prepare(&self, call: &Call<'_>, opts: &Options, memo: bool) -> Result<Arc<Prepared>> {
+        let (alg, args) = self.choose(call, opts)?;
+        let plan = Plan::new(alg.schedule(&args)?);
+        let p = Arc::new(Prepared::new(alg.name, args, plan, &self.lanes));
+        if memo {
+            self.calls().memo.insert(&call.args, opts.algorithm.as_deref(), &opts.params, p.clone());
+        }
+        Ok(p)
+    }
+
+    /// Selection for a call: the algorithm and the arguments it runs with.
+    fn choose(&self, call: &Call<'_>, opts: &Options) -> Result<(&'static registry::Algorithm, CollArgs)> {
         let mut args = call.args.clone();
         args.params = opts.params.clone();
         let coll = args.coll;
@@ -310,8 +296,7 @@ impl Communicator {
         // FABCOLL_SELECT=model: the cost model's argmin (src/comm/estimate.rs) instead of the decisions.
         if let Some((alg, params)) = forced.is_none().then(|| self.model_pick(&args)).transpose()?.flatten() {
             args.params = params;
-            let plan = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(alg, &args)?;
-            return Ok((alg.name, args, plan));
+            return Ok((alg, args));
         }
         let alg = match forced {
             Some(a) => a,
@@ -321,31 +306,29 @@ impl Communicator {
                 a
             }
         };
-        let plan = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(alg, &args)?;
-        Ok((alg.name, args, plan))
+        Ok((alg, args))
     }
 
     /// Starts a call; the buffers behind `call` must stay lent until the op is waited for. A
-    /// `blocking` call is waited for right away: the engine may run it to its end inside the start
-    /// (`exec::inline`).
-    fn start(&self, call: &Call<'_>, opts: &Options, blocking: bool) -> Result<Started> {
-        let (spec, args) = self.plan(call, opts, self.check)?;
-        self.start_planned(call, spec, args, blocking)
+    /// `blocking` call is waited for right away. Returns the algorithm too.
+    fn start(&self, call: &Call<'_>, opts: &Options, blocking: bool) -> Result<(Started, &'static str)> {
+        let p = self.prepared(call, opts)?;
+        let path = match p.path(blocking, self.check) {
+            Path::Mailbox => Path::Engine,
+            path => path,
+        };
+        Ok((self.start_prepared(call, &p, path)?, p.alg))
     }
 
-    /// [`Communicator::start`] with the plan made (`args` only in checked mode).
-    fn start_planned(
-        &self,
-        call: &Call<'_>,
-        spec: OpSpec,
-        args: Option<Arc<CollArgs>>,
-        blocking: bool,
-    ) -> Result<Started> {
+    /// Starts a prepared call on the engine, straight over the rings or as an op (`path`).
+    fn start_prepared(&self, call: &Call<'_>, p: &Prepared, path: Path) -> Result<Started> {
+        let spec =
+            OpSpec { coll: call.args.coll, alg: p.alg, plan: p.plan.clone(), dtype: call.dtype, rop: call.op.clone() };
         let mut eng = self.lock();
-        let check = args.map(|args| {
+        let check = self.check.then(|| {
             // The executor settings every rank must share (they decide eager vs zero-copy per
             // message on both sides) are part of the signature.
-            let mine = format!("{} {}", call.signature(&args, spec.alg), eng.protocol_signature()).into_bytes();
+            let mine = format!("{} {}", call.signature(&p.args, p.alg), eng.protocol_signature()).into_bytes();
             Check {
                 mine,
                 got: vec![None; self.size as usize],
@@ -359,7 +342,7 @@ impl Communicator {
         let send = unsafe { eng.bind_user(call.send.0, call.send.1, Access::LOCAL)? };
         // SAFETY: as above.
         let recv = unsafe { eng.bind_user(call.recv.0, call.recv.1, Access::REMOTE_WRITE)? };
-        eng.start(self.ctx, &self.members, spec, send, recv, check, blocking)
+        eng.start(self.ctx, &self.members, spec, send, recv, check, path == Path::Straight)
     }
 
     /// Waits for `key`, releasing the engine between rounds so that other threads using
@@ -378,91 +361,23 @@ impl Communicator {
         }
     }
 
-    /// A blocking call: on the direct path when it qualifies (see `comm::direct`), else on the
-    /// engine.
+    /// A blocking call, the way its prepared form says (`memo::Prepared::path`).
     fn run(&self, call: &Call<'_>, opts: &Options) -> Result<()> {
-        if !self.check && direct::eligible(&call.args, self.direct_limit) {
-            if let Some(r) = self.run_remembered(call, opts) {
-                return r;
-            }
-            let (spec, args) = self.plan(call, opts, true)?;
-            let fits =
-                |a: &CollArgs| !matches!(spec.plan.direct.get_or_init(|| direct::form(a, spec.alg)), DirectForm::Unfit);
-            if args.is_some_and(|a| direct::unsegmented(&a) && fits(&a)) {
-                return self.run_direct(call, opts, &spec);
-            }
-            let started = self.start_planned(call, spec, None, true)?;
-            return self.finish(started);
-        }
-        self.run_engine(call, opts)
-    }
-
-    /// A blocking call on the engine; fired when this rank only sends (`exec::fired`).
-    /// A repeat of the call fired last is fired again without being planned (`Engine::refire`).
-    fn run_engine(&self, call: &Call<'_>, opts: &Options) -> Result<()> {
-        // The identity is worked out only where it is used: for a repeat, or to arm a fired call.
-        let fired_last = self.fired_last.load(Ordering::Relaxed);
-        let id = if fired_last { self.fired_id(call, opts) } else { None };
-        if let Some(id) = &id {
-            // SAFETY: as below.
-            let fired = unsafe { self.lock().refire(self.ctx, &self.members, id) };
-            if let Some(started) = fired {
-                return self.finish(started?);
+        let p = match self.model.selecting() {
+            true => self.prepare(call, opts, false)?,
+            false => match self.run_remembered(call, opts) {
+                Remembered::Ran(r) => return r,
+                Remembered::Found(p) => p,
+                Remembered::Missing => self.prepare(call, opts, true)?,
+            },
+        };
+        match p.path(true, self.check) {
+            Path::Mailbox => self.run_on_mailboxes(call, &p),
+            path => {
+                let started = self.start_prepared(call, &p, path)?;
+                self.finish(started)
             }
         }
-        let (spec, args) = self.plan(call, opts, self.check)?;
-        if args.is_none() && spec.plan.fired().is_some() {
-            let id = if fired_last { id } else { self.fired_id(call, opts) };
-            // SAFETY: the buffers are lent to this blocking call, which waits before returning.
-            // (The engine's lock is released at the end of this statement, before any wait.)
-            let fired = unsafe { self.lock().fire(self.ctx, &self.members, &spec, call.send, call.recv, id) };
-            if let Some(started) = fired {
-                self.fired_last.store(id.is_some(), Ordering::Relaxed);
-                return self.finish(started?);
-            }
-        }
-        if fired_last {
-            self.fired_last.store(false, Ordering::Relaxed);
-        }
-        let started = self.start_planned(call, spec, args, true)?;
-        self.finish(started)
-    }
-
-    /// The identity of `call` for a fired call's repeats: `None` where planning depends on more
-    /// (per-call options, counts, a reduction operator, checked mode, cost-model selection).
-    fn fired_id(&self, call: &Call<'_>, opts: &Options) -> Option<CallId> {
-        // Every argument is named, as in `cache::CallKey::is`: a field added to `CollArgs` must be
-        // placed here (in the identity, or among the calls that get none) to compile.
-        let CollArgs {
-            coll,
-            rank: _,
-            size: _,
-            root,
-            count,
-            counts,
-            displs,
-            rdispls,
-            commutative: _,
-            in_place,
-            elem_size,
-            params,
-        } = &call.args;
-        // (Rank and size are the context's; commutativity matters only with an operator.)
-        let plain = counts.is_none() && displs.is_none() && rdispls.is_none() && call.op.is_none();
-        let defaults = opts.algorithm.is_none() && opts.params == Params::default() && *params == Params::default();
-        if !plain || !defaults || self.check || self.model.selecting() {
-            return None;
-        }
-        Some(CallId {
-            coll: *coll,
-            count: *count,
-            root: *root,
-            elem_size: *elem_size,
-            in_place: *in_place,
-            dtype: call.dtype,
-            send: (call.send.0 as usize, call.send.1),
-            recv: (call.recv.0 as usize, call.recv.1),
-        })
     }
 
     /// Waits for a blocking call the engine started, unless it already ran to its end.
@@ -475,7 +390,7 @@ impl Communicator {
 
     /// The algorithm the default selection (or `FABCOLL_ALGO`) would run for `call`.
     pub fn algorithm_for(&self, call: &Call<'_>) -> Result<&'static str> {
-        Ok(self.plan(call, &Options::default(), false)?.0.alg)
+        Ok(self.prepared(call, &Options::default())?.alg)
     }
 
     /// A new communicator with the same ranks and a new context.
@@ -487,11 +402,11 @@ impl Communicator {
         self.derive(ctx, self.members.clone(), self.rank)
     }
 
-    /// [`Communicator::dup`] whose calls all run on the engine (never the direct path): what
-    /// the cost model's probe measures (collective).
+    /// [`Communicator::dup`] whose calls all run on the engine (never the mailboxes): what the
+    /// cost model's probe measures (collective).
     pub(crate) fn dup_on_engine(&self) -> Result<Communicator> {
         let mut d = self.dup()?;
-        d.direct_limit = 0;
+        d.lanes.mailbox_limit = 0;
         Ok(d)
     }
 
@@ -531,15 +446,13 @@ impl Communicator {
             check: self.check,
             decisions: self.decisions.clone(),
             fabric: self.fabric,
-            plans: Mutex::default(),
+            calls: CallsRegistry::register(&self.registry),
+            registry: self.registry.clone(),
+            lanes: self.lanes,
             _server: self._server.clone(),
             model: self.model.clone(),
-            direct_limit: self.direct_limit,
-            direct: direct::DirectRegistry::register(&self.direct_counts),
-            direct_counts: self.direct_counts.clone(),
             breaks: self.breaks.clone(),
             lock_waiters: self.lock_waiters.clone(),
-            fired_last: AtomicBool::new(false),
         })
     }
 
@@ -577,7 +490,7 @@ impl Communicator {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
-        direct::DirectRegistry::retire(&self.direct_counts, &self.direct);
+        CallsRegistry::retire(&self.registry, &self.calls);
         if self.ctx != 0 {
             self.lock().remove_ctx(self.ctx);
         }

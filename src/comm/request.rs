@@ -27,7 +27,9 @@ pub struct Scope<'scope, 'env: 'scope> {
 /// the scope finishes it.
 pub struct Request<'scope> {
     comm: &'scope Communicator,
-    key: OpKey,
+    /// The op to wait for; `None` when the call ran to its end as it started.
+    key: Option<OpKey>,
+    alg: &'static str,
     done: bool,
 }
 
@@ -39,7 +41,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 
     /// The algorithm a started request runs (for tests and tracing).
     pub fn algorithm_of(&self, r: &Request<'_>) -> Option<&'static str> {
-        self.comm.lock().alg_of(r.key)
+        Some(r.alg)
     }
 }
 
@@ -51,11 +53,15 @@ impl<'scope> Collectives<'scope> for Scope<'scope, '_> {
     }
 
     fn submit(&self, call: &Call<'scope>) -> Result<Request<'scope>> {
-        let Started::Pending(key) = self.comm.start(call, &self.opts.borrow(), false)? else {
-            return Err(Error::Protocol("the engine finished a nonblocking call without giving it a key".into()));
+        let (started, alg) = self.comm.start(call, &self.opts.borrow(), false)?;
+        let key = match started {
+            Started::Done => None,
+            Started::Pending(key) => {
+                self.keys.borrow_mut().push(key);
+                Some(key)
+            }
         };
-        self.keys.borrow_mut().push(key);
-        Ok(Request { comm: self.comm, key, done: false })
+        Ok(Request { comm: self.comm, key, alg, done: false })
     }
 }
 
@@ -65,15 +71,19 @@ impl Request<'_> {
         if self.done {
             return Some(Err(Error::Protocol("request already completed".into())));
         }
+        let Some(key) = self.key else {
+            self.done = true;
+            return Some(Ok(()));
+        };
         let mut eng = self.comm.lock();
         if let Err(e) = eng.progress(None) {
             return Some(Err(e));
         }
-        eng.check_deadline(self.key);
-        if !eng.is_finished(self.key) {
+        eng.check_deadline(key);
+        if !eng.is_finished(key) {
             return None;
         }
-        let r = eng.take(self.key);
+        let r = eng.take(key);
         self.done = true;
         Some(r)
     }
@@ -88,7 +98,10 @@ impl Request<'_> {
             return Err(Error::Protocol("request already completed".into()));
         }
         self.done = true;
-        self.comm.wait_key(self.key)
+        match self.key {
+            Some(key) => self.comm.wait_key(key),
+            None => Ok(()),
+        }
     }
 }
 

@@ -54,14 +54,14 @@ pub struct ExecConfig {
     /// leaves each process a set of one, which alone would call any 2-rank job oversubscribed.
     pub local_cpus: Option<usize>,
     /// Blocking collectives whose buffers are at most this many bytes (the largest buffer of
-    /// any rank; v-variants never) run on the direct path of load/store fabrics: their schedule
-    /// moves through per-communicator shared-memory mailboxes instead of the engine (see
-    /// `exec::direct`). 0 turns it off; at most `mailbox::MAX_DIRECT`. `FABCOLL_DIRECT`.
-    pub direct_limit: usize,
+    /// any rank; v-variants never) run on load/store fabrics through per-communicator
+    /// shared-memory mailboxes instead of the engine (`exec::mailboxes`). 0 turns it off; at most
+    /// `mailbox::MAX_DIRECT`. `FABCOLL_MAILBOX`.
+    pub mailbox_limit: usize,
     /// Blocking calls whose every message goes eager, and nonblocking ones made of eager Sends
-    /// only, run inline: in a straight line inside the call's start, without an op, handed over to
-    /// the engine when anything else happens (see `exec::inline`). `FABCOLL_INLINE=0` turns it off.
-    pub inline: bool,
+    /// that complete on return, run straight inside the call's start, without an op, handed over
+    /// to the engine when they cannot go on (`exec::ring`). `FABCOLL_STRAIGHT=0` turns it off.
+    pub straight: bool,
 }
 
 /// Defaults for node-local fabrics. The eager limit and slot size are `NODE_EAGER` (see there
@@ -81,55 +81,36 @@ impl Default for ExecConfig {
             local_ranks: None,
             yield_when_idle: None,
             local_cpus: None,
-            direct_limit: DEFAULT_DIRECT,
-            inline: true,
+            mailbox_limit: DEFAULT_MAILBOX,
+            straight: true,
         }
     }
 }
 
-/// Default direct limit (see [`ExecConfig::direct_limit`]).
-pub const DEFAULT_DIRECT: usize = 16384;
+/// Default mailbox limit (see [`ExecConfig::mailbox_limit`]).
+pub const DEFAULT_MAILBOX: usize = 16384;
 
 /// Eager limit and slot size on node-local fabrics (shm, local). An eager message is copied
-/// twice (into the peer's slot, then out of it), a zero-copy one once after a grant's round trip
-/// (~0.3–0.5 µs on shm). With the ranks pinned to their own cores, the second copy of a message
-/// above 8 KiB costs more than the round trip. Measured on shm p = 2 (`FABCOLL_EAGER`, 2
-/// alternating rounds, 2,000 iterations back to back, averages): allgather with 16 KiB blocks
-/// 4.29–4.65 µs at a 16 KiB limit, 2.13–2.97 at 8 KiB; alltoall 4.54–5.02 → 2.19–2.71 (Open
-/// MPI's vader in the same run: 3.30 and 3.32). At 8 KiB messages eager and zero-copy were
-/// within the noise of each other in two thirds of the cells. p = 4 (2 rounds): alltoall 16 KiB
-/// blocks 19.9–22.3 → 11.7–14.0 µs, allgather 8 KiB 11.5–12.1 → 7.4–9.5, bcast and allreduce
-/// 2–32 KiB the same within the noise (allgather 16 KiB blocks 9.3 → 11.3–15.3, one cell
-/// slower). Earlier, on 2 oversubscribed cores and without pinning, eager won up to 32 KiB.
+/// twice (into the peer's slot, then out of it), a zero-copy one once after a grant's round trip;
+/// above 8 KiB the second copy costs more than the round trip
+/// (`docs/measurements/2026-11-27-executor.md`).
 pub const NODE_EAGER: usize = 8192;
 
 /// Eager limit and slot size on network fabrics ([`FabricClass::Network`]). A zero-copy message
-/// pays a rendezvous round trip (grant, then write) that costs ~15–25 µs on ofi:tcp, more than
-/// copying 64 KiB. Measured on ofi:tcp p=2 with a 64 KiB limit instead of 16 KiB: allreduce
-/// recursive doubling (OSU method) 32 KiB 49–67 → 38–40 µs, 64 KiB 82 → 45 µs; Rabenseifner at
-/// 64 KiB (loaded machine, 3 rounds, p50) 120 → 86 µs.
+/// pays a rendezvous round trip (grant, then write) that costs more than copying 64 KiB there.
 pub const NETWORK_EAGER: usize = 65536;
 
 /// Ring memory per rank on network fabrics ([`ExecConfig::ring_budget`]): 64 slots per pair up
 /// to p = 4 with 64 KiB slots, 32 at p = 8, the 16-slot minimum from p = 16 on (p MiB). Every
 /// credit message costs both ranks a TCP send and receive; with 64 slots a receiver returns
-/// credits every 32 messages instead of every 8. Measured on tcp p = 2 (mpibench method, 5
-/// alternating rounds, medians, 8 B – 64 KiB; `FABCOLL_SLOTS` 16 against 64): faster at 51 of 56
-/// cells, e.g. 8–1024 B allreduce 7.5–8.4 → 7.0–7.6 µs, alltoall 7.3–8.8 → 6.9–7.7, allgather
-/// 7.3–8.3 → 6.9–7.9, bcast 5.2–5.7 → 5.1–5.6; the other five within 0.2 µs.
+/// credits every 32 messages instead of every 8.
 pub const NETWORK_RING_BUDGET: usize = 16 << 20;
 
 impl ExecConfig {
     /// The defaults for a fabric of class `class`: [`ExecConfig::default`] on node-local fabrics;
     /// on network fabrics a `NETWORK_EAGER` eager limit and slot size, 16 to 64 slots per pair
-    /// (as many as fit `NETWORK_RING_BUDGET`; 16 give rings of p·16·64 KiB = p MiB per rank),
-    /// and credits returned every half ring instead of every quarter. Each credit message costs
-    /// both ranks a TCP send and receive (~3–4 µs on loopback), paid every few small messages:
-    /// with 8 slots instead of 16 small messages on ofi:tcp were slower (p=2, 3 alternating rounds, p50: allreduce 8 B–8 KiB better with 16 at
-    /// 9 of 11 sizes, e.g. 128 B 18.2 → 14.0 µs; bcast at 10 of 12, e.g. 2 KiB 16.5 → 11.7 µs);
-    /// returning credits every 8 messages instead of 4 (p=2, 8 B, 6 alternating rounds, medians
-    /// of the averages): allreduce 13.07 → 11.55 µs, allgather 12.38 → 11.38, alltoall 12.35 →
-    /// 11.27, bcast 9.67 → 8.50.
+    /// (as many as fit `NETWORK_RING_BUDGET`), and credits returned every half ring instead of
+    /// every quarter, since each credit message costs both ranks a TCP send and receive.
     pub fn for_class(class: FabricClass) -> ExecConfig {
         match class {
             FabricClass::Node => ExecConfig::default(),
@@ -171,8 +152,8 @@ impl ExecConfig {
     /// These settings overridden by `FABCOLL_EAGER` (bytes; raises the slot size to fit),
     /// `FABCOLL_SLOTS`, `FABCOLL_TIMEOUT` (seconds, fractions allowed), `FABCOLL_MR_CACHE`
     /// (entries), `FABCOLL_SPIN_US` (microseconds), `FABCOLL_YIELD` (0 or 1) and
-    /// `FABCOLL_LOCAL_CPUS` (CPUs the node's ranks share), `FABCOLL_DIRECT` (bytes, 0 = off) and
-    /// `FABCOLL_INLINE` (0 or 1).
+    /// `FABCOLL_LOCAL_CPUS` (CPUs the node's ranks share), `FABCOLL_MAILBOX` (bytes, 0 = off) and
+    /// `FABCOLL_STRAIGHT` (0 or 1).
     pub fn env_over(self) -> Result<ExecConfig> {
         let mut c = self;
         let num = |k: &str| -> Result<Option<f64>> {
@@ -208,11 +189,11 @@ impl ExecConfig {
         if let Some(v) = num("FABCOLL_LOCAL_CPUS")? {
             c.local_cpus = Some((v as usize).max(1));
         }
-        if let Some(v) = num("FABCOLL_DIRECT")? {
-            c.direct_limit = (v.max(0.0) as usize).min(super::mailbox::MAX_DIRECT);
+        if let Some(v) = num("FABCOLL_MAILBOX")? {
+            c.mailbox_limit = (v.max(0.0) as usize).min(super::mailbox::MAX_DIRECT);
         }
-        if let Some(v) = num("FABCOLL_INLINE")? {
-            c.inline = v != 0.0;
+        if let Some(v) = num("FABCOLL_STRAIGHT")? {
+            c.straight = v != 0.0;
         }
         Ok(c)
     }
@@ -237,28 +218,22 @@ pub struct Stats {
     /// Rendezvous requests sent (eager message without a free slot) and grants sent.
     pub rts_msgs: u64,
     pub grants: u64,
-    /// Calls whose part on this rank was only eager Sends, sent as the call started, without an
-    /// op (among `inline_calls`; blocking or not).
-    pub fired_calls: u64,
-    /// Fired calls that repeated the call fired before them and were fired again without being
-    /// planned and bound anew (among `fired_calls`; see `exec::fired::Armed`).
-    pub refired_calls: u64,
-    /// Blocking calls run inline, without an op (`exec::inline`), and those of them handed over
-    /// to an op halfway (a rendezvous, a long wait, an error).
-    pub inline_calls: u64,
-    pub inline_handovers: u64,
-    /// Eager writes of inline calls whose completion was there as soon as they were posted
+    /// Calls the straight-line runner started on the eager rings, without an op (`exec::ring`),
+    /// and those of them an op took over halfway (a rendezvous, a long wait, an error).
+    pub straight_calls: u64,
+    pub handovers: u64,
+    /// Eager writes of straight calls whose completion was there as soon as they were posted
     /// (`Endpoint::write_settled`): no completion to wait for.
     pub settled_writes: u64,
     /// Bytes moved by the algorithms' own Copy steps (not transport copies) and Reduce steps.
     pub local_copy_bytes: u64,
     pub reduce_bytes: u64,
-    /// Direct path (`exec::direct`): messages and bytes stored into peers' mailboxes, bytes
-    /// copied out of records (its one copy) and bytes reduced straight out of them.
-    pub direct_msgs: u64,
-    pub direct_bytes: u64,
-    pub direct_copy_bytes: u64,
-    pub direct_fused_bytes: u64,
+    /// Mailbox calls (`exec::mailboxes`): messages and bytes stored into peers' mailboxes, bytes
+    /// copied out of records (their one copy) and bytes reduced straight out of them.
+    pub mailbox_msgs: u64,
+    pub mailbox_bytes: u64,
+    pub mailbox_copy_bytes: u64,
+    pub mailbox_fused_bytes: u64,
     /// MR cache: registrations made and lookups served from the cache.
     pub registrations: u64,
     pub cache_hits: u64,
@@ -278,6 +253,11 @@ macro_rules! stats_counters {
             pub fn since(&self, earlier: &Stats) -> Stats {
                 Stats { $($f: self.$f.saturating_sub(earlier.$f)),* }
             }
+
+            /// Adds `other`'s counts to these.
+            pub(crate) fn add(&mut self, other: &Stats) {
+                $(self.$f += other.$f;)*
+            }
         }
     };
 }
@@ -292,25 +272,23 @@ stats_counters!(
     zcopy_copy_bytes,
     rts_msgs,
     grants,
-    fired_calls,
-    refired_calls,
-    inline_calls,
-    inline_handovers,
+    straight_calls,
+    handovers,
     settled_writes,
     local_copy_bytes,
     reduce_bytes,
-    direct_msgs,
-    direct_bytes,
-    direct_copy_bytes,
-    direct_fused_bytes,
+    mailbox_msgs,
+    mailbox_bytes,
+    mailbox_copy_bytes,
+    mailbox_fused_bytes,
     registrations,
     cache_hits,
 );
 
 impl Stats {
-    /// All bytes copied by the transport paths (eager, zero-copy, direct).
+    /// All bytes copied by the transport paths (eager, zero-copy, mailboxes).
     pub fn transport_copy_bytes(&self) -> u64 {
-        self.eager_copy_bytes + self.zcopy_copy_bytes + self.direct_copy_bytes
+        self.eager_copy_bytes + self.zcopy_copy_bytes + self.mailbox_copy_bytes
     }
 }
 
@@ -333,17 +311,17 @@ mod tests {
     #[test]
     fn stats_since_counts_every_counter_and_lists_them_all() {
         let earlier = Stats { eager_msgs: 3, rts_msgs: 1, cache_hits: 7, ..Stats::default() };
-        let later = Stats { eager_msgs: 10, rts_msgs: 1, cache_hits: 9, direct_bytes: 64, ..Stats::default() };
+        let later = Stats { eager_msgs: 10, rts_msgs: 1, cache_hits: 9, mailbox_bytes: 64, ..Stats::default() };
         let d = later.since(&earlier);
-        assert_eq!(d, Stats { eager_msgs: 7, cache_hits: 2, direct_bytes: 64, ..Stats::default() });
+        assert_eq!(d, Stats { eager_msgs: 7, cache_hits: 2, mailbox_bytes: 64, ..Stats::default() });
         assert_eq!(earlier.since(&later).eager_msgs, 0, "a later snapshot never gives negative counts");
         // Every field is listed (a new counter left out of the list would not compile in `since`,
         // whose struct literal names every field).
         let names: Vec<&str> = d.counters().iter().map(|&(n, _)| n).collect();
-        assert_eq!(names.len(), 22);
-        assert_eq!((names[0], names[21]), ("eager_msgs", "cache_hits"));
+        assert_eq!(names.len(), 20);
+        assert_eq!((names[0], names[19]), ("eager_msgs", "cache_hits"));
         let nonzero: Vec<(&str, u64)> = d.counters().into_iter().filter(|&(_, v)| v > 0).collect();
-        assert_eq!(nonzero, [("eager_msgs", 7), ("direct_bytes", 64), ("cache_hits", 2)]);
+        assert_eq!(nonzero, [("eager_msgs", 7), ("mailbox_bytes", 64), ("cache_hits", 2)]);
     }
 
     #[test]

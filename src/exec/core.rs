@@ -1,16 +1,15 @@
 //! Resources of one endpoint shared by all collectives in flight: the endpoint, eager rings,
 //! write and grant bookkeeping, the control-message queue, counters, MR cache and scratch pool.
 
-use std::time::Instant;
-
 use fabcoll_fabric::{Access, Caps, Completion, Endpoint, Mr, RemoteRange, SILENT_WRITE};
 
 use super::eager::Eager;
 use super::fasthash::FastMap;
 use super::mrcache::MrCache;
 use super::proto::{self, ImmLayout, Kind};
+use super::wait::retry_busy;
 use super::{ExecConfig, OpKey, Stats};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Resources shared by all ops of an endpoint.
 pub(crate) struct Core {
@@ -32,15 +31,16 @@ pub(crate) struct Core {
     pub pool: Vec<Mr>,
 }
 
-/// How the completion of an eager write is followed ([`Core::write_eager`]).
-pub enum Completes {
-    /// Complete when written (at most `Caps::inline_completion` bytes): reports nothing.
-    Inline,
-    /// Reported as write `wid` (from [`Core::new_write`]).
-    As(u64),
-    /// The caller waits for it next (an inline call's Send of `(key, step)`): taken at once if it
-    /// is there (`Endpoint::write_settled`), else entered as a write of that step.
-    Settle(OpKey, u32),
+/// What [`Core::send_eager`] did with a message.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum EagerSent {
+    /// Written, and complete: the source may be reused.
+    Done,
+    /// Written; its completion comes as write `(key, step)` through the write table.
+    InFlight,
+    /// No slot of the peer's ring is free (or the identity does not fit the immediate): nothing
+    /// was written; the message goes by rendezvous.
+    NoSlot,
 }
 
 impl Core {
@@ -57,44 +57,55 @@ impl Core {
         gid
     }
 
-    /// An eager message: `bytes` at `off` of `mr` into a slot of `peer`'s ring (`dst`), counted;
-    /// its completion followed as `how` says. Whether it completed already (inline, or settled).
+    /// Sends message `idx` of step `step` of collective `key` eagerly: `bytes` at `off` of `mr`
+    /// into a free slot of endpoint rank `peer`'s ring (reading the credits the peer returned
+    /// when none is free). A write the fabric does not complete on return is looked for once at
+    /// once if `settle` (the caller waits for it next: `Endpoint::write_settled`), and else
+    /// entered in the write table.
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub fn write_eager(
+    pub fn send_eager(
         &mut self,
+        key: OpKey,
+        step: u32,
         peer: usize,
+        idx: u32,
         mr: &Mr,
         off: usize,
         bytes: usize,
-        dst: RemoteRange,
-        imm: u64,
-        how: Completes,
-    ) -> Result<bool> {
+        settle: bool,
+    ) -> Result<EagerSent> {
+        let mut taken = self.eager.take_slot(peer, bytes);
+        if taken.is_none() && self.eager.may_refill(peer, bytes) {
+            // A sender whose writes complete inline may not have polled since its last call:
+            // the credits it lacks may be waiting in the endpoint.
+            self.refill_credits()?;
+            taken = self.eager.take_slot(peer, bytes);
+        }
+        let Some((slot, dst)) = taken else { return Ok(EagerSent::NoSlot) };
+        let Some(imm) = self.layout.encode_eager(slot, key.ctx, key.seq, idx) else {
+            self.eager.on_credit(peer, 1u64 << slot)?;
+            return Ok(EagerSent::NoSlot);
+        };
         self.stats.eager_msgs += 1;
         self.stats.eager_bytes += bytes as u64;
-        match how {
-            Completes::Inline => self.write(peer, mr, off, bytes, dst, Some(imm), SILENT_WRITE, false).map(|_| true),
-            Completes::As(wid) => self.write(peer, mr, off, bytes, dst, Some(imm), wid, false),
-            Completes::Settle(key, step) => {
-                // The id is entered only if the write stays in flight (its `WriteDone` comes
-                // through a later poll).
-                let wid = self.next_write + 1;
-                let settled = self.write(peer, mr, off, bytes, dst, Some(imm), wid, true)?;
-                self.next_write = wid;
-                if settled {
-                    self.stats.settled_writes += 1;
-                } else {
-                    self.writes.insert(wid, (key, step));
-                }
-                Ok(settled)
-            }
+        if self.caps.completes_inline(bytes) {
+            self.write(peer, mr, off, bytes, dst, Some(imm), SILENT_WRITE, false)?;
+            return Ok(EagerSent::Done);
         }
+        // The id is entered only if the write stays in flight.
+        let wid = self.next_write + 1;
+        self.next_write = wid;
+        if self.write(peer, mr, off, bytes, dst, Some(imm), wid, settle)? {
+            self.stats.settled_writes += 1;
+            return Ok(EagerSent::Done);
+        }
+        self.writes.insert(wid, (key, step));
+        Ok(EagerSent::InFlight)
     }
 
-    /// A write, retried while the fabric is busy (polling meanwhile so peers can drain); with
-    /// [`Endpoint::write_settled`] if `settle`. Whether the write completed already (always
-    /// `false` without `settle`).
+    /// A write (with [`Endpoint::write_settled`] if `settle`), retried while the fabric is busy.
+    /// Whether the write completed already (always `false` without `settle`).
     #[allow(clippy::too_many_arguments)]
     pub fn write(
         &mut self,
@@ -107,35 +118,19 @@ impl Core {
         wid: u64,
         settle: bool,
     ) -> Result<bool> {
-        let mut deadline = None;
-        loop {
-            let src = mr.slice(off, len)?;
-            let res = if settle {
-                self.ep.write_settled(peer, src, dst, imm, wid)
+        let src = mr.slice(off, len)?;
+        let (timeout, backlog) = (self.cfg.timeout, &mut self.backlog);
+        let r = retry_busy(&mut *self.ep, backlog, timeout, peer, "write queue", |ep| {
+            if settle {
+                ep.write_settled(peer, src, dst, imm, wid)
             } else {
-                self.ep.write(peer, src, dst, imm, wid).map(|()| false)
-            };
-            match res {
-                Ok(settled) => return Ok(settled),
-                Err(e) if e.is_busy() => {
-                    self.ep.poll(&mut self.backlog)?;
-                    let now = Instant::now();
-                    if now > *deadline.get_or_insert(now + self.cfg.timeout) {
-                        return Err(Error::Fabric(fabcoll_fabric::Error::Peer {
-                            peer,
-                            msg: format!("write queue stayed full for {:?}", self.cfg.timeout),
-                        }));
-                    }
-                    std::thread::yield_now();
-                }
-                Err(e) => {
-                    if wid != SILENT_WRITE {
-                        self.writes.remove(&wid);
-                    }
-                    return Err(e.into());
-                }
+                ep.write(peer, src, dst, imm, wid).map(|()| false)
             }
+        });
+        if r.is_err() && wid != SILENT_WRITE {
+            self.writes.remove(&wid);
         }
+        r
     }
 
     /// Queues a control message (sent by `flush_ctrl`, retried while busy).
@@ -144,30 +139,14 @@ impl Core {
     }
 
     pub fn flush_ctrl(&mut self) -> Result<()> {
-        if self.ctrl_out.is_empty() {
-            return Ok(());
-        }
-        let mut deadline = None;
-        let mut i = 0;
-        while i < self.ctrl_out.len() {
+        let (timeout, backlog) = (self.cfg.timeout, &mut self.backlog);
+        for i in 0..self.ctrl_out.len() {
             let (peer, tag, ref data) = self.ctrl_out[i];
-            match self.ep.send_ctrl(peer, tag, data) {
-                Ok(()) => i += 1,
-                Err(e) if e.is_busy() => {
-                    self.ep.poll(&mut self.backlog)?;
-                    let now = Instant::now();
-                    if now > *deadline.get_or_insert(now + self.cfg.timeout) {
-                        return Err(Error::Fabric(fabcoll_fabric::Error::Peer {
-                            peer,
-                            msg: format!("control queue stayed full for {:?}", self.cfg.timeout),
-                        }));
-                    }
-                    std::thread::yield_now();
-                }
-                Err(e) => {
-                    self.ctrl_out.drain(..=i);
-                    return Err(e.into());
-                }
+            let r =
+                retry_busy(&mut *self.ep, backlog, timeout, peer, "control queue", |ep| ep.send_ctrl(peer, tag, data));
+            if let Err(e) = r {
+                self.ctrl_out.drain(..=i);
+                return Err(e);
             }
         }
         self.ctrl_out.clear();
@@ -185,6 +164,24 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// Receives the eager message of `n` bytes from endpoint rank `peer` in `slot`: copies it to
+    /// `dst` (the one copy) and frees the slot, or, for a Recv fused with its Reduce (`fuse`),
+    /// leaves it in the slot for that Reduce (no copy at all) and returns where it is.
+    pub fn receive_eager(&mut self, peer: usize, slot: u32, dst: *mut u8, n: usize, fuse: bool) -> Result<*const u8> {
+        let sp = self.eager.slot_ptr(peer, slot, n)?;
+        if fuse {
+            self.stats.eager_fused_bytes += n as u64;
+            return Ok(sp);
+        }
+        // SAFETY: the slot holds a complete message (its WriteArrived was seen) and nobody writes
+        // it until we return it; the destination is a bound, quiet Recv region of `n` bytes; they
+        // are different allocations.
+        unsafe { std::ptr::copy_nonoverlapping(sp, dst, n) };
+        self.stats.eager_copy_bytes += n as u64;
+        self.release_slot(peer, slot)?;
+        Ok(sp)
     }
 
     /// Polls the endpoint once and applies the eager credits that came back; everything else it
@@ -218,9 +215,7 @@ impl Core {
         let mr = self.ep.alloc(size, Access::REMOTE_WRITE)?;
         // A peer's write into scratch is read once by this rank's next step (a reduction, a
         // copy or a forward), so its lines sit in our cache when the next call's write comes:
-        // writers may bypass their caches instead of fetching every line from ours. On shm at
-        // p = 2, recursive doubling 32-128 KiB ran 3x slower in about a third of the runs
-        // without this (26/49/93 against 8/14/25 us), and never with it (8 alternating runs).
+        // writers may bypass their caches instead of fetching every line from ours.
         self.ep.hint_read_once(&mr);
         Ok(mr)
     }

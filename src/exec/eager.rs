@@ -117,11 +117,6 @@ impl Eager {
         Some((slot, dst))
     }
 
-    /// Free slots of `peer`'s ring for us (0 while the ring is unknown).
-    pub fn free_slots(&self, peer: usize) -> u32 {
-        self.peers.get(peer).filter(|st| st.remote.is_some()).map_or(0, |st| st.free.count_ones())
-    }
-
     /// Whether credits returned by `peer` could give a message of `bytes` a slot (its ring for us
     /// is known, the message fits a slot, and none is free now).
     pub fn may_refill(&self, peer: usize, bytes: usize) -> bool {

@@ -2,27 +2,32 @@
 //! holds every collective in flight on every communicator that shares the endpoint, so one
 //! `progress` call advances all of them (no cross-communicator deadlock).
 //!
-//! Protocol summary (details in [`proto`], [`eager`] and [`op`]): eager messages go into
-//! per-pair slot rings with credits and are copied (once) out of the slot; larger messages are
-//! written zero-copy into destinations the receiver grants; messages for collectives this rank has
-//! not started yet are kept (slots stay occupied, control messages are queued) until it does.
-//! A blocking call whose messages all go eager runs inline, without an op, until something else
-//! concerns it ([`inline`]), and so does a nonblocking call that only sends eager messages.
+//! A plan ([`plan`]) is compiled once per distinct call. Small calls run it in its straight-line
+//! order ([`runner`]) over a lane: node-local mailboxes ([`mailboxes`]) or the engine's eager
+//! rings ([`ring`]); everything else, and a straight call that cannot go on, runs as an op
+//! ([`op`]) that tracks the plan's dependencies. Protocol: eager messages go into per-pair slot
+//! rings with credits and are copied (once) out of the slot ([`eager`]); larger messages are
+//! written zero-copy into destinations the receiver grants ([`proto`]); messages for collectives
+//! this rank has not started yet are kept (slots stay occupied, control messages are queued) until
+//! it does.
 
+mod bufs;
 mod config;
 mod core;
-pub(crate) mod direct;
 pub(crate) mod eager;
 pub(crate) mod fasthash;
-pub(crate) mod fired;
-mod inline;
 pub(crate) mod mailbox;
+pub(crate) mod mailboxes;
 pub(crate) mod mrcache;
 pub(crate) mod op;
 pub(crate) mod plan;
 pub(crate) mod proto;
+mod ring;
+pub(crate) mod runner;
 pub(crate) mod straight;
+pub(crate) mod wait;
 
+pub(crate) use bufs::{Bound, Bufs};
 pub use config::{ExecConfig, Stats};
 pub(crate) use core::Core;
 
@@ -35,10 +40,11 @@ use fabcoll_fabric::{Access, Completion, Endpoint, Mr, SILENT_WRITE};
 use crate::error::{Error, Result};
 use eager::Eager;
 use fasthash::FastMap;
-use inline::{Inline, InlineState};
 use mrcache::MrCache;
-use op::{Bound, Op, OpSpec, Parts};
+use op::{Op, OpSpec, Parts};
 use proto::{GrantEntry, Imm, ImmLayout, Kind, Setup};
+use ring::RingState;
+use wait::{yield_core, Backoff, Patience, Pause, CLOCK_EVERY};
 
 /// Identity of a collective call: communicator context and sequence number.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -50,7 +56,7 @@ pub(crate) struct OpKey {
 /// What [`Engine::start`] did with a call.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Started {
-    /// A blocking call ran to its end inline: there is nothing to wait for.
+    /// The call ran to its end inside the start: there is nothing to wait for.
     Done,
     /// Wait for (then take) this key.
     Pending(OpKey),
@@ -86,40 +92,16 @@ enum EarlyWhat {
 /// Finished ops kept for reuse.
 const SPARE_OPS: usize = 4;
 
-/// Polls in a row that bring nothing before a waiter yields its core (a message already on its
-/// way arrives within a few polls, and a poll that brought something means more work may follow:
-/// yielding then would hand the core away with work left): few when this node's ranks outnumber
-/// its cores, more otherwise (a yield with nobody else runnable returns at once, and with other
-/// processes runnable it lets them — perhaps the peer we wait for — run instead of burning our
-/// time slice).
-const YIELD_AFTER_OVERSUBSCRIBED: u32 = 2;
-const YIELD_AFTER: u32 = 32;
-
-/// Oversubscribed: polls in a row without news a waiter spins on (instead of yielding after
-/// `YIELD_AFTER_OVERSUBSCRIBED`) while every rank it waits for runs on another CPU
-/// (`Endpoint::peer_busy_elsewhere`): their message can come any moment, and a yield (about 2 µs
-/// on the 2-core test VM) would give our core to a co-located rank that usually waits for us.
-const BUSY_PEER_SPIN: u32 = 64;
-
-/// Spinning rounds read the clock (spin budget, deadline) only this often.
-const CLOCK_EVERY: u32 = 16;
-
-/// Polls before a waiter may block, whatever the spin budget (fewer when oversubscribed: the
-/// core is better given to the peer we wait for than burnt in yields).
-const MIN_POLLS: u32 = 64;
-const MIN_POLLS_OVERSUBSCRIBED: u32 = CLOCK_EVERY;
-
-/// The state of one wait (see [`Engine::wait_step`]): when it began and how many rounds it polled.
+/// The state of one wait for an op (see [`Engine::wait_step`]).
 #[derive(Debug, Default)]
 pub(crate) struct Waiter {
-    since: Option<Instant>,
-    rounds: u32,
-    /// The spin budget is spent: every round blocks (and reads the clock).
+    b: Backoff,
+    /// What to do before the next poll.
+    next: Option<Pause>,
+    /// The spin is spent: every round blocks on the fabric.
     blocking: bool,
     /// The op was started right before the wait (a blocking call): the wait begins at its start.
     fresh: bool,
-    /// Rounds in a row whose poll brought nothing.
-    idle: u32,
 }
 
 impl Waiter {
@@ -142,39 +124,27 @@ pub(crate) struct Engine {
     /// because they move back into `ops` as they are.
     #[allow(clippy::vec_box)]
     spare: Vec<Box<Op>>,
-    /// Calls done as they started, without an op (`inline`), not yet taken, and their algorithms.
-    fired: Vec<(OpKey, &'static str)>,
-    /// Reused state of inline calls (`inline`), boxed so that taking it for a call and putting it
-    /// back moves a pointer and drops nothing.
-    inline: Option<Box<InlineState>>,
+    /// Reused state of straight calls on the rings (`ring`), boxed so that taking it for a call
+    /// and putting it back moves a pointer.
+    ring: Option<Box<RingState>>,
     pub next_ctx: u32,
     comp: Vec<Completion>,
     /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
     pinned: Vec<Mr>,
-    /// The last call fired to its end, for its repeats (`fired::Armed`).
-    armed: Option<Box<fired::Armed>>,
-    /// Polls in a row without news before a waiter yields (fewer when oversubscribed).
-    yield_after: u32,
-    /// This node's ranks outnumber its cores (see `ExecConfig::yield_when_idle`).
-    oversubscribed: bool,
-    /// Polls before a waiter may block.
-    min_polls: u32,
-    /// How long a waiter polls before it blocks: `ExecConfig::spin` on load/store fabrics (a
-    /// poll reads a few cache lines); 0 on the others (ofi), whose blocking wait is driven by the
-    /// provider's own file descriptors and beats spinning through its progress engine.
-    spin: Duration,
+    /// When waiters yield and stop spinning.
+    patience: Patience,
     /// Bumped by every `progress` that handled something (a waiter's poll brought news).
     events: u64,
     /// Endpoint ranks the waited-for op waits for, as of (op, `events`): recomputed when
     /// something happened, read at every idle round of an oversubscribed waiter.
     awaited: Vec<usize>,
     awaited_at: Option<(OpKey, u64)>,
-    /// Contexts broken so far (any of this engine's): the direct path's lock-free check that it
-    /// may skip asking [`Engine::broken`] (see `Communicator::run_remembered`).
+    /// Contexts broken so far (any of this engine's): the mailbox path's lock-free check that
+    /// it may skip asking [`Engine::broken`].
     breaks: Arc<AtomicU64>,
-    /// Threads waiting for the lock this engine is behind (counted by `Communicator::lock`): an
-    /// inline call that waits hands over to an op when one does, so that the lock is released
-    /// between the op's polls (see `inline`).
+    /// Threads waiting for the lock this engine is behind (counted by `Communicator::lock`): a
+    /// straight call that waits hands over to an op when one does, so that the lock is released
+    /// between the op's polls (see `ring`).
     lock_waiters: Arc<AtomicU32>,
 }
 
@@ -208,7 +178,7 @@ impl Engine {
         };
         let p = ep.size();
         let (load_store, cfg_spin) = (caps.load_store, cfg.spin);
-        let yield_idle = cfg.yield_when_idle.unwrap_or_else(|| {
+        let oversubscribed = cfg.yield_when_idle.unwrap_or_else(|| {
             let local = cfg.local_ranks.unwrap_or(if matches!(caps.backend, "shm" | "local") { p } else { 1 });
             let cpus = cfg.local_cpus.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             local > cpus
@@ -238,20 +208,11 @@ impl Engine {
             early: Vec::new(),
             early_mine: Vec::new(),
             spare: Vec::new(),
-            fired: Vec::new(),
-            inline: Some(Box::default()),
+            ring: Some(Box::default()),
             next_ctx: 1,
             comp: Vec::new(),
             pinned: Vec::new(),
-            armed: None,
-            yield_after: match (yield_idle, load_store) {
-                (true, _) => YIELD_AFTER_OVERSUBSCRIBED,
-                (false, true) => YIELD_AFTER,
-                (false, false) => MIN_POLLS,
-            },
-            min_polls: if yield_idle { MIN_POLLS_OVERSUBSCRIBED } else { MIN_POLLS },
-            spin: if load_store { cfg_spin } else { Duration::ZERO },
-            oversubscribed: yield_idle,
+            patience: Patience::new(oversubscribed, load_store, cfg_spin),
             events: 0,
             awaited: Vec::new(),
             awaited_at: None,
@@ -279,44 +240,34 @@ impl Engine {
 
     /// The settings that all ranks must share, as checked mode compares them: the effective
     /// eager threshold (a message goes eager on the sender exactly when the receiver expects it
-    /// to) and the immediate width.
+    /// to), the immediate width and the mailbox limit (every rank must take the same lane).
     pub fn protocol_signature(&self) -> String {
         format!(
-            "[eager<={} imm {} bits direct<={}]",
+            "[eager<={} imm {} bits mailbox<={}]",
             self.core.cfg.eager_threshold,
             self.core.layout.bits,
-            self.direct_limit()
+            self.mailbox_limit()
         )
     }
 
-    /// Calls up to this many bytes take the direct path (0 where the fabric has no load/store).
-    pub fn direct_limit(&self) -> usize {
+    /// Calls up to this many bytes may run on the node-local mailboxes (0 where the fabric has
+    /// no load/store).
+    pub fn mailbox_limit(&self) -> usize {
         if self.core.caps.load_store {
-            self.core.cfg.direct_limit.min(mailbox::MAX_DIRECT)
+            self.core.cfg.mailbox_limit.min(mailbox::MAX_DIRECT)
         } else {
             0
         }
     }
 
-    /// How a direct call waits: fruitless polls before it yields the core, spin budget before it
-    /// sleeps, deadline. The polls: the engine's rounds times [`direct::POLLS_PER_ROUND`] (a
-    /// message on its way arrives within them), but when this node is oversubscribed the engine's
-    /// 2 as polls: the rank we wait for may need our core, and every wait that spun 64 polls
-    /// (~0.6 µs) first paid them again and again. Measured against 64 polls (shm, back to back,
-    /// paired medians of 5 interleaved rounds): p = 4 on 2 cores, alltoall 16 B–4 KiB 0.63–0.76,
-    /// allgather 1 KiB 0.81, bcast 4 KiB 0.69, allreduce 256 B–4 KiB 0.91–0.95, 8 B and barrier
-    /// 0.96–0.98; p = 3, 3 rounds: 0.49–0.56 (allreduce 8 B 10.1 → 5.3 µs); p = 8: 0.56–0.66.
-    pub fn direct_waiting(&self) -> (u32, Duration, Duration) {
-        let polls = if self.oversubscribed {
-            self.yield_after
-        } else {
-            self.yield_after.saturating_mul(direct::POLLS_PER_ROUND)
-        };
-        (polls, self.spin, self.core.cfg.timeout)
+    /// How a mailbox call waits: the engine's patience counted in mailbox polls, and the
+    /// deadline.
+    pub fn mailbox_patience(&self) -> (Patience, Duration) {
+        (self.patience.scaled(mailboxes::POLLS_PER_ROUND), self.core.cfg.timeout)
     }
 
     /// One progress round for the collectives in flight on the engine while this thread runs a
-    /// direct call, which does not need the engine: peers may be waiting for this rank's part of
+    /// mailbox call, which does not need the engine: peers may be waiting for this rank's part of
     /// them (a rank that waits for a nonblocking op before making the blocking call we are in,
     /// while that op needs our grants or reductions — legal in MPI, whose rule is that a call
     /// blocked anywhere progresses every outstanding operation). A failure is recorded on every
@@ -336,7 +287,7 @@ impl Engine {
         }
     }
 
-    /// The endpoint (to set up direct mailboxes).
+    /// The endpoint (to set up the mailboxes).
     pub fn endpoint(&mut self) -> &mut dyn Endpoint {
         &mut *self.core.ep
     }
@@ -351,9 +302,8 @@ impl Engine {
         self.ctxs.get(&ctx).and_then(|c| c.broken.clone())
     }
 
-    /// Marks context `ctx` broken by `why` (a failed direct call).
+    /// Marks context `ctx` broken by `why` (a failed mailbox call).
     pub fn break_ctx(&mut self, ctx: u32, why: String) {
-        self.disarm();
         if let Some(c) = self.ctxs.get_mut(&ctx) {
             if c.broken.is_none() {
                 c.broken = Some(why);
@@ -391,7 +341,6 @@ impl Engine {
     }
 
     pub fn remove_ctx(&mut self, ctx: u32) {
-        self.disarm();
         self.ctxs.remove(&ctx);
     }
 
@@ -417,24 +366,17 @@ impl Engine {
 
     /// Uses `mr` for buffers inside it, bypassing the cache; the cache forgets overlapping entries.
     pub fn pin(&mut self, mr: Mr) {
-        self.disarm();
         self.core.mrs.evict(mr.as_ptr(), mr.len());
         self.pinned.push(mr);
     }
 
     pub fn unpin(&mut self, mr: &Mr) {
-        self.disarm();
         self.pinned.retain(|m| !same_mr(m, mr));
     }
 
-    /// Whether `mr` is one of the pinned buffers' registrations.
-    fn is_pinned(&self, mr: &Mr) -> bool {
-        self.pinned.iter().any(|m| same_mr(m, mr))
-    }
-
-    /// Starts a collective on context `ctx`. Buffers are already bound. A `blocking` call (waited
-    /// for right after) may run inline to its end here (`inline`): then it is [`Started::Done`],
-    /// else its key is to be waited for; a nonblocking call always gets a key.
+    /// Starts a collective on context `ctx`. Buffers are already bound. A `straight` call runs
+    /// its plan straight over the eager rings (`ring`) and may end inside the start
+    /// ([`Started::Done`]); else, or when it is handed over, its key is to be waited for.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &mut self,
@@ -444,7 +386,7 @@ impl Engine {
         send: Bound,
         recv: Bound,
         check: Option<op::Check>,
-        blocking: bool,
+        straight: bool,
     ) -> Result<Started> {
         let st = self.ctxs.get_mut(&ctx).ok_or_else(|| Error::Protocol(format!("unknown context {ctx}")))?;
         if let Some(why) = &st.broken {
@@ -458,15 +400,9 @@ impl Engine {
                 msg: format!("more than {window} collectives outstanding on one communicator"),
             });
         }
-        // A nonblocking call made of Sends only never waits inline: it may run there too.
-        let (spec, send, recv) = if self.core.cfg.inline && check.is_none() && (blocking || spec.plan.sends_only) {
-            match self.run_inline(key, members, spec, send, recv, blocking) {
-                Inline::Declined(spec, send, recv) => (spec, send, recv),
-                Inline::Ran(started) => return Ok(started),
-            }
-        } else {
-            (spec, send, recv)
-        };
+        if straight && check.is_none() && self.may_start_straight(key) {
+            return self.run_straight(key, members, spec, send, recv);
+        }
         let st = self.ctxs.get_mut(&ctx).expect("looked up above");
         st.next_seq += 1;
         st.outstanding.push(key.seq);
@@ -521,7 +457,7 @@ impl Engine {
 
     /// Hands op `key` (just entered in `ops`) the messages for it that arrived before, then
     /// begins it (`begin`: its schedule from the roots, once checked mode agrees) or runs what is
-    /// ready (an op taking over an inline call, unless that failed), and sends what that queued. A
+    /// ready (an op taking over a straight call, unless that failed), and sends what that queued. A
     /// failure fails the op.
     fn admit(&mut self, key: OpKey, begin: bool) {
         // Messages that arrived before we started this collective, in arrival order.
@@ -842,10 +778,6 @@ impl Engine {
     /// Removes a finished op and returns its result. A failed op breaks its communicator.
     pub fn take(&mut self, key: OpKey) -> Result<()> {
         let Some(op) = self.ops.get(&key) else {
-            if let Some(i) = self.fired.iter().position(|&(k, _)| k == key) {
-                self.fired.swap_remove(i);
-                return Ok(());
-            }
             return Err(Error::Protocol(format!("collective #{} is unknown (already waited for?)", key.seq)));
         };
         if !op.finished() {
@@ -909,7 +841,6 @@ impl Engine {
                 self.core.mrs.evict(b.ptr, b.bytes);
             }
         }
-        self.disarm();
         self.core.writes.retain(|_, (k, _)| *k != key);
         self.core.grants_in.retain(|_, (k, _)| *k != key);
         if self.core.flush_ctrl().is_err() {
@@ -921,13 +852,9 @@ impl Engine {
     /// names the ranks still missing). Returns whether the op has finished. Callers that share the
     /// engine with other threads release it between rounds.
     ///
-    /// Polling: for `ExecConfig::spin` after the wait began the endpoint is polled without
-    /// blocking — once a few polls in a row brought nothing (fewer when this node's ranks
-    /// outnumber its cores, unless every awaited rank runs on another CPU: see
-    /// [`Engine::should_yield`]) yielding the core between polls — then each round blocks up to
-    /// 1 ms on the fabric's doorbell (a peer's write wakes it). A sleeping peer costs a futex
-    /// wake-up of tens of microseconds, so the spin budget covers the waits of small and medium
-    /// collectives.
+    /// Polling follows the engine's patience (`wait`): without blocking, yielding the core once
+    /// polls bring nothing, then, the spin spent, each round blocks up to 1 ms on the fabric's
+    /// doorbell (a peer's write wakes it). The clock is read every few rounds only.
     pub fn wait_step(&mut self, key: OpKey, w: &mut Waiter) -> bool {
         let Some(op) = self.ops.get_mut(&key) else { return true };
         if op.finished() {
@@ -936,68 +863,53 @@ impl Engine {
         let in_grace = op.grace_until.is_some();
         // The deadline counts from the first wait.
         let t0 = op.wait_began();
-        if w.since.is_none() && w.fresh {
-            // The op was started just before this wait: the op's clock reading stands for the
-            // wait's (one clock read less per blocking call), and the wait goes on from the polls
-            // the call made inline before the op took it over.
-            w.since = Some(t0);
-            (w.rounds, w.idle) = op.polled;
+        if std::mem::take(&mut w.fresh) {
+            // The op was started just before this wait: the wait goes on from the polls the call
+            // made straight before the op took it over, its clock from the op's start.
+            w.b = op.polled;
+            w.b.since.get_or_insert(t0);
         }
-        if w.since.is_some() && !w.blocking && !w.rounds.wrapping_add(1).is_multiple_of(CLOCK_EVERY) && !in_grace {
-            // Fast round: poll without reading the clock (deadline and spin budget are checked
-            // every CLOCK_EVERY rounds).
-            w.rounds = w.rounds.wrapping_add(1);
-            if self.should_yield(key, w.idle) {
-                self.yield_core();
+        let block = match w.next.take() {
+            _ if w.blocking => Some(Duration::from_millis(1)),
+            Some(Pause::Yield) => {
+                yield_core(&*self.core.ep);
+                None
             }
-            let ev = self.events;
-            if let Err(e) = self.progress(None) {
-                self.fail(key, e);
+            Some(Pause::Stop) => {
+                w.blocking = true;
+                Some(Duration::from_millis(1))
             }
-            w.idle = if self.events == ev { w.idle.saturating_add(1) } else { 0 };
-            return self.is_finished(key);
-        }
-        let now = Instant::now();
-        let since = *w.since.get_or_insert(now);
-        w.rounds = w.rounds.wrapping_add(1);
-        let timeout = self.core.cfg.timeout;
-        let deadline = t0 + timeout;
-        let grace = (timeout / 2).min(Duration::from_secs(2));
-        if now >= deadline + grace + Duration::from_millis(100) {
-            self.time_out(key);
-            return true;
-        }
-        let block = if w.rounds <= self.min_polls || now.duration_since(since) < self.spin {
-            if self.should_yield(key, w.idle) {
-                self.yield_core();
-            }
-            None
-        } else {
-            w.blocking = true;
-            Some(Duration::from_millis(1))
+            Some(Pause::Poll) | None => None,
         };
         let ev = self.events;
         if let Err(e) = self.progress(block) {
             // Ends the op, possibly after the grace period of a lost peer.
             self.fail(key, e);
         }
-        w.idle = if self.events == ev { w.idle.saturating_add(1) } else { 0 };
-        if in_grace || now >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
-            self.check_deadline(key);
+        if self.events == ev {
+            let patience = self.patience;
+            w.next = Some(w.b.fruitless(&patience, || self.awaited_busy(key)));
+        } else {
+            w.b.news();
+        }
+        if w.blocking || in_grace || w.b.rounds.is_multiple_of(CLOCK_EVERY) {
+            let now = Instant::now();
+            let timeout = self.core.cfg.timeout;
+            let (deadline, grace) = (t0 + timeout, (timeout / 2).min(Duration::from_secs(2)));
+            if now >= deadline + grace + Duration::from_millis(100) {
+                self.time_out(key);
+                return true;
+            }
+            if in_grace || now >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
+                self.check_deadline(key);
+            }
         }
         self.is_finished(key)
     }
 
-    /// Whether a waiter whose last `idle` polls brought nothing should yield its core before the
-    /// next one: after `yield_after` such polls, unless this node is oversubscribed and every
-    /// rank the op waits for runs on another CPU (then after `BUSY_PEER_SPIN`).
-    fn should_yield(&mut self, key: OpKey, idle: u32) -> bool {
-        if idle < self.yield_after {
-            return false;
-        }
-        if !self.oversubscribed || idle >= BUSY_PEER_SPIN {
-            return true;
-        }
+    /// Whether every endpoint rank op `key` waits for runs on another CPU right now (asked by an
+    /// oversubscribed waiter before it yields).
+    fn awaited_busy(&mut self, key: OpKey) -> bool {
         if self.awaited_at != Some((key, self.events)) {
             self.awaited.clear();
             if let Some(op) = self.ops.get(&key) {
@@ -1005,14 +917,7 @@ impl Engine {
             }
             self.awaited_at = Some((key, self.events));
         }
-        self.awaited.is_empty() || !self.awaited.iter().all(|&p| self.core.ep.peer_busy_elsewhere(p))
-    }
-
-    /// Gives the core away once, telling node-local peers that this rank does not run meanwhile.
-    fn yield_core(&self) {
-        self.core.ep.set_idle(true);
-        std::thread::yield_now();
-        self.core.ep.set_idle(false);
+        !self.awaited.is_empty() && self.awaited.iter().all(|&p| self.core.ep.peer_busy_elsewhere(p))
     }
 
     /// Waits until every peer's eager-ring setup arrived (until then small messages take the
@@ -1084,10 +989,5 @@ impl Engine {
             };
             op.error = Some(e);
         }
-    }
-
-    /// The algorithm an op runs (for tests and tracing).
-    pub fn alg_of(&self, key: OpKey) -> Option<&'static str> {
-        self.ops.get(&key).map(|o| o.alg).or_else(|| self.fired.iter().find(|&&(k, _)| k == key).map(|&(_, a)| a))
     }
 }

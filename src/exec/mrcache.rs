@@ -50,11 +50,6 @@ impl MrCache {
         MrCache { enabled, cap, tick: 0, entries: Vec::new(), hits: 0, registrations: 0 }
     }
 
-    /// Whether entries are kept (registrations name address ranges on this backend).
-    pub fn enabled(&self) -> bool {
-        self.enabled
-    }
-
     /// A registration covering `[ptr, ptr+len)` with at least `access` (remote write covers local).
     ///
     /// # Safety

@@ -15,34 +15,20 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fabcoll_collectives::datatype::Datatype;
-use fabcoll_collectives::kernels;
 use fabcoll_collectives::op::ReduceOp;
-use fabcoll_collectives::schedule::{Buf, Region, StepId, StepKind};
+use fabcoll_collectives::schedule::{Region, StepId, StepKind};
 use fabcoll_collectives::Collective;
-use fabcoll_fabric::{Mr, SILENT_WRITE};
+use fabcoll_fabric::SILENT_WRITE;
 
-use super::core::Completes;
+use super::bufs::{local_step, Bound, Bufs};
+use super::core::EagerSent;
 use super::fasthash::{FastMap, FastSet};
 use super::plan::{Plan, NOT_FUSED};
 use super::proto::GrantEntry;
+use super::runner::Fused;
+use super::wait::Backoff;
 use super::{Core, OpKey};
 use crate::error::{Error, Result};
-
-/// A user or scratch buffer bound to the call.
-#[derive(Clone)]
-pub(crate) struct Bound {
-    pub ptr: *mut u8,
-    pub bytes: usize,
-    pub mr: Option<Mr>,
-    /// Offset of `ptr` in `mr` (a cached registration may start before the buffer).
-    pub mr_off: usize,
-}
-
-impl Bound {
-    pub fn empty() -> Bound {
-        Bound { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), bytes: 0, mr: None, mr_off: 0 }
-    }
-}
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum St {
@@ -80,9 +66,8 @@ pub(crate) struct Op {
     grants: FastMap<(u32, u32), GrantEntry>,
     eager_in: FastMap<(u32, u32), u32>,
     rts_in: FastSet<(u32, u32)>,
-    /// Fused Recv steps done whose message still sits in its eager slot: (step, (endpoint rank,
-    /// slot)); a few at a time, so a list.
-    fused_slot: Vec<(StepId, (usize, u32))>,
+    /// Fused Recv steps done whose message still sits in its eager slot (a few at a time).
+    fused_slot: Vec<Fused>,
     /// Ready Sends and Recvs (a stack), and ready local steps: `run` issues communication first.
     work: Vec<StepId>,
     work_local: Vec<StepId>,
@@ -96,9 +81,9 @@ pub(crate) struct Op {
     /// When the first wait for this op began (the deadline counts from there); `None` until then,
     /// so an op that finishes inside its start never reads the clock.
     pub t0: Option<Instant>,
-    /// Polls (all, and those in a row that brought nothing) the call made inline before this op
-    /// took it over (`super::inline`): its first wait goes on from there instead of polling anew.
-    pub polled: (u32, u32),
+    /// The waiting a straight call did before this op took it over (`super::ring`): its first
+    /// wait goes on from there instead of polling anew.
+    pub polled: Backoff,
     /// Set when the deadline passed: abort notices were sent, waiting for peers' notices until then.
     pub grace_until: Option<Instant>,
     /// Peers' abort notices: who timed out here, and whom they were waiting for.
@@ -112,34 +97,6 @@ pub(crate) struct Op {
 // (the Request/Scope lifetime or the blocking call); they are only dereferenced by the engine under
 // its mutex, by one thread at a time.
 unsafe impl Send for Op {}
-
-/// A call's buffers, `elem` bytes per element.
-pub(crate) struct Bufs<'a> {
-    pub send: &'a Bound,
-    pub recv: &'a Bound,
-    pub scratch: &'a [Bound],
-    pub elem: usize,
-}
-
-impl<'a> Bufs<'a> {
-    pub fn bound(&self, b: Buf) -> &'a Bound {
-        match b {
-            Buf::Send => self.send,
-            Buf::Recv => self.recv,
-            Buf::Scratch(i) => &self.scratch[i as usize],
-        }
-    }
-
-    /// Start pointer and byte length of a region (bounds were checked when the schedule was built
-    /// against the same buffer lengths).
-    pub fn raw(&self, r: Region) -> (*mut u8, usize) {
-        let b = self.bound(r.buf);
-        let (off, len) = (r.off as usize * self.elem, r.len as usize * self.elem);
-        debug_assert!(off + len <= b.bytes);
-        // SAFETY: `off + len <= b.bytes` (schedule bounds checked against the bound lengths).
-        (unsafe { b.ptr.add(off) }, len)
-    }
-}
 
 /// A call's plan and buffers: what an op is made of.
 pub(crate) struct Parts {
@@ -191,7 +148,7 @@ impl Op {
             started: false,
             error: None,
             t0: None,
-            polled: (0, 0),
+            polled: Backoff::default(),
             grace_until: None,
             notices: FastMap::default(),
             lost: None,
@@ -246,7 +203,7 @@ impl Op {
         self.started = false;
         self.error = None;
         self.t0 = None;
-        self.polled = (0, 0);
+        self.polled = Backoff::default();
         self.grace_until = None;
         self.notices.clear();
         self.lost = None;
@@ -278,12 +235,12 @@ impl Op {
         self.members[peer as usize] as usize
     }
 
-    /// Takes over a call that ran inline (`super::inline`) up to here: the steps of `ran` (a
-    /// prefix of a topological order) were issued, and are done but for `sending`, Sends whose
-    /// write has not completed yet (one write each, tracked in `Core::writes`); `fused` are
-    /// fused Recvs among them whose message still waits in its slot for the Reduce. Every step
-    /// not issued whose deps are done is ready.
-    pub fn adopt_done(&mut self, ran: &[StepId], sending: &[StepId], fused: &[(StepId, (usize, u32))]) {
+    /// Takes over a straight call (`super::ring`) up to here: the steps of `ran` (a prefix of a
+    /// topological order) were issued, and are done but for `sending`, Sends whose write has not
+    /// completed yet (one write each, tracked in `Core::writes`); `fused` are fused Recvs among
+    /// them whose message still waits in its slot for the Reduce. Every step not issued whose
+    /// deps are done is ready.
+    pub fn adopt_done(&mut self, ran: &[StepId], sending: &[StepId], fused: &[Fused]) {
         self.started = true;
         self.work.clone_from(&self.plan.roots);
         self.work_local.clone_from(&self.plan.local_roots);
@@ -341,20 +298,9 @@ impl Op {
         Bufs { send: &self.send, recv: &self.recv, scratch: &self.scratch, elem: self.elem }
     }
 
-    fn bound(&self, b: Buf) -> &Bound {
-        self.bufs().bound(b)
-    }
-
     /// Start pointer and byte length of a region (see [`Bufs::raw`]).
     fn raw(&self, r: Region) -> (*mut u8, usize) {
         self.bufs().raw(r)
-    }
-
-    /// The registration of a buffer and the byte offset of the buffer's start in it.
-    fn mr(&self, b: Buf) -> Result<(&Mr, usize)> {
-        let bound = self.bound(b);
-        let mr = bound.mr.as_ref().ok_or_else(|| Error::Protocol(format!("{b:?} buffer is not registered")))?;
-        Ok((mr, bound.mr_off))
     }
 
     fn exec(&mut self, core: &mut Core, s: StepId) -> Result<()> {
@@ -390,9 +336,12 @@ impl Op {
                 let fused = if from == NOT_FUSED {
                     None
                 } else {
-                    self.fused_slot.iter().position(|&(r, _)| r == from).map(|i| self.fused_slot.swap_remove(i).1)
+                    self.fused_slot.iter().position(|f| f.step == from).map(|i| self.fused_slot.swap_remove(i))
                 };
-                run_local(core, kind, &|r| self.raw(r), fused, self.dtype, self.rop.as_ref())?;
+                local_step(kind, &self.bufs(), fused.map(|f| f.ptr), self.dtype, self.rop.as_ref(), &mut core.stats)?;
+                if let Some(f) = fused {
+                    core.release_slot(f.peer, f.at as u32)?;
+                }
                 self.complete(s);
             }
         }
@@ -402,34 +351,16 @@ impl Op {
     fn eager_send(&mut self, core: &mut Core, s: StepId, peer: u32, src: Region, bytes: usize) -> Result<()> {
         let ep = self.ep(peer);
         let idx = self.plan.idx[s as usize];
-        let mut taken = core.eager.take_slot(ep, bytes);
-        if taken.is_none() && core.eager.may_refill(ep, bytes) {
-            // A sender whose writes complete inline may not have polled since its last call:
-            // the credits it lacks may be waiting in the endpoint.
-            core.refill_credits()?;
-            taken = core.eager.take_slot(ep, bytes);
-        }
-        if let Some((slot, dst)) = taken {
-            if let Some(imm) = core.layout.encode_eager(slot, self.key.ctx, self.key.seq, idx) {
-                let (mr, base) = self.mr(src.buf)?;
-                let off = base + src.off as usize * self.elem;
-                if core.caps.completes_inline(bytes) {
-                    // Complete on return: no completion to track.
-                    core.write_eager(ep, mr, off, bytes, dst, imm, Completes::Inline)?;
-                    self.complete(s);
-                    return Ok(());
-                }
-                let wid = core.new_write(self.key, s);
-                core.write_eager(ep, mr, off, bytes, dst, imm, Completes::As(wid))?;
-                self.pending[s as usize] = 1;
-                return Ok(());
+        let (mr, off) = self.bufs().mr(src)?;
+        match core.send_eager(self.key, s, ep, idx, mr, off, bytes, false)? {
+            EagerSent::Done => self.complete(s),
+            EagerSent::InFlight => self.pending[s as usize] = 1,
+            EagerSent::NoSlot => {
+                core.stats.rts_msgs += 1;
+                self.rts_out[peer as usize].push(idx);
+                core.ctrl_queued = true;
             }
-            // The identity does not fit the immediate: give the slot back, use rendezvous.
-            core.eager.on_credit(ep, 1u64 << slot)?;
         }
-        core.stats.rts_msgs += 1;
-        self.rts_out[peer as usize].push(idx);
-        core.ctrl_queued = true;
         Ok(())
     }
 
@@ -442,7 +373,7 @@ impl Op {
             )));
         }
         let ep = self.ep(peer);
-        let (mr, base) = self.mr(src.buf)?;
+        let (mr, base) = self.bufs().mr(src)?;
         let mr = mr.clone();
         let seg = usize::try_from(g.seg).unwrap_or(usize::MAX);
         if seg == 0 || seg > core.caps.max_write {
@@ -459,7 +390,7 @@ impl Op {
             let len = seg.min(bytes - off);
             let dst = g.mr.slice(g.off as usize + off, len)?;
             let wid = if inline { SILENT_WRITE } else { core.new_write(self.key, s) };
-            core.write(ep, &mr, base + src.off as usize * self.elem + off, len, dst, Some(imm), wid, false)?;
+            core.write(ep, &mr, base + off, len, dst, Some(imm), wid, false)?;
             off += len;
             n += 1;
         }
@@ -477,7 +408,7 @@ impl Op {
     fn grant(&mut self, core: &mut Core, s: StepId, peer: u32, dst: Region) {
         let bytes = dst.len as usize * self.elem;
         let ep = self.ep(peer);
-        let Ok((mr, base)) = self.mr(dst.buf).map(|(m, b)| (m.remote(), b)) else {
+        let Ok((mr, off)) = self.bufs().mr(dst).map(|(m, o)| (m.remote(), o)) else {
             self.error = Some(Error::Protocol(format!("{:?} buffer is not registered for writing", dst.buf)));
             return;
         };
@@ -491,7 +422,7 @@ impl Op {
             idx: self.plan.idx[s as usize],
             gid,
             mr,
-            off: (base + dst.off as usize * self.elem) as u64,
+            off: off as u64,
             len: bytes as u64,
             seg: seg as u64,
         });
@@ -501,9 +432,9 @@ impl Op {
         let ep = self.ep(peer);
         let (dp, n) = self.raw(dst);
         let fuse = self.plan.fuse[s as usize];
-        receive_eager(core, ep, slot, dp, n, fuse)?;
+        let ptr = core.receive_eager(ep, slot, dp, n, fuse)?;
         if fuse {
-            self.fused_slot.push((s, (ep, slot)));
+            self.fused_slot.push(Fused { step: s, ptr, peer: ep, at: u64::from(slot) });
         }
         self.complete(s);
         Ok(())
@@ -651,73 +582,8 @@ impl Op {
     /// Eager slots held for receives that never ran (returned on abort).
     pub fn held_slots(&self) -> Vec<(usize, u32)> {
         let waiting = self.eager_in.iter().map(|(&(peer, _), &slot)| (self.ep(peer), slot));
-        waiting.chain(self.fused_slot.iter().map(|&(_, v)| v)).collect()
+        waiting.chain(self.fused_slot.iter().map(|f| (f.peer, f.at as u32))).collect()
     }
-}
-
-/// Receives the eager message of `n` bytes from endpoint rank `ep` in `slot`: copies it to `dp`
-/// (the one copy) and frees the slot, or, for a Recv fused with its Reduce (`fuse`), leaves it in
-/// the slot for that Reduce (no copy at all).
-pub(crate) fn receive_eager(core: &mut Core, ep: usize, slot: u32, dp: *mut u8, n: usize, fuse: bool) -> Result<()> {
-    let sp = core.eager.slot_ptr(ep, slot, n)?;
-    if fuse {
-        core.stats.eager_fused_bytes += n as u64;
-        return Ok(());
-    }
-    // SAFETY: the slot holds a complete message (its WriteArrived was seen) and nobody writes it
-    // until we return it; the destination is a bound, quiet Recv region of `n` bytes; they are
-    // different allocations.
-    unsafe { std::ptr::copy_nonoverlapping(sp, dp, n) };
-    core.stats.eager_copy_bytes += n as u64;
-    core.release_slot(ep, slot)
-}
-
-/// Runs local step `kind` (a Reduce or a Copy) on the regions `raw` resolves (start pointer and
-/// byte length; bounds were checked when the schedule was built). A Reduce whose source message
-/// was left in eager slot `fused` (endpoint rank, slot) by its fused Recv reduces straight out of
-/// the slot and frees it.
-pub(crate) fn run_local(
-    core: &mut Core,
-    kind: StepKind,
-    raw: &dyn Fn(Region) -> (*mut u8, usize),
-    fused: Option<(usize, u32)>,
-    dtype: Datatype,
-    rop: Option<&ReduceOp>,
-) -> Result<()> {
-    match kind {
-        StepKind::Reduce { src, dst, order } => {
-            let (mut sp, n) = raw(src);
-            let (dp, _) = raw(dst);
-            if let Some((ep, slot)) = fused {
-                sp = core.eager.slot_ptr(ep, slot, n)?.cast_mut();
-            }
-            let rop = rop.ok_or_else(|| Error::Protocol("reduce step without an op".into()))?;
-            if n > 0 {
-                // SAFETY: both regions lie in buffers bound to the call or in an eager slot holding
-                // a complete message (bounds checked); they do not overlap (check_bounds refuses
-                // overlapping Reduce); no peer writes them now: peers only write granted Recv
-                // regions of pending Recv steps and slots we have not freed, and the schedule
-                // orders every such Recv before any step touching its region.
-                let (a, b) = unsafe { (std::slice::from_raw_parts(sp, n), std::slice::from_raw_parts_mut(dp, n)) };
-                kernels::reduce(rop, dtype, a, b, order)?;
-            }
-            core.stats.reduce_bytes += n as u64;
-            if let Some((ep, slot)) = fused {
-                core.release_slot(ep, slot)?;
-            }
-        }
-        StepKind::Copy { src, dst } => {
-            let (sp, n) = raw(src);
-            let (dp, _) = raw(dst);
-            // SAFETY: as for Reduce: bound, in bounds, non-overlapping, quiet regions.
-            unsafe { fabcoll_fabric::copy::copy_bulk(dp, sp, n) };
-            core.stats.local_copy_bytes += n as u64;
-        }
-        StepKind::Send { .. } | StepKind::Recv { .. } => {
-            return Err(Error::Protocol("a Send or Recv run as a local step".into()));
-        }
-    }
-    Ok(())
 }
 
 /// The ranks to blame on timeout (see [`Op::suspects`]): of the ranks `rank` waits for

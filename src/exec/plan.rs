@@ -1,14 +1,11 @@
-//! A built schedule plus the index tables the executor derives from it (dependents, message
-//! indices, send/receive lookup, fusable Recv→Reduce pairs). Immutable and shared (`Arc`), so a
-//! communicator builds it once per distinct call and reuses it (see `comm::cache`).
-
-use std::sync::OnceLock;
+//! A built schedule compiled once into what both ways of running it need: its straight-line
+//! order (`super::straight`, for the runner) and the dependency tables of the engine's ops
+//! (dependents, message indices, send/receive lookup, fusable Recv→Reduce pairs). Immutable and
+//! shared (`Arc`): a communicator prepares it once per distinct call (see `comm::memo`).
 
 use fabcoll_collectives::schedule::{Region, Schedule, StepId, StepKind};
 
-use super::direct::DirectForm;
 use super::fasthash::FastMap;
-use super::fired::FiredSends;
 
 /// `Plan::fused_from` of a step that is not a fused Reduce.
 pub(crate) const NOT_FUSED: StepId = StepId::MAX;
@@ -36,26 +33,16 @@ pub(crate) struct Plan {
     pub local_roots: Vec<StepId>,
     /// Per step: a local step (Copy or Reduce), issued after every ready Send and Recv.
     pub local: Vec<bool>,
-    /// Whether and how the call runs on the direct path (`comm::direct::form`), decided on first
-    /// use.
-    pub direct: OnceLock<DirectForm>,
-    /// The straight-line order of the steps (`super::straight::order`) for inline calls
-    /// (`super::inline`), made on first use.
-    pub inline_order: OnceLock<Box<[StepId]>>,
-    /// The steps are all Sends, to distinct peers, without scratch ([`sends_only`]): the call runs
-    /// inline even when nonblocking, when its writes complete on return (`super::inline`).
+    /// The straight-line order of the steps (`super::straight::order`).
+    pub order: Box<[StepId]>,
+    /// The longest Send or Recv, in elements.
+    pub max_message: u64,
+    /// The steps are all Sends, to distinct peers, without scratch ([`sends_only`]): a nonblocking
+    /// call may run straight too, when its writes complete on return.
     pub sends_only: bool,
-    /// The Sends of a sends-only plan, for fired calls (`super::fired`), listed on first use
-    /// ([`Plan::fired`]).
-    fired_sends: OnceLock<Option<FiredSends>>,
 }
 
 impl Plan {
-    /// The plan's Sends if a blocking call may be fired (`super::fired`).
-    pub fn fired(&self) -> Option<&FiredSends> {
-        self.fired_sends.get_or_init(|| FiredSends::of(self)).as_ref()
-    }
-
     pub fn new(sched: Schedule) -> Plan {
         let n = sched.len();
         let mut deps = vec![0u32; n];
@@ -85,7 +72,18 @@ impl Plan {
         let (local_roots, roots) =
             (0..n as StepId).rev().filter(|&i| deps[i as usize] == 0).partition(|&i| local[i as usize]);
         let sends_only = sends_only(&sched);
+        let order = super::straight::order(&sched).into();
+        let max_message = sched
+            .iter()
+            .map(|(_, k, _)| match *k {
+                StepKind::Send { src: r, .. } | StepKind::Recv { dst: r, .. } => r.len,
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0);
         Plan {
+            order,
+            max_message,
             sends_only,
             sched,
             deps,
@@ -98,9 +96,6 @@ impl Plan {
             roots,
             local_roots,
             local,
-            direct: OnceLock::new(),
-            inline_order: OnceLock::new(),
-            fired_sends: OnceLock::new(),
         }
     }
 }
@@ -148,7 +143,7 @@ fn fusable(s: &Schedule, dependents: &[Vec<StepId>]) -> Fusion {
 }
 
 /// Whether a plan's steps are all Sends, each to a different peer, with no scratch: a call that
-/// may run inline even when nonblocking (`super::inline`: it never waits there).
+/// may run straight even when nonblocking (it never waits there).
 pub(crate) fn sends_only(plan_sched: &Schedule) -> bool {
     let mut peers = Vec::new();
     for (_, k, _) in plan_sched.iter() {

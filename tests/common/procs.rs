@@ -307,10 +307,10 @@ pub fn killed_rank(c: &Communicator, count: usize, limit: Duration, store_barrie
     store_barrier("survivors", p - 1);
 }
 
-/// A bcast root whose only receiver died: its calls send at once without an op (fired, see
-/// `exec::fired`) until a write to the dead rank fails, or the first call already finds the
+/// A bcast root whose only receiver died: its calls send at once without an op (straight, see
+/// `exec::ring`) until a write to the dead rank fails, or the first call already finds the
 /// connection gone; that call ends with an error naming the rank, and the communicator is broken.
-/// The fired path is checked while both ranks live: after the death, whether the first write
+/// The straight path is checked while both ranks live: after the death, whether the first write
 /// still leaves depends on when the root's transport sees the connection close (under load the
 /// first call found it closed in 7 of 25 runs on tcp).
 pub fn root_of_a_dead_receiver(c: &Communicator, limit: Duration) {
@@ -323,7 +323,7 @@ pub fn root_of_a_dead_receiver(c: &Communicator, limit: Duration) {
     if r == 1 {
         std::process::exit(0); // after it received the bcast
     }
-    assert!(c.stats().fired_calls > 0, "the root did not send at once while its receiver lived: {:?}", c.stats());
+    assert!(c.stats().straight_calls > 0, "the root did not send at once while its receiver lived: {:?}", c.stats());
     std::thread::sleep(Duration::from_millis(200));
     let t0 = Instant::now();
     let mut calls = 0u64;

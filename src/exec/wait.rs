@@ -1,0 +1,187 @@
+//! How the executor waits: one back-off for every loop that polls for something to happen (an
+//! op's wait, a straight-line call's wait for its next message, a mailbox call's wait), and one
+//! retry for a fabric queue that is full.
+//!
+//! A waiter polls without pause while polls bring news; after `yield_after` fruitless polls in a
+//! row it yields its core before each poll (a message on its way arrives within a few polls;
+//! yielding earlier hands the core away with work left). Once it has waited `spin` and polled
+//! `min_polls` times, it stops spinning: the caller blocks on the fabric, naps, or hands the call
+//! to the engine. When this node's ranks outnumber its cores, it yields after 2 fruitless polls,
+//! unless every rank it waits for runs on another CPU (their message can come any moment, and a
+//! yield would give the core to a co-located rank that usually waits for us): then after
+//! [`BUSY_PEER_SPIN`]. The clock is read every [`CLOCK_EVERY`] polls only.
+
+use std::time::{Duration, Instant};
+
+use fabcoll_fabric::Endpoint;
+
+use crate::error::{Error, Result};
+
+/// Fruitless polls in a row before a waiter yields, when this node's ranks outnumber its cores.
+const YIELD_AFTER_OVERSUBSCRIBED: u32 = 2;
+/// ... on a load/store fabric otherwise (a poll reads a few cache lines).
+const YIELD_AFTER: u32 = 32;
+/// Polls before a waiter may stop spinning, whatever the spin budget (and, on fabrics whose
+/// blocking wait beats spinning through their progress engine, before it yields).
+const MIN_POLLS: u32 = 64;
+/// Fruitless polls an oversubscribed waiter spins while every rank it waits for runs elsewhere.
+pub(crate) const BUSY_PEER_SPIN: u32 = 64;
+/// Polls between two readings of the clock.
+pub(crate) const CLOCK_EVERY: u32 = 16;
+
+/// When a waiter yields and when it stops spinning (per engine, from its settings).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Patience {
+    pub yield_after: u32,
+    pub min_polls: u32,
+    pub spin: Duration,
+    pub oversubscribed: bool,
+}
+
+impl Patience {
+    /// The patience of an engine: `spin` applies on load/store fabrics only (ofi endpoints block
+    /// in their own wait, driven by the provider's file descriptors).
+    pub fn new(oversubscribed: bool, load_store: bool, spin: Duration) -> Patience {
+        Patience {
+            yield_after: match (oversubscribed, load_store) {
+                (true, _) => YIELD_AFTER_OVERSUBSCRIBED,
+                (false, true) => YIELD_AFTER,
+                (false, false) => MIN_POLLS,
+            },
+            min_polls: if oversubscribed { CLOCK_EVERY } else { MIN_POLLS },
+            spin: if load_store { spin } else { Duration::ZERO },
+            oversubscribed,
+        }
+    }
+
+    /// The same patience counted in polls that each cost `per_round`-th of an engine round (a
+    /// mailbox poll reads one line); an oversubscribed waiter still yields after as many polls,
+    /// since the rank it waits for may need its core.
+    pub fn scaled(self, per_round: u32) -> Patience {
+        if self.oversubscribed {
+            return self;
+        }
+        Patience { yield_after: self.yield_after.saturating_mul(per_round), ..self }
+    }
+}
+
+/// What a waiter does before its next poll.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Pause {
+    /// Poll again at once.
+    Poll,
+    /// Yield the core, then poll.
+    Yield,
+    /// The spin budget is spent: block, nap or hand over (the caller's choice).
+    Stop,
+}
+
+/// The state of one wait.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Backoff {
+    /// When the first fruitless poll came.
+    pub since: Option<Instant>,
+    /// Polls so far, and those in a row that brought nothing.
+    pub rounds: u32,
+    pub idle: u32,
+}
+
+impl Backoff {
+    /// A poll brought something (or a step completed).
+    #[inline]
+    pub fn news(&mut self) {
+        self.rounds = self.rounds.wrapping_add(1);
+        self.idle = 0;
+    }
+
+    /// A poll brought nothing: what to do next. `peers_busy` tells whether every rank the
+    /// waiter waits for runs on another CPU (asked only when it matters).
+    #[inline]
+    pub fn fruitless(&mut self, p: &Patience, peers_busy: impl FnOnce() -> bool) -> Pause {
+        self.rounds = self.rounds.wrapping_add(1);
+        self.idle = self.idle.saturating_add(1);
+        if self.since.is_none() {
+            self.since = Some(Instant::now());
+        }
+        if self.rounds.is_multiple_of(CLOCK_EVERY) && self.rounds > p.min_polls && self.waited() >= p.spin {
+            return Pause::Stop;
+        }
+        if self.idle < p.yield_after || p.oversubscribed && self.idle < BUSY_PEER_SPIN && peers_busy() {
+            Pause::Poll
+        } else {
+            Pause::Yield
+        }
+    }
+
+    /// Time since the first fruitless poll.
+    pub fn waited(&self) -> Duration {
+        self.since.map_or(Duration::ZERO, |t| t.elapsed())
+    }
+}
+
+/// Gives the core away once, telling node-local peers that this rank does not run meanwhile.
+pub(crate) fn yield_core(ep: &dyn Endpoint) {
+    ep.set_idle(true);
+    std::thread::yield_now();
+    ep.set_idle(false);
+}
+
+/// Runs `op` until the fabric accepts it, polling `ep` into `backlog` between tries (peers drain
+/// meanwhile) and yielding; `what` names the queue in the error after `timeout`.
+pub(crate) fn retry_busy<T>(
+    ep: &mut dyn Endpoint,
+    backlog: &mut Vec<fabcoll_fabric::Completion>,
+    timeout: Duration,
+    peer: usize,
+    what: &str,
+    mut op: impl FnMut(&mut dyn Endpoint) -> fabcoll_fabric::Result<T>,
+) -> Result<T> {
+    let mut deadline = None;
+    loop {
+        match op(ep) {
+            Err(e) if e.is_busy() => {
+                ep.poll(backlog)?;
+                let now = Instant::now();
+                if now > *deadline.get_or_insert(now + timeout) {
+                    let msg = format!("{what} stayed full for {timeout:?}");
+                    return Err(Error::Fabric(fabcoll_fabric::Error::Peer { peer, msg }));
+                }
+                std::thread::yield_now();
+            }
+            r => return Ok(r?),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiter_spins_then_yields_then_stops_once_its_budget_is_spent() {
+        let p = Patience::new(false, true, Duration::ZERO);
+        let mut b = Backoff::default();
+        let pauses: Vec<Pause> = (0..MIN_POLLS + CLOCK_EVERY).map(|_| b.fruitless(&p, || false)).collect();
+        assert!(pauses[..YIELD_AFTER as usize - 1].iter().all(|&x| x == Pause::Poll), "{pauses:?}");
+        assert_eq!(pauses[YIELD_AFTER as usize - 1], Pause::Yield);
+        let first_stop = pauses.iter().position(|&x| x == Pause::Stop).expect("stops");
+        assert!(first_stop as u32 >= MIN_POLLS, "never before min_polls: {first_stop}");
+        b.news();
+        assert_eq!(b.idle, 0);
+        assert_eq!(b.fruitless(&p, || false), Pause::Poll, "news restarts the count before a yield");
+    }
+
+    #[test]
+    fn an_oversubscribed_waiter_yields_at_once_unless_its_peers_run_elsewhere() {
+        let p = Patience::new(true, true, Duration::from_secs(60));
+        let mut b = Backoff::default();
+        assert_eq!(b.fruitless(&p, || false), Pause::Poll);
+        assert_eq!(b.fruitless(&p, || false), Pause::Yield);
+        assert_eq!(b.fruitless(&p, || true), Pause::Poll, "peers busy elsewhere: spin");
+        b.idle = BUSY_PEER_SPIN;
+        assert_eq!(b.fruitless(&p, || true), Pause::Yield, "but not forever");
+        let scaled = Patience::new(false, true, Duration::ZERO).scaled(32);
+        assert_eq!(scaled.yield_after, YIELD_AFTER * 32);
+        assert_eq!(p.scaled(32).yield_after, YIELD_AFTER_OVERSUBSCRIBED);
+    }
+}
