@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::exec::mailbox::Mailbox;
 use crate::exec::runner::{self, Fused};
 use crate::exec::wait::Patience;
-use crate::exec::{mailboxes, Bound, Bufs, Stats};
+use crate::exec::{grace, mailboxes, Bound, Bufs, Stats};
 
 /// What [`Communicator::run_remembered`] found.
 pub(super) enum Remembered {
@@ -246,8 +246,7 @@ impl Communicator {
         *seq += 1;
         r.map_err(|e| match e {
             Error::Timeout { coll, seq, rank, after, waiting_for } => {
-                let grace = (timeout / 2).min(Duration::from_secs(2));
-                let waiting_for = mailboxes::blame(mb, seq, rank, self.size, waiting_for, grace);
+                let waiting_for = mailboxes::blame(mb, seq, rank, self.size, waiting_for, grace(timeout));
                 Error::Timeout { coll, seq, rank, after, waiting_for }
             }
             e => e,

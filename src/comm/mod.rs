@@ -247,7 +247,7 @@ impl Communicator {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => {
-                // Counted while waiting: an inline call holding the lock hands over (`exec::inline`).
+                // Counted while waiting: a straight call holding the lock hands over (`exec::ring`).
                 self.lock_waiters.fetch_add(1, Ordering::Relaxed);
                 let g = self.engine.lock().unwrap_or_else(|p| p.into_inner());
                 self.lock_waiters.fetch_sub(1, Ordering::Relaxed);

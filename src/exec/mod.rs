@@ -148,9 +148,21 @@ pub(crate) struct Engine {
     lock_waiters: Arc<AtomicU32>,
 }
 
-/// An abort notice's payload: the awaited ranks, as many as fit one control message.
-fn notice(waits: Vec<u32>, max_ctrl: usize) -> Vec<u8> {
-    waits.iter().take(max_ctrl.min(4096) / 4).flat_map(|r| r.to_le_bytes()).collect()
+/// How long a rank that gave up on a collective listens for its peers' abort notices before it
+/// names the silent ones.
+pub(crate) fn grace(timeout: Duration) -> Duration {
+    (timeout / 2).min(Duration::from_secs(2))
+}
+
+/// Queues an abort notice of `op` for each of its peers: the ranks this rank waits for, as many as
+/// fit one control message.
+fn queue_notices(core: &mut Core, op: &Op) {
+    let waits: Vec<u8> =
+        op.waiting_for().iter().take(core.caps.max_ctrl.min(4096) / 4).flat_map(|r| r.to_le_bytes()).collect();
+    let tag = proto::tag(Kind::Abort, op.key.ctx, op.key.seq);
+    for peer in (0..op.members.len() as u32).filter(|&p| p != op.rank) {
+        core.ctrl(op.ep(peer), tag, waits.clone());
+    }
 }
 
 /// Whether two registrations are the same (one buffer, one key).
@@ -682,16 +694,8 @@ impl Engine {
     fn begin_grace(&mut self, key: OpKey) {
         let timeout = self.core.cfg.timeout;
         let Some(op) = self.ops.get_mut(&key) else { return };
-        let grace = (timeout / 2).min(Duration::from_secs(2));
-        op.grace_until = Some(Instant::now() + grace);
-        let waits = notice(op.waiting_for(), self.core.caps.max_ctrl);
-        let tag = proto::tag(Kind::Abort, key.ctx, key.seq);
-        for peer in 0..op.members.len() as u32 {
-            if peer != op.rank {
-                let ep = op.ep(peer);
-                self.core.ctrl(ep, tag, waits.clone());
-            }
-        }
+        op.grace_until = Some(Instant::now() + grace(timeout));
+        queue_notices(&mut self.core, op);
         // Dead peers may refuse the notice; that is what we are reporting anyway.
         self.flush_ctrl_lossy();
     }
@@ -814,24 +818,12 @@ impl Engine {
     /// so its user registrations are evicted from the cache and dropped; scratch is not reused.
     fn abort(&mut self, key: OpKey, op: &mut Op, e: &Error) {
         if !matches!(e, Error::Mismatch(_)) || op.started {
-            if let Some(c) = self.ctxs.get_mut(&key.ctx) {
-                if c.broken.is_none() {
-                    c.broken = Some(e.to_string());
-                    self.breaks.fetch_add(1, Ordering::Release);
-                }
-            }
+            self.break_ctx(key.ctx, e.to_string());
         }
         // Tell the peers whom we were waiting for (unless the deadline path already did), so
         // that ranks waiting on us can name the rank that is really missing.
         if op.started && op.grace_until.is_none() {
-            let waits = notice(op.waiting_for(), self.core.caps.max_ctrl);
-            let tag = proto::tag(Kind::Abort, key.ctx, key.seq);
-            for peer in 0..op.members.len() as u32 {
-                if peer != op.rank {
-                    let ep = op.ep(peer);
-                    self.core.ctrl(ep, tag, waits.clone());
-                }
-            }
+            queue_notices(&mut self.core, op);
         }
         for (peer, slot) in op.held_slots() {
             let _ = self.core.release_slot(peer, slot);
@@ -895,8 +887,8 @@ impl Engine {
         if w.blocking || in_grace || w.b.rounds.is_multiple_of(CLOCK_EVERY) {
             let now = Instant::now();
             let timeout = self.core.cfg.timeout;
-            let (deadline, grace) = (t0 + timeout, (timeout / 2).min(Duration::from_secs(2)));
-            if now >= deadline + grace + Duration::from_millis(100) {
+            let deadline = t0 + timeout;
+            if now >= deadline + grace(timeout) + Duration::from_millis(100) {
                 self.time_out(key);
                 return true;
             }

@@ -1,15 +1,14 @@
-//! A straight-line order for a direct call's steps, and the check that every rank running its
-//! steps in that order cannot deadlock.
+//! The straight-line order of a schedule's steps (what the runner, `super::runner`, follows),
+//! and the check that every rank running its steps in that order cannot deadlock.
 //!
-//! Why: tracking dependencies per call on the direct path — a copy of the deps counts, work
-//! stacks, lists of pending Sends and Recvs, a dependents walk per completed step — cost about
-//! 400 of the ~2,300 instructions of a p = 2, 8 B allreduce, and a quarter of its time. A
-//! schedule's steps can instead run in one fixed order, waiting on each Send and Recv in turn,
-//! when no rank can then wait for a message that its sender only sends after something that
-//! waits for the first rank. Schedules are a function of the call's arguments, so every rank
-//! computes every rank's order alike and [`deadlock_free`] answers the same everywhere; it is
-//! decided once per plan (`comm::direct::form`). A plan that fails it runs on the engine (no
-//! registered algorithm does: a test in `comm::direct` checks them all).
+//! Why: tracking dependencies per call (a copy of the deps counts, work stacks, lists of pending
+//! Sends and Recvs, a dependents walk per completed step) costs a small call a large share of its
+//! time. A schedule's steps can instead run in one fixed order, waiting on each Send and Recv in
+//! turn. That is safe without a fallback only when no rank can then wait for a message that its
+//! sender only sends after something that waits for the first rank: [`deadlock_free`] checks it,
+//! and every rank computes every rank's order alike (schedules are a function of the call's
+//! arguments), so it answers the same everywhere (`super::mailboxes::fits`). A lane that can hand
+//! a call over to the engine (`super::ring`) needs no such proof.
 //!
 //! The order is list scheduling by kind: of the steps whose deps are done, Sends first (a message
 //! leaves as early as possible), then local steps (they overlap the wait for the next message),
