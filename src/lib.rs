@@ -31,6 +31,8 @@ pub use fabcoll_fabric as fabric;
 mod comm;
 pub mod error;
 mod exec;
+mod job;
+mod probe;
 pub mod select;
 pub mod tune;
 

@@ -49,6 +49,8 @@ fn same(a: &ModelParams, b: &ModelParams) -> bool {
         && close(a.f_beta, b.f_beta)
         && close(a.copy_beta, b.copy_beta)
         && close(a.overhead, b.overhead)
+        && a.rendezvous.eager_limit == b.rendezvous.eager_limit
+        && close(a.rendezvous.alpha, b.rendezvous.alpha)
 }
 
 fn params() -> ModelParams {
@@ -66,6 +68,7 @@ fn params() -> ModelParams {
         hot_beta: 0.0,
         gap: 1.0,
         cpu_sends: false,
+        rendezvous: Rendezvous::OFF,
     }
 }
 
@@ -132,24 +135,22 @@ fn probe_agrees_on_every_rank_and_goes_through_the_cache() {
     // must hold is a valid model, the same on every rank.
     assert!(probed[0].validate().is_ok() && probed[0].beta >= 0.0, "{}", probed[0]);
     let file = cache::load(&path).unwrap().expect("rank 0 wrote the cache");
-    assert!(same(&file.params, &probed[0]), "{} vs {}", file.params, probed[0]);
+    assert!(same(&file.model(), &probed[0]), "{} vs {}", file.model(), probed[0]);
     assert_eq!((file.fabric.as_str(), file.p_class), ("local", 2));
     assert!(file.rendezvous.is_some(), "the probe's eager/rendezvous switch is cached");
 
     // A valid file is loaded as is, its rendezvous switch too, on every rank.
-    let mine = ModelParams { alpha: 1.2345e-5, ..params() };
-    let mut f = cache::ModelFile::new(&cache::hostname(), "local", 2, mine);
-    f.rendezvous = Some(Rendezvous { eager_limit: 4096, alpha: 3e-6 });
-    cache::save(&path, &f).unwrap();
-    let loaded = job(2, |c| (c.load_or_probe_model().unwrap(), c.model_rendezvous()));
-    assert!(loaded.iter().all(|(m, r)| same(m, &mine) && *r == f.rendezvous.unwrap()), "{loaded:?}");
+    let mine = ModelParams { alpha: 1.2345e-5, rendezvous: Rendezvous { eager_limit: 4096, alpha: 3e-6 }, ..params() };
+    cache::save(&path, &cache::ModelFile::new(&cache::hostname(), "local", 2, mine)).unwrap();
+    let loaded = job(2, |c| (c.load_or_probe_model().unwrap(), c.model_params()));
+    assert!(loaded.iter().all(|(m, kept)| same(m, &mine) && *kept == Some(*m)), "{loaded:?}");
 
     // A corrupt file is probed over (and rewritten), never a panic.
     std::fs::write(&path, "{ \"format\": \"fabcoll-model\", trunc").unwrap();
     let again = job(2, |c| c.load_or_probe_model().unwrap());
     assert_eq!(again[0], again[1]);
     assert!(!same(&again[0], &mine));
-    assert!(same(&cache::load(&path).unwrap().expect("rewritten").params, &again[0]));
+    assert!(same(&cache::load(&path).unwrap().expect("rewritten").model(), &again[0]));
 }
 
 #[test]

@@ -4,7 +4,7 @@
 mod common;
 
 use fabcoll::collectives::Collective;
-use fabcoll::select::model::ModelParams;
+use fabcoll::select::model::{ModelParams, Rendezvous};
 use fabcoll::{Collectives, Communicator, Datatype, ReduceOp};
 
 #[test]
@@ -23,6 +23,7 @@ fn env_model_selection_and_explicit_parameters() {
         hot_beta: 0.0,
         gap: 1.0,
         cpu_sends: false,
+        rendezvous: Rendezvous::OFF,
     };
     let file = std::env::temp_dir().join(format!("fabcoll-model-env-{}.json", std::process::id()));
     std::fs::write(&file, serde_json::to_string(&params).unwrap()).unwrap();

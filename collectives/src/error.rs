@@ -26,6 +26,9 @@ pub enum Error {
     /// The simulator could not replay a job (deadlock, unmatched message, …).
     #[error("simulation failed: {0}")]
     Simulate(String),
+    /// A model parameter is out of range, or its text form is malformed (`sim::ModelParams`).
+    #[error("cost model: {0}")]
+    Model(String),
     /// A datatype or reduction-op name that does not exist.
     #[error("unknown {kind} {name:?} (known: {known})")]
     UnknownName { kind: &'static str, name: String, known: String },

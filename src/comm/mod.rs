@@ -7,9 +7,9 @@
 //! progresses the collectives of all of them.
 
 mod call;
-mod estimate;
 mod mailboxes;
 mod memo;
+mod model;
 mod pinned;
 mod request;
 
@@ -34,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::exec::op::{Check, OpSpec};
 use crate::exec::plan::Plan;
 use crate::exec::{Engine, ExecConfig, OpKey, Started, Stats, Waiter};
+use crate::select::model::ModelState;
 use crate::select::{self, Decisions, FabricClass, Features};
 
 /// Per-call options: force an algorithm by name and set its parameters (see the registry's
@@ -74,8 +75,8 @@ pub struct Communicator {
     /// What the engine offers the lanes (see `memo::Prepared::path`).
     lanes: Lanes,
     _server: Option<Arc<TcpStoreServer>>,
-    /// Cost-model parameters and choices (src/comm/estimate.rs), shared with dups and splits.
-    model: Arc<estimate::ModelState>,
+    /// Cost-model parameters and choices (`select::model::ModelState`), shared with dups and splits.
+    model: Arc<ModelState>,
     /// The engine's count of broken contexts ([`Engine::breaks`]).
     breaks: Arc<AtomicU64>,
     /// Threads waiting for the engine's lock ([`Engine::lock_waiters`]).
@@ -172,8 +173,9 @@ impl Communicator {
     /// Joins the job the environment describes (fabrun, torchrun, Slurm or `FABCOLL_*`, see
     /// `fabric::bootstrap::JobEnv`): opens the store, the fabric (`FABCOLL_FABRIC` = `shm`,
     /// `ofi:tcp`, …; default shm when every rank is on this node, else `tcp`), exchanges
-    /// addresses and sets up the eager rings.
-    pub fn from_env() -> Result<Communicator> {
+    /// addresses and sets up the eager rings. [`Communicator::from_env`] (`src/job.rs`) adds
+    /// the cost model.
+    pub(crate) fn join_env() -> Result<Communicator> {
         // The bootstrap's timeout; the executor's settings follow once the fabric is known.
         let cfg = ExecConfig::from_env()?;
         let env = JobEnv::from_env()?;
@@ -194,12 +196,6 @@ impl Communicator {
             ExecConfig { local_ranks: env.local_size.map(|n| n as usize), ..ExecConfig::from_env_for(ep.caps())? };
         let mut c = Communicator::from_endpoint(ep, cfg)?;
         c._server = server.map(Arc::new);
-        // Issue 5 §1: the cost model is loaded or probed at creation when it is asked for.
-        if crate::select::model::select_by_model() || crate::select::model::explicit_file().is_some() {
-            if let Err(e) = c.load_or_probe_model() {
-                tracing::warn!("cost model unavailable ({e}); the decisions choose");
-            }
-        }
         Ok(c)
     }
 
@@ -293,8 +289,8 @@ impl Communicator {
                 None => None,
             },
         };
-        // FABCOLL_SELECT=model: the cost model's argmin (src/comm/estimate.rs) instead of the decisions.
-        if let Some((alg, params)) = forced.is_none().then(|| self.model_pick(&args)).transpose()?.flatten() {
+        // FABCOLL_SELECT=model: the cost model's argmin (select::model::ModelState) instead of the decisions.
+        if let Some((alg, params)) = forced.is_none().then(|| self.model.pick(&args)).transpose()?.flatten() {
             args.params = params;
             return Ok((alg, args));
         }

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use super::symmetric::Symmetry;
-use super::{ChainLink, SimConfig, SimResult};
+use super::{ChainLink, ModelParams, SimResult};
 use crate::cost::Cost;
 use crate::error::{Error, Result};
 use crate::schedule::{Schedule, StepKind};
@@ -156,7 +156,7 @@ struct Engine<'a> {
     scheds: &'a [&'a Schedule],
     mode: Mode,
     elem: u64,
-    cfg: SimConfig,
+    cfg: ModelParams,
     /// Global index of each rank's first step (len = ranks + 1).
     base: Vec<u32>,
     owner: Vec<u32>,
@@ -171,10 +171,10 @@ struct Engine<'a> {
     target: Vec<u32>,
     /// For a Recv: whether a step that depends on it reads its destination (forwards it, reduces
     /// it or into it, copies it), so the receiver's cache holds those lines when the next call's
-    /// message is written there (`SimConfig::hot_beta`).
+    /// message is written there (`ModelParams::hot_beta`).
     hot: Vec<bool>,
     /// For a Send, with a gap below 1 (else empty): the α factor its message still travels after
-    /// its transfer frees the ports (`SimConfig::gap`).
+    /// its transfer frees the ports (`ModelParams::gap`).
     tail: Vec<f64>,
     /// Dependents of each step (CSR).
     dstart: Vec<u32>,
@@ -196,7 +196,7 @@ fn sim_err(msg: String) -> Error {
 }
 
 /// Replays `scheds` (all ranks in `Mode::Full`, rank 0 only in `Mode::Symmetric`).
-pub(crate) fn run(scheds: &[&Schedule], mode: Mode, elem: u64, cfg: &SimConfig) -> Result<SimResult> {
+pub(crate) fn run(scheds: &[&Schedule], mode: Mode, elem: u64, cfg: &ModelParams) -> Result<SimResult> {
     let mut e = Engine::new(scheds, mode, elem, cfg)?;
     e.wire()?;
     e.match_messages()?;
@@ -205,7 +205,7 @@ pub(crate) fn run(scheds: &[&Schedule], mode: Mode, elem: u64, cfg: &SimConfig) 
 }
 
 impl<'a> Engine<'a> {
-    fn new(scheds: &'a [&'a Schedule], mode: Mode, elem: u64, cfg: &SimConfig) -> Result<Engine<'a>> {
+    fn new(scheds: &'a [&'a Schedule], mode: Mode, elem: u64, cfg: &ModelParams) -> Result<Engine<'a>> {
         let mut base = Vec::with_capacity(scheds.len() + 1);
         let mut total: u64 = 0;
         for s in scheds {
@@ -584,7 +584,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Whether rank r's send port (`send`) or CPU (else) may take its next step now. Always, unless
-    /// [`SimConfig::cpu_sends`] makes them one resource: then not while the other side is busy, nor
+    /// [`ModelParams::cpu_sends`] makes them one resource: then not while the other side is busy, nor
     /// when the other side's earliest waiting step is earlier (ties: lower step id), which is woken
     /// instead.
     fn takes_turn(&mut self, r: usize, send: bool) -> bool {
@@ -608,7 +608,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Rank r's send port or CPU (`kind`) is free: its next step may go, and with
-    /// [`SimConfig::cpu_sends`] so may the other side's, which shares it.
+    /// [`ModelParams::cpu_sends`] so may the other side's, which shares it.
     fn wake_freed(&mut self, kind: u8, r: usize) {
         self.wake(kind, r);
         if self.cfg.cpu_sends {
@@ -687,7 +687,7 @@ impl<'a> Engine<'a> {
         self.cp[i].local += 1;
         self.ranks[r].local += 1;
         if matches!(self.kind(g), StepKind::Reduce { .. }) {
-            self.t[i] += s * bytes * self.cfg.machine.gamma;
+            self.t[i] += s * bytes * self.cfg.gamma;
             self.cp[i].gamma += s * bytes;
         } else {
             self.t[i] += s * bytes * self.cfg.copy_beta;
@@ -710,14 +710,14 @@ impl<'a> Engine<'a> {
         let now = self.now;
         let (ra, rb) = (&self.ranks[a], &self.ranks[b]);
         let bi = ra.recv_start == now || ra.recv_until > now || rb.send_start == now || rb.send_until > now;
-        let m = &self.cfg.machine;
+        let m = &self.cfg;
         let (fa, fb) = if bi { (m.f_alpha, m.f_beta) } else { (1.0, 1.0) };
         let over = self.oversubscription();
         let (fa, fb) = (fa * over, fb * over);
         let bytes = (self.kind(s).len() * self.elem) as f64;
         let i = s as usize;
-        let rdv = self.kind(s).len() * self.elem > self.cfg.eager_limit;
-        let extra = if rdv { self.cfg.alpha_rendezvous } else { 0.0 };
+        let rdv = self.kind(s).len() * self.elem > self.cfg.rendezvous.eager_limit;
+        let extra = if rdv { self.cfg.rendezvous.alpha } else { 0.0 };
         let hot = self.hot[self.target[i] as usize];
         let hot_bytes = if hot { bytes } else { 0.0 };
         let hot_cost = if hot { self.cfg.hot_alpha + bytes * self.cfg.hot_beta } else { 0.0 };
@@ -759,7 +759,7 @@ impl<'a> Engine<'a> {
         self.wake_freed(GRANT_SEND, a);
         self.work.push(s);
         match self.tail.get(s as usize) {
-            Some(&tail) if tail > 0.0 => self.push(t + tail * self.cfg.machine.alpha, ARRIVE, s),
+            Some(&tail) if tail > 0.0 => self.push(t + tail * self.cfg.alpha, ARRIVE, s),
             _ => self.deliver(s, t, c),
         }
     }
@@ -823,7 +823,7 @@ impl<'a> Engine<'a> {
             g = self.pred[g as usize];
         }
         chain.reverse();
-        let time = best.map_or(0.0, |b| self.t[b as usize]);
+        let last = best.map_or(0.0, |b| self.t[b as usize]);
         let msgs: u64 = self.ranks.iter().map(|r| r.msgs).sum();
         let bytes: u64 = self.ranks.iter().map(|r| r.bytes_sent).sum();
         let max_sent = self.ranks.iter().map(|r| r.bytes_sent).max().unwrap_or(0);
@@ -835,11 +835,11 @@ impl<'a> Engine<'a> {
             Mode::Full => (finish, msgs, bytes, steps),
             Mode::Symmetric(_) => {
                 let p = u64::from(self.scheds[0].size);
-                (vec![time; p as usize], msgs * p, bytes * p, steps * p)
+                (vec![last; p as usize], msgs * p, bytes * p, steps * p)
             }
         };
         SimResult {
-            time,
+            time: last + self.cfg.overhead,
             critical_path: Cost::new(cp.alpha, cp.beta, cp.gamma),
             critical_copy_bytes: cp.copy,
             critical_messages: cp.msgs,

@@ -3,7 +3,8 @@
 //!
 //! # Model
 //!
-//! Parameters are a [`Machine`] (α, β, γ, f_α, f_β) plus [`SimConfig::copy_beta`]:
+//! Parameters are [`ModelParams`]: the papers' [`Machine`] (α, β, γ, f_α, f_β) and what extends
+//! it (each off by default):
 //!
 //! - **Message.** A message of n bytes (`len × elem_size`) costs `α + n·β` on its own. Its
 //!   transfer occupies the sender's *send port* and the receiver's *receive port* for that time
@@ -23,17 +24,17 @@
 //!   (ties: lower sender rank, then lower step id). Transfers are eager: they do not wait for the
 //!   matching `Recv` to be posted, and a `Recv` step completes when its deps are done and its
 //!   message has arrived.
-//! - **Rendezvous.** A message longer than [`SimConfig::eager_limit`] bytes costs
-//!   [`SimConfig::alpha_rendezvous`] more (the grant round trip of a zero-copy protocol, as
-//!   MPICH's eager/rendezvous switch); off by default.
+//! - **Rendezvous.** With the switch [`ModelParams::rendezvous`], a message longer than
+//!   [`Rendezvous::eager_limit`] bytes costs [`Rendezvous::alpha`] more (the grant round trip of
+//!   a zero-copy protocol, as MPICH's eager/rendezvous switch); off by default.
 //! - **Computation.** `Reduce` of n bytes costs `n·γ`, `Copy` of n bytes costs
 //!   `n·copy_beta` (0 by default, as in the papers' formulas, which leave local copies out).
 //!   Both serialize on the rank's CPU in ready order (ties: lower step id); the CPU is
 //!   independent of the ports, so a rank computes while its NIC transfers (but see Senders'
 //!   CPU).
-//! - **Local steps.** Every `Copy` and `Reduce` also costs [`SimConfig::step_cost`] seconds on
+//! - **Local steps.** Every `Copy` and `Reduce` also costs [`ModelParams::step_cost`] seconds on
 //!   the CPU, whatever its size (the executor's dispatch and the kernel's start); 0 by default.
-//! - **Oversubscription.** With [`SimConfig::cores`] = c > 0, the ranks share c cores (ranks of
+//! - **Oversubscription.** With [`ModelParams::cores`] = c > 0, the ranks share c cores (ranks of
 //!   one node on shared memory, where moving bytes and waiting for them is the ranks' own CPU
 //!   work). A transfer or computation that starts while k activities (transfers and
 //!   computations, its own included) are under way costs max(1, k/c) times its time: k busy
@@ -43,12 +44,12 @@
 //!   critical path's α, β, γ and copy terms include the factor applied.
 //! - **Hot destinations.** A message whose destination region the receiver reads in a step that
 //!   depends on it (forwards it, reduces it or into it, copies it) costs
-//!   [`SimConfig::hot_alpha`] + [`SimConfig::hot_beta`]·n more. The receiver has to act on it
+//!   [`ModelParams::hot_alpha`] + [`ModelParams::hot_beta`]·n more. The receiver has to act on it
 //!   (where ranks share cores, be scheduled first), and after such a call the receiver's cache
 //!   holds those lines, so on a load/store fabric the next call's writer first takes each line
 //!   from it (p = 4 bcast on 2 cores, 1 MiB: the root's copies ran at half the speed into a rank
 //!   that forwards as into one that does not). Both 0 by default.
-//! - **Gap.** With [`SimConfig::gap`] = g < 1, a message holds the sender's send port and the
+//! - **Gap.** With [`ModelParams::gap`] = g < 1, a message holds the sender's send port and the
 //!   receiver's receive port for `g·α + nβ` (its share of the α factor and the rest as above),
 //!   and arrives `(1 − g)·α` later (times the factor applied): the latency L and gap of LogP
 //!   (culler-et-al. 1993; LogGP adds the per-byte gap, our β), where Hockney's model (g = 1,
@@ -57,7 +58,7 @@
 //!   sender's eager write takes a fraction of the time in which its receiver notices it (where
 //!   ranks share cores, when it is scheduled): the root of a linear bcast at p = 4 on 2 cores
 //!   finished 1.3–1.5× sooner than a binomial tree, which a Hockney model cannot say.
-//! - **Senders' CPU.** With [`SimConfig::cpu_sends`], the send port and the CPU of a rank are one
+//! - **Senders' CPU.** With [`ModelParams::cpu_sends`], the send port and the CPU of a rank are one
 //!   resource: a send holds the rank's CPU from the moment it heads the send port until its
 //!   transfer frees the ports, and a computation waits for it (and a send for a computation).
 //!   The earliest ready step goes first (ties: lower step id). This is shared memory, where the
@@ -72,12 +73,14 @@
 //! - **Completion.** A `Send` step completes when its transfer ends (its buffer may be reused;
 //!   with a gap below 1, when it frees the ports), a `Recv` when its message arrived and its deps
 //!   are done.
+//! - **Per-call overhead.** [`ModelParams::overhead`] is added to the job's time: the call's
+//!   start and wait outside its steps, the same for every algorithm (0 by default).
 //!
-//! The job's time is the latest completion of any step. The **critical path** is the chain of
+//! The job's time is the latest completion of any step plus the overhead. The **critical path** is the chain of
 //! steps, messages and port/CPU waits that determined it, and [`SimResult::critical_path`] sums
 //! its terms: α multiplied by the factor applied (1 or f_α) per message, bytes·factor (1 or f_β)
-//! per message, bytes reduced. So the job's time is `critical_path.time(machine)` plus
-//! `critical_copy_bytes·copy_beta` plus `critical_rendezvous·alpha_rendezvous` plus
+//! per message, bytes reduced. So the job's time is `overhead` plus `critical_path.time(machine)`
+//! plus `critical_copy_bytes·copy_beta` plus `critical_rendezvous·rendezvous.alpha` plus
 //! `critical_local_steps·step_cost` plus `critical_hot_messages·hot_alpha` plus
 //! `critical_hot_bytes·hot_beta`, and with
 //! [`Machine::UNIT`] the terms are the (a, b, c) that the papers' formulas predict.
@@ -94,6 +97,8 @@
 //! relabeled rank-0 schedule (same steps, lengths and deps; peers mapped; offsets may differ).
 
 mod engine;
+mod params;
+mod params_text;
 mod symmetric;
 #[cfg(test)]
 mod tests;
@@ -104,61 +109,13 @@ use crate::error::{Error, Result};
 use crate::registry::Algorithm;
 use crate::schedule::Schedule;
 
+pub use params::{ModelParams, NodeShape, Rendezvous};
 pub use symmetric::{check_symmetry, Symmetry};
-
-/// Model parameters: the machine plus the cost of a local copy.
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub struct SimConfig {
-    pub machine: Machine,
-    /// Seconds per byte of a `Copy` step (0 = copies are free, as in the papers' formulas).
-    pub copy_beta: f64,
-    /// Messages longer than this many bytes use a rendezvous protocol and pay
-    /// [`alpha_rendezvous`](Self::alpha_rendezvous) on top of `α + nβ` (`u64::MAX` = off).
-    pub eager_limit: u64,
-    /// Extra seconds of a rendezvous message (the receiver's grant round trip before the data).
-    pub alpha_rendezvous: f64,
-    /// Fixed seconds of every local step (`Copy` or `Reduce`) on top of its per-byte cost: the
-    /// executor's dispatch of the step and the kernel's start, cache misses on a cold scratch
-    /// buffer (0 = local steps cost their bytes only, as in the papers' formulas).
-    pub step_cost: f64,
-    /// Cores the simulated ranks share (one node), 0 = as many as ranks (off). With more ranks
-    /// busy than cores, the busy ones time-share them: see the module doc (Oversubscription).
-    pub cores: u32,
-    /// Extra seconds of a message into a hot destination: one that the receiver reads in a step
-    /// depending on the message (see the module doc, Hot destinations); 0 = off.
-    pub hot_alpha: f64,
-    /// ... and extra seconds per byte of it; 0 = off.
-    pub hot_beta: f64,
-    /// Share of a message's α during which it holds the ports (LogGP's gap as a share of the
-    /// latency, in [0, 1]): see the module doc (Gap). 1 = Hockney: the whole `α + nβ`.
-    pub gap: f64,
-    /// Whether a rank's CPU moves the bytes of its sends (shared memory: the sender's thread
-    /// writes them; no NIC works beside it): a rank then transfers or computes, not both at once.
-    /// See the module doc (Senders' CPU). `false` = the CPU is independent of the ports.
-    pub cpu_sends: bool,
-}
-
-impl SimConfig {
-    pub fn new(machine: Machine) -> SimConfig {
-        SimConfig {
-            machine,
-            copy_beta: 0.0,
-            eager_limit: u64::MAX,
-            alpha_rendezvous: 0.0,
-            step_cost: 0.0,
-            cores: 0,
-            hot_alpha: 0.0,
-            hot_beta: 0.0,
-            gap: 1.0,
-            cpu_sends: false,
-        }
-    }
-}
 
 /// What a replay found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimResult {
-    /// Virtual time at which the last step of the job completed.
+    /// Virtual time at which the last step of the job completed, plus the per-call overhead.
     pub time: f64,
     /// α, β, γ terms along the critical path (α and β terms include the f factors applied).
     pub critical_path: Cost,
@@ -166,13 +123,13 @@ pub struct SimResult {
     pub critical_copy_bytes: f64,
     /// Messages on the critical path.
     pub critical_messages: u64,
-    /// Rendezvous messages (longer than [`SimConfig::eager_limit`]) on the critical path: each
-    /// costs [`SimConfig::alpha_rendezvous`] on top of its α and β terms.
+    /// Rendezvous messages (longer than [`Rendezvous::eager_limit`]) on the critical path: each
+    /// costs [`Rendezvous::alpha`] on top of its α and β terms.
     pub critical_rendezvous: u64,
-    /// Local steps (`Copy`, `Reduce`) on the critical path: each costs [`SimConfig::step_cost`].
+    /// Local steps (`Copy`, `Reduce`) on the critical path: each costs [`ModelParams::step_cost`].
     pub critical_local_steps: u64,
     /// Messages on the critical path whose destination is hot (each costs
-    /// [`SimConfig::hot_alpha`] more) and their bytes (each [`SimConfig::hot_beta`] more).
+    /// [`ModelParams::hot_alpha`] more) and their bytes (each [`ModelParams::hot_beta`] more).
     pub critical_hot_messages: u64,
     pub critical_hot_bytes: f64,
     /// Local steps of the busiest rank (the most `Copy` and `Reduce` steps).
@@ -224,12 +181,12 @@ impl SimResult {
 /// Replays a whole job: `schedules[r]` is rank r's schedule of the call `args` (any rank's
 /// arguments; `args.size` ranks, `args.elem_size` bytes per element).
 pub fn simulate(args: &CollArgs, schedules: &[Schedule], m: &Machine) -> Result<SimResult> {
-    simulate_with(args, schedules, &SimConfig::new(*m))
+    simulate_with(args, schedules, &ModelParams::new(*m))
 }
 
-/// [`simulate`] with a full [`SimConfig`].
-pub fn simulate_with(args: &CollArgs, schedules: &[Schedule], cfg: &SimConfig) -> Result<SimResult> {
-    check_config(cfg)?;
+/// [`simulate`] with a full [`ModelParams`].
+pub fn simulate_with(args: &CollArgs, schedules: &[Schedule], cfg: &ModelParams) -> Result<SimResult> {
+    cfg.validate()?;
     let p = args.size as usize;
     if schedules.len() != p {
         return Err(Error::Simulate(format!("{} schedules for a job of {p} ranks", schedules.len())));
@@ -248,11 +205,11 @@ pub fn simulate_with(args: &CollArgs, schedules: &[Schedule], cfg: &SimConfig) -
 
 /// Builds every rank's schedule of `alg` for the call `args` and replays the job.
 pub fn simulate_alg(alg: &Algorithm, args: &CollArgs, m: &Machine) -> Result<SimResult> {
-    simulate_alg_with(alg, args, &SimConfig::new(*m))
+    simulate_alg_with(alg, args, &ModelParams::new(*m))
 }
 
-/// [`simulate_alg`] with a full [`SimConfig`].
-pub fn simulate_alg_with(alg: &Algorithm, args: &CollArgs, cfg: &SimConfig) -> Result<SimResult> {
+/// [`simulate_alg`] with a full [`ModelParams`].
+pub fn simulate_alg_with(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams) -> Result<SimResult> {
     let schedules = build_all(alg, args)?;
     simulate_with(args, &schedules, cfg)
 }
@@ -272,17 +229,17 @@ fn compact(s: Schedule) -> Schedule {
 /// Replays rank 0's schedule `schedule0` of a job whose ranks all run it up to the relabeling
 /// `sym` (not checked here: see [`check_symmetry`] and [`simulate_alg_symmetric`]).
 pub fn simulate_symmetric(args: &CollArgs, schedule0: &Schedule, sym: Symmetry, m: &Machine) -> Result<SimResult> {
-    simulate_symmetric_with(args, schedule0, sym, &SimConfig::new(*m))
+    simulate_symmetric_with(args, schedule0, sym, &ModelParams::new(*m))
 }
 
-/// [`simulate_symmetric`] with a full [`SimConfig`].
+/// [`simulate_symmetric`] with a full [`ModelParams`].
 pub fn simulate_symmetric_with(
     args: &CollArgs,
     schedule0: &Schedule,
     sym: Symmetry,
-    cfg: &SimConfig,
+    cfg: &ModelParams,
 ) -> Result<SimResult> {
-    check_config(cfg)?;
+    cfg.validate()?;
     if schedule0.rank != 0 || schedule0.size != args.size {
         return Err(Error::Simulate(format!(
             "symmetric replay needs rank 0's schedule of {} ranks, got rank {} of {}",
@@ -318,25 +275,22 @@ pub fn simulate_alg_symmetric(alg: &Algorithm, args: &CollArgs, sym: Symmetry, m
     simulate_symmetric(args, &s0, sym, m)
 }
 
-fn check_config(cfg: &SimConfig) -> Result<()> {
-    let m = &cfg.machine;
-    let vals = [
-        ("alpha", m.alpha),
-        ("beta", m.beta),
-        ("gamma", m.gamma),
-        ("copy_beta", cfg.copy_beta),
-        ("alpha_rendezvous", cfg.alpha_rendezvous),
-        ("step_cost", cfg.step_cost),
-        ("hot_alpha", cfg.hot_alpha),
-        ("hot_beta", cfg.hot_beta),
-    ];
-    for (name, v) in vals.into_iter().chain([("f_alpha", m.f_alpha), ("f_beta", m.f_beta)]) {
-        if !v.is_finite() || v < 0.0 {
-            return Err(Error::Simulate(format!("machine parameter {name} = {v} must be finite and ≥ 0")));
+/// The replay of `alg` for `args` at the least cost that is still exact: the symmetric replay of
+/// rank 0 where the [`sample_ranks`] run rank 0's schedule relabeled (XOR first for a
+/// power-of-two p, then rotation), else the replay of every rank's schedule. The symmetry is
+/// checked on the sampled ranks only: the caller trusts the algorithm to treat the others alike.
+pub fn simulate_alg_sampled(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams) -> Result<SimResult> {
+    args.validate()?;
+    if args.size > 1 {
+        let s0 = alg.schedule(&args.for_rank(0))?;
+        let others: Vec<_> = sample_ranks(args.size).into_iter().map(|r| alg.schedule(&args.for_rank(r))).collect();
+        let syms: &[Symmetry] =
+            if args.size.is_power_of_two() { &[Symmetry::Xor, Symmetry::Rotation] } else { &[Symmetry::Rotation] };
+        for &sym in syms {
+            if others.iter().all(|s| s.as_ref().is_ok_and(|s| check_symmetry(&s0, s, sym).is_ok())) {
+                return simulate_symmetric_with(args, &s0, sym, cfg);
+            }
         }
     }
-    if !(0.0..=1.0).contains(&cfg.gap) {
-        return Err(Error::Simulate(format!("gap = {} must be in [0, 1]", cfg.gap)));
-    }
-    Ok(())
+    simulate_alg_with(alg, args, cfg)
 }

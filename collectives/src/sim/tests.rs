@@ -217,7 +217,7 @@ fn exchange_and_reduce_terms_are_separated() {
     assert_eq!(res.critical_path, Cost::new(1.5, 64.0, 32.0));
     assert_eq!(res.time, 1.5 * 2.0 + 64.0 * 0.5 + 32.0 * 0.25);
     // copies are free by default and cost copy_beta per byte otherwise (overlapping the transfer)
-    let cfg = SimConfig { copy_beta: 10.0, ..SimConfig::new(Machine::UNIT) };
+    let cfg = ModelParams { copy_beta: 10.0, ..ModelParams::new(Machine::UNIT) };
     let res = simulate_with(&args, &s, &cfg).unwrap();
     assert_eq!(res.time, 320.0 + 32.0);
     assert_eq!(res.critical_copy_bytes, 32.0);
@@ -239,17 +239,17 @@ fn long_messages_pay_the_rendezvous() {
     let args = job(Collective::Bcast, p, count);
     let n = (count * u64::from(args.elem_size)) as f64;
     let m = Machine { alpha: 3.0, beta: 0.5, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 };
-    let long = SimConfig { eager_limit: 399, alpha_rendezvous: 7.0, ..SimConfig::new(m) };
+    let long = ModelParams { rendezvous: Rendezvous { eager_limit: 399, alpha: 7.0 }, ..ModelParams::new(m) };
     let res = simulate_with(&args, &s, &long).unwrap();
     assert_eq!(res.time, 3.0 + 7.0 + n * 0.5);
     assert_eq!(res.critical_rendezvous, 1);
     assert_eq!(res.time, res.critical_path.time(&m) + 7.0 * res.critical_rendezvous as f64);
-    let at_limit = SimConfig { eager_limit: n as u64, ..long };
+    let at_limit = ModelParams { rendezvous: Rendezvous { eager_limit: n as u64, ..long.rendezvous }, ..long };
     let res = simulate_with(&args, &s, &at_limit).unwrap();
     assert_eq!((res.time, res.critical_rendezvous), (3.0 + n * 0.5, 0));
     // off by default
     assert_eq!(simulate(&args, &s, &m).unwrap().time, 3.0 + n * 0.5);
-    let bad = SimConfig { alpha_rendezvous: -1.0, ..long };
+    let bad = ModelParams { rendezvous: Rendezvous { alpha: -1.0, ..long.rendezvous }, ..long };
     assert!(simulate_with(&args, &s, &bad).is_err());
 }
 
@@ -284,15 +284,15 @@ fn messages_into_forwarded_destinations_pay_the_hot_cost() {
         (1, n),
         "the first hop is into a forwarded buffer, the second is not"
     );
-    let hot = SimConfig { hot_alpha: 2.0, hot_beta: 0.25, ..SimConfig::new(m) };
+    let hot = ModelParams { hot_alpha: 2.0, hot_beta: 0.25, ..ModelParams::new(m) };
     let res = simulate_with(&args, &s, &hot).unwrap();
     assert_eq!(res.time, off.time + 2.0 + n * 0.25);
     assert_eq!(
         res.time,
         res.critical_path.time(&m) + 2.0 * res.critical_hot_messages as f64 + res.critical_hot_bytes * 0.25
     );
-    assert!(simulate_with(&args, &s, &SimConfig { hot_beta: -1.0, ..hot }).is_err());
-    assert!(simulate_with(&args, &s, &SimConfig { hot_alpha: -1.0, ..hot }).is_err());
+    assert!(simulate_with(&args, &s, &ModelParams { hot_beta: -1.0, ..hot }).is_err());
+    assert!(simulate_with(&args, &s, &ModelParams { hot_alpha: -1.0, ..hot }).is_err());
 }
 
 #[test]
@@ -313,21 +313,21 @@ fn local_steps_pay_the_step_cost() {
     let plain = simulate(&args, &s, &SKEW).unwrap();
     assert_eq!((plain.critical_local_steps, plain.max_local_steps), (1, 2));
     // Copy at [0, 100) overlaps the transfer [0, 35); the Reduce starts at 100 and pays 100 more.
-    let cfg = SimConfig { step_cost: 100.0, ..SimConfig::new(SKEW) };
+    let cfg = ModelParams { step_cost: 100.0, ..ModelParams::new(SKEW) };
     let res = simulate_with(&args, &s, &cfg).unwrap();
     assert_eq!(res.time, 100.0 + 100.0 + 32.0 * 0.25);
     assert_eq!((res.critical_local_steps, res.max_local_steps), (2, 2));
     // A step cost below the transfer's leaves the Copy off the critical path: one step paid.
-    let cfg = SimConfig { step_cost: 1.0, ..SimConfig::new(SKEW) };
+    let cfg = ModelParams { step_cost: 1.0, ..ModelParams::new(SKEW) };
     let res = simulate_with(&args, &s, &cfg).unwrap();
     assert_eq!(res.time, plain.time + 1.0);
     assert_eq!(res.critical_local_steps, 1);
     // Schedules without local steps do not change; a negative cost is refused.
     let bc = all(4, |r| binomial_bcast(4, 10, r));
     let bargs = job(Collective::Bcast, 4, 10);
-    let cfg = SimConfig { step_cost: 5.0, ..SimConfig::new(SKEW) };
+    let cfg = ModelParams { step_cost: 5.0, ..ModelParams::new(SKEW) };
     assert_eq!(simulate_with(&bargs, &bc, &cfg).unwrap().time, simulate(&bargs, &bc, &SKEW).unwrap().time);
-    assert!(simulate_with(&args, &s, &SimConfig { step_cost: -1.0, ..cfg }).is_err());
+    assert!(simulate_with(&args, &s, &ModelParams { step_cost: -1.0, ..cfg }).is_err());
 }
 
 #[test]
@@ -339,7 +339,7 @@ fn oversubscribed_ranks_share_the_cores() {
     let ring = all(p, |r| ring_allgather(p, c, r));
     let base = simulate(&args, &ring, &SKEW).unwrap();
     for (cores, factor) in [(0u32, 1.0), (2, 2.0), (1, 4.0), (4, 1.0), (8, 1.0)] {
-        let cfg = SimConfig { cores, ..SimConfig::new(SKEW) };
+        let cfg = ModelParams { cores, ..ModelParams::new(SKEW) };
         let res = simulate_with(&args, &ring, &cfg).unwrap();
         assert_eq!(res.time, factor * base.time, "cores={cores}");
         // the symmetric replay counts p × rank 0's activities
@@ -349,7 +349,7 @@ fn oversubscribed_ranks_share_the_cores() {
     let bargs = job(Collective::Bcast, p, 10);
     let bc = all(p, |r| binomial_bcast(p, 10, r));
     let one = 2.0 + 40.0 * 0.5;
-    let t = |cores| simulate_with(&bargs, &bc, &SimConfig { cores, ..SimConfig::new(SKEW) }).unwrap().time;
+    let t = |cores| simulate_with(&bargs, &bc, &ModelParams { cores, ..ModelParams::new(SKEW) }).unwrap().time;
     assert_eq!((t(0), t(2), t(1)), (2.0 * one, 2.0 * one, 3.0 * one));
     // Computations count too: two ranks reducing at once on one core take twice as long.
     let (p2, n) = (2u32, 8u64);
@@ -359,7 +359,7 @@ fn oversubscribed_ranks_share_the_cores() {
         b.finish()
     });
     let rargs = job(Collective::Allreduce, p2, n);
-    let cfg = SimConfig { cores: 1, step_cost: 1.0, ..SimConfig::new(SKEW) };
+    let cfg = ModelParams { cores: 1, step_cost: 1.0, ..ModelParams::new(SKEW) };
     // both start at t = 0 and count each other (k = 2), whatever the engine's event order
     let res = simulate_with(&rargs, &red, &cfg).unwrap();
     assert_eq!(res.finish, vec![2.0 * (1.0 + 32.0 * 0.25); 2]);
@@ -519,8 +519,8 @@ fn three_at_one_port(args: &CollArgs, s: &[Schedule]) -> SimResult {
     let m = Machine { alpha: 4.0, beta: 0.5, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 };
     let hockney = simulate(args, s, &m).unwrap();
     assert_eq!(hockney.time, 3.0 * (4.0 + n * 0.5));
-    assert_eq!(simulate_with(args, s, &SimConfig { gap: 1.0, ..SimConfig::new(m) }).unwrap(), hockney);
-    let res = simulate_with(args, s, &SimConfig { gap: 0.25, ..SimConfig::new(m) }).unwrap();
+    assert_eq!(simulate_with(args, s, &ModelParams { gap: 1.0, ..ModelParams::new(m) }).unwrap(), hockney);
+    let res = simulate_with(args, s, &ModelParams { gap: 0.25, ..ModelParams::new(m) }).unwrap();
     assert_eq!(res.time, 3.0 * (1.0 + n * 0.5) + 3.0);
     assert_eq!(res.critical_path.alpha, 2.0 * 0.25 + 1.0, "two gaps, then one whole α");
     assert_eq!(res.critical_path.beta, 3.0 * n);
@@ -541,13 +541,13 @@ fn a_gap_lets_a_port_start_its_next_message_before_the_last_arrives() {
     assert_eq!(res.finish[3], res.time);
     // A single message costs α + nβ whatever the gap: binomial at p = 2.
     let m = Machine { alpha: 4.0, beta: 0.5, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 };
-    let cfg = SimConfig { gap: 0.25, ..SimConfig::new(m) };
+    let cfg = ModelParams { gap: 0.25, ..ModelParams::new(m) };
     let one = all(2, |r| binomial_bcast(2, count, r));
     let args2 = job(Collective::Bcast, 2, count);
     assert_eq!(simulate_with(&args2, &one, &cfg).unwrap().time, simulate(&args2, &one, &m).unwrap().time);
     // The gap is a share: outside [0, 1] it is refused.
     for bad in [-0.1, 1.5, f64::NAN] {
-        assert!(simulate_with(&args, &s, &SimConfig { gap: bad, ..cfg }).is_err(), "gap {bad}");
+        assert!(simulate_with(&args, &s, &ModelParams { gap: bad, ..cfg }).is_err(), "gap {bad}");
     }
 }
 
@@ -584,8 +584,8 @@ fn sends_on_the_cpu_keep_a_pipeline_from_hiding_its_reductions() {
     let n = (seg * u64::from(args.elem_size)) as f64;
     let m = Machine { alpha: 1.0, beta: 1.0, gamma: 1.0, f_alpha: 1.0, f_beta: 1.0 };
     let (two, one) = (all(2, |r| pipelined_exchange(2, seg, r)), all(2, |r| pipelined_exchange(1, 2 * seg, r)));
-    let own = SimConfig::new(m);
-    let cpu = SimConfig { cpu_sends: true, ..own };
+    let own = ModelParams::new(m);
+    let cpu = ModelParams { cpu_sends: true, ..own };
     // A NIC of its own: the first segment's reduction runs while the second one travels.
     assert_eq!(simulate_with(&args, &two, &own).unwrap().time, 2.0 + 3.0 * n);
     assert_eq!(simulate_with(&args, &one, &own).unwrap().time, 1.0 + 4.0 * n);
@@ -621,4 +621,35 @@ fn sends_on_the_cpu_keep_a_pipeline_from_hiding_its_reductions() {
     });
     let res = simulate_with(&args, &waits, &cpu).unwrap();
     assert_eq!(res.finish, vec![2.0 + 5.0 * n; 2]);
+}
+
+#[test]
+fn the_overhead_is_added_once_to_the_job() {
+    let (p, c) = (8u32, 3u64);
+    let args = job(Collective::Allgather, p, c);
+    let s = all(p, |r| ring_allgather(p, c, r));
+    let plain = simulate(&args, &s, &SKEW).unwrap();
+    let cfg = ModelParams { overhead: 5.0, ..ModelParams::new(SKEW) };
+    let full = simulate_with(&args, &s, &cfg).unwrap();
+    assert_eq!(full.time, plain.time + 5.0);
+    assert_eq!((&full.finish, full.critical_path), (&plain.finish, plain.critical_path), "steps are not moved");
+    let sym = simulate_symmetric_with(&args, &s[0], Symmetry::Rotation, &cfg).unwrap();
+    assert_eq!(sym.time, full.time);
+    assert!(sym.finish.iter().all(|&t| t == plain.time));
+    assert!(simulate_with(&args, &s, &ModelParams { overhead: -1.0, ..cfg }).is_err());
+}
+
+#[test]
+fn sampled_replay_is_the_full_replay() {
+    use crate::registry;
+    let cfg = ModelParams { copy_beta: 0.5, overhead: 2.0, ..ModelParams::new(SKEW) };
+    for (coll, p) in [(Collective::Allreduce, 16u32), (Collective::Allreduce, 12), (Collective::Bcast, 16)] {
+        let args = job(coll, p, 64).with_commutative(true);
+        for alg in registry::eligible(&args) {
+            let (sampled, full) =
+                (simulate_alg_sampled(alg, &args, &cfg).unwrap(), simulate_alg_with(alg, &args, &cfg).unwrap());
+            assert!((sampled.time - full.time).abs() <= 1e-12 * full.time, "{coll}:{} p={p}", alg.name);
+            assert_eq!(sampled.steps, full.steps, "{coll}:{} p={p}", alg.name);
+        }
+    }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use fabcoll::select::model::fit::terms_on;
 use fabcoll::select::model::probe::ProbeReport;
-use fabcoll::select::model::{cache, compare, ModelParams, Rendezvous};
+use fabcoll::select::model::{cache, compare, predict, ModelParams, Rendezvous};
 use fabcoll::{Collectives, Communicator};
 
 #[derive(clap::Args, Debug)]
@@ -115,10 +115,7 @@ fn report_and_save(c: &Communicator, a: &ModelArgs, report: &ProbeReport) -> Res
     }
     let dir = cache::dir().ok_or("no cache directory: set FABCOLL_MODEL_DIR or HOME")?;
     let path = cache::path_in(&dir, &host, &fabric, c.size());
-    let file = cache::ModelFile {
-        rendezvous: Some(report.rendezvous),
-        ..cache::ModelFile::new(&host, &fabric, c.size(), report.params)
-    };
+    let file = cache::ModelFile::new(&host, &fabric, c.size(), report.params);
     cache::save(&path, &file).map_err(|e| e.to_string())?;
     println!("written to {}", path.display());
     Ok(())
@@ -153,8 +150,8 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
         m.f_beta,
         m.copy_beta * 1e9,
         m.overhead * 1e6,
-        r.rendezvous.alpha * 1e6,
-        r.rendezvous.eager_limit,
+        m.rendezvous.alpha * 1e6,
+        m.rendezvous.eager_limit,
         m.step_cost * 1e6,
         m.hot_alpha * 1e6,
         m.hot_beta * 1e9,
@@ -171,8 +168,8 @@ fn describe(r: &ProbeReport, host: &str, fabric: &str, p: u32) -> String {
     for (case, secs) in &r.samples {
         let model = case
             .resolve(p)
-            .and_then(|(alg, args)| terms_on(alg, &args, r.rendezvous.eager_limit, m.shape()))
-            .map(|t| t.time_with(m, r.rendezvous.alpha));
+            .and_then(|(alg, args)| terms_on(alg, &args, m.rendezvous.eager_limit, m.shape()))
+            .map(|t| t.time(m));
         let model = model.map_or(f64::NAN, |t| t * 1e6);
         s += &format!(
             "{:<28} {:>9} {:>8} {:>12.2} {:>12.2} {:>7.3}\n",
@@ -195,29 +192,28 @@ fn gbps(per_byte: f64) -> f64 {
     }
 }
 
-/// Parameters from --machine or --model-file, if given, with --rendezvous (else the file's switch).
-fn given_params(a: &ModelArgs) -> Result<Option<(ModelParams, Rendezvous)>, String> {
-    let given = given_rendezvous(a)?;
-    Ok(match (&a.machine, &a.model_file) {
+/// Parameters from --machine or --model-file, if given, with --rendezvous (else their own switch).
+fn given_params(a: &ModelArgs) -> Result<Option<ModelParams>, String> {
+    let m = match (&a.machine, &a.model_file) {
         (Some(_), Some(_)) => return Err("give --machine or --model-file, not both".into()),
-        (Some(kv), None) => {
-            Some((ModelParams::parse_kv(kv).map_err(|e| e.to_string())?, given.unwrap_or(Rendezvous::OFF)))
-        }
-        (None, Some(f)) => {
-            // A bare parameter object (no file header) has no switch (OFF).
-            let (params, in_file) = cache::load_explicit(f).map_err(|e| e.to_string())?;
-            Some((params, given.unwrap_or(in_file)))
-        }
-        (None, None) => None,
-    })
+        (Some(kv), None) => ModelParams::parse_kv(kv).map_err(|e| e.to_string())?,
+        (None, Some(f)) => cache::load_params(f).map_err(|e| e.to_string())?,
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(with_rendezvous(m, given_rendezvous(a)?)))
 }
 
 fn given_rendezvous(a: &ModelArgs) -> Result<Option<Rendezvous>, String> {
     a.rendezvous.as_deref().map(|kv| Rendezvous::parse_kv(kv).map_err(|e| format!("--rendezvous: {e}"))).transpose()
 }
 
+/// `m` with the switch `rdv`, if given.
+fn with_rendezvous(m: ModelParams, rdv: Option<Rendezvous>) -> ModelParams {
+    ModelParams { rendezvous: rdv.unwrap_or(m.rendezvous), ..m }
+}
+
 fn estimate_main(a: &ModelArgs, coll: fabcoll::collectives::Collective) -> Result<(), String> {
-    let (m, rdv) = given_params(a)?.ok_or("--estimate needs --machine or --model-file")?;
+    let m = given_params(a)?.ok_or("--estimate needs --machine or --model-file")?;
     let elem: u32 = if coll.is_reduction() { 4 } else { 1 };
     let count = a.bytes / u64::from(elem);
     let mut args = fabcoll::collectives::CollArgs::new(coll, 0, a.p, count);
@@ -231,7 +227,7 @@ fn estimate_main(a: &ModelArgs, coll: fabcoll::collectives::Collective) -> Resul
         args = args.with_counts(vec![count; n]);
     }
     let t = std::time::Instant::now();
-    let est = fabcoll::select::model::predict_with(&args, &m, &rdv).map_err(|e| e.to_string())?;
+    let est = predict(&args, &m).map_err(|e| e.to_string())?;
     let took = t.elapsed();
     println!("{coll}, p = {}, {} B per block, model {m}", a.p, a.bytes);
     println!("{:<40} {:>12} {:>8}", "algorithm", "predicted µs", "steps");
@@ -253,7 +249,7 @@ fn compare_main(a: &ModelArgs, log: &PathBuf) -> Result<(), String> {
     let fixed = given_params(a)?;
     let host = cache::hostname();
     let given_rdv = given_rendezvous(a)?;
-    let c = compare::compare_with(&entries, |fabric, p| {
+    let c = compare::compare(&entries, |fabric, p| {
         if let Some(m) = fixed {
             return Ok(m);
         }
@@ -262,7 +258,7 @@ fn compare_main(a: &ModelArgs, log: &PathBuf) -> Result<(), String> {
             msg: "no cache directory (set FABCOLL_MODEL_DIR or HOME), or pass --machine".into(),
         })?;
         let path = cache::path_in(&dir, &host, fabric, p);
-        let found = cache::load(&path)?.map(|f| (f.params, given_rdv.or(f.rendezvous).unwrap_or(Rendezvous::OFF)));
+        let found = cache::load(&path)?.map(|f| with_rendezvous(f.model(), given_rdv));
         found.ok_or_else(|| fabcoll::Error::InvalidArgument {
             coll: "fabcoll model",
             msg: format!(

@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use fabcoll::collectives::sim::{self, SimConfig, Symmetry};
+use fabcoll::collectives::sim::{self, ModelParams};
 use fabcoll::collectives::{registry, Algorithm, CollArgs, Collective, Machine};
 
 use crate::map::{self, MapGrid};
@@ -187,25 +187,12 @@ fn parse_sizes(s: &str) -> Result<List<u64>, String> {
 
 /// The simulated time of `alg` for `args`: the symmetric replay of rank 0 where the
 /// simulator's sample ranks ([`sim::sample_ranks`]: neighbours, middle, last, a few in between)
-/// run rank 0's schedule relabeled (XOR first for a power-of-two p, then rotation), otherwise the
-/// replay of every rank's schedule. (`sampled_symmetry_matches_full_replay` below checks, for every
-/// allreduce, bcast and allgather row at small p, that the shortcut gives the full replay's time.)
-fn simulate(alg: &Algorithm, args: &CollArgs, cfg: &SimConfig) -> Result<f64, String> {
-    let syms: &[Symmetry] =
-        if args.size.is_power_of_two() { &[Symmetry::Xor, Symmetry::Rotation] } else { &[Symmetry::Rotation] };
-    if args.size > 1 {
-        for &sym in syms {
-            if let Ok(r) = sim::simulate_alg_symmetric(alg, args, sym, &cfg.machine) {
-                return Ok(r.time);
-            }
-        }
-    }
-    full(alg, args, cfg)
-}
-
-/// The replay of every rank's schedule.
-fn full(alg: &Algorithm, args: &CollArgs, cfg: &SimConfig) -> Result<f64, String> {
-    sim::simulate_alg_with(alg, args, cfg).map(|r| r.time).map_err(|e| e.to_string())
+/// run rank 0's schedule relabeled, otherwise the replay of every rank's schedule
+/// ([`sim::simulate_alg_sampled`]). (`sampled_symmetry_matches_full_replay` below checks, for
+/// every allreduce, bcast and allgather row at small p, that the shortcut gives the full
+/// replay's time.)
+fn simulate(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams) -> Result<f64, String> {
+    sim::simulate_alg_sampled(alg, args, cfg).map(|r| r.time).map_err(|e| e.to_string())
 }
 
 /// The call of `size` bytes on p ranks.
@@ -253,7 +240,7 @@ pub fn run(a: &SimArgs, out: &mut dyn std::io::Write) -> Result<(), String> {
         return Err(format!("size {s} is not a multiple of --dtype-size {}", a.dtype_size));
     }
     let algs = candidates(a)?;
-    let cfg = SimConfig::new(a.machine);
+    let cfg = ModelParams::new(a.machine);
     let io = |e: std::io::Error| format!("writing the output: {e}");
     let t0 = Instant::now();
     let mut cells = Vec::with_capacity(a.ps.0.len());
@@ -359,12 +346,17 @@ mod tests {
         assert!(parse_ps("1..=200000").unwrap_err().contains("more than"));
     }
 
+    /// The replay of every rank's schedule.
+    fn full(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams) -> Result<f64, String> {
+        sim::simulate_alg_with(alg, args, cfg).map(|r| r.time).map_err(|e| e.to_string())
+    }
+
     /// The symmetric shortcut of [`simulate`] (symmetry checked on sample ranks only) gives the
     /// time of the full replay, for every row of three ops, p = 2..=24 (and some larger p of the
     /// T3E map), counts that do and do not divide evenly.
     #[test]
     fn sampled_symmetry_matches_full_replay() {
-        let cfg = SimConfig::new(T3E);
+        let cfg = ModelParams::new(T3E);
         for op in [Collective::Allreduce, Collective::Bcast, Collective::Allgather] {
             for p in (2..=24u32).chain([33, 48, 63, 65, 100]) {
                 for count in [1u64, 7, 64, 1000] {

@@ -12,6 +12,10 @@
 //!               "f_beta": 1.4, "copy_beta": 6e-11, "overhead": 3e-6 } }
 //! ```
 //!
+//! The eager/rendezvous switch ([`ModelParams::rendezvous`]) is written beside `params`, as
+//! `"rendezvous": { "eager_limit": 16384, "alpha": 2e-6 }`, so that builds that predate it in
+//! `params` read the files; [`ModelFile::model`] puts it back.
+//!
 //! [`load`] tells a missing file (`Ok(None)`) from a corrupt one (`Err`): the caller warns and
 //! probes again, never panics. [`save`] writes a temporary file and renames it, so a concurrent
 //! reader never sees half a file.
@@ -20,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{model_err, ModelParams, Rendezvous};
+use super::{explicit_file, model_err, ModelParams, Rendezvous};
 use crate::error::Result;
 
 /// The value of `format`.
@@ -41,6 +45,7 @@ pub struct ModelFile {
     pub host: String,
     pub fabric: String,
     pub p_class: u32,
+    /// The parameters without their rendezvous switch (kept in `rendezvous`).
     pub params: ModelParams,
     /// The eager/rendezvous switch, when the probe fitted one (absent in older files = none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -50,6 +55,7 @@ pub struct ModelFile {
 impl ModelFile {
     /// A file for parameters probed now.
     pub fn new(host: &str, fabric: &str, p: u32, params: ModelParams) -> ModelFile {
+        let rendezvous = (!params.rendezvous.is_off()).then_some(params.rendezvous);
         ModelFile {
             format: FORMAT_NAME.into(),
             version: FORMAT_VERSION,
@@ -58,9 +64,14 @@ impl ModelFile {
             host: host.into(),
             fabric: fabric.into(),
             p_class: p_class(p),
-            params,
-            rendezvous: None,
+            params: ModelParams { rendezvous: Rendezvous::OFF, ..params },
+            rendezvous,
         }
+    }
+
+    /// The parameters with the file's rendezvous switch (else the one in `params`, if any).
+    pub fn model(&self) -> ModelParams {
+        ModelParams { rendezvous: self.rendezvous.unwrap_or(self.params.rendezvous), ..self.params }
     }
 
     /// Format, version and parameters valid.
@@ -71,8 +82,7 @@ impl ModelFile {
         if self.version != FORMAT_VERSION {
             return Err(model_err(format!("version {} (this build reads {FORMAT_VERSION})", self.version)));
         }
-        self.params.validate()?;
-        self.rendezvous.as_ref().map_or(Ok(()), Rendezvous::validate)
+        Ok(self.model().validate()?)
     }
 }
 
@@ -121,25 +131,36 @@ pub fn load(path: &Path) -> Result<Option<ModelFile>> {
     Ok(Some(f))
 }
 
-/// Parameters from an explicit file (`FABCOLL_MODEL`): a [`ModelFile`] or a bare
-/// [`ModelParams`] object.
+/// Parameters from an explicit file (`FABCOLL_MODEL`, `fabcoll model --model-file`): a
+/// [`ModelFile`] (with its rendezvous switch) or a bare [`ModelParams`] object.
 pub fn load_params(path: &Path) -> Result<ModelParams> {
-    load_explicit(path).map(|(p, _)| p)
-}
-
-/// [`load_params`] with the file's eager/rendezvous switch ([`Rendezvous::OFF`] for a bare
-/// parameter object or a file without one).
-pub fn load_explicit(path: &Path) -> Result<(ModelParams, Rendezvous)> {
     let text =
         std::fs::read_to_string(path).map_err(|e| model_err(format!("FABCOLL_MODEL {}: {e}", path.display())))?;
     if let Ok(f) = serde_json::from_str::<ModelFile>(&text) {
         f.validate().map_err(|e| model_err(format!("{}: {e}", path.display())))?;
-        return Ok((f.params, f.rendezvous.unwrap_or(Rendezvous::OFF)));
+        return Ok(f.model());
     }
     let p: ModelParams = serde_json::from_str(&text)
         .map_err(|e| model_err(format!("{}: neither a model file nor a parameter object: {e}", path.display())))?;
     p.validate()?;
-    Ok((p, Rendezvous::OFF))
+    Ok(p)
+}
+
+/// The parameters stored for a job of `p` ranks on `fabric`: `FABCOLL_MODEL`, else this
+/// machine's cache file (an error saying how to get them where there is none).
+pub fn stored(fabric: &str, p: u32) -> Result<ModelParams> {
+    if let Some(f) = explicit_file() {
+        return load_params(&f);
+    }
+    let dir = dir().ok_or_else(|| model_err("no cache directory (set FABCOLL_MODEL_DIR or HOME)"))?;
+    let path = path_in(&dir, &hostname(), fabric, p);
+    load(&path)?.map(|f| f.model()).ok_or_else(|| {
+        model_err(format!(
+            "no model parameters: probe them (Communicator::load_or_probe_model, `fabcoll model`) or set \
+             FABCOLL_MODEL; {} does not exist",
+            path.display()
+        ))
+    })
 }
 
 /// Writes `file` to `path` (creating the directory) through a temporary file and a rename.
@@ -198,6 +219,7 @@ mod tests {
             hot_beta: 3e-11,
             gap: 0.3,
             cpu_sends: true,
+            rendezvous: Rendezvous::OFF,
         }
     }
 
@@ -214,6 +236,7 @@ mod tests {
         assert!(path.ends_with("model-node-1-ofi-tcp-p4.json"), "{}", path.display());
         assert_eq!(load(&path).unwrap(), None);
         let f = ModelFile::new("node/1", "ofi:tcp", 3, params());
+        assert_eq!(f.rendezvous, None);
         save(&path, &f).unwrap();
         assert_eq!(load(&path).unwrap(), Some(f.clone()));
         assert_eq!(load_params(&path).unwrap(), params());
@@ -221,21 +244,72 @@ mod tests {
         let bare = d.join("bare.json");
         std::fs::write(&bare, serde_json::to_string(&params()).unwrap()).unwrap();
         assert_eq!(load_params(&bare).unwrap(), params());
-        assert_eq!(load_explicit(&bare).unwrap(), (params(), Rendezvous::OFF));
-        // An explicit model file brings its rendezvous switch along.
+        // The rendezvous switch is written beside the parameters, not in them, and read back.
         let rdv = Rendezvous { eager_limit: 16384, alpha: 2e-6 };
-        save(&path, &ModelFile { rendezvous: Some(rdv), ..f }).unwrap();
-        assert_eq!(load_explicit(&path).unwrap(), (params(), rdv));
-        // Without a step cost, shared cores, a hot-destination cost, a gap and sends on the CPU,
-        // the parameters are written as before they existed (older builds reading a shared cache
-        // directory deny unknown fields).
-        let plain = ModelParams::from_machine(params().machine());
-        let plain = ModelParams { copy_beta: params().copy_beta, overhead: params().overhead, ..plain };
+        let with_rdv = ModelParams { rendezvous: rdv, ..params() };
+        let f = ModelFile::new("node/1", "ofi:tcp", 3, with_rdv);
+        save(&path, &f).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert!(json["params"].get("rendezvous").is_none(), "{json}");
+        assert_eq!(json["rendezvous"]["eager_limit"], 16384, "{json}");
+        assert_eq!(load_params(&path).unwrap(), with_rdv);
+        assert_eq!(load(&path).unwrap().map(|f| f.model()), Some(with_rdv));
+        // A bare object carries it (written only when set).
+        std::fs::write(&bare, serde_json::to_string(&with_rdv).unwrap()).unwrap();
+        assert_eq!(load_params(&bare).unwrap(), with_rdv);
+        // Without a step cost, shared cores, a hot-destination cost, a gap, sends on the CPU and a
+        // rendezvous switch, the parameters are written as before they existed (older builds
+        // reading a shared cache directory deny unknown fields).
+        let plain = ModelParams {
+            copy_beta: params().copy_beta,
+            overhead: params().overhead,
+            ..ModelParams::new(params().machine())
+        };
         let text = serde_json::to_string(&plain).unwrap();
-        for field in ["step_cost", "cores", "hot_", "gap", "cpu_sends"] {
+        for field in ["step_cost", "cores", "hot_", "gap", "cpu_sends", "rendezvous"] {
             assert!(!text.contains(field), "{field}: {text}");
         }
         assert_eq!(serde_json::from_str::<ModelParams>(&text).unwrap(), plain);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn files_of_earlier_builds_are_read() {
+        // As `fabcoll model` wrote them before the simulator and the model shared their
+        // parameters: the switch beside `params`, the later fields absent or written when set.
+        let d = tmpdir("old");
+        std::fs::create_dir_all(&d).unwrap();
+        let path = d.join("model-node1-shm-p4.json");
+        std::fs::write(
+            &path,
+            r#"{ "format": "fabcoll-model", "version": 1, "fabcoll": "0.1.0",
+                 "created": "2026-11-22T14:00:00Z", "host": "node1", "fabric": "shm", "p_class": 4,
+                 "params": { "alpha": 2.1e-6, "beta": 1.2e-10, "gamma": 9e-11, "f_alpha": 1.1,
+                             "f_beta": 1.4, "copy_beta": 6e-11, "overhead": 3e-6, "gap": 0.3,
+                             "cpu_sends": true },
+                 "rendezvous": { "eager_limit": 16384, "alpha": 2e-6 } }"#,
+        )
+        .unwrap();
+        let m = load_params(&path).unwrap();
+        assert_eq!((m.alpha, m.overhead, m.gap, m.cpu_sends, m.cores), (2.1e-6, 3e-6, 0.3, true, 0));
+        assert_eq!(m.rendezvous, Rendezvous { eager_limit: 16384, alpha: 2e-6 });
+        // The oldest bare object: the five numbers only.
+        std::fs::write(&path, r#"{"alpha":4e-6,"beta":3e-10,"gamma":6e-11,"f_alpha":1.0,"f_beta":1.0}"#).unwrap();
+        let m = load_params(&path).unwrap();
+        assert_eq!(
+            m,
+            ModelParams::new(fabcoll_collectives::Machine {
+                alpha: 4e-6,
+                beta: 3e-10,
+                gamma: 6e-11,
+                f_alpha: 1.0,
+                f_beta: 1.0
+            })
+        );
+        // Unknown fields are refused, as before.
+        std::fs::write(&path, r#"{"alpha":4e-6,"beta":3e-10,"gamma":6e-11,"f_alpha":1.0,"f_beta":1.0,"delta":1}"#)
+            .unwrap();
+        assert!(load_params(&path).is_err());
         let _ = std::fs::remove_dir_all(&d);
     }
 

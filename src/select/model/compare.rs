@@ -14,8 +14,8 @@ use std::fmt::Write as _;
 use fabcoll_collectives::registry::{self, Algorithm};
 use fabcoll_collectives::{CollArgs, Collective};
 
-use super::predict::{preference, run_with};
-use super::{model_err, ModelParams, Rendezvous};
+use super::predict::{preference, time_and_steps};
+use super::{model_err, ModelParams};
 use crate::error::Result;
 use crate::select::file::Measurement;
 
@@ -193,14 +193,6 @@ pub fn call_of(m: &Measurement) -> Result<(&'static Algorithm, CollArgs)> {
 
 /// Compares `log` with the model; `params_for(fabric, p)` gives the parameters of a fabric.
 pub fn compare(log: &[Measurement], params_for: impl Fn(&str, u32) -> Result<ModelParams>) -> Result<Comparison> {
-    compare_with(log, |f, p| Ok((params_for(f, p)?, Rendezvous::OFF)))
-}
-
-/// [`compare`] where `params_for` also gives the fabric's eager/rendezvous switch.
-pub fn compare_with(
-    log: &[Measurement],
-    params_for: impl Fn(&str, u32) -> Result<(ModelParams, Rendezvous)>,
-) -> Result<Comparison> {
     let mut points: BTreeMap<(String, String, u32, u64), Vec<&Measurement>> = BTreeMap::new();
     let mut out = Comparison::default();
     for m in log {
@@ -218,7 +210,7 @@ pub fn compare_with(
         }
         points.entry((m.fabric.clone(), m.op.clone(), m.p, m.bytes)).or_default().push(m);
     }
-    let mut models: BTreeMap<(String, u32), (ModelParams, Rendezvous)> = BTreeMap::new();
+    let mut models: BTreeMap<(String, u32), ModelParams> = BTreeMap::new();
     for ((fabric, op, p, bytes), ms) in points {
         let model = match models.get(&(fabric.clone(), p)) {
             Some(m) => *m,
@@ -244,7 +236,7 @@ pub fn compare_with(
                 out.skipped.push(format!("{fabric} {op} p={p} {bytes} B {}: no valid time", label(m)));
                 continue;
             }
-            match call_of(m).and_then(|(alg, args)| run_with(alg, &args, &model.0, &model.1)) {
+            match call_of(m).and_then(|(alg, args)| time_and_steps(alg, &args, &model)) {
                 Ok((t, steps)) => {
                     cands.insert(label(m), (m, t * 1e6, steps));
                 }
@@ -330,6 +322,7 @@ mod tests {
             hot_beta: 0.0,
             gap: 1.0,
             cpu_sends: false,
+            rendezvous: crate::select::model::Rendezvous::OFF,
         }
     }
 

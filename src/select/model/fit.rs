@@ -27,10 +27,10 @@
 //! active-set loop), so every parameter is ≥ 0.
 
 use fabcoll_collectives::registry::Algorithm;
-use fabcoll_collectives::sim::{simulate_alg_with, SimConfig};
+use fabcoll_collectives::sim::simulate_alg_with;
 use fabcoll_collectives::{CollArgs, Machine};
 
-use super::{model_err, ModelParams, NodeShape};
+use super::{model_err, ModelParams, NodeShape, Rendezvous};
 use crate::error::Result;
 
 /// Critical-path terms of one configuration (see the module doc).
@@ -67,11 +67,7 @@ impl Terms {
             + self.l * m.step_cost
             + self.hn * m.hot_alpha
             + self.h * m.hot_beta
-    }
-
-    /// [`Terms::time`] plus `alpha_rendezvous` per rendezvous message.
-    pub fn time_with(&self, m: &ModelParams, alpha_rendezvous: f64) -> f64 {
-        self.time(m) + self.r * alpha_rendezvous
+            + self.r * m.rendezvous.alpha
     }
 }
 
@@ -85,20 +81,15 @@ pub fn terms_with(alg: &Algorithm, args: &CollArgs, eager_limit: u64) -> Result<
     terms_on(alg, args, eager_limit, NodeShape::HOCKNEY)
 }
 
-/// [`terms_with`] on the node `shape`: on `cores` shared cores (`SimConfig::cores`; 0 = off),
-/// with messages holding the ports for the share `gap` of their α (`SimConfig::gap`; 1 =
-/// Hockney), with sends on the sender's CPU or not (`SimConfig::cpu_sends`). The terms include
+/// [`terms_with`] on the node `shape`: on `cores` shared cores ([`ModelParams::cores`]; 0 = off),
+/// with messages holding the ports for the share `gap` of their α ([`ModelParams::gap`]; 1 =
+/// Hockney), with sends on the sender's CPU or not ([`ModelParams::cpu_sends`]). The terms include
 /// the oversubscription factor, so the fitted α, β are those of a rank that has a core to itself,
 /// and the α terms count the gap's share for messages that queued behind another at a port.
 pub fn terms_on(alg: &Algorithm, args: &CollArgs, eager_limit: u64, shape: NodeShape) -> Result<Terms> {
-    let unit = |f: f64| SimConfig {
-        copy_beta: 1.0,
-        eager_limit,
-        cores: shape.cores,
-        gap: shape.gap,
-        cpu_sends: shape.cpu_sends,
-        alpha_rendezvous: 0.0,
-        ..SimConfig::new(Machine { alpha: 1.0, beta: 1.0, gamma: 1.0, f_alpha: f, f_beta: f })
+    let unit = |f: f64| {
+        let m = ModelParams::new(Machine { alpha: 1.0, beta: 1.0, gamma: 1.0, f_alpha: f, f_beta: f });
+        ModelParams { copy_beta: 1.0, rendezvous: Rendezvous { eager_limit, alpha: 0.0 }, ..m.with_shape(shape) }
     };
     let r1 = simulate_alg_with(alg, args, &unit(1.0))?;
     let r2 = simulate_alg_with(alg, args, &unit(2.0))?;
@@ -139,17 +130,14 @@ fn row(t: &Terms) -> [f64; 8] {
     [1.0, t.a_uni, t.a_bi, t.b_uni, t.b_bi, t.r, t.hn, t.h]
 }
 
-/// Fits (o, α, f_α, β, f_β) to `samples` given the measured γ and κ (see the module doc).
+/// Fits (o, α, f_α, β, f_β, α_r, α_h, β_h) to `samples` given the measured γ and κ (see the
+/// module doc), on the papers' node ([`NodeShape::HOCKNEY`]: the caller sets the shape its terms
+/// were taken on). `eager_limit` is the one the samples' rendezvous messages (`r`) were counted
+/// with: the result's switch is that limit and the fitted α_r (0 when no sample has one).
 ///
 /// Unknowns no sample exercises are left out: without bidirectional messages f_α = f_β = 1.
 /// Factors are clamped to [1/4, 8] (outside that the measurement is noise, not a machine).
-pub fn fit(samples: &[Sample], gamma: f64, copy_beta: f64) -> Result<ModelParams> {
-    Ok(fit_with_rendezvous(samples, gamma, copy_beta)?.0)
-}
-
-/// [`fit`] plus the rendezvous surcharge α_r (one more unknown, the column `r`: 0 when no
-/// sample has a rendezvous message).
-pub fn fit_with_rendezvous(samples: &[Sample], gamma: f64, copy_beta: f64) -> Result<(ModelParams, f64)> {
+pub fn fit(samples: &[Sample], gamma: f64, copy_beta: f64, eager_limit: u64) -> Result<ModelParams> {
     if samples.iter().any(|s| !s.seconds.is_finite() || s.seconds <= 0.0) {
         return Err(model_err("a probe time is not a positive number"));
     }
@@ -195,22 +183,15 @@ pub fn fit_with_rendezvous(samples: &[Sample], gamma: f64, copy_beta: f64) -> Re
         return Err(model_err("the probe times do not grow with messages or bytes (fit found α = β = 0)"));
     }
     let p = ModelParams {
-        alpha,
-        beta,
-        gamma,
-        f_alpha,
-        f_beta,
         copy_beta,
         overhead,
-        step_cost: 0.0,
-        cores: 0,
         hot_alpha,
         hot_beta,
-        gap: 1.0,
-        cpu_sends: false,
+        rendezvous: Rendezvous { eager_limit, alpha: alpha_rendezvous },
+        ..ModelParams::new(Machine { alpha, beta, gamma, f_alpha, f_beta })
     };
     p.validate()?;
-    Ok((p, alpha_rendezvous))
+    Ok(p)
 }
 
 /// (one-way cost, factor) from the fitted one-way and bidirectional costs.
@@ -285,8 +266,6 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
 mod tests {
     use super::*;
     use crate::select::model::probe::plan;
-    use crate::select::model::Rendezvous;
-    use fabcoll_collectives::sim::simulate_alg_with;
 
     fn truth() -> ModelParams {
         ModelParams {
@@ -303,19 +282,20 @@ mod tests {
             hot_beta: 4e-11,
             gap: 1.0,
             cpu_sends: false,
+            rendezvous: Rendezvous::OFF,
         }
     }
 
     /// Synthetic timings: the simulator's time on the true machine (not the linear form, so the
-    /// decomposition is checked too), plus the overhead, with a deterministic ±`noise` wobble.
+    /// decomposition is checked too; it includes the overhead), with a deterministic ±`noise`
+    /// wobble.
     fn samples(p: u32, m: &ModelParams, noise: f64) -> Vec<Sample> {
         plan(p)
             .iter()
             .enumerate()
             .map(|(i, case)| {
                 let (alg, args) = case.resolve(p).unwrap();
-                let cfg = Rendezvous::OFF.sim_config(m);
-                let t = simulate_alg_with(alg, &args, &cfg).unwrap().time + m.overhead;
+                let t = simulate_alg_with(alg, &args, m).unwrap().time;
                 let wobble = if i % 2 == 0 { 1.0 + noise } else { 1.0 - noise };
                 Sample { terms: terms_on(alg, &args, u64::MAX, m.shape()).unwrap(), seconds: t * wobble }
             })
@@ -332,7 +312,7 @@ mod tests {
             // At p ≤ 3 the probe cannot separate β_h (p = 2: nothing forwards; p = 3: only ring
             // does, in proportion to its exchanged bytes): a machine without it is recovered.
             let m = if p <= 3 { ModelParams { hot_alpha: 0.0, hot_beta: 0.0, ..truth() } } else { truth() };
-            let f = fit(&samples(p, &m, 0.0), m.gamma, m.copy_beta).unwrap();
+            let f = fit(&samples(p, &m, 0.0), m.gamma, m.copy_beta, u64::MAX).unwrap();
             assert!(close(f.alpha, m.alpha, 1e-6), "p={p}: {f}");
             assert!(close(f.beta, m.beta, 1e-6), "p={p}: {f}");
             assert!(close(f.f_alpha, m.f_alpha, 1e-6), "p={p}: {f}");
@@ -367,7 +347,7 @@ mod tests {
     fn recovers_at_2_and_4(m: ModelParams) {
         for p in [2, 4] {
             let m = if p == 2 { ModelParams { hot_alpha: 0.0, hot_beta: 0.0, ..m } } else { m };
-            let f = fit(&samples(p, &m, 0.0), m.gamma, m.copy_beta).unwrap();
+            let f = fit(&samples(p, &m, 0.0), m.gamma, m.copy_beta, u64::MAX).unwrap();
             assert!(close(f.alpha, m.alpha, 1e-6) && close(f.beta, m.beta, 1e-6), "p={p}: {f}");
             assert!(close(f.f_alpha, m.f_alpha, 1e-6) && close(f.f_beta, m.f_beta, 1e-6), "p={p}: {f}");
             assert!(close(f.overhead, m.overhead, 1e-5), "p={p}: {f}");
@@ -384,25 +364,18 @@ mod tests {
                 .iter()
                 .map(|case| {
                     let (alg, args) = case.resolve(p).unwrap();
-                    let cfg = SimConfig {
-                        copy_beta: m.copy_beta,
-                        eager_limit: limit,
-                        alpha_rendezvous: a_r,
-                        step_cost: m.step_cost,
-                        hot_alpha: m.hot_alpha,
-                        hot_beta: m.hot_beta,
-                        ..SimConfig::new(m.machine())
-                    };
-                    let t = simulate_alg_with(alg, &args, &cfg).unwrap().time + m.overhead;
+                    let cfg = ModelParams { rendezvous: Rendezvous { eager_limit: limit, alpha: a_r }, ..m };
+                    let t = simulate_alg_with(alg, &args, &cfg).unwrap().time;
                     Sample { terms: terms_with(alg, &args, limit).unwrap(), seconds: t }
                 })
                 .collect();
             assert!(samples.iter().any(|s| s.terms.r > 0.0) && samples.iter().any(|s| s.terms.r == 0.0));
-            let (f, fr) = fit_with_rendezvous(&samples, m.gamma, m.copy_beta).unwrap();
-            assert!(close(fr, a_r, 1e-5), "p={p}: α_r = {fr}");
+            let f = fit(&samples, m.gamma, m.copy_beta, limit).unwrap();
+            assert_eq!(f.rendezvous.eager_limit, limit);
+            assert!(close(f.rendezvous.alpha, a_r, 1e-5), "p={p}: α_r = {}", f.rendezvous.alpha);
             assert!(close(f.alpha, m.alpha, 1e-5) && close(f.beta, m.beta, 1e-5), "p={p}: {f}");
             for s in &samples {
-                assert!(close(s.terms.time_with(&f, fr), s.seconds, 1e-6));
+                assert!(close(s.terms.time(&f), s.seconds, 1e-6));
             }
         }
     }
@@ -410,7 +383,7 @@ mod tests {
     #[test]
     fn noisy_timings_stay_close() {
         let m = truth();
-        let f = fit(&samples(4, &m, 0.03), m.gamma, m.copy_beta).unwrap();
+        let f = fit(&samples(4, &m, 0.03), m.gamma, m.copy_beta, u64::MAX).unwrap();
         assert!(close(f.alpha, m.alpha, 0.3), "{f}");
         assert!(close(f.beta, m.beta, 0.1), "{f}");
         assert!(close(f.f_beta, m.f_beta, 0.15), "{f}");
@@ -439,10 +412,10 @@ mod tests {
     #[test]
     fn bad_samples_are_errors() {
         let t = Terms { a_uni: 1.0, ..Terms::default() };
-        assert!(fit(&[Sample { terms: t, seconds: f64::NAN }], 0.0, 0.0).is_err());
-        assert!(fit(&[Sample { terms: t, seconds: 1e-6 }], 0.0, 0.0).is_err(), "2 unknowns, 1 point");
+        assert!(fit(&[Sample { terms: t, seconds: f64::NAN }], 0.0, 0.0, u64::MAX).is_err());
+        assert!(fit(&[Sample { terms: t, seconds: 1e-6 }], 0.0, 0.0, u64::MAX).is_err(), "2 unknowns, 1 point");
         let flat =
             [Sample { terms: Terms::default(), seconds: 1e-6 }, Sample { terms: Terms::default(), seconds: 2e-6 }];
-        assert!(fit(&flat, 0.0, 0.0).is_err(), "nothing grows with messages or bytes");
+        assert!(fit(&flat, 0.0, 0.0, u64::MAX).is_err(), "nothing grows with messages or bytes");
     }
 }

@@ -1,11 +1,11 @@
 //! Predicting each candidate's time: every eligible algorithm, with `segment` ∈ {none,
-//! [`segment_candidates`]}, replayed by the simulator on the fitted
-//! machine; the per-call overhead is added to each.
+//! [`segment_candidates`]}, replayed by the simulator on the fitted machine (whose time includes
+//! the per-call overhead).
 //!
 //! Replay cost: up to 8 ranks the whole job is replayed (p small schedules); above, the
-//! symmetric replay is tried first (rotation, then XOR for powers of two: one rank's schedule,
-//! checked against sampled ranks) and the whole job only where no symmetry holds (rooted trees).
-//! The machine is homogeneous, so a rooted call is replayed with root 0.
+//! symmetric replay where it holds (`sim::simulate_alg_sampled`: one rank's schedule, checked
+//! against sampled ranks) and the whole job only where no symmetry holds (rooted trees). The
+//! machine is homogeneous, so a rooted call is replayed with root 0.
 //!
 //! Order ([`preference`]): the candidates predicted within [`TIE`] of the fastest are ones the
 //! model cannot tell apart (the probe's own fit misses its points by 5–25 %): among them the one
@@ -16,12 +16,10 @@
 //! 0.97 — the simpler schedule is the one that measures fastest. Then registry order.
 
 use fabcoll_collectives::registry::{self, Algorithm};
-use fabcoll_collectives::sim::{
-    check_symmetry, sample_ranks, simulate_alg_with, simulate_symmetric_with, SimConfig, Symmetry,
-};
+use fabcoll_collectives::sim::{simulate_alg_sampled, simulate_alg_with};
 use fabcoll_collectives::{CollArgs, Collective, Params};
 
-use super::{model_err, segment_candidates, segment_params, ModelParams, Rendezvous};
+use super::{model_err, segment_candidates, segment_params, ModelParams};
 use crate::error::Result;
 
 /// One candidate's predicted time.
@@ -63,25 +61,9 @@ pub fn predict(args: &CollArgs, m: &ModelParams) -> Result<Vec<Estimate>> {
     predict_filtered(args, m, |_| true)
 }
 
-/// [`predict`] with the eager/rendezvous switch `rdv`.
-pub fn predict_with(args: &CollArgs, m: &ModelParams, rdv: &Rendezvous) -> Result<Vec<Estimate>> {
-    predict_filtered_with(args, m, rdv, |_| true)
-}
-
 /// [`predict`] over the eligible algorithms that `keep` accepts.
 pub fn predict_filtered(args: &CollArgs, m: &ModelParams, keep: impl Fn(&Algorithm) -> bool) -> Result<Vec<Estimate>> {
-    predict_filtered_with(args, m, &Rendezvous::OFF, keep)
-}
-
-/// [`predict_filtered`] with the eager/rendezvous switch `rdv`.
-pub fn predict_filtered_with(
-    args: &CollArgs,
-    m: &ModelParams,
-    rdv: &Rendezvous,
-    keep: impl Fn(&Algorithm) -> bool,
-) -> Result<Vec<Estimate>> {
     m.validate()?;
-    rdv.validate()?;
     let args = canonical(args);
     let msg = block_bytes(&args)?;
     let mut out = Vec::new();
@@ -89,7 +71,7 @@ pub fn predict_filtered_with(
     for alg in registry::eligible(&args).filter(|a| keep(a)) {
         for seg in std::iter::once(0).chain(segment_candidates(msg)) {
             let params = segment_params(seg, args.elem_size);
-            match run_with(alg, &CollArgs { params: params.clone(), ..args.clone() }, m, rdv) {
+            match time_and_steps(alg, &CollArgs { params: params.clone(), ..args.clone() }, m) {
                 Ok((t, steps)) => out.push(Estimate { algorithm: alg.name, params, seconds: t, steps }),
                 Err(e) => {
                     tracing::debug!("model: {}:{} not simulated: {e}", alg.coll, alg.name);
@@ -117,45 +99,14 @@ pub fn picos(seconds: f64) -> u64 {
 
 /// The model's time of one configuration (`args.params` as given), seconds.
 pub fn time_of(alg: &Algorithm, args: &CollArgs, m: &ModelParams) -> Result<f64> {
-    time_of_with(alg, args, m, &Rendezvous::OFF)
+    Ok(time_and_steps(alg, args, m)?.0)
 }
 
-/// [`time_of`] with the eager/rendezvous switch `rdv`.
-pub fn time_of_with(alg: &Algorithm, args: &CollArgs, m: &ModelParams, rdv: &Rendezvous) -> Result<f64> {
-    Ok(run_with(alg, args, m, rdv)?.0)
-}
-
-/// [`time_of_with`] and the job's steps (the tie-breaker of [`preference`]).
-pub fn run_with(alg: &Algorithm, args: &CollArgs, m: &ModelParams, rdv: &Rendezvous) -> Result<(f64, u64)> {
+/// [`time_of`] and the job's steps (the tie-breaker of [`preference`]).
+pub fn time_and_steps(alg: &Algorithm, args: &CollArgs, m: &ModelParams) -> Result<(f64, u64)> {
     let args = canonical(args);
-    let cfg = rdv.sim_config(m);
-    let sim = if args.size > 8 { symmetric(alg, &args, &cfg)? } else { None };
-    let (t, steps) = match sim {
-        Some(t) => t,
-        None => {
-            let r = simulate_alg_with(alg, &args, &cfg)?;
-            (r.time, r.steps)
-        }
-    };
-    Ok((t + m.overhead, steps))
-}
-
-/// The symmetric replay's time and the job's steps if rank 0's schedule is every rank's up to a
-/// rotation or XOR.
-fn symmetric(alg: &Algorithm, args: &CollArgs, cfg: &SimConfig) -> Result<Option<(f64, u64)>> {
-    let s0 = alg.schedule(&args.for_rank(0))?;
-    let others: Vec<_> = sample_ranks(args.size).into_iter().map(|r| alg.schedule(&args.for_rank(r))).collect();
-    for sym in [Symmetry::Rotation, Symmetry::Xor] {
-        if sym == Symmetry::Xor && !args.size.is_power_of_two() {
-            continue;
-        }
-        let holds = others.iter().all(|s| s.as_ref().is_ok_and(|s| check_symmetry(&s0, s, sym).is_ok()));
-        if holds {
-            let r = simulate_symmetric_with(args, &s0, sym, cfg)?;
-            return Ok(Some((r.time, r.steps)));
-        }
-    }
-    Ok(None)
+    let r = if args.size > 8 { simulate_alg_sampled(alg, &args, m)? } else { simulate_alg_with(alg, &args, m)? };
+    Ok((r.time, r.steps))
 }
 
 /// Rank 0's view with root 0 (the model is the same for every rank and root).
@@ -178,6 +129,7 @@ pub fn block_bytes(args: &CollArgs) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::select::model::Rendezvous;
 
     fn m() -> ModelParams {
         ModelParams {
@@ -194,6 +146,7 @@ mod tests {
             hot_beta: 0.0,
             gap: 1.0,
             cpu_sends: false,
+            rendezvous: Rendezvous::OFF,
         }
     }
 
@@ -255,12 +208,12 @@ mod tests {
         // long message every segmented candidate loses time and never gains.
         let args = CollArgs::new(Collective::Allreduce, 0, 4, 1 << 18);
         let alg = registry::find(Collective::Allreduce, "ring").unwrap();
-        let rdv = Rendezvous { eager_limit: 16 << 10, alpha: 20e-6 };
+        let rdv = ModelParams { rendezvous: Rendezvous { eager_limit: 16 << 10, alpha: 20e-6 }, ..m() };
         let off = time_of(alg, &args, &m()).unwrap();
-        let on = time_of_with(alg, &args, &m(), &rdv).unwrap();
+        let on = time_of(alg, &args, &rdv).unwrap();
         // ring: 2(p−1) = 6 messages of 256 KiB, all above the limit, in sequence.
         assert!((on - off - 6.0 * 20e-6).abs() < 1e-9, "{on} vs {off}");
-        let best = predict_with(&args, &m(), &rdv).unwrap();
+        let best = predict(&args, &rdv).unwrap();
         let plain = predict(&args, &m()).unwrap();
         assert!(best[0].seconds >= plain[0].seconds);
     }
@@ -269,10 +222,11 @@ mod tests {
     fn symmetric_and_full_replays_agree() {
         let args = CollArgs::new(Collective::Allgather, 0, 16, 1000);
         let alg = registry::find(Collective::Allgather, "ring").unwrap();
-        let cfg = Rendezvous { eager_limit: 4096, alpha: 3e-6 }.sim_config(&m());
-        let (sym, steps) = symmetric(alg, &args, &cfg).unwrap().expect("ring is rotation-symmetric");
-        let full = simulate_alg_with(alg, &args, &cfg).unwrap();
+        let m = ModelParams { rendezvous: Rendezvous { eager_limit: 4096, alpha: 3e-6 }, ..m() };
+        let (sym, steps) = time_and_steps(alg, &args, &m).unwrap();
+        let full = simulate_alg_with(alg, &args, &m).unwrap();
         assert!((sym - full.time).abs() <= 1e-9 * full.time, "{sym} vs {}", full.time);
         assert_eq!(steps, full.steps);
+        assert!(full.time > m.overhead, "the overhead is in the replay's time");
     }
 }

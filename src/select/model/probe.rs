@@ -1,4 +1,6 @@
-//! The probe: a short measurement over a communicator that fits the model's parameters.
+//! The probe's plan and its fit: which configurations a probe times, and how their timings
+//! become the model's parameters (no communicator: the run over one is `src/probe`, above the
+//! communicator, which times [`plan`] and hands the timings to [`fit_timings`]).
 //!
 //! - **α, β, o**: `bcast:binomial` (one-way messages) at 8 B, 4 KiB, 64 KiB and 1 MiB, and at
 //!   256 KiB pipelined in 16 KiB segments (16 messages per hop: separates the per-message α from
@@ -15,19 +17,14 @@
 //! - **gap** ([`ModelParams::gap`]): not probed; 0.3 on node fabrics, 1 elsewhere (see
 //!   `NODE_GAP`).
 //! - **sends on the CPU** ([`ModelParams::cpu_sends`]): not probed; set on node fabrics (see
-//!   `node_shape`).
+//!   [`node_shape`]).
 //! - **step cost**: not probed (0; see [`super::fit`] for why).
-//! - **γ, κ**: the f32-sum reduction kernel and memcpy timed on 4 MiB buffers on rank 0.
+//! - **γ, κ**: the f32-sum reduction kernel and memcpy timed on 4 MiB buffers on rank 0
+//!   ([`cpu_rates`]).
 //!
 //! Each configuration runs with the algorithm forced, so what is fitted is what the executor
-//! really costs — the engine's executor: the probe runs on a duplicate communicator without the
-//! direct path (`comm::direct`), whose per-message cost is a fraction of the engine's and would
-//! otherwise set α for the messages of every size. A configuration is timed as `fabcoll bench` and the tuner time (`t0; call; t1`
-//! and an untimed barrier, so that calls never overlap) in 31 repetitions of a batch of calls
-//! (batch size agreed on from a first timed call, ≈ 0.5 ms per batch), interleaved across
-//! configurations, each repetition's per-call mean taken as the maximum over ranks; the 5th
-//! fastest of 31 repetitions is the sample (see `time_cases`). Rank 0 fits ([`super::fit`]) and
-//! broadcasts the parameters, so every rank ends with the same model. About 0.2–1 s at p ≤ 8.
+//! really costs. Rank 0 fits and broadcasts the parameters, so every rank ends with the same
+//! model.
 
 use std::time::Instant;
 
@@ -36,9 +33,8 @@ use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::registry::{self, Algorithm};
 use fabcoll_collectives::{CollArgs, Collective, Machine, Order};
 
-use super::fit::{fit_with_rendezvous, terms_on, Sample};
-use super::{model_err, segment_params, ModelParams, NodeShape, Rendezvous};
-use crate::comm::{Collectives, Communicator, Options, Pinned};
+use super::fit::{fit, terms_on, Sample};
+use super::{segment_params, ModelParams, NodeShape};
 use crate::error::Result;
 
 /// One probe configuration (bytes of u8 elements).
@@ -92,100 +88,13 @@ pub fn plan(p: u32) -> Vec<ProbeCase> {
 /// What a probe measured and fitted.
 #[derive(Clone, Debug)]
 pub struct ProbeReport {
+    /// The fit, with the executor's eager limit and the fitted surcharge of a message above it
+    /// ([`ModelParams::rendezvous`]).
     pub params: ModelParams,
-    /// The executor's eager limit and the fitted surcharge of a message above it.
-    pub rendezvous: Rendezvous,
     /// Each configuration with its measured seconds (rank 0; empty elsewhere).
     pub samples: Vec<(ProbeCase, f64)>,
     /// Wall time of the whole probe on this rank.
     pub elapsed: f64,
-}
-
-/// Repetitions per configuration; the sample is the [`KEEP`]-th fastest, about the 15th
-/// percentile (interference on a shared node only adds time, so the low end estimates the
-/// machine; the fastest alone is luck). Many short batches rather than a few long ones: another
-/// job's burst on a core disturbs a whole batch for milliseconds, and under a load of 5–6 on 2
-/// cores 11 batches of 2 ms left too few clean ones (p = 2 shm, bcast:binomial 8 B: 6.5 µs in
-/// one probe, 1.0–1.2 µs in others, and a fitted per-call overhead of 4.7 µs).
-const REPS: usize = 31;
-const KEEP: usize = 4;
-/// Target wall time of one batch.
-const BATCH_SECONDS: f64 = 5e-4;
-const MAX_BATCH: f64 = 50.0;
-/// Probe rounds before a fit failure is an error.
-const PROBE_ATTEMPTS: usize = 3;
-
-/// Runs the probe (collective: every rank of `comm` must call it). At p = 1 nothing moves: the
-/// parameters are γ and κ with α = β = 0.
-pub fn run(comm: &Communicator) -> Result<ProbeReport> {
-    let start = Instant::now();
-    let p = comm.size();
-    // The endpoint's own limit: network fabrics default to a larger one than node fabrics.
-    let eager_limit = comm.eager_limit() as u64;
-    // Rank 0 measures the CPU and fits; the result (or a failure flag) goes to every rank. On a
-    // busy node one round of timings can be too noisy to fit (e.g. times that do not grow with
-    // bytes): the whole probe is repeated, on every rank alike, before giving up.
-    // [status (1 = fitted), params (ModelParams::to_wire), rendezvous α]
-    const P: usize = ModelParams::WIRE_LEN;
-    let mut wire = [0.0f64; P + 2];
-    let cores = job_cores(comm)?;
-    let shape = node_shape(&comm.fabric_name(), cores);
-    let mut samples = Vec::new();
-    let engine = comm.dup_on_engine()?;
-    for attempt in 1..=PROBE_ATTEMPTS {
-        samples = time_cases(&engine, plan(p))?;
-        if comm.rank() == 0 {
-            match (Timings { p, measured: &samples, eager_limit }).fit(shape) {
-                Ok((m, a_r)) => {
-                    wire[0] = 1.0;
-                    wire[1..=P].copy_from_slice(&m.to_wire());
-                    wire[P + 1] = a_r;
-                }
-                Err(e) => tracing::warn!("model probe, attempt {attempt} of {PROBE_ATTEMPTS}: {e}"),
-            }
-        }
-        comm.bcast(&mut wire, 0)?;
-        if wire[0] == 1.0 {
-            break;
-        }
-    }
-    if wire[0] != 1.0 {
-        return Err(model_err(format!("the probe's fit failed {PROBE_ATTEMPTS} times on rank 0 (see its log)")));
-    }
-    let params = ModelParams::from_wire(&wire[1..=P]);
-    if comm.rank() != 0 {
-        samples.clear();
-    }
-    let rendezvous = Rendezvous { eager_limit, alpha: wire[P + 1] };
-    Ok(ProbeReport { params, rendezvous, samples, elapsed: start.elapsed().as_secs_f64() })
-}
-
-/// The cores the job's ranks share when every rank is on this node (`shm`, `local`): the CPUs
-/// any of them may run on (the union of their affinity masks, agreed by two allreduces), else 0
-/// (unknown: one core per rank). Not this process's own count: `fabrun` pins rank r to one CPU,
-/// so `available_parallelism` says 1 in every rank of a 2-rank job on 2 CPUs, and the fit then
-/// priced every exchange as two ranks on one core (p = 2 shm: f_α = 0.28, f_β = 0.29).
-pub fn job_cores(comm: &Communicator) -> Result<u32> {
-    if !is_node_fabric(&comm.fabric_name()) {
-        return Ok(0);
-    }
-    let mine = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| parse_cpu_list(v.trim()))))
-        .flatten();
-    // Without /proc: this process's count, as a set of that many CPUs.
-    let mine =
-        mine.unwrap_or_else(|| (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect());
-    let mut len = [mine.iter().max().map_or(0, |&c| c + 1)];
-    comm.allreduce_in_place(&mut len[..], &ReduceOp::Max)?;
-    let mut flags = vec![0u8; len[0] as usize];
-    for &c in &mine {
-        flags[c as usize] = 1;
-    }
-    if !flags.is_empty() {
-        comm.allreduce_in_place(&mut flags[..], &ReduceOp::Max)?;
-    }
-    Ok(flags.iter().map(|&f| u32::from(f)).sum())
 }
 
 /// A kernel CPU list (`0-3,8,10-11`) as CPU numbers; `None` if malformed or over 65536 CPUs.
@@ -208,7 +117,7 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
 }
 
 /// Whether every rank of a job on `fabric` runs on this node and moves bytes with its own CPU.
-fn is_node_fabric(fabric: &str) -> bool {
+pub fn is_node_fabric(fabric: &str) -> bool {
     matches!(fabric, "shm" | "local")
 }
 
@@ -227,7 +136,7 @@ fn is_node_fabric(fabric: &str) -> bool {
 /// 125.1 (g1), 144.2 against 138.7 (r9); the gap kept its value (0.2, 0.5 and 1 did no better).
 /// On two logs taken afterwards (14 recorded probes): 145.9 against 141.9 of 188 points (r18c),
 /// 133.9 against 126.0 of 187 (r18d).
-fn node_shape(fabric: &str, cores: u32) -> NodeShape {
+pub fn node_shape(fabric: &str, cores: u32) -> NodeShape {
     if is_node_fabric(fabric) {
         NodeShape { cores, gap: NODE_GAP, cpu_sends: true }
     } else {
@@ -250,6 +159,14 @@ fn node_shape(fabric: &str, cores: u32) -> NodeShape {
 /// where ranks share cores the peer notices only once it is scheduled.
 const NODE_GAP: f64 = 0.3;
 
+/// The parameters that fit a probe's timings `measured` at p ranks, taken under the executor's
+/// `eager_limit` on a node of shape `shape` ([`node_shape`]), with this CPU's γ and κ
+/// ([`cpu_rates`]; the caller is rank 0). See `Timings::fit` for the choice between shared
+/// and unshared cores.
+pub fn fit_timings(p: u32, measured: &[(ProbeCase, f64)], eager_limit: u64, shape: NodeShape) -> Result<ModelParams> {
+    Timings { p, measured, eager_limit }.fit(shape)
+}
+
 /// A probe's timings at p ranks, with the executor's eager limit they were taken under.
 struct Timings<'a> {
     p: u32,
@@ -259,13 +176,13 @@ struct Timings<'a> {
 
 impl Timings<'_> {
     /// Fits the timings. With more ranks than `cores`, two models are fitted: one where ranks
-    /// time-share the cores (`SimConfig::cores`) and one with a core per rank (the f factors and
+    /// time-share the cores ([`ModelParams::cores`]) and one with a core per rank (the f factors and
     /// α absorb the sharing); the one whose predictions miss the probe's own points least (root
     /// mean square of the relative errors) is kept. On 2 cores, p = 4 ring exchanges (4 ranks
     /// busy) cost ≈ 10 µs a message where binomial's (≤ 2 busy) cost ≈ 3 µs: a scheduling delay
     /// that a factor k/c on the transfer does not always describe better than a large f_α. The
     /// rest of `shape` (gap, sends on the CPU) is the fabric's (`node_shape`).
-    fn fit(&self, shape: NodeShape) -> Result<(ModelParams, f64)> {
+    fn fit(&self, shape: NodeShape) -> Result<ModelParams> {
         let rates = cpu_rates()?;
         let unshared = NodeShape { cores: 0, ..shape };
         if shape.cores == 0 || self.p <= shape.cores {
@@ -283,26 +200,25 @@ impl Timings<'_> {
         }
     }
 
-    /// Root mean square of the relative errors of `fitted` on the probe's points.
-    fn misfit(&self, fitted: &(ModelParams, f64)) -> Result<f64> {
-        let (m, a_r) = fitted;
+    /// Root mean square of the relative errors of `m` on the probe's points.
+    fn misfit(&self, m: &ModelParams) -> Result<f64> {
         let mut sum = 0.0;
         for (case, secs) in self.measured {
             let (alg, args) = case.resolve(self.p)?;
-            let t = terms_on(alg, &args, self.eager_limit, m.shape())?.time_with(m, *a_r);
+            let t = terms_on(alg, &args, self.eager_limit, m.shape())?.time(m);
             sum += ((t - secs) / secs).powi(2);
         }
         Ok((sum / self.measured.len().max(1) as f64).sqrt())
     }
 
     /// One fit with the CPU's measured `(γ, κ)` ([`cpu_rates`]).
-    fn fit_on(&self, (gamma, copy_beta): (f64, f64), shape: NodeShape) -> Result<(ModelParams, f64)> {
+    fn fit_on(&self, (gamma, copy_beta): (f64, f64), shape: NodeShape) -> Result<ModelParams> {
         if self.measured.is_empty() {
             let m = ModelParams {
                 copy_beta,
-                ..ModelParams::from_machine(Machine { alpha: 0.0, beta: 0.0, gamma, f_alpha: 1.0, f_beta: 1.0 })
+                ..ModelParams::new(Machine { alpha: 0.0, beta: 0.0, gamma, f_alpha: 1.0, f_beta: 1.0 })
             };
-            return Ok((m, 0.0));
+            return Ok(m);
         }
         let samples = self
             .measured
@@ -312,100 +228,8 @@ impl Timings<'_> {
                 Ok(Sample { terms: terms_on(alg, &args, self.eager_limit, shape)?, seconds: *secs })
             })
             .collect::<Result<Vec<_>>>()?;
-        let (m, a_r) = fit_with_rendezvous(&samples, gamma, copy_beta)?;
-        Ok((m.with_shape(shape), a_r))
+        Ok(fit(&samples, gamma, copy_beta, self.eager_limit)?.with_shape(shape))
     }
-}
-
-/// One configuration ready to time: its options, buffers and agreed batch size.
-///
-/// The buffers are the communicator's registered allocations ([`Communicator::alloc`]), as in
-/// `fabcoll bench` and `fabcoll tune`: with plain heap buffers a long message on shm cannot be
-/// written into its destination (peers write shared memory only) and takes the copying path —
-/// the probe then measured a different executor path than the calls it predicts (p = 2 shm:
-/// bcast:binomial 1 MiB 99.8 µs from heap buffers, 25.2 µs in the tuner's log; allgather:ring
-/// 256 KiB 38.7 against 13.1 µs).
-struct Timed {
-    case: ProbeCase,
-    opts: Options,
-    send: Pinned<u8>,
-    recv: Pinned<u8>,
-    batch: usize,
-}
-
-impl Timed {
-    /// Buffers, a warm-up call (registration, eager rings) and one timed call that decides the
-    /// batch size on every rank alike.
-    fn new(comm: &Communicator, case: ProbeCase) -> Result<Timed> {
-        let (p, n) = (comm.size() as usize, case.bytes as usize);
-        let mut opts = Options::algorithm(case.algorithm);
-        if case.segment > 0 {
-            opts = opts.param(fabcoll_collectives::args::SEGMENT, case.segment);
-        }
-        let (mut send, mut recv) = match case.coll {
-            Collective::Allgather => (comm.alloc::<u8>(n)?, comm.alloc::<u8>(n * p)?),
-            _ => (comm.alloc::<u8>(0)?, comm.alloc::<u8>(n)?),
-        };
-        send.fill(1);
-        if case.coll != Collective::Allgather {
-            recv.fill(1);
-        }
-        let mut t = Timed { case, opts, send, recv, batch: 1 };
-        t.call(comm)?;
-        comm.barrier()?;
-        let start = Instant::now();
-        t.call(comm)?;
-        comm.barrier()?;
-        let mut one = [start.elapsed().as_secs_f64()];
-        comm.allreduce_in_place(&mut one, &ReduceOp::Max)?;
-        t.batch = (BATCH_SECONDS / one[0].max(1e-9)).clamp(1.0, MAX_BATCH) as usize;
-        Ok(t)
-    }
-
-    fn call(&mut self, comm: &Communicator) -> Result<()> {
-        let view = comm.with(&self.opts);
-        match self.case.coll {
-            Collective::Allgather => view.allgather(&self.send, &mut self.recv),
-            _ => view.bcast(&mut self.recv, 0),
-        }
-    }
-
-    /// This rank's mean time of one batch, timed as `fabcoll bench` and the tuner time:
-    /// `t0; call; t1`, then an untimed barrier, so calls never overlap.
-    fn batch_mean(&mut self, comm: &Communicator) -> Result<f64> {
-        comm.barrier()?;
-        let mut sum = 0.0;
-        for _ in 0..self.batch {
-            let t = Instant::now();
-            self.call(comm)?;
-            sum += t.elapsed().as_secs_f64();
-            comm.barrier()?;
-        }
-        Ok(sum / self.batch as f64)
-    }
-}
-
-/// Every configuration's time, seconds. Repetitions are interleaved (round r times every
-/// configuration once), so a burst of load from other processes spoils one round of all
-/// configurations rather than every round of one; each repetition is the maximum over ranks of
-/// the per-rank mean, and a configuration's sample is its lower quartile.
-fn time_cases(comm: &Communicator, cases: Vec<ProbeCase>) -> Result<Vec<(ProbeCase, f64)>> {
-    let mut timed = cases.into_iter().map(|c| Timed::new(comm, c)).collect::<Result<Vec<_>>>()?;
-    let mut reps = vec![0.0f64; timed.len() * REPS];
-    for r in 0..REPS {
-        for (i, t) in timed.iter_mut().enumerate() {
-            reps[i * REPS + r] = t.batch_mean(comm)?;
-        }
-    }
-    comm.allreduce_in_place(&mut reps, &ReduceOp::Max)?;
-    Ok(timed
-        .iter()
-        .zip(reps.chunks_mut(REPS))
-        .map(|(t, r)| {
-            r.sort_by(f64::total_cmp);
-            (t.case, r[KEEP])
-        })
-        .collect())
 }
 
 fn median(v: &mut [f64]) -> f64 {

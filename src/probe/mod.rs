@@ -1,0 +1,100 @@
+//! The cost model's probe, run over a communicator: times the configurations that
+//! `select::model::probe` plans, with their algorithms forced, has rank 0 fit them there and
+//! gives its fit to every rank; and the [`Communicator`] methods that probe the model or load it
+//! (`probe_model`, `load_or_probe_model`, in `load.rs`).
+//!
+//! It sits above the communicator (it runs collectives) and above selection (what it times and
+//! how it fits): nothing below imports it. The probe measures the engine's executor: it runs on a
+//! duplicate communicator without the direct path, whose per-message cost is a fraction of the
+//! engine's and would otherwise set α for the messages of every size. About 0.2–1 s at p ≤ 8.
+
+mod load;
+mod timing;
+
+use std::time::Instant;
+
+use fabcoll_collectives::op::ReduceOp;
+use fabcoll_collectives::Machine;
+
+use crate::comm::{Collectives, Communicator};
+use crate::error::Result;
+use crate::select::model::probe::{fit_timings, is_node_fabric, node_shape, parse_cpu_list, plan, ProbeReport};
+use crate::select::model::{model_err, ModelParams};
+
+/// Probe rounds before a fit failure is an error.
+const PROBE_ATTEMPTS: usize = 3;
+
+/// Rank 0's `status` and `params` on every rank (collective; the other ranks' are ignored).
+fn share(comm: &Communicator, status: f64, params: &ModelParams) -> Result<(f64, ModelParams)> {
+    const P: usize = ModelParams::WIRE_LEN;
+    let mut wire = [0.0f64; P + 1];
+    wire[0] = status;
+    wire[1..].copy_from_slice(&params.to_wire());
+    comm.bcast(&mut wire, 0)?;
+    let mut w = [0.0f64; P];
+    w.copy_from_slice(&wire[1..]);
+    Ok((wire[0], ModelParams::from_wire(&w)))
+}
+
+/// What a rank without parameters of its own puts on the wire (rank 0's replace it).
+const NO_PARAMS: ModelParams = ModelParams::new(Machine::UNIT);
+
+/// Runs the probe (collective: every rank of `comm` must call it). At p = 1 nothing moves: the
+/// parameters are γ and κ with α = β = 0.
+pub(crate) fn run(comm: &Communicator) -> Result<ProbeReport> {
+    let start = Instant::now();
+    let p = comm.size();
+    // The endpoint's own limit: network fabrics default to a larger one than node fabrics.
+    let eager_limit = comm.eager_limit() as u64;
+    let shape = node_shape(&comm.fabric_name(), job_cores(comm)?);
+    let engine = comm.dup_on_engine()?;
+    // Rank 0 measures the CPU and fits; the result (or a failure flag) goes to every rank. On a
+    // busy node one round of timings can be too noisy to fit (e.g. times that do not grow with
+    // bytes): the whole probe is repeated, on every rank alike, before giving up.
+    for attempt in 1..=PROBE_ATTEMPTS {
+        let mut samples = timing::time_cases(&engine, plan(p))?;
+        let mut fitted = None;
+        if comm.rank() == 0 {
+            match fit_timings(p, &samples, eager_limit, shape) {
+                Ok(m) => fitted = Some(m),
+                Err(e) => tracing::warn!("model probe, attempt {attempt} of {PROBE_ATTEMPTS}: {e}"),
+            }
+        }
+        let (status, params) = share(comm, f64::from(u8::from(fitted.is_some())), &fitted.unwrap_or(NO_PARAMS))?;
+        if status == 1.0 {
+            if comm.rank() != 0 {
+                samples.clear();
+            }
+            return Ok(ProbeReport { params, samples, elapsed: start.elapsed().as_secs_f64() });
+        }
+    }
+    Err(model_err(format!("the probe's fit failed {PROBE_ATTEMPTS} times on rank 0 (see its log)")))
+}
+
+/// The cores the job's ranks share when every rank is on this node (`shm`, `local`): the CPUs
+/// any of them may run on (the union of their affinity masks, agreed by two allreduces), else 0
+/// (unknown: one core per rank). Not this process's own count: `fabrun` pins rank r to one CPU,
+/// so `available_parallelism` says 1 in every rank of a 2-rank job on 2 CPUs, and the fit then
+/// priced every exchange as two ranks on one core (p = 2 shm: f_α = 0.28, f_β = 0.29).
+fn job_cores(comm: &Communicator) -> Result<u32> {
+    if !is_node_fabric(&comm.fabric_name()) {
+        return Ok(0);
+    }
+    let mine = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| parse_cpu_list(v.trim()))))
+        .flatten();
+    // Without /proc: this process's count, as a set of that many CPUs.
+    let mine =
+        mine.unwrap_or_else(|| (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect());
+    let mut len = [mine.iter().max().map_or(0, |&c| c + 1)];
+    comm.allreduce_in_place(&mut len[..], &ReduceOp::Max)?;
+    let mut flags = vec![0u8; len[0] as usize];
+    for &c in &mine {
+        flags[c as usize] = 1;
+    }
+    if !flags.is_empty() {
+        comm.allreduce_in_place(&mut flags[..], &ReduceOp::Max)?;
+    }
+    Ok(flags.iter().map(|&f| u32::from(f)).sum())
+}

@@ -1,0 +1,88 @@
+//! Layering (ARCHITECTURE.md: dependencies point down only), checked on the source text: no file
+//! under `src/select/` names a module above selection — the communicator, the executor, the
+//! tuner, the probe or the job — through a `crate::` path (`use`, a path in code or a doc link).
+
+use std::path::{Path, PathBuf};
+
+/// The first segment of every `crate::` path in `text`, a `crate::{a, b::c}` group giving each
+/// of its members (`a`, `b`).
+fn crate_paths(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices("crate::") {
+        // `fabcoll_collectives::...` and friends are other crates, not this one.
+        let before = text[..i].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let rest = &text[i + "crate::".len()..];
+        let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+        match rest.strip_prefix('{') {
+            Some(group) => {
+                let inner = &group[..group.find('}').unwrap_or(group.len())];
+                out.extend(inner.split(',').map(|m| ident(m.trim())).filter(|m| !m.is_empty()));
+            }
+            None => out.push(ident(rest)),
+        }
+    }
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What `src/select` may reach through `crate::`: itself, the error type, and the lower crates
+/// and their items that the crate root re-exports.
+const SELECT_MAY_USE: &[&str] = &[
+    "select",
+    "error",
+    "Error",
+    "Result",
+    "collectives",
+    "fabric",
+    "Datatype",
+    "Element",
+    "ValueIndex",
+    "ReduceOp",
+    "UserOp",
+    "Params",
+];
+
+#[test]
+fn selection_imports_nothing_above_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/select");
+    let files = rust_files(&root);
+    assert!(files.len() > 5, "no sources under {}", root.display());
+    let mut bad = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for seg in crate_paths(&text) {
+            if !SELECT_MAY_USE.contains(&seg.as_str()) {
+                bad.push(format!("{}: crate::{seg}", f.display()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "src/select reaches above itself:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn crate_paths_are_found() {
+    let text = "use crate::comm::Communicator;\nuse crate::{error::Result, select};\n\
+                use fabcoll_collectives::registry; // my_crate::x is another crate\n[`crate::exec`]";
+    assert_eq!(crate_paths(text), ["comm", "error", "select", "exec"]);
+}
