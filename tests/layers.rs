@@ -1,20 +1,28 @@
-//! Layering (ARCHITECTURE.md: dependencies point down only), checked on the source text: no file
-//! under `src/select/` names a module above selection — the communicator, the executor, the
-//! tuner, the probe or the job — through a `crate::` path (`use`, a path in code or a doc link).
+//! Layering (ARCHITECTURE.md: dependencies point down only), checked on the source text through
+//! `crate::` and `super::` paths (`use`, a path in code or a doc link): no file under `src/select/`
+//! names a module above selection (the communicator, the executor, the tuner, the probe or the
+//! job); no file under `src/exec/` names the communicator or what sits above it; and the plan
+//! (`src/exec/plan.rs`, with the straight-line order it compiles, `straight.rs`) names none of the
+//! ways a plan is run.
 
 use std::path::{Path, PathBuf};
 
 /// The first segment of every `crate::` path in `text`, a `crate::{a, b::c}` group giving each
 /// of its members (`a`, `b`).
 fn crate_paths(text: &str) -> Vec<String> {
+    paths(text, "crate::")
+}
+
+/// The first segment of every path in `text` that starts with `prefix` (`crate::`, `super::`).
+fn paths(text: &str, prefix: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for (i, _) in text.match_indices("crate::") {
+    for (i, _) in text.match_indices(prefix) {
         // `fabcoll_collectives::...` and friends are other crates, not this one.
         let before = text[..i].chars().next_back();
         if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
             continue;
         }
-        let rest = &text[i + "crate::".len()..];
+        let rest = &text[i + prefix.len()..];
         let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
         match rest.strip_prefix('{') {
             Some(group) => {
@@ -80,9 +88,53 @@ fn selection_imports_nothing_above_it() {
     assert!(bad.is_empty(), "src/select reaches above itself:\n{}", bad.join("\n"));
 }
 
+/// What the executor must not reach: the communicator and the layers above it.
+const ABOVE_EXEC: &[&str] = &["comm", "probe", "job", "tune", "Communicator"];
+
+#[test]
+fn the_executor_imports_nothing_above_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/exec");
+    let files = rust_files(&root);
+    assert!(files.len() > 5, "no sources under {}", root.display());
+    let mut bad = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for seg in crate_paths(&text) {
+            if ABOVE_EXEC.contains(&seg.as_str()) {
+                bad.push(format!("{}: crate::{seg}", f.display()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "src/exec reaches above itself:\n{}", bad.join("\n"));
+}
+
+/// What the plan and its straight-line order may reach in the executor: each other and the
+/// executor's maps.
+const PLAN_MAY_USE: &[&str] = &["plan", "straight", "fasthash"];
+
+#[test]
+fn the_plan_names_none_of_the_ways_it_is_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/exec");
+    let mut bad = Vec::new();
+    for f in ["plan.rs", "straight.rs"] {
+        let text = std::fs::read_to_string(root.join(f)).unwrap();
+        // The unit tests below the code may use anything.
+        let text = &text[..text.find("#[cfg(test)]").unwrap_or(text.len())];
+        let exec_paths = crate_paths(text).into_iter().filter(|s| s == "exec");
+        assert_eq!(exec_paths.count(), 0, "{f}: the plan names the executor through crate::exec");
+        for seg in paths(text, "super::") {
+            if !PLAN_MAY_USE.contains(&seg.as_str()) {
+                bad.push(format!("{f}: super::{seg}"));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "the plan reaches the paths that run it:\n{}", bad.join("\n"));
+}
+
 #[test]
 fn crate_paths_are_found() {
     let text = "use crate::comm::Communicator;\nuse crate::{error::Result, select};\n\
                 use fabcoll_collectives::registry; // my_crate::x is another crate\n[`crate::exec`]";
     assert_eq!(crate_paths(text), ["comm", "error", "select", "exec"]);
+    assert_eq!(paths("use super::{op::Op, plan};\n`super::ring`", "super::"), ["op", "plan", "ring"]);
 }

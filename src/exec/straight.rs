@@ -1,4 +1,4 @@
-//! The straight-line order of a schedule's steps (what the runner, `super::runner`, follows),
+//! The straight-line order of a schedule's steps (what the executor's runner follows),
 //! and the check that every rank running its steps in that order cannot deadlock.
 //!
 //! Why: tracking dependencies per call (a copy of the deps counts, work stacks, lists of pending
@@ -7,8 +7,8 @@
 //! turn. That is safe without a fallback only when no rank can then wait for a message that its
 //! sender only sends after something that waits for the first rank: [`deadlock_free`] checks it,
 //! and every rank computes every rank's order alike (schedules are a function of the call's
-//! arguments), so it answers the same everywhere (`super::mailboxes::fits`). A lane that can hand
-//! a call over to the engine (`super::ring`) needs no such proof.
+//! arguments), so it answers the same everywhere (the mailbox lane asks it). A lane that can hand
+//! a call over to the engine (the eager rings') needs no such proof.
 //!
 //! The order is list scheduling by kind: of the steps whose deps are done, Sends first (a message
 //! leaves as early as possible), then local steps (they overlap the wait for the next message),
