@@ -11,6 +11,10 @@
 #     --min BYTES --max BYTES   size range (default 8 .. 16777216, doubling)
 #     --runs N           repetitions; medians over them (default 3)
 #     --out DIR          results (default: target/bench-vs-openmpi)
+#     --baseline DIR     also run another build of fabcoll (DIR holds its fabrun and fabcoll) in every
+#                        run, alternating, and write OUT/vs-baseline.md: per transport, op and p the
+#                        geometric mean over sizes of this build / the baseline (per size: the median of
+#                        the per-run ratios) and the sizes where this build was slower in every run
 #
 # Sizes are mpibench's: the whole per-rank buffer, also for allgather and alltoall (fabcoll runs
 # those with a per-rank / per-pair block of size/p, and rows are reported at the mpibench size).
@@ -27,7 +31,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 peers="" ops="allreduce bcast allgather alltoall" procs="2 4" fabrics="shm tcp ofi:tcp"
-min=8 max=16777216 runs=3 out="$root/target/bench-vs-openmpi"
+min=8 max=16777216 runs=3 out="$root/target/bench-vs-openmpi" base=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --peers) peers=$2; shift 2 ;;
@@ -38,7 +42,8 @@ while [ $# -gt 0 ]; do
     --max) max=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    --baseline) base=$2; shift 2 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "bench-vs-openmpi: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -52,9 +57,15 @@ ompi=(mpiexec.openmpi --allow-run-as-root --oversubscribe --mca oob_tcp_if_inclu
 raw="$out/raw.csv"
 echo "run,impl,transport,op,p,bytes,usec" >"$raw"
 
-# fabcoll: three invocations per configuration, for mpibench's three iteration counts.
-run_fabcoll() { # run fabric op p
-  local run=$1 fabric=$2 op=$3 p=$4 div=1 lo hi iters
+if [ -n "$base" ] && { [ ! -x "$base/fabrun" ] || [ ! -x "$base/fabcoll" ]; }; then
+  echo "bench-vs-openmpi: --baseline $base holds no fabrun and fabcoll" >&2
+  exit 2
+fi
+
+# fabcoll: three invocations per configuration, for mpibench's three iteration counts; BIN and
+# IMPL name the build (this one, or the baseline's).
+run_fabcoll() { # run fabric op p [bin impl]
+  local run=$1 fabric=$2 op=$3 p=$4 b=${5:-$bin} impl=${6:-fabcoll} div=1 lo hi iters
   case "$op" in allgather|alltoall) div=$p ;; esac
   for range in "$min 8192 2000" "16384 1048576 200" "2097152 $max 20"; do
     set -- $range
@@ -64,15 +75,15 @@ run_fabcoll() { # run fabric op p
     [ "$hi" -gt "$max" ] && hi=$max
     [ "$lo" -gt "$hi" ] && continue
     local f="$out/fabcoll.csv"
-    if ! timeout 900 "$bin/fabrun" -n "$p" --fabric "$fabric" --timeout 850 "$bin/fabcoll" bench --op "$op" \
+    if ! timeout 900 "$b/fabrun" -n "$p" --fabric "$fabric" --timeout 850 "$b/fabcoll" bench --op "$op" \
         --min-size $((lo / div)) --max-size $((hi / div)) --iters "$iters" --warmup $((iters / 10 + 1)) \
         --large-size 1G --sync none --format csv --output "$f" >"$out/fabcoll.log" 2>&1; then
-      echo "fabcoll $fabric $op p=$p failed:" >&2
+      echo "$impl $fabric $op p=$p failed:" >&2
       tail -5 "$out/fabcoll.log" >&2
       continue
     fi
-    awk -F, -v run="$run" -v t="$fabric" -v op="$op" -v p="$p" -v div="$div" \
-      'NR > 1 { printf "%s,fabcoll,%s,%s,%s,%d,%s\n", run, t, op, p, $5 * div, $9 }' "$f" >>"$raw"
+    awk -F, -v run="$run" -v impl="$impl" -v t="$fabric" -v op="$op" -v p="$p" -v div="$div" \
+      'NR > 1 { printf "%s,%s,%s,%s,%s,%d,%s\n", run, impl, t, op, p, $5 * div, $9 }' "$f" >>"$raw"
   done
 }
 
@@ -105,9 +116,11 @@ for run in $(seq "$runs"); do
         # Alternate who goes first, so drift does not favour one side.
         if [ $((run % 2)) = 1 ]; then
           run_fabcoll "$run" "$fabric" "$op" "$p"
+          [ -n "$base" ] && run_fabcoll "$run" "$fabric" "$op" "$p" "$base" baseline
           run_ompi "$run" "$fabric" "$op" "$p"
         else
           run_ompi "$run" "$fabric" "$op" "$p"
+          [ -n "$base" ] && run_fabcoll "$run" "$fabric" "$op" "$p" "$base" baseline
           run_fabcoll "$run" "$fabric" "$op" "$p"
         fi
       done
@@ -170,3 +183,37 @@ awk -F, '
     END { for (k in c) printf "| %s | %d | %d | %d | %d%s |\n", k, c[k], m[k], q[k], s[k], (s[k] ? " (" w[k] ")" : "") }' | sort
 } >"$out/summary.md"
 cat "$out/summary.md"
+
+[ -n "$base" ] || exit 0
+# This build against the baseline: per cell the median over runs of the per-run ratio, per
+# (transport, op, p) their geometric mean over sizes, and the cells slower in every run (with the
+# smallest of their per-run ratios: "slower in every run by more than x").
+tail -n +2 "$raw" | awk -F, '
+  $2 != "openmpi" { v[$2 "," $3 "," $4 "," $5 "," $6 "," $1] = $7; cell[$3 "," $4 "," $5 "," $6] = 1; runs[$1] = 1 }
+  END {
+    for (c in cell) {
+      n = 0; min = 1e300
+      for (r in runs) {
+        a = v["fabcoll," c "," r]; b = v["baseline," c "," r]
+        if (a != "" && b + 0 > 0) { x[++n] = a / b; if (a / b < min) min = a / b }
+      }
+      if (!n) continue
+      for (i = 2; i <= n; i++) { t = x[i]; for (j = i - 1; j >= 1 && x[j] > t; j--) x[j + 1] = x[j]; x[j + 1] = t }
+      printf "%s,%.4f,%.4f,%d\n", c, (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2, min, n
+    }
+  }' | sort -t, -k1,1 -k2,2 -k3,3n -k4,4n >"$out/vs-baseline.csv"
+{
+  echo "# this build / baseline ($base), $runs runs, alternating"
+  echo
+  echo "Per (transport, op, p): geomean over sizes of the per-size median of per-run ratios (below 1: this"
+  echo "build faster); slower in every run: the sizes where every run was slower, with the least ratio."
+  echo
+  echo "| transport | op | p | sizes | geomean | max median | slower in every run |"
+  echo "|---|---|---|---|---|---|---|"
+  awk -F, '
+    { k = $1 " | " $2 " | " $3; n[k]++; l[k] += log($5); if ($5 > mx[k]) mx[k] = $5
+      if ($6 > 1) w[k] = w[k] (w[k] == "" ? "" : ", ") $4 " (" sprintf("%.2f", $6) ")" }
+    END { for (k in n) printf "| %s | %d | %.3f | %.2f | %s |\n", k, n[k], exp(l[k] / n[k]), mx[k], (w[k] == "" ? "none" : w[k]) }' \
+    "$out/vs-baseline.csv" | sort
+} >"$out/vs-baseline.md"
+cat "$out/vs-baseline.md"
