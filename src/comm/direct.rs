@@ -27,11 +27,11 @@ use super::call::{Call, Collectives};
 use super::{Communicator, Options};
 use crate::error::{Error, Result};
 use crate::exec::direct::{self, DirectCounts, DirectForm, Runner, Waiting};
-use crate::exec::mailbox::{record_len, Mailbox, RING};
 use crate::exec::op::OpSpec;
 use crate::exec::plan::Plan;
 use crate::exec::straight;
 use crate::exec::Stats;
+use fabcoll_fabric::shm::mailbox::{record_len, Mailbox, RING};
 
 /// Largest communicator that uses the direct path (its mailboxes take p · 64 KiB per rank).
 pub(crate) const MAX_RANKS: u32 = 64;
@@ -422,7 +422,7 @@ impl Communicator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::mailbox::MAX_DIRECT;
+    use fabcoll_fabric::shm::mailbox::MAX_DIRECT;
 
     fn fits(args: &CollArgs, alg: &str) -> bool {
         !matches!(form(args, alg), DirectForm::Unfit)

@@ -209,7 +209,7 @@ impl ExecConfig {
             c.local_cpus = Some((v as usize).max(1));
         }
         if let Some(v) = num("FABCOLL_DIRECT")? {
-            c.direct_limit = (v.max(0.0) as usize).min(super::mailbox::MAX_DIRECT);
+            c.direct_limit = (v.max(0.0) as usize).min(fabcoll_fabric::shm::mailbox::MAX_DIRECT);
         }
         if let Some(v) = num("FABCOLL_INLINE")? {
             c.inline = v != 0.0;

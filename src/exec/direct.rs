@@ -32,9 +32,9 @@ use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::schedule::{Buf, Region, StepId, StepKind};
 
 use super::fasthash::FastMap;
-use super::mailbox::{self, Found, Mailbox};
 use super::plan::{Plan, NOT_FUSED};
 use crate::error::{Error, Result};
+use fabcoll_fabric::shm::mailbox::{self, Found, Mailbox};
 
 /// Byte counters of direct calls (added to the engine's [`super::Stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -16,7 +16,6 @@ pub(crate) mod eager;
 pub(crate) mod fasthash;
 pub(crate) mod fired;
 mod inline;
-pub(crate) mod mailbox;
 pub(crate) mod mrcache;
 pub(crate) mod op;
 pub(crate) mod plan;
@@ -292,7 +291,7 @@ impl Engine {
     /// Calls up to this many bytes take the direct path (0 where the fabric has no load/store).
     pub fn direct_limit(&self) -> usize {
         if self.core.caps.load_store {
-            self.core.cfg.direct_limit.min(mailbox::MAX_DIRECT)
+            self.core.cfg.direct_limit.min(fabcoll_fabric::shm::mailbox::MAX_DIRECT)
         } else {
             0
         }

@@ -39,6 +39,7 @@
 
 mod endpoint;
 pub(crate) mod keys;
+pub mod mailbox;
 pub(crate) mod queue;
 pub(crate) mod segment;
 pub(crate) mod sys;
