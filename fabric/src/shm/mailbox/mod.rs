@@ -171,7 +171,7 @@ impl Mailbox {
             Ok(found) => Ok(found.map(|r| Found { payload: inbox.memory().payload(r.off), len: r.len, pos: r.pos })),
             Err(off) => Err(Error::Peer {
                 peer: self.eps.get(sender).map_or(sender, |&e| e as usize),
-                msg: format!("its mailbox holds a malformed record at offset {off}"),
+                msg: format!("left a malformed record at offset {off} in our mailbox"),
             }),
         }
     }

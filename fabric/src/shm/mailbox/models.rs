@@ -1,9 +1,10 @@
 //! Loom models of the inbox protocol (`--cfg loom`): a sender thread and the owner exchange records
 //! through a ring of four lines, so that wrap-around, the wrap marker, line clearing and head
-//! publication all happen within three to six records. Payload and length words are loom cells (a
-//! read not ordered after the write is a reported data race); tags, line starts and the head are
-//! loom atomics. The planted-bug models run the first model with one ordering weakened and check
-//! that loom fails it.
+//! publication all happen within three to five records. Length and payload words are loom cells (a
+//! read not ordered after the write is a reported data race), except the first word of each line:
+//! like the head, it is a loom atomic (a tag or marker, and payload in a record's later lines). The
+//! planted-bug model runs the first model with each ordering weakened in turn and checks that loom
+//! fails every one.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
