@@ -17,10 +17,10 @@ use super::call::{Call, Collectives};
 use super::memo::{Memo, Path, Prepared};
 use super::{Communicator, Options};
 use crate::error::{Error, Result};
-use crate::exec::mailbox::Mailbox;
 use crate::exec::runner::{self, Fused};
 use crate::exec::wait::Patience;
 use crate::exec::{grace, mailboxes, Bound, Bufs, Stats};
+use fabcoll_fabric::shm::mailbox::Mailbox;
 
 /// What [`Communicator::run_remembered`] found.
 pub(super) enum Remembered {

@@ -276,7 +276,7 @@ mod tests {
 
     #[test]
     fn plans_that_send_more_than_half_an_inbox_to_a_peer_do_not_fit() {
-        let max = crate::exec::mailbox::MAX_DIRECT as u64;
+        let max = fabcoll_fabric::shm::mailbox::MAX_MESSAGE as u64;
         let mut args = CollArgs::new(Collective::Allreduce, 0, 4, max);
         args.elem_size = 1;
         let rd = registry::find(Collective::Allreduce, "recursive_doubling").unwrap().prepare(&args).unwrap();
@@ -291,7 +291,7 @@ mod tests {
     /// The defaults keep the mailboxes: every qualifying call of the embedded decisions fits.
     #[test]
     fn the_default_choices_fit_at_the_mailbox_limit() {
-        let max = crate::exec::mailbox::MAX_DIRECT as u64;
+        let max = fabcoll_fabric::shm::mailbox::MAX_MESSAGE as u64;
         let d = crate::select::Decisions::embedded().unwrap();
         for coll in Collective::ALL.into_iter().filter(|c| !c.is_vector() && *c != Collective::ReduceScatter) {
             for p in [2u32, 3, 4, 5, 8, 16, MAILBOX_RANKS] {

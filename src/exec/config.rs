@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use fabcoll_fabric::shm::mailbox::MAX_MESSAGE;
 use fabcoll_fabric::Caps;
 
 use super::proto::MAX_SLOTS;
@@ -56,7 +57,7 @@ pub struct ExecConfig {
     /// Blocking collectives whose buffers are at most this many bytes (the largest buffer of
     /// any rank; v-variants never) run on load/store fabrics through per-communicator
     /// shared-memory mailboxes instead of the engine (`exec::mailboxes`). 0 turns it off; at most
-    /// `mailbox::MAX_DIRECT`. `FABCOLL_MAILBOX`.
+    /// `shm::mailbox::MAX_MESSAGE`. `FABCOLL_MAILBOX`.
     pub mailbox_limit: usize,
     /// Blocking calls whose every message goes eager, and nonblocking ones made of eager Sends
     /// that complete on return, run straight inside the call's start, without an op, handed over
@@ -190,7 +191,7 @@ impl ExecConfig {
             c.local_cpus = Some((v as usize).max(1));
         }
         if let Some(v) = num("FABCOLL_MAILBOX")? {
-            c.mailbox_limit = (v.max(0.0) as usize).min(super::mailbox::MAX_DIRECT);
+            c.mailbox_limit = (v.max(0.0) as usize).min(MAX_MESSAGE);
         }
         if let Some(v) = num("FABCOLL_STRAIGHT")? {
             c.straight = v != 0.0;

@@ -20,12 +20,12 @@ use fabcoll_collectives::CollArgs;
 
 use super::bufs::{Bound, Bufs};
 use super::fasthash::FastMap;
-use super::mailbox::{self, record_len, Mailbox, RING};
 use super::runner::{self, Fused, Lane, Stop};
 use super::straight;
 use super::wait::{Backoff, Patience, Pause};
 use super::Stats;
 use crate::error::{Error, Result};
+use fabcoll_fabric::shm::mailbox::{self, record_len, Mailbox, MAX_MESSAGE, RING};
 
 /// Fruitless polls between two looks at the rest of the world (`check` of [`run`]).
 pub(crate) const CHECK_EVERY: u32 = 64;
@@ -107,10 +107,10 @@ impl Lane for MailboxLane<'_> {
         if n == 0 {
             return Ok(true);
         }
-        if n > mailbox::MAX_DIRECT {
-            return Err(Error::Protocol(format!("mailbox message of {n} bytes exceeds {}", mailbox::MAX_DIRECT)).into());
+        if n > MAX_MESSAGE {
+            return Err(Error::Protocol(format!("mailbox message of {n} bytes exceeds {}", MAX_MESSAGE)).into());
         }
-        // SAFETY: `sp` is a region of this call's buffers, `n` bytes, at most MAX_DIRECT.
+        // SAFETY: `sp` is a region of this call's buffers, `n` bytes, at most MAX_MESSAGE.
         let sent = unsafe { self.mb.send(peer as usize, mailbox::tag(self.seq, idx), sp, n)? };
         if sent {
             self.stats.mailbox_msgs += 1;
@@ -183,11 +183,11 @@ const NOTICE: u32 = 0x7fff_ffff;
 /// (`Engine::check_deadline`); returns the ranks to blame (`op::suspects`: the silent ones that
 /// someone waits for). Notices to a full inbox are dropped.
 pub(crate) fn blame(mb: &mut Mailbox, seq: u64, rank: u32, p: u32, waiting: Vec<u32>, grace: Duration) -> Vec<u32> {
-    let words = waiting.len().min(mailbox::MAX_DIRECT / 4);
+    let words = waiting.len().min(MAX_MESSAGE / 4);
     let payload: Vec<u8> = waiting[..words].iter().flat_map(|r| r.to_le_bytes()).collect();
     let tag = mailbox::tag(seq, NOTICE);
     for peer in (0..p).filter(|&q| q != rank) {
-        // SAFETY: `payload` is readable for its length, at most MAX_DIRECT bytes.
+        // SAFETY: `payload` is readable for its length, at most MAX_MESSAGE bytes.
         let _ = unsafe { mb.send(peer as usize, tag, payload.as_ptr(), payload.len()) };
     }
     let mut notices: FastMap<u32, Vec<u32>> = FastMap::default();

@@ -16,7 +16,6 @@ mod config;
 mod core;
 pub(crate) mod eager;
 pub(crate) mod fasthash;
-pub(crate) mod mailbox;
 pub(crate) mod mailboxes;
 pub(crate) mod mrcache;
 pub(crate) mod op;
@@ -35,6 +34,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fabcoll_fabric::shm::mailbox::MAX_MESSAGE;
 use fabcoll_fabric::{Access, Completion, Endpoint, Mr, SILENT_WRITE};
 
 use crate::error::{Error, Result};
@@ -266,7 +266,7 @@ impl Engine {
     /// no load/store).
     pub fn mailbox_limit(&self) -> usize {
         if self.core.caps.load_store {
-            self.core.cfg.mailbox_limit.min(mailbox::MAX_DIRECT)
+            self.core.cfg.mailbox_limit.min(MAX_MESSAGE)
         } else {
             0
         }

@@ -5,7 +5,7 @@
 //!
 //! It sits above the communicator (it runs collectives) and above selection (what it times and
 //! how it fits): nothing below imports it. The probe measures the engine's executor: it runs on a
-//! duplicate communicator without the direct path, whose per-message cost is a fraction of the
+//! duplicate communicator without the mailboxes, whose per-message cost is a fraction of the
 //! engine's and would otherwise set α for the messages of every size. About 0.2–1 s at p ≤ 8.
 
 mod load;

@@ -34,11 +34,12 @@
 //! - **Backpressure.** Queues hold 32 slots of 4 KiB; a full queue makes `write` (with immediate)
 //!   and `send_ctrl` return `Busy` before anything is copied.
 //!
-//! The SPSC ring and the key-slot protocol are model-checked with loom:
-//! `RUSTFLAGS="--cfg loom" cargo test -p fabcoll-fabric --release --lib shm::` (`shm::queue`, `shm::keys`).
+//! The SPSC ring, the key-slot protocol and the mailboxes are model-checked with loom
+//! (`shm::queue`, `shm::keys`, `shm::mailbox`): `scripts/loom.sh`.
 
 mod endpoint;
 pub(crate) mod keys;
+pub mod mailbox;
 pub(crate) mod queue;
 pub(crate) mod segment;
 pub(crate) mod sys;
