@@ -60,6 +60,15 @@ impl Default for WireConfig {
     }
 }
 
+/// Calls refused with `Busy` ([`Wire::busy_refusals`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refusals {
+    /// `write` calls.
+    pub writes: u64,
+    /// `send_ctrl` calls.
+    pub ctrl: u64,
+}
+
 /// What an in-flight item is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ItemKind {
@@ -163,6 +172,8 @@ struct State {
     auto: bool,
     max_in_flight: usize,
     delivered: Vec<Item>,
+    /// Calls refused with `Busy`.
+    busy: Refusals,
 }
 
 pub(crate) struct Shared {
@@ -236,6 +247,10 @@ impl Shared {
         }
         if !st.auto && st.flights.iter().filter(|f| f.item.from == from && f.item.to == to).count() >= st.max_in_flight
         {
+            match kind {
+                ItemKind::Write { .. } => st.busy.writes += 1,
+                ItemKind::Ctrl { .. } => st.busy.ctrl += 1,
+            }
             return Err(Error::Busy("pair wire: in-flight limit of the pair reached"));
         }
         if let Some(ctx) = done_now {
@@ -296,6 +311,7 @@ impl Wire {
             auto: cfg.auto,
             max_in_flight: cfg.max_in_flight,
             delivered: Vec::new(),
+            busy: Refusals::default(),
         };
         let shared = Shared {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -436,6 +452,11 @@ impl Wire {
     /// In-flight items per ordered pair before `write`/`send_ctrl` return `Busy` (at least 1).
     pub fn set_max_in_flight(&self, n: usize) {
         self.shared.lock().max_in_flight = n.max(1);
+    }
+
+    /// How many `write` and `send_ctrl` calls were refused with `Busy` so far.
+    pub fn busy_refusals(&self) -> Refusals {
+        self.shared.lock().busy
     }
 
     /// `rank` is gone (see the module doc). Killing a dead rank does nothing.

@@ -184,6 +184,7 @@ fn a_full_pair_is_busy_until_something_is_delivered() {
     let src = filled(&mut a, &[1]);
     assert!(a.write(1, src.range(), dst.remote().range(), None, 1).unwrap_err().is_busy());
     assert!(polled(&mut a).is_empty(), "a busy call has no side effects");
+    assert_eq!(wire.busy_refusals(), Refusals { writes: 1, ctrl: 1 });
     b.send_ctrl(0, 1, b"").unwrap();
     wire.deliver_next(0, 1).unwrap();
     a.send_ctrl(1, 3, b"").unwrap();
