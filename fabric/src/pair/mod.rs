@@ -214,10 +214,14 @@ impl Shared {
                         return Err(Error::Access(format!("key {key:#x} on rank {to} is not remotely writable")));
                     }
                     check_bounds("remote destination", off, bytes.len(), r.len)?;
-                    // SAFETY: `[off, off+len)` lies inside a registration that cannot be
-                    // deregistered while we hold the wire's lock (deregistration takes it); the
-                    // source is this item's own buffer, a different allocation.
-                    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), (r.addr as *mut u8).add(off), bytes.len()) };
+                    if !bytes.is_empty() {
+                        // SAFETY: `[off, off+len)` lies inside a registration that cannot be
+                        // deregistered while we hold the wire's lock (deregistration takes it);
+                        // the source is this item's own buffer, a different allocation.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(bytes.as_ptr(), (r.addr as *mut u8).add(off), bytes.len())
+                        };
+                    }
                     Ok(())
                 });
                 match landed {
@@ -337,6 +341,8 @@ impl Wire {
         if std::mem::replace(&mut r.claimed, true) {
             return Err(Error::invalid(format!("rank {rank} of pair wire {} is already open", self.shared.id)));
         }
+        // Completions of an earlier endpoint of this rank are not the new one's.
+        r.inbox.clear();
         drop(st);
         Ok(PairEndpoint::new(self.shared.clone(), rank))
     }
