@@ -17,7 +17,8 @@
 //! - a rendezvous (RTS → grant → write) crossing an eager message of the same pair sent after it
 //!   and received before it;
 //! - a blocking call that runs inline and is handed over to the engine by an RTS;
-//! - `Busy` from the fabric on every small in-flight limit: writes and control messages retried;
+//! - `Busy` from the fabric (one item in flight per pair): writes and control messages (credits)
+//!   refused and retried while the wire drains;
 //! - an abort mid-call: one rank times out while a peer's messages are held; the ranks that
 //!   hear each other name the silent rank, every rank returns an error within a bound, and the
 //!   communicators are broken afterwards;
