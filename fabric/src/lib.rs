@@ -17,6 +17,8 @@ pub mod error;
 pub mod keymap;
 pub mod local;
 pub mod mr;
+#[cfg(feature = "pair")]
+pub mod pair;
 #[cfg(target_os = "linux")]
 pub mod shm;
 #[cfg(target_os = "linux")]
