@@ -16,7 +16,8 @@
 //!   eager resumes after them;
 //! - a rendezvous (RTS → grant → write) crossing an eager message of the same pair sent after it
 //!   and received before it;
-//! - a blocking call that runs inline and is handed over to the engine by an RTS;
+//! - a blocking call that runs straight and is handed over to the engine by an RTS, and one
+//!   handed over at its first Send because its peer's ring has no free slot;
 //! - `Busy` from the fabric (one item in flight per pair): writes and control messages (credits)
 //!   refused and retried while the wire drains;
 //! - an abort mid-call: one rank times out while a peer's messages are held; the ranks that
@@ -622,10 +623,11 @@ impl<R> Ranks<R> {
 }
 
 /// Rank 1 is out of eager slots at rank 0 (its bcast #0's data there is held), so its blocking
-/// allreduce #1 sends an RTS. Rank 0's allreduce #1 runs inline and meets that RTS in its first
-/// poll: the call is handed over to the engine, which grants, and the data comes zero-copy.
+/// allreduce #1 starts straight, finds no slot for its first Send and is handed over at once: the
+/// op sends an RTS. Rank 0's allreduce #1 runs straight and meets that RTS in its first poll: the
+/// call is handed over to the engine, which grants, and the data comes zero-copy.
 #[test]
-fn an_rts_hands_an_inline_call_over_to_the_engine() {
+fn an_rts_hands_a_straight_call_over_to_the_engine() {
     watchdog(Duration::from_secs(20), || {
         let one = ExecConfig { slots: 1, credit_fraction: 1, ..cfg() };
         let (wire, comms) = job(WireConfig::default(), vec![one.clone(), one]);
@@ -652,7 +654,7 @@ fn an_rts_hands_an_inline_call_over_to_the_engine() {
         assert_eq!(format::seq(&rts), Some(1));
         wire.deliver(rts.id).unwrap();
         go.send(()).unwrap();
-        await_item(&wire, "rank 0's inline eager write", |it| {
+        await_item(&wire, "rank 0's straight eager write", |it| {
             it.from == 0 && format::eager(it) && format::seq(it) == Some(1)
         });
         wire.set_auto(true);
@@ -663,8 +665,12 @@ fn an_rts_hands_an_inline_call_over_to_the_engine() {
             check(&format!("rank {r} allreduce"), y, &want);
         }
         let (s0, s1) = (&out[0].0 .2, &out[1].0 .2);
-        counters("rank 0", s0, &[("inline_calls", 1), ("inline_handovers", 1), ("grants", 1), ("eager_msgs", 1)]);
-        counters("rank 1", s1, &[("inline_calls", 0), ("rts_msgs", 1), ("zcopy_msgs", 1), ("eager_msgs", 1)]);
+        counters("rank 0", s0, &[("straight_calls", 1), ("handovers", 1), ("grants", 1), ("eager_msgs", 1)]);
+        counters(
+            "rank 1",
+            s1,
+            &[("straight_calls", 1), ("handovers", 1), ("rts_msgs", 1), ("zcopy_msgs", 1), ("eager_msgs", 1)],
+        );
     });
 }
 
