@@ -19,12 +19,13 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 
 use crate::error::{Error, Result};
+use crate::settings::{self, Knob};
 
 /// The algorithm of connections between ranks of one host, unless the environment says otherwise.
 pub(crate) const SAME_HOST: &str = "reno";
 
-/// The environment variable that overrides the choice.
-const ENV: &str = "FABCOLL_TCP_CONGESTION";
+/// The knob that overrides the choice.
+const ENV: &Knob<String> = &settings::FABCOLL_TCP_CONGESTION;
 
 /// The algorithm to set on a connection (`None`: keep the system's), from the value of
 /// [`ENV`] and whether the peer runs on this host.
@@ -46,8 +47,8 @@ pub(crate) fn same_host(local: SocketAddr, peer: SocketAddr) -> bool {
 }
 
 /// The value of [`ENV`], if set.
-pub(crate) fn env_choice() -> Option<String> {
-    std::env::var(ENV).ok()
+pub(crate) fn env_choice() -> Result<Option<String>> {
+    Ok(ENV.get()?)
 }
 
 /// Sets congestion control `name` on TCP socket `fd`.
@@ -82,7 +83,8 @@ pub(crate) fn apply_to(fd: RawFd, env: Option<&str>, same_host: bool, what: &dyn
             let allowed =
                 std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap_or_default();
             Err(Error::invalid(format!(
-                "{ENV}={name}: the kernel refused it for {} ({e}); allowed here: {}",
+                "{}={name}: the kernel refused it for {} ({e}); allowed here: {}",
+                ENV.name,
                 what(),
                 allowed.trim()
             )))
@@ -100,7 +102,7 @@ pub(crate) fn apply(stream: &TcpStream, peer: usize) -> Result<()> {
         (Ok(local), Ok(remote)) => same_host(local, remote),
         _ => false,
     };
-    apply_to(stream.as_raw_fd(), env_choice().as_deref(), same, &|| format!("the connection to rank {peer}")).map(drop)
+    apply_to(stream.as_raw_fd(), env_choice()?.as_deref(), same, &|| format!("the connection to rank {peer}")).map(drop)
 }
 
 /// The congestion control of TCP socket `fd` as the kernel reports it (empty if `fd` is none).
@@ -133,7 +135,7 @@ mod tests {
 
     #[test]
     fn a_loopback_connection_is_same_host_and_takes_the_algorithm() {
-        if std::env::var(ENV).is_ok() {
+        if ENV.get().unwrap().is_some() {
             return; // the test's expectation is the default
         }
         let l = TcpListener::bind("127.0.0.1:0").unwrap();

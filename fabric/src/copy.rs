@@ -15,6 +15,8 @@
 
 use std::sync::OnceLock;
 
+use crate::settings;
+
 /// Copies of at least this many bytes use streaming stores: a single copy is faster with them
 /// from 2 MiB on, but in a collective a 2–4 MiB destination still fits the 32 MiB L3 and its
 /// reader (the peer) finds it there (bcast p=2 4 MiB: 118 µs with cached stores, 258 streaming).
@@ -23,16 +25,14 @@ pub const DEFAULT_STREAM_THRESHOLD: usize = 8 << 20;
 /// The streaming threshold in force (`usize::MAX` when streaming copies are off).
 pub fn stream_threshold() -> usize {
     static T: OnceLock<usize> = OnceLock::new();
-    *T.get_or_init(|| match std::env::var("FABCOLL_STREAM_COPY") {
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(0) => usize::MAX,
-            Ok(n) => n,
-            Err(_) => {
-                tracing::warn!("FABCOLL_STREAM_COPY={v:?} is not a byte count; using {DEFAULT_STREAM_THRESHOLD}");
-                DEFAULT_STREAM_THRESHOLD
-            }
-        },
-        Err(_) => DEFAULT_STREAM_THRESHOLD,
+    *T.get_or_init(|| match settings::FABCOLL_STREAM_COPY.get() {
+        Ok(Some(0)) => usize::MAX,
+        Ok(Some(n)) => n,
+        Ok(None) => DEFAULT_STREAM_THRESHOLD,
+        Err(e) => {
+            tracing::warn!("{e}; using {DEFAULT_STREAM_THRESHOLD}");
+            DEFAULT_STREAM_THRESHOLD
+        }
     })
 }
 

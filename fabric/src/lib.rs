@@ -17,6 +17,7 @@ pub mod error;
 pub mod keymap;
 pub mod local;
 pub mod mr;
+pub mod settings;
 #[cfg(target_os = "linux")]
 pub mod shm;
 #[cfg(target_os = "linux")]

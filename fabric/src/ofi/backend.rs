@@ -50,6 +50,7 @@ use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress, SILENT_WRIT
 use crate::error::{Error, Result};
 use crate::keymap::KeyMap;
 use crate::mr::{check_write, Access, AlignedBuf, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
+use crate::settings;
 use crate::wait::{poll_until, WaitPolicy};
 use crate::Config;
 
@@ -59,14 +60,14 @@ use crate::Config;
 /// module doc), inject from `FABCOLL_OFI_INJECT` (default on except over rxm), liveness probes from
 /// `FABCOLL_OFI_PROBE` (default 1 s except on shm and under delivery-complete).
 pub fn open(cfg: &Config, provider: &str) -> Result<Box<dyn Endpoint>> {
-    let mut oc = OfiConfig::from_env();
+    let mut oc = OfiConfig::from_env()?;
     let provider = resolve_provider(provider, &oc);
     oc = oc.provider(provider);
     if provider == "shm" {
         // shm has no network address; a node given for tcp/net would make fi_getinfo fail or hang.
         oc.node = None;
     }
-    if std::env::var_os("FABCOLL_OFI_PROBE").is_none() && provider != "shm" && !oc.delivery_complete {
+    if settings::FABCOLL_OFI_PROBE.get()?.is_none() && provider != "shm" && !oc.delivery_complete {
         // Transmit-complete writes to a dead peer may all succeed: probe idle peers so it is named.
         oc.probe_interval = Some(PROBE_INTERVAL);
     }
@@ -96,17 +97,17 @@ fn resolve_provider<'a>(provider: &'a str, oc: &OfiConfig) -> &'a str {
 
 /// The libfabric provider `ofi:<provider>` opens here, with the node and completion mode of the environment
 /// (`OfiConfig::from_env`): `tcp` names `net` where libfabric offers it. For baselines that must run the same
-/// provider (`benches/ofi.rs` hands it to the raw C program).
+/// provider (`benches/ofi.rs` hands it to the raw C program). A bad setting counts as unset here (`open` reports it).
 pub fn provider_opened(provider: &str) -> String {
-    resolve_provider(provider, &OfiConfig::from_env()).to_string()
+    resolve_provider(provider, &OfiConfig::from_env().unwrap_or_default()).to_string()
 }
 
 /// Default liveness-probe interval of network providers in transmit-complete mode (`FABCOLL_OFI_PROBE` sets it).
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// `FABCOLL_OFI_SEGMENT`, if set.
-fn segment_env() -> Option<usize> {
-    std::env::var("FABCOLL_OFI_SEGMENT").ok().and_then(|v| v.trim().parse::<usize>().ok())
+fn segment_env() -> Result<Option<usize>> {
+    Ok(settings::FABCOLL_OFI_SEGMENT.get()?)
 }
 
 /// The pieces a large transfer over one connection goes in ([`Endpoint::write_segment`]), never above `max_write`
@@ -334,7 +335,7 @@ impl Endpoint for OfiBackend {
             OfiError::Unsupported(m) | OfiError::Invalid(m) => Error::Address(m),
             other => to_error(&self.caps.provider, other),
         })?;
-        let (env, cc) = (segment_env(), congestion::env_choice());
+        let (env, cc) = (segment_env()?, congestion::env_choice()?);
         self.segments = (0..self.size)
             .map(|peer| {
                 let reno = self

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::error::OfiError;
 use super::raw::{Av, Cq, CqEvent, Domain, Ep, Fabric, Info, Mr, ProviderAttrs};
 use super::sys;
+use crate::settings::{self, SettingError};
 
 #[path = "probe.rs"]
 mod probe;
@@ -92,27 +93,21 @@ impl Default for OfiConfig {
 }
 
 impl OfiConfig {
-    /// Defaults, with the provider from `FABCOLL_OFI_PROVIDER` or `FI_PROVIDER` and the node from
-    /// `FABCOLL_OFI_NODE`, `FABCOLL_OFI_DELIVERY_COMPLETE=1`, `FABCOLL_OFI_INJECT=0`/`=1` (small writes posted
-    /// normally / injected), `FABCOLL_OFI_PROBE` (probe interval in seconds; 0: none), `FABCOLL_OFI_BUSY_US`
-    /// ([`OfiConfig::busy_wait`] in microseconds).
-    pub fn from_env() -> Self {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        OfiConfig {
-            provider: var("FABCOLL_OFI_PROVIDER").or_else(|| var("FI_PROVIDER")),
-            node: var("FABCOLL_OFI_NODE"),
-            delivery_complete: var("FABCOLL_OFI_DELIVERY_COMPLETE").is_some_and(|v| v != "0"),
-            inject: var("FABCOLL_OFI_INJECT").map(|v| v != "0"),
-            probe_interval: var("FABCOLL_OFI_PROBE")
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .filter(|s| s.is_finite() && *s > 0.0)
-                .map(Duration::from_secs_f64),
-            busy_wait: var("FABCOLL_OFI_BUSY_US")
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .filter(|us| us.is_finite() && *us >= 0.0)
-                .map_or(DEFAULT_BUSY_WAIT, |us| Duration::from_secs_f64(us * 1e-6)),
+    /// Defaults, with the knobs of [`crate::settings`]: the provider from `FABCOLL_OFI_PROVIDER` or
+    /// `FI_PROVIDER`, the node from `FABCOLL_OFI_NODE`, `FABCOLL_OFI_DELIVERY_COMPLETE`, `FABCOLL_OFI_INJECT`,
+    /// `FABCOLL_OFI_PROBE` (probe interval; 0: none) and `FABCOLL_OFI_BUSY_US` ([`OfiConfig::busy_wait`]).
+    pub fn from_env() -> Result<Self, SettingError> {
+        Ok(OfiConfig {
+            provider: settings::FABCOLL_OFI_PROVIDER
+                .get()?
+                .or_else(|| std::env::var("FI_PROVIDER").ok().filter(|v| !v.is_empty())),
+            node: settings::FABCOLL_OFI_NODE.get()?,
+            delivery_complete: settings::FABCOLL_OFI_DELIVERY_COMPLETE.get()?.unwrap_or(false),
+            inject: settings::FABCOLL_OFI_INJECT.get()?,
+            probe_interval: settings::FABCOLL_OFI_PROBE.get()?.filter(|d| !d.is_zero()),
+            busy_wait: settings::FABCOLL_OFI_BUSY_US.get()?.unwrap_or(DEFAULT_BUSY_WAIT),
             ..Default::default()
-        }
+        })
     }
 
     /// This config with `provider` set.

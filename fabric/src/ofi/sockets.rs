@@ -34,7 +34,7 @@ impl OfiEndpoint {
     pub fn tune_connections(&mut self) -> Result<usize, OfiError> {
         let Some(own) = self.own_socket() else { return Ok(0) };
         let peers: Vec<SocketAddr> = self.peer_sockets.iter().flatten().copied().filter(|&a| a != own).collect();
-        let env = congestion::env_choice();
+        let env = congestion::env_choice().map_err(|e| OfiError::Invalid(e.to_string()))?;
         let mut set = 0;
         for s in tcp_sockets() {
             let mine = s.local.port() == own.port() && (own.ip().is_unspecified() || s.local.ip() == own.ip());

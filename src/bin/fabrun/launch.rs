@@ -11,6 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use fabcoll::fabric::bootstrap::TcpStoreServer;
+use fabcoll::fabric::settings;
 use rustix::process::{kill_process_group, Pid, Signal};
 
 /// What to run.
@@ -178,13 +179,13 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
     for r in 0..n {
         let mut cmd = Command::new(&plan.prog);
         cmd.args(&plan.args)
-            .env("FABCOLL_RANK", r.to_string())
-            .env("FABCOLL_SIZE", n.to_string())
-            .env("FABCOLL_LOCAL_RANK", r.to_string())
-            .env("FABCOLL_LOCAL_SIZE", n.to_string())
-            .env("FABCOLL_STORE", &store)
-            .env("FABCOLL_STORE_SERVER", "launcher")
-            .env("FABCOLL_TOKEN", &token)
+            .env(settings::FABCOLL_RANK.name, r.to_string())
+            .env(settings::FABCOLL_SIZE.name, n.to_string())
+            .env(settings::FABCOLL_LOCAL_RANK.name, r.to_string())
+            .env(settings::FABCOLL_LOCAL_SIZE.name, n.to_string())
+            .env(settings::FABCOLL_STORE.name, &store)
+            .env(settings::FABCOLL_STORE_SERVER.name, "launcher")
+            .env(settings::FABCOLL_TOKEN.name, &token)
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
             // Each rank leads its own process group (signals reach its children too); a process
             // outside the terminal's foreground group must not read the terminal, so no stdin.
@@ -193,12 +194,12 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
             .stderr(Stdio::piped())
             .process_group(0);
         if let Some(f) = &plan.fabric {
-            cmd.env("FABCOLL_FABRIC", f);
+            cmd.env(settings::FABCOLL_FABRIC.name, f);
         }
         if !plan.bind.is_empty() {
             // A pinned rank's own CPU set is one CPU: tell it how many the job shares, so that
             // only ranks really outnumbering their CPUs take the oversubscribed wait policy.
-            cmd.env("FABCOLL_LOCAL_CPUS", distinct(&plan.bind).to_string());
+            cmd.env(settings::FABCOLL_LOCAL_CPUS.name, distinct(&plan.bind).to_string());
         }
         if let Some(&cpu) = plan.bind.get(r) {
             pin_at_exec(&mut cmd, cpu);

@@ -22,6 +22,7 @@
 
 use std::path::{Path, PathBuf};
 
+use fabcoll_fabric::settings;
 use serde::{Deserialize, Serialize};
 
 use super::{explicit_file, model_err, ModelParams, Rendezvous};
@@ -89,7 +90,10 @@ impl ModelFile {
 /// The directory of parameter files, if any of the variables is set.
 pub fn dir() -> Option<PathBuf> {
     let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    var("FABCOLL_MODEL_DIR")
+    settings::FABCOLL_MODEL_DIR
+        .get()
+        .ok()
+        .flatten()
         .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("fabcoll")))
         .or_else(|| var("HOME").map(|h| h.join(".cache").join("fabcoll")))
 }

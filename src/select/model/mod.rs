@@ -68,6 +68,7 @@ pub mod probe;
 mod state;
 
 use fabcoll_collectives::Params;
+use fabcoll_fabric::settings::{self, Selection};
 
 use crate::error::Error;
 
@@ -75,15 +76,14 @@ pub use fabcoll_collectives::sim::{ModelParams, NodeShape, Rendezvous};
 pub use predict::{predict, Estimate};
 pub(crate) use state::ModelState;
 
-/// Whether `FABCOLL_SELECT=model` asks the default selection to use the model (read once;
-/// `table`, empty or unset = the decisions; anything else is reported once and ignored).
+/// Whether `FABCOLL_SELECT=model` ([`settings`]) asks the default selection to use the model
+/// (read once; `table` or unset = the decisions; a bad value is reported once and ignored).
 pub fn select_by_model() -> bool {
     static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *S.get_or_init(|| match std::env::var("FABCOLL_SELECT").as_deref() {
-        Ok("model") => true,
-        Ok("table") | Ok("") | Err(_) => false,
-        Ok(other) => {
-            tracing::warn!("FABCOLL_SELECT={other:?} is not `model` or `table`; using the decisions");
+    *S.get_or_init(|| match settings::FABCOLL_SELECT.get() {
+        Ok(s) => s == Some(Selection::Model),
+        Err(e) => {
+            tracing::warn!("{e}; using the decisions");
             false
         }
     })
@@ -91,7 +91,7 @@ pub fn select_by_model() -> bool {
 
 /// `FABCOLL_MODEL=<file>`: explicit parameters to load instead of probing.
 pub fn explicit_file() -> Option<std::path::PathBuf> {
-    std::env::var_os("FABCOLL_MODEL").filter(|s| !s.is_empty()).map(Into::into)
+    settings::FABCOLL_MODEL.get().ok().flatten()
 }
 
 /// Smallest pipeline segment the model tries, bytes.
