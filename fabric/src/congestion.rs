@@ -2,18 +2,13 @@
 //! backend's connections (`apply`) and the socket providers' under ofi (`ofi::sockets`).
 //!
 //! Congestion control shares a network path among flows. Two ranks on the same host share none:
-//! their bytes go through the kernel's loopback, yet the system's algorithm still regulates them.
-//! With BBR (this machine kind's default), `ss -tmi` on a tcp p = 2 bcast of 2 MiB showed
-//! `pacing_rate` 43 Gbps (5.4 GB/s) and `cwnd` 18 × 64 KiB: every large message left paced
-//! at what BBR had measured, and one above ~1.1 MiB waited for acknowledgements mid-way. So a
-//! connection to a rank on this host (loopback peer, or the same address at both ends) uses Reno,
-//! which every kernel has and lets any user choose (`tcp_allowed_congestion_control`); on an idle
-//! loopback it never backs off. Connections to other hosts keep the system's choice.
-//! `FABCOLL_TCP_CONGESTION` overrides both: an algorithm name for every connection, or `system`
-//! for none. Measured (tcp p = 2, 3 alternating rounds, medians, 100 iterations, BBR against
-//! Reno): allreduce 2 MiB 652 → 344 µs, 512 KiB 148 → 111; allgather 2 MiB per rank 612 → 410;
-//! bcast 2 MiB 378 → 362; 24 of 28 cells from 256 KiB to 16 MiB the same or faster, the other
-//! four within 8 % (alltoall 512 KiB 102 → 110, allgather 8 MiB 2742 → 2819).
+//! their bytes go through the kernel's loopback, yet the system's algorithm still regulates them,
+//! and BBR paces every large message at the rate it estimated. So a connection to a rank on this
+//! host (loopback peer, or the same address at both ends) uses Reno, which every kernel has and
+//! lets any user choose (`tcp_allowed_congestion_control`); on an idle loopback it never backs
+//! off. Connections to other hosts keep the system's choice. `FABCOLL_TCP_CONGESTION` overrides
+//! both: an algorithm name for every connection, or `system` for none. Measurements:
+//! `docs/measurements/2026-11-27-tcp.md`.
 
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};

@@ -816,7 +816,7 @@ mod tests {
         s.set("FABCOLL_EAGER", "16K").unwrap();
         s.set("FABCOLL_TOKEN", "secret").unwrap();
         s.set("FABCOLL_OFI_BUSY_US", "1500").unwrap();
-        assert!(s.set("FABCOLL_EGAER", "1").unwrap_err().to_string().contains("not a fabcoll setting"));
+        assert!(s.set("EAGER", "1").unwrap_err().to_string().contains("not a fabcoll setting"));
         assert!(s.set("FABCOLL_EAGER", "x").is_err());
         let pairs = s.to_vars();
         let back = Settings::from_vars(&|k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
