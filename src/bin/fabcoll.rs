@@ -79,7 +79,7 @@ Reductions use f32 + sum, the data movers u8. Each size: warm-up, then timed ite
 rank also reads its receive buffer, untimed, as an application would); avg/min/max
 over ranks of the per-rank mean, p50/p99 over all ranks' iterations. With --sync none (and no
 --touch) the mean is timed over the whole block of calls, as mpibench does (two clock reads per
-call would add ~45 ns to every call), and p50/p99 come from a second pass timed per call. algbw = S/t with S as
+call would add to every call), and p50/p99 come from a second pass timed per call. algbw = S/t with S as
 nccl-tests defines it (allgather, alltoall, gather, scatter: p x block); busbw = algbw x 2(n-1)/n
 (allreduce), (n-1)/n (allgather, reduce_scatter, alltoall, gather, scatter), 1 (bcast, reduce, scan).
 Buffers are allocated once from the communicator (registered memory), so registration is not timed.

@@ -63,10 +63,9 @@ fn blocks(n: usize, cpus: &[usize]) -> Vec<usize> {
 ///
 /// Before `exec`, not after `spawn`: library constructors that run when the program loads may
 /// read the mask, move the thread and put the mask they read back. Debian's libfabric links
-/// libpsm2 and libinfinipath, whose constructors pin the loading thread to CPU 0 for ~100 ms
-/// each and then restore the mask they found; a pin that landed in that window was undone, the
-/// rank ran unpinned and now and then shared a CPU with another rank (p = 2 shm, 4-byte
-/// alltoall: 8.8–43 µs per call in 1 job of 5, against 0.2 µs with the ranks apart).
+/// libpsm2 and libinfinipath, whose constructors pin the loading thread to CPU 0 for a while
+/// and then restore the mask they found; a pin that landed in that window was undone, the rank
+/// ran unpinned and now and then shared a CPU with another rank (`docs/measurements/2026-11-27-cli.md`).
 fn pin_at_exec(cmd: &mut Command, cpu: usize) {
     let mut set = rustix::thread::CpuSet::new();
     set.set(cpu);
@@ -94,9 +93,8 @@ fn pin(child: &Child, rank: usize, cpu: usize) {
 /// Longest sleep of the supervising loop between checks of the ranks, the signals and the
 /// timeout. It wakes at once when an output stream ends; otherwise it only reacts to signals,
 /// timeouts and ranks that exit without closing their output (their children hold it) this much
-/// later. It polled every 2 ms before: with this loop and the store's accept loop, ~1,000
-/// wake-ups a second preempted the pinned ranks (p = 2: ~350 involuntary context switches a
-/// second per rank).
+/// later. Polling every few milliseconds, this loop and the store's accept loop preempted the
+/// pinned ranks (docs/measurements/2026-11-27-cli.md).
 const TICK: Duration = Duration::from_millis(50);
 
 /// Exit code when the job outlived `--timeout` (as timeout(1)).

@@ -49,14 +49,13 @@
 //! node's cores ([`ModelParams::cores`]; the probe
 //! fits with and without it when p > cores and keeps the better fit — on the 2-core
 //! development machine at p = 4 that was "without": a busy rank there waits for a scheduling
-//! slot, ≈ 10 µs a message, which no factor k/c on a transfer describes). So where ranks
+//! slot, which no factor k/c on a transfer describes). So where ranks
 //! outnumber cores, α, o and f_α still measure the scheduler and vary run to run.
 //! Scratch-buffer setup is not modelled, nor are cache tiers: every byte costs the same β whether
-//! the message fits the receiver's cache or not. At p = 4 on 2 cores a bcast of 2–4 MiB
-//! pipelined in 0.5–1 MiB segments of a binomial tree measured 1.3–1.6× faster than unsegmented
-//! (a forwarded segment is still in L2), which the model, seeing no pipelining gain there, does
-//! not pick; a per-byte surcharge above the L2 size did not help (it priced every large message
-//! into segments). At small p many algorithms have the same schedule
+//! the message fits the receiver's cache or not. A bcast pipelined in segments of a binomial tree
+//! ran faster than unsegmented where a forwarded segment is still in L2, which the model, seeing
+//! no pipelining gain there, does not pick; a per-byte surcharge above the L2 size did not help
+//! (it priced every large message into segments). Measurements: `docs/measurements/2026-11-27-cost-model.md`. At small p many algorithms have the same schedule
 //! shape and the model cannot tell them apart: within [`predict::TIE`] the fewest steps win,
 //! then registry order.
 
