@@ -63,7 +63,7 @@ fn rel(p: &Path) -> String {
     p.strip_prefix(root()).unwrap().display().to_string()
 }
 
-/// Every `FABCOLL_…` word in `text`.
+/// Every `FABCOLL_…` word in `text`; a family (`FABCOLL_OFI_*`) ends with `_`.
 fn fabcoll_names(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     for (i, _) in text.match_indices("FABCOLL_") {
@@ -73,9 +73,10 @@ fn fabcoll_names(text: &str) -> Vec<&str> {
         let len = text[i..]
             .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
             .unwrap_or(text.len() - i);
-        let name = text[i..i + len].trim_end_matches('_');
-        // `FABCOLL_*` names the family, not a variable.
-        if name != "FABCOLL" {
+        let word = &text[i..i + len];
+        let name = if text[i + len..].starts_with('*') { word } else { word.trim_end_matches('_') };
+        // `FABCOLL_*` (or `FABCOLL_…`) names them all.
+        if name != "FABCOLL_" && name != "FABCOLL" {
             out.push(name);
         }
     }
@@ -83,6 +84,9 @@ fn fabcoll_names(text: &str) -> Vec<&str> {
 }
 
 fn known(name: &str) -> bool {
+    if name.ends_with('_') {
+        return TABLE.iter().any(|e| e.name.starts_with(name));
+    }
     TABLE.iter().any(|e| e.name == name)
         || CONVENTIONS.iter().any(|c| c.name == name)
         || NOT_SETTINGS.iter().any(|(n, _)| *n == name)
@@ -139,7 +143,7 @@ fn only_the_settings_module_reads_fabcoll_variables() {
                 if !name.is_some_and(|n| CONVENTIONS.iter().any(|c| c.name == n && !n.starts_with("FABCOLL_"))) {
                     let line = code[..i].lines().count();
                     bad.push(format!(
-                        "{}:{line}: {call}{} reads what is not another tool's convention",
+                        "{}:{line}: {call}{}) reads what is not another tool's convention",
                         rel(f),
                         &arg[..arg.find(')').unwrap_or(0)]
                     ));
