@@ -2,7 +2,8 @@
 //! every `FABCOLL_*` name in the sources, scripts and docs is in it (or is a build or test
 //! harness variable listed below); outside the settings module no library or CLI source spells a
 //! knob's name as a string literal or reads a variable that is not another tool's convention; the
-//! executor's defaults in the table are the code's; `docs/settings.md` is the generated table.
+//! executor's defaults in the table are the code's; `docs/settings.md` is the generated table; and
+//! every `docs/measurements/` file the sources point to exists.
 
 use std::path::{Path, PathBuf};
 
@@ -193,4 +194,20 @@ fn docs_settings_md_is_the_generated_table() {
 fn the_readme_points_to_the_table() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     assert!(readme.contains("docs/settings.md") && readme.contains("fabcoll info --settings"));
+}
+
+#[test]
+fn every_measurement_file_named_in_the_sources_exists() {
+    let mut missing = Vec::new();
+    for f in files(&["rs", "md", "sh"]) {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for (i, _) in text.match_indices("docs/measurements/") {
+            let name: String = text[i..].chars().take_while(|c| c.is_alphanumeric() || "/-_.".contains(*c)).collect();
+            let name = name.trim_end_matches('.');
+            if name.ends_with(".md") && !root().join(name).is_file() {
+                missing.push(format!("{}: {name}", rel(&f)));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "measurement files named but missing:\n{}", missing.join("\n"));
 }

@@ -8,6 +8,16 @@
 //! naming the variable and what it expects; an empty value counts as unset. Code sets knobs by
 //! filling a [`Settings`] (one `Option` per knob) and installing it before it opens communicators:
 //! knobs marked [`Read::Once`] are read the first time they are needed and never again.
+//!
+//! ```
+//! use fabcoll_fabric::settings::{Settings, FABCOLL_EAGER, FABCOLL_TIMEOUT};
+//! let mut s = Settings { eager: Some(64 << 10), ..Settings::default() };
+//! s.set("FABCOLL_TIMEOUT", "30")?; // as the environment would say it
+//! s.install();
+//! assert_eq!(FABCOLL_EAGER.get()?, Some(65536));
+//! assert_eq!(FABCOLL_TIMEOUT.get()?, Some(std::time::Duration::from_secs(30)));
+//! # Ok::<(), fabcoll_fabric::settings::SettingError>(())
+//! ```
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -416,7 +426,9 @@ macro_rules! settings {
         $name:ident $field:ident: $ty:ty as $kind:ty, $layer:ident, $read:ident, $default:literal, $meaning:literal;
     )*) => {
         /// Every knob of the table, as code sets them: `None` is unset (the environment's value,
-        /// else the default of the layer that reads it).
+        /// else the default of the layer that reads it). A field is its variable's name in lower
+        /// case without `FABCOLL_` and a unit suffix (`FABCOLL_SPIN_US`: `spin`, a duration);
+        /// `FABCOLL_YIELD` is `yield_when_idle`.
         #[derive(Clone, Default, PartialEq)]
         pub struct Settings {
             $(
@@ -497,6 +509,7 @@ macro_rules! settings {
     };
 }
 
+// One line per knob: VARIABLE field: Rust type as kind, layer, when read, default, meaning.
 settings! {
     FABCOLL_RANK rank: u32 as Count, Bootstrap, EachUse, "RANK, else SLURM_PROCID",
         "this process's rank in the job (fabrun sets it)";
@@ -568,7 +581,7 @@ settings! {
     FABCOLL_OFI_PROBE ofi_probe: Duration as Seconds, Fabric, EachUse,
         "1 on network providers; 0 on shm and with delivery-complete",
         "ofi: idle time after which liveness probes go out, so a dead peer is named (0 = off)";
-    FABCOLL_OFI_BUSY_US ofi_busy_wait: Duration as Micros, Fabric, EachUse, "10000",
+    FABCOLL_OFI_BUSY_US ofi_busy: Duration as Micros, Fabric, EachUse, "10000",
         "ofi: how long a blocking wait keeps polling after its last event before it sleeps";
     FABCOLL_OFI_SEGMENT ofi_segment: usize as Bytes, Fabric, EachUse,
         "whole transfers; 512 KiB where the system's congestion control stays",
