@@ -48,5 +48,11 @@ impl Error {
     }
 }
 
+impl From<fabcoll_fabric::settings::SettingError> for Error {
+    fn from(e: fabcoll_fabric::settings::SettingError) -> Error {
+        Error::InvalidArgument { coll: "settings", msg: e.to_string() }
+    }
+}
+
 /// Result alias of the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

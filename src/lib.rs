@@ -9,7 +9,8 @@
 //! On top: [`Communicator`] (typed collectives, blocking and nonblocking, split/dup), the executor
 //! that runs any algorithm's schedule over a fabric endpoint (eager slots with credits for small
 //! messages, zero-copy writes into granted destinations for large ones, an MR cache), and the
-//! default algorithm selection ([`select`]).
+//! default algorithm selection ([`select`]). Every knob is in one table, [`settings`], set from
+//! the environment (`FABCOLL_*`) or from code.
 //!
 //! ```no_run
 //! use fabcoll::{Collectives, Communicator, ReduceOp};
@@ -42,3 +43,5 @@ pub use collectives::Params;
 pub use comm::{Call, Collectives, Communicator, Options, Pinned, Registered, Request, Scope, WithOptions};
 pub use error::{Error, Result};
 pub use exec::{ExecConfig, Stats};
+/// Every knob (`FABCOLL_*`) in one table, from the environment or from code (`fabric::settings`).
+pub use fabric::settings;

@@ -2,29 +2,25 @@
 //! backend's connections (`apply`) and the socket providers' under ofi (`ofi::sockets`).
 //!
 //! Congestion control shares a network path among flows. Two ranks on the same host share none:
-//! their bytes go through the kernel's loopback, yet the system's algorithm still regulates them.
-//! With BBR (this machine kind's default), `ss -tmi` on a tcp p = 2 bcast of 2 MiB showed
-//! `pacing_rate` 43 Gbps (5.4 GB/s) and `cwnd` 18 × 64 KiB: every large message left paced
-//! at what BBR had measured, and one above ~1.1 MiB waited for acknowledgements mid-way. So a
-//! connection to a rank on this host (loopback peer, or the same address at both ends) uses Reno,
-//! which every kernel has and lets any user choose (`tcp_allowed_congestion_control`); on an idle
-//! loopback it never backs off. Connections to other hosts keep the system's choice.
-//! `FABCOLL_TCP_CONGESTION` overrides both: an algorithm name for every connection, or `system`
-//! for none. Measured (tcp p = 2, 3 alternating rounds, medians, 100 iterations, BBR against
-//! Reno): allreduce 2 MiB 652 → 344 µs, 512 KiB 148 → 111; allgather 2 MiB per rank 612 → 410;
-//! bcast 2 MiB 378 → 362; 24 of 28 cells from 256 KiB to 16 MiB the same or faster, the other
-//! four within 8 % (alltoall 512 KiB 102 → 110, allgather 8 MiB 2742 → 2819).
+//! their bytes go through the kernel's loopback, yet the system's algorithm still regulates them,
+//! and BBR paces every large message at the rate it estimated. So a connection to a rank on this
+//! host (loopback peer, or the same address at both ends) uses Reno, which every kernel has and
+//! lets any user choose (`tcp_allowed_congestion_control`); on an idle loopback it never backs
+//! off. Connections to other hosts keep the system's choice. `FABCOLL_TCP_CONGESTION` overrides
+//! both: an algorithm name for every connection, or `system` for none. Measurements:
+//! `docs/measurements/2026-11-27-tcp.md`.
 
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 
 use crate::error::{Error, Result};
+use crate::settings::{self, Knob};
 
 /// The algorithm of connections between ranks of one host, unless the environment says otherwise.
 pub(crate) const SAME_HOST: &str = "reno";
 
-/// The environment variable that overrides the choice.
-const ENV: &str = "FABCOLL_TCP_CONGESTION";
+/// The knob that overrides the choice.
+const ENV: &Knob<String> = &settings::FABCOLL_TCP_CONGESTION;
 
 /// The algorithm to set on a connection (`None`: keep the system's), from the value of
 /// [`ENV`] and whether the peer runs on this host.
@@ -46,8 +42,8 @@ pub(crate) fn same_host(local: SocketAddr, peer: SocketAddr) -> bool {
 }
 
 /// The value of [`ENV`], if set.
-pub(crate) fn env_choice() -> Option<String> {
-    std::env::var(ENV).ok()
+pub(crate) fn env_choice() -> Result<Option<String>> {
+    Ok(ENV.get()?)
 }
 
 /// Sets congestion control `name` on TCP socket `fd`.
@@ -82,7 +78,8 @@ pub(crate) fn apply_to(fd: RawFd, env: Option<&str>, same_host: bool, what: &dyn
             let allowed =
                 std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap_or_default();
             Err(Error::invalid(format!(
-                "{ENV}={name}: the kernel refused it for {} ({e}); allowed here: {}",
+                "{}={name}: the kernel refused it for {} ({e}); allowed here: {}",
+                ENV.name,
                 what(),
                 allowed.trim()
             )))
@@ -100,7 +97,7 @@ pub(crate) fn apply(stream: &TcpStream, peer: usize) -> Result<()> {
         (Ok(local), Ok(remote)) => same_host(local, remote),
         _ => false,
     };
-    apply_to(stream.as_raw_fd(), env_choice().as_deref(), same, &|| format!("the connection to rank {peer}")).map(drop)
+    apply_to(stream.as_raw_fd(), env_choice()?.as_deref(), same, &|| format!("the connection to rank {peer}")).map(drop)
 }
 
 /// The congestion control of TCP socket `fd` as the kernel reports it (empty if `fd` is none).
@@ -133,7 +130,7 @@ mod tests {
 
     #[test]
     fn a_loopback_connection_is_same_host_and_takes_the_algorithm() {
-        if std::env::var(ENV).is_ok() {
+        if ENV.get().unwrap().is_some() {
             return; // the test's expectation is the default
         }
         let l = TcpListener::bind("127.0.0.1:0").unwrap();

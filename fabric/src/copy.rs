@@ -3,11 +3,9 @@
 //!
 //! Above a size threshold a copy uses non-temporal (streaming) stores: the destination bypasses
 //! the writer's caches, so a copy does not first read every destination line (no read-for-
-//! ownership) and does not evict the working set of the collective. On this project's 2-core
-//! AMD EPYC VMs glibc's `memcpy` never switches to streaming stores for collective-sized buffers
-//! (it derives its non-temporal threshold, 240 MiB here, from a shared cache size it reads as
-//! 320 MiB), and `rep movsb` copies 16 MiB at 11–12.5 GB/s where streaming stores reach
-//! 17–21 GB/s (best of 30, 4–64 MiB; at 1 MiB memcpy is as fast or faster, the data is in L2/L3).
+//! ownership) and does not evict the working set of the collective. glibc's `memcpy` derives its
+//! own non-temporal threshold from the shared cache size and may never switch for
+//! collective-sized buffers (`docs/measurements/2026-11-27-copy-shm.md`).
 //!
 //! The threshold is [`DEFAULT_STREAM_THRESHOLD`], or `FABCOLL_STREAM_COPY` (bytes; `0` turns
 //! streaming copies off). Streaming stores are weakly ordered: the copy ends with a store fence,
@@ -15,24 +13,24 @@
 
 use std::sync::OnceLock;
 
-/// Copies of at least this many bytes use streaming stores: a single copy is faster with them
-/// from 2 MiB on, but in a collective a 2–4 MiB destination still fits the 32 MiB L3 and its
-/// reader (the peer) finds it there (bcast p=2 4 MiB: 118 µs with cached stores, 258 streaming).
+use crate::settings;
+
+/// Copies of at least this many bytes use streaming stores: a single copy gains from them at
+/// smaller sizes, but in a collective a destination of a few MiB still fits the L3 and its reader
+/// (the peer) finds it there (`docs/measurements/2026-11-27-copy-shm.md`).
 pub const DEFAULT_STREAM_THRESHOLD: usize = 8 << 20;
 
 /// The streaming threshold in force (`usize::MAX` when streaming copies are off).
 pub fn stream_threshold() -> usize {
     static T: OnceLock<usize> = OnceLock::new();
-    *T.get_or_init(|| match std::env::var("FABCOLL_STREAM_COPY") {
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(0) => usize::MAX,
-            Ok(n) => n,
-            Err(_) => {
-                tracing::warn!("FABCOLL_STREAM_COPY={v:?} is not a byte count; using {DEFAULT_STREAM_THRESHOLD}");
-                DEFAULT_STREAM_THRESHOLD
-            }
-        },
-        Err(_) => DEFAULT_STREAM_THRESHOLD,
+    *T.get_or_init(|| match settings::FABCOLL_STREAM_COPY.get() {
+        Ok(Some(0)) => usize::MAX,
+        Ok(Some(n)) => n,
+        Ok(None) => DEFAULT_STREAM_THRESHOLD,
+        Err(e) => {
+            tracing::warn!("{e}; using {DEFAULT_STREAM_THRESHOLD}");
+            DEFAULT_STREAM_THRESHOLD
+        }
     })
 }
 

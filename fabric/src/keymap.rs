@@ -2,7 +2,7 @@
 //! the executor's op and step tables): hashed with FxHash's mixing (rotate, xor, multiply by an
 //! odd 64-bit constant, as in rustc) instead of SipHash. The keys are ours — a peer can only look
 //! keys up, never insert them — so SipHash's resistance to flooding buys nothing, and it cost a
-//! tcp receiver ~55 instructions per lookup (two lookups per arriving write, callgrind).
+//! tcp receiver time on every arriving write (two lookups each; `docs/measurements/2026-11-27-tcp.md`).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};

@@ -19,6 +19,7 @@ pub mod local;
 pub mod mr;
 #[cfg(feature = "pair")]
 pub mod pair;
+pub mod settings;
 #[cfg(target_os = "linux")]
 pub mod shm;
 #[cfg(target_os = "linux")]

@@ -28,6 +28,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use fabcoll::collectives::{registry, Collective};
+use fabcoll::fabric::settings::{self, Settings};
 use fabcoll::Communicator;
 
 use report::{Format, Meta, Report};
@@ -45,11 +46,19 @@ enum Cmd {
     /// `--fabric local -n N` as threads of this process). Rank 0 prints.
     #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
-    /// Backend capabilities and the algorithm registry (every op:algorithm with its restrictions).
+    /// Backend capabilities and the algorithm registry (every op:algorithm with its restrictions);
+    /// with --settings, every setting (FABCOLL_* knob) and the values this environment gives them.
     Info {
         /// Backends to probe.
         #[arg(long = "fabric", value_name = "FABRIC", default_values_t = ["local".to_string(), "shm".into(), "tcp".into(), "ofi:tcp".into(), "ofi:shm".into()])]
         fabrics: Vec<String>,
+        /// Print the settings table instead: name, type, default, layer and meaning of every knob,
+        /// then the knobs this environment sets (exit status 1 if one of them does not parse).
+        #[arg(long)]
+        settings: bool,
+        /// Format of --settings: `text`, or `markdown` (the table of docs/settings.md alone).
+        #[arg(long, value_enum, default_value_t = info::SettingsFormat::Text, requires = "settings")]
+        format: info::SettingsFormat,
     },
     /// Probe the cost model's parameters (run under `fabrun -n N`) or compare it with a tuner log.
     Model(model::ModelArgs),
@@ -70,7 +79,7 @@ Reductions use f32 + sum, the data movers u8. Each size: warm-up, then timed ite
 rank also reads its receive buffer, untimed, as an application would); avg/min/max
 over ranks of the per-rank mean, p50/p99 over all ranks' iterations. With --sync none (and no
 --touch) the mean is timed over the whole block of calls, as mpibench does (two clock reads per
-call would add ~45 ns to every call), and p50/p99 come from a second pass timed per call. algbw = S/t with S as
+call would add to every call), and p50/p99 come from a second pass timed per call. algbw = S/t with S as
 nccl-tests defines it (allgather, alltoall, gather, scatter: p x block); busbw = algbw x 2(n-1)/n
 (allreduce), (n-1)/n (allgather, reduce_scatter, alltoall, gather, scatter), 1 (bcast, reduce, scan).
 Buffers are allocated once from the communicator (registered memory), so registration is not timed.
@@ -171,8 +180,10 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 /// The fabric a `from_env` job uses, for the report (mirrors `Communicator::from_env`).
 fn env_fabric() -> String {
-    if let Ok(f) = std::env::var("FABCOLL_FABRIC") {
-        return f;
+    match settings::FABCOLL_FABRIC.get() {
+        Ok(Some(f)) => return f.to_string(),
+        Ok(None) => {}
+        Err(_) => return "?".into(),
     }
     match fabcoll::fabric::bootstrap::JobEnv::from_env() {
         Ok(e) if e.local_size == Some(e.size) => "shm".into(),
@@ -272,9 +283,8 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         );
     }
     if let Some(f) = &a.fabric {
-        f.parse::<fabcoll::fabric::Backend>().map_err(|e| format!("--fabric {f:?}: {e}"))?;
-        // Single-threaded here: nothing else reads the environment concurrently.
-        std::env::set_var("FABCOLL_FABRIC", f);
+        let fabric = f.parse::<fabcoll::fabric::Backend>().map_err(|e| format!("--fabric {f:?}: {e}"))?;
+        Settings { fabric: Some(fabric), ..Settings::installed() }.install();
     }
     let c = Communicator::from_env().map_err(|e| e.to_string())?;
     let mut meta = meta(env_fabric(), c.size());
@@ -292,10 +302,19 @@ fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Info { fabrics } => {
+        Cmd::Info { fabrics, settings: false, .. } => {
             // A closed stdout (`| head`) is not an error worth a panic.
             let _ = std::io::stdout().lock().write_all(info::text(&fabrics).as_bytes());
             ExitCode::SUCCESS
+        }
+        Cmd::Info { settings: true, format, .. } => {
+            let (text, ok) = info::settings(format);
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         Cmd::Model(a) => match model::main(a) {
             Ok(()) => ExitCode::SUCCESS,

@@ -67,14 +67,11 @@ struct Cli {
     /// Pin each rank to one of the CPUs fabrun may run on (`cpu`, the default for 2 or more
     /// ranks: rank r on the r-th CPU, or in balanced blocks of consecutive ranks when they
     /// outnumber the CPUs) or leave placement to the kernel (`none`). Two ranks that the kernel
-    /// puts on one CPU while another idles turn every message into a context switch (2-rank shm
-    /// allreduce 8 B: ~1.7 us pinned apart, ~8 us pinned together, unpinned runs in either mode);
-    /// 4 ranks on 2 CPUs ran 8 B allreduce faster balanced 2 per CPU than placed by the kernel,
-    /// and faster in blocks (0 1 | 2 3) than round-robin (0 2 | 1 3): OSU avg, medians of 12
-    /// alternating runs, 8.8 vs 10.7 us; barrier 6.9 vs 17 us. A rank is pinned before its
-    /// program starts: libraries that save and restore the mask as they load (libpsm2 and
-    /// libinfinipath under Debian's libfabric) undid a pin made after the start in about 1 job
-    /// of 10.
+    /// puts on one CPU while another idles turn every message into a context switch; ranks that
+    /// outnumber the CPUs run faster in balanced blocks (0 1 | 2 3) than placed by the kernel or
+    /// round-robin (docs/measurements/2026-11-27-cli.md). A rank is pinned before its program starts: libraries that save and
+    /// restore the mask as they load (libpsm2 and libinfinipath under Debian's libfabric) undid
+    /// a pin made after the start now and then.
     #[arg(long, value_name = "POLICY", value_parser = ["cpu", "none"])]
     bind: Option<String>,
 

@@ -93,8 +93,8 @@ impl std::fmt::Debug for Communicator {
     }
 }
 
-fn env_check() -> bool {
-    matches!(std::env::var("FABCOLL_CHECK").as_deref(), Ok("1") | Ok("true") | Ok("yes"))
+fn env_check() -> Result<bool> {
+    Ok(fabcoll_fabric::settings::FABCOLL_CHECK.get()?.unwrap_or(false))
 }
 
 impl Communicator {
@@ -157,7 +157,7 @@ impl Communicator {
             rank,
             size,
             members,
-            check: env_check(),
+            check: env_check()?,
             decisions,
             fabric,
             calls: CallsRegistry::register(&registry),
@@ -180,10 +180,10 @@ impl Communicator {
         let cfg = ExecConfig::from_env()?;
         let env = JobEnv::from_env()?;
         let (store, server) = env.open_store(cfg.timeout)?;
-        let backend: Backend = match std::env::var("FABCOLL_FABRIC") {
-            Ok(s) => s.parse()?,
-            Err(_) if env.local_size == Some(env.size) => Backend::Shm,
-            Err(_) => Backend::Tcp,
+        let backend = match fabcoll_fabric::settings::FABCOLL_FABRIC.get()? {
+            Some(b) => b,
+            None if env.local_size == Some(env.size) => Backend::Shm,
+            None => Backend::Tcp,
         };
         let job = format!("fabcoll-{}", env.store);
         let mut fcfg = Config::new(backend, env.rank as usize, env.size as usize, job);

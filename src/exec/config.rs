@@ -7,7 +7,7 @@ use fabcoll_fabric::shm::mailbox::MAX_MESSAGE;
 use fabcoll_fabric::Caps;
 
 use super::proto::MAX_SLOTS;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::select::FabricClass;
 
 /// Executor settings (per endpoint; all ranks of a job must use the same thresholds).
@@ -150,51 +150,41 @@ impl ExecConfig {
         ExecConfig::for_fabric(caps).env_over()
     }
 
-    /// These settings overridden by `FABCOLL_EAGER` (bytes; raises the slot size to fit),
-    /// `FABCOLL_SLOTS`, `FABCOLL_TIMEOUT` (seconds, fractions allowed), `FABCOLL_MR_CACHE`
-    /// (entries), `FABCOLL_SPIN_US` (microseconds), `FABCOLL_YIELD` (0 or 1) and
-    /// `FABCOLL_LOCAL_CPUS` (CPUs the node's ranks share), `FABCOLL_MAILBOX` (bytes, 0 = off) and
-    /// `FABCOLL_STRAIGHT` (0 or 1).
+    /// These settings overridden by the executor's knobs ([`fabcoll_fabric::settings`]: installed,
+    /// else the environment's): `FABCOLL_EAGER` (raises the slot size to fit), `FABCOLL_SLOTS`,
+    /// `FABCOLL_TIMEOUT`, `FABCOLL_MR_CACHE`, `FABCOLL_SPIN_US`, `FABCOLL_YIELD`,
+    /// `FABCOLL_LOCAL_CPUS`, `FABCOLL_MAILBOX` and `FABCOLL_STRAIGHT`.
     pub fn env_over(self) -> Result<ExecConfig> {
+        use fabcoll_fabric::settings as s;
         let mut c = self;
-        let num = |k: &str| -> Result<Option<f64>> {
-            match std::env::var(k) {
-                Ok(v) => v
-                    .trim()
-                    .parse::<f64>()
-                    .map(Some)
-                    .map_err(|_| Error::InvalidArgument { coll: "config", msg: format!("{k}={v:?} is not a number") }),
-                Err(_) => Ok(None),
-            }
-        };
-        if let Some(v) = num("FABCOLL_EAGER")? {
-            c.eager_threshold = v as usize;
+        if let Some(v) = s::FABCOLL_EAGER.get()? {
+            c.eager_threshold = v;
             c.slot_size = c.slot_size.max(c.eager_threshold);
         }
-        if let Some(v) = num("FABCOLL_SLOTS")? {
-            c.slots = v as usize;
+        if let Some(v) = s::FABCOLL_SLOTS.get()? {
+            c.slots = v;
             c.ring_budget = 0;
         }
-        if let Some(v) = num("FABCOLL_TIMEOUT")? {
-            c.timeout = Duration::from_secs_f64(v.max(0.001));
+        if let Some(v) = s::FABCOLL_TIMEOUT.get()? {
+            c.timeout = v.max(Duration::from_millis(1));
         }
-        if let Some(v) = num("FABCOLL_MR_CACHE")? {
-            c.mr_cache = v as usize;
+        if let Some(v) = s::FABCOLL_MR_CACHE.get()? {
+            c.mr_cache = v;
         }
-        if let Some(v) = num("FABCOLL_SPIN_US")? {
-            c.spin = Duration::from_secs_f64(v.max(0.0) * 1e-6);
+        if let Some(v) = s::FABCOLL_SPIN_US.get()? {
+            c.spin = v;
         }
-        if let Some(v) = num("FABCOLL_YIELD")? {
-            c.yield_when_idle = Some(v != 0.0);
+        if let Some(v) = s::FABCOLL_YIELD.get()? {
+            c.yield_when_idle = Some(v);
         }
-        if let Some(v) = num("FABCOLL_LOCAL_CPUS")? {
-            c.local_cpus = Some((v as usize).max(1));
+        if let Some(v) = s::FABCOLL_LOCAL_CPUS.get()? {
+            c.local_cpus = Some(v.max(1));
         }
-        if let Some(v) = num("FABCOLL_MAILBOX")? {
-            c.mailbox_limit = (v.max(0.0) as usize).min(MAX_MESSAGE);
+        if let Some(v) = s::FABCOLL_MAILBOX.get()? {
+            c.mailbox_limit = v.min(MAX_MESSAGE);
         }
-        if let Some(v) = num("FABCOLL_STRAIGHT")? {
-            c.straight = v != 0.0;
+        if let Some(v) = s::FABCOLL_STRAIGHT.get()? {
+            c.straight = v;
         }
         Ok(c)
     }

@@ -1,6 +1,6 @@
 //! The runner's lane over node-local mailboxes: a small blocking collective on a load/store
 //! fabric (shm, local) moves its messages as records stored straight into its peers'
-//! per-communicator inboxes (`super::mailbox`), outside the engine: no op, no slot credits, no
+//! per-communicator inboxes (`fabcoll_fabric::shm::mailbox`), outside the engine: no op, no slot credits, no
 //! notification queue, no completion. Open MPI's vader BTL ("fast boxes") and MPICH's ch4 shm
 //! take the same shortcut for small messages.
 //!

@@ -1,5 +1,5 @@
 //! Timing the probe's configurations: each one in 31 repetitions of a batch of calls (batch size
-//! agreed on from a first timed call, ≈ 0.5 ms per batch), interleaved across configurations,
+//! agreed on from a first timed call, [`BATCH_SECONDS`] each), interleaved across configurations,
 //! timed as `fabcoll bench` and the tuner time (`t0; call; t1` and an untimed barrier, so that
 //! calls never overlap); each repetition's per-call mean taken as the maximum over ranks; the
 //! 5th fastest of 31 repetitions is the sample.
@@ -16,9 +16,8 @@ use crate::select::model::probe::ProbeCase;
 /// Repetitions per configuration; the sample is the [`KEEP`]-th fastest, about the 15th
 /// percentile (interference on a shared node only adds time, so the low end estimates the
 /// machine; the fastest alone is luck). Many short batches rather than a few long ones: another
-/// job's burst on a core disturbs a whole batch for milliseconds, and under a load of 5–6 on 2
-/// cores 11 batches of 2 ms left too few clean ones (p = 2 shm, bcast:binomial 8 B: 6.5 µs in
-/// one probe, 1.0–1.2 µs in others, and a fitted per-call overhead of 4.7 µs).
+/// job's burst on a core disturbs a whole batch for milliseconds, and on a loaded machine a few
+/// long batches left too few clean ones (`docs/measurements/2026-11-27-cost-model.md`).
 const REPS: usize = 31;
 const KEEP: usize = 4;
 /// Target wall time of one batch.
@@ -30,9 +29,8 @@ const MAX_BATCH: f64 = 50.0;
 /// The buffers are the communicator's registered allocations ([`Communicator::alloc`]), as in
 /// `fabcoll bench` and `fabcoll tune`: with plain heap buffers a long message on shm cannot be
 /// written into its destination (peers write shared memory only) and takes the copying path —
-/// the probe then measured a different executor path than the calls it predicts (p = 2 shm:
-/// bcast:binomial 1 MiB 99.8 µs from heap buffers, 25.2 µs in the tuner's log; allgather:ring
-/// 256 KiB 38.7 against 13.1 µs).
+/// the probe then measured a different, slower executor path than the calls it predicts
+/// (`docs/measurements/2026-11-27-cost-model.md`).
 struct Timed {
     case: ProbeCase,
     opts: Options,

@@ -79,9 +79,8 @@ pub struct Provenance {
 
 /// The class of fabric a communicator runs on, as rules and per-fabric executor defaults see it:
 /// node-local fabrics move bytes by memory copies (a message costs about as much as its copy),
-/// network fabrics pay a per-message latency of several µs and a round trip per rendezvous
-/// (ofi:tcp: ~14 µs for an 8 B exchange against ~1 µs on shm), so they favour fewer, larger
-/// messages.
+/// network fabrics pay a per-message latency an order of magnitude above shm's and a round trip
+/// per rendezvous, so they favour fewer, larger messages.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FabricClass {

@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use fabcoll_collectives::registry;
 use fabcoll_collectives::{CollArgs, Collective};
+use fabcoll_fabric::settings;
 
 pub use decisions::{Decisions, SUPPORTED_VERSIONS};
 pub use file::FabricClass;
@@ -55,19 +56,18 @@ impl Features {
     }
 }
 
-/// The environment variable naming a decision file.
-pub const TUNING_FILE_ENV: &str = "FABCOLL_TUNING_FILE";
-
 /// The decisions communicators start with: the file named by `FABCOLL_TUNING_FILE` (read and
 /// validated once; its uncovered operations fall back to the embedded defaults), else the embedded
 /// defaults. A bad file is an error naming the file and the rule, every time this is asked.
 pub fn active() -> Result<Arc<Decisions>> {
     static A: OnceLock<std::result::Result<Arc<Decisions>, String>> = OnceLock::new();
-    let r = A.get_or_init(|| match std::env::var_os(TUNING_FILE_ENV) {
-        Some(path) if !path.is_empty() => Decisions::from_file(&path).map(Arc::new).map_err(|e| e.to_string()),
-        _ => Decisions::embedded().map(|d| Arc::new(d.clone())).map_err(|e| e.to_string()),
+    let knob = &settings::FABCOLL_TUNING_FILE;
+    let r = A.get_or_init(|| match knob.get() {
+        Ok(Some(path)) => Decisions::from_file(&path).map(Arc::new).map_err(|e| e.to_string()),
+        Ok(None) => Decisions::embedded().map(|d| Arc::new(d.clone())).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
     });
-    r.clone().map_err(|msg| Error::InvalidArgument { coll: TUNING_FILE_ENV, msg })
+    r.clone().map_err(|msg| Error::InvalidArgument { coll: knob.name, msg })
 }
 
 /// `FABCOLL_ALGO=allreduce:ring,bcast:binomial` parsed (operation names checked).
@@ -75,25 +75,29 @@ pub fn parse_overrides(s: &str) -> Result<Vec<(Collective, String)>> {
     let mut out = Vec::new();
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let (op, name) = item.split_once(':').ok_or_else(|| Error::InvalidArgument {
-            coll: "FABCOLL_ALGO",
+            coll: settings::FABCOLL_ALGO.name,
             msg: format!("{item:?} is not <operation>:<algorithm>"),
         })?;
-        let coll = Collective::from_name(op.trim())
-            .ok_or_else(|| Error::InvalidArgument { coll: "FABCOLL_ALGO", msg: format!("unknown operation {op:?}") })?;
+        let coll = Collective::from_name(op.trim()).ok_or_else(|| Error::InvalidArgument {
+            coll: settings::FABCOLL_ALGO.name,
+            msg: format!("unknown operation {op:?}"),
+        })?;
         registry::find(coll, name.trim())?;
         out.push((coll, name.trim().to_owned()));
     }
     Ok(out)
 }
 
-/// The environment's overrides, read once.
+/// The overrides of `FABCOLL_ALGO` ([`settings`]), read once.
 pub fn env_overrides() -> Result<&'static [(Collective, String)]> {
     static O: OnceLock<std::result::Result<Vec<(Collective, String)>, String>> = OnceLock::new();
-    let r = O.get_or_init(|| match std::env::var("FABCOLL_ALGO") {
-        Ok(s) => parse_overrides(&s).map_err(|e| e.to_string()),
-        Err(_) => Ok(Vec::new()),
+    let knob = &settings::FABCOLL_ALGO;
+    let r = O.get_or_init(|| match knob.get() {
+        Ok(Some(s)) => parse_overrides(&s).map_err(|e| e.to_string()),
+        Ok(None) => Ok(Vec::new()),
+        Err(e) => Err(e.to_string()),
     });
-    r.as_deref().map_err(|e| Error::InvalidArgument { coll: "FABCOLL_ALGO", msg: e.clone() })
+    r.as_deref().map_err(|e| Error::InvalidArgument { coll: knob.name, msg: e.clone() })
 }
 
 #[cfg(test)]

@@ -13,9 +13,7 @@
 //! at least one candidate measured to the full count. Only the candidates marked as racing
 //! ([`Rounds::racing`]) can leave: the tuner races those whose repetition is a single call (the
 //! long messages, which cost the time), not short ones, whose repetitions a burst of another
-//! job's work (milliseconds) can slow 5–10× twice in a row (p = 2 allgather 8 KiB recursive
-//! doubling: 13.9 and 17.4 µs in its first two rounds, 2.3–2.7 µs for its peers, which were
-//! disturbed in other rounds).
+//! job's work (milliseconds) can slow several-fold twice in a row (`docs/measurements/2026-11-27-tuner.md`).
 //!
 //! Pure bookkeeping: the caller runs the repetitions in [`Rounds::next_order`]'s order and hands
 //! back the figures, which must be the same on every rank (the tuner agrees on them with one

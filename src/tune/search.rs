@@ -25,17 +25,16 @@
 //! only if it beats it beyond noise, so ties keep the default's choice. Change points between
 //! grid sizes with different winners are found by the same binary search.
 //!
-//! A phase-2 win over the default must be robust (not in the paper; a shared 2-core machine
-//! makes one measurement's wins unreliable: bcast p = 4 at 32 and 64 KiB with 16 KiB segments
-//! won and then measured 2.6× and 3.3× slower than the default in `fabcoll bench`):
+//! A phase-2 win over the default must be robust (not in the paper; on a shared machine one
+//! measurement's wins are unreliable: some won and then ran slower than the default in
+//! `fabcoll bench`; `docs/measurements/2026-11-27-tuner.md`):
 //! - **neighbours**: at one neighbouring grid size at least, the same algorithm with its phase-1
 //!   parameters there must also be another choice than the default's and not be beaten by the
 //!   default beyond noise — a region of one grid size is a disturbance or a load-dependent
 //!   effect, a real crossover region is wider than a factor of two in size (from the phase-1
-//!   measurements: costs nothing). Seen: bcast at 32 KiB in 16 KiB eager segments against one
-//!   zero-copy write wins under background load (5.2 against 8.8 µs, three rounds) and loses
-//!   on a quiet machine (4.6 against 1.9 µs): the zero-copy grant's round trip waits for a
-//!   descheduled peer only under load; 16 and 64 KiB chose the default;
+//!   measurements: costs nothing). Seen: bcast at 32 KiB in eager segments against one
+//!   zero-copy write won under background load and lost on a quiet machine: the zero-copy
+//!   grant's round trip waits for a descheduled peer only under load;
 //! - **confirmation** (`confirm_rounds`): the challenger and the default are measured again,
 //!   in one batch per round, that many rounds, and the challenger must win beyond noise in
 //!   every round.

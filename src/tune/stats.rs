@@ -3,10 +3,10 @@
 //! Interference on a shared machine only ever slows a repetition down, so only the upper tail
 //! is rejected, by two tests: slower than median + 3 robust standard deviations, or slower than
 //! [`DISTURBED`] × the second-fastest repetition (below three repetitions none is dropped). The second
-//! test matters when most repetitions are disturbed, which the first cannot see: on the shared
-//! 2-core machine a repetition during which another job holds one rank's core runs 5–10× slower
-//! as a whole (p = 2 allgather 4 KiB ring, five repetitions: 12.8 1.6 12.9 11.6 1.6 µs, median
-//! 11.6), and such bursts last milliseconds, as long as a repetition. It applies only when the
+//! test matters when most repetitions are disturbed, which the first cannot see: on a shared
+//! machine a repetition during which another job holds one rank's core runs several times slower
+//! as a whole, and such bursts last milliseconds, as long as a repetition (`docs/measurements/2026-11-27-tuner.md`). It applies
+//! only when the
 //! fast repetitions are at least a quarter of them (`MIN_FAST_SHARE`): a lucky few are not
 //! the machine.
 //!
@@ -17,17 +17,14 @@
 /// The repetitions within [`DISTURBED`] × the second-fastest must be at least 1 in this many
 /// for the second test to apply. Interleaved rounds expose every candidate of a batch to the same
 /// bursts, so a candidate whose other repetitions are all that much slower ran into luck, not 16
-/// disturbances in 18 rounds that spared its peers: at p = 4 on 2 cores `bcast:binomial` 1 B ran
-/// 0.7 and 0.8 µs in two of 18 rounds and 5.4–6.7 µs in 13 (its peers in those rounds: linear
-/// 5.2–6.4), and the figure was 0.75 µs.
+/// disturbances in 18 rounds that spared its peers (`docs/measurements/2026-11-27-tuner.md`).
 const MIN_FAST_SHARE: usize = 4;
 
 /// Scale from the median absolute deviation to a normal standard deviation.
 const MAD_TO_SD: f64 = 1.4826;
 
 /// A repetition slower than this factor × the second-fastest one is disturbed (module doc).
-/// Undisturbed repetitions of one candidate in one batch spread by less (p = 2, 8 KiB
-/// allreduce, 16 candidates: at most 1.36× between the second-fastest and the slowest).
+/// Undisturbed repetitions of one candidate in one batch spread by less (`docs/measurements/2026-11-27-tuner.md`).
 pub const DISTURBED: f64 = 1.5;
 
 /// One measured point: median of the kept repetitions, their robust standard deviation and

@@ -5,7 +5,7 @@
 //! binomial tree's ⌈lg p⌉(α + nβ) from p = 4 on a model with concurrent ranks, but one round of
 //! latency instead of ⌈lg p⌉ dependent ones: no rank relays, so nobody waits for a forwarder
 //! that is not running. That is what matters when ranks outnumber cores (a relay costs a
-//! context switch of ~2 µs on the machine this was measured on) and for tiny messages at small
+//! context switch) and for tiny messages at small
 //! p, where the root's extra sends cost less than a second round. Restrictions: none.
 //! Source: the flat tree of MPICH's and Open MPI's `bcast` ("linear", Open MPI's
 //! `ompi_coll_base_bcast_intra_basic_linear`); thakur §4.2 names it as the naive baseline.

@@ -47,8 +47,7 @@
 //!   [`ModelParams::hot_alpha`] + [`ModelParams::hot_beta`]·n more. The receiver has to act on it
 //!   (where ranks share cores, be scheduled first), and after such a call the receiver's cache
 //!   holds those lines, so on a load/store fabric the next call's writer first takes each line
-//!   from it (p = 4 bcast on 2 cores, 1 MiB: the root's copies ran at half the speed into a rank
-//!   that forwards as into one that does not). Both 0 by default.
+//!   from it (`docs/measurements/2026-11-27-cost-model.md`). Both 0 by default.
 //! - **Gap.** With [`ModelParams::gap`] = g < 1, a message holds the sender's send port and the
 //!   receiver's receive port for `g·α + nβ` (its share of the α factor and the rest as above),
 //!   and arrives `(1 − g)·α` later (times the factor applied): the latency L and gap of LogP
@@ -56,17 +55,16 @@
 //!   the default) lets a port start its next message only when the last one has arrived. The
 //!   `Send` completes when the ports are free (its buffer may be reused). On shared memory a
 //!   sender's eager write takes a fraction of the time in which its receiver notices it (where
-//!   ranks share cores, when it is scheduled): the root of a linear bcast at p = 4 on 2 cores
-//!   finished 1.3–1.5× sooner than a binomial tree, which a Hockney model cannot say.
+//!   ranks share cores, when it is scheduled): where ranks outnumber cores the root of a linear
+//!   bcast finished sooner than a binomial tree, which a Hockney model cannot say.
 //! - **Senders' CPU.** With [`ModelParams::cpu_sends`], the send port and the CPU of a rank are one
 //!   resource: a send holds the rank's CPU from the moment it heads the send port until its
 //!   transfer frees the ports, and a computation waits for it (and a send for a computation).
 //!   The earliest ready step goes first (ties: lower step id). This is shared memory, where the
 //!   sender's own thread writes the bytes into its peer's memory: no NIC moves them while the
-//!   rank reduces, so a pipeline's segments do not hide a reduction behind a transfer (p = 2
-//!   allreduce on 2 cores: rabenseifner with two segments per half measured 1.08–2.6× slower
-//!   than unsegmented, where the independent CPU predicted a gain). The receive side stays
-//!   passive (one-sided writes).
+//!   rank reduces, so a pipeline's segments do not hide a reduction behind a transfer (a
+//!   pipelined rabenseifner allreduce ran slower than unsegmented, where an independent CPU
+//!   predicted a gain). The receive side stays passive (one-sided writes).
 //! - **Instants.** Everything that happens at one virtual instant is arbitrated after all of it is
 //!   known (completions, then send ports and CPUs, then receive ports, then the f decision), so
 //!   results never depend on the order in which the engine processes simultaneous events.

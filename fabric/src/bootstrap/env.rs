@@ -1,6 +1,7 @@
 //! Rank, size and the store's address from the environment conventions people already use.
 //!
-//! Read in this order (the first convention whose rank and size are both set wins):
+//! Read in this order (the first convention whose rank and size are both set wins; ours are knobs
+//! of [`crate::settings`], so code may set them too):
 //! 1. ours: `FABCOLL_RANK`, `FABCOLL_SIZE`, `FABCOLL_LOCAL_RANK`, `FABCOLL_LOCAL_SIZE`;
 //! 2. torchrun: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`;
 //! 3. Slurm: `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`, `SLURM_NTASKS_PER_NODE`.
@@ -16,6 +17,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{BootstrapError, FileStore, Result, Store, TcpStore, TcpStoreServer};
+use crate::settings::{self, StoreServer, Vars};
 
 /// Where the job's store is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,13 +74,15 @@ const TOKEN_HINT: &str = "set FABCOLL_TOKEN to the same secret on every rank, e.
      (fabrun sets it itself)";
 
 impl JobEnv {
-    /// Reads the process environment.
+    /// Reads the process's settings ([`crate::settings`]: installed ones first) and the other
+    /// launchers' variables from the environment.
     pub fn from_env() -> Result<JobEnv> {
-        JobEnv::from_vars(|k| std::env::var(k).ok())
+        JobEnv::from_vars(settings::var)
     }
 
     /// Reads the variables through `var` (for tests and embedding).
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<JobEnv> {
+        let var: Vars<'_> = &var;
         let num = |k: &str| -> Result<Option<u32>> {
             match var(k) {
                 None => Ok(None),
@@ -89,16 +93,26 @@ impl JobEnv {
                     .map_err(|_| BootstrapError::Config(format!("{k}={v:?} is not a non-negative integer"))),
             }
         };
-        let conventions: [(&'static str, [&str; 4]); 3] = [
-            ("fabcoll", ["FABCOLL_RANK", "FABCOLL_SIZE", "FABCOLL_LOCAL_RANK", "FABCOLL_LOCAL_SIZE"]),
+        let ours = [
+            &settings::FABCOLL_RANK,
+            &settings::FABCOLL_SIZE,
+            &settings::FABCOLL_LOCAL_RANK,
+            &settings::FABCOLL_LOCAL_SIZE,
+        ];
+        let mut found = None;
+        if let (Some(rank), Some(size)) = (ours[0].read(var)?, ours[1].read(var)?) {
+            found = Some(("fabcoll", rank, size, ours[2].read(var)?, ours[3].read(var)?));
+        }
+        let conventions: [(&'static str, [&str; 4]); 2] = [
             ("torchrun", ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"]),
             ("slurm", ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"]),
         ];
-        let mut found = None;
         for (name, [r, s, lr, ls]) in conventions {
+            if found.is_some() {
+                break;
+            }
             if let (Some(rank), Some(size)) = (num(r)?, num(s)?) {
                 found = Some((name, rank, size, num(lr)?, num(ls)?));
-                break;
             }
         }
         let (convention, rank, size, local_rank, local_size) = found.ok_or_else(|| {
@@ -116,11 +130,11 @@ impl JobEnv {
                 return Err(BootstrapError::Config(format!("local rank {lr} is not in 0..{ls}")));
             }
         }
-        let store = if let Some(s) = var("FABCOLL_STORE") {
-            StoreAddr::parse(&s)?
+        let store = if let Some(s) = settings::FABCOLL_STORE.read(var)? {
+            s
         } else if let Some(host) = var("MASTER_ADDR") {
-            let port = match (num("FABCOLL_STORE_PORT")?, num("MASTER_PORT")?) {
-                (Some(p), _) => p,
+            let port = match (settings::FABCOLL_STORE_PORT.read(var)?, num("MASTER_PORT")?) {
+                (Some(p), _) => u32::from(p),
                 (None, Some(p)) => p + 1,
                 (None, None) => {
                     return Err(BootstrapError::Config(
@@ -143,8 +157,8 @@ impl JobEnv {
             local_rank,
             local_size,
             store,
-            launcher_serves: var("FABCOLL_STORE_SERVER").as_deref() == Some("launcher"),
-            token: var("FABCOLL_TOKEN").filter(|t| !t.is_empty()),
+            launcher_serves: settings::FABCOLL_STORE_SERVER.read(var)? == Some(StoreServer::Launcher),
+            token: settings::FABCOLL_TOKEN.read(var)?,
             convention,
         })
     }

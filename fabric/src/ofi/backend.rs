@@ -1,21 +1,21 @@
 //! The fabric contract ([`crate::Endpoint`]) over an [`OfiEndpoint`]: ranks, registrations as [`crate::Mr`],
 //! notified writes whose immediate carries the initiator's rank in its top bits, tagged control messages.
 //!
-//! Provider facts this adapter relies on or reports (libfabric 1.17, measured): tcp (`tcp;ofi_rxm`), net (what
-//! `ofi:tcp` opens, see `resolve_provider`) and shm use manual data progress — a write lands only when the target
-//! polls (`writes_land_without_target_poll` is false). A write to a deregistered key never touches the target's
-//! memory on any of them, but only `tcp;ofi_rxm` with delivery-complete semantics (`FABCOLL_OFI_DELIVERY_COMPLETE=1`) reports it to the initiator (`WriteError`
-//! naming [`Error::InvalidKey`]: the completion's provider errno is `ENOENT`; a dead peer gives `ENOTCONN`); shm
-//! and net drop it silently and report `WriteDone` (shm hangs the completion under delivery-complete).
+//! Provider facts this adapter relies on or reports (libfabric 1.17, found by the tests and benches): tcp
+//! (`tcp;ofi_rxm`), net (what `ofi:tcp` opens, see `resolve_provider`) and shm use manual data progress — a write
+//! lands only when the target polls (`writes_land_without_target_poll` is false). A write to a deregistered key
+//! never touches the target's memory on any of them, but only `tcp;ofi_rxm` with delivery-complete semantics
+//! (`FABCOLL_OFI_DELIVERY_COMPLETE=1`) reports it to the initiator (`WriteError` naming [`Error::InvalidKey`]: the
+//! completion's provider errno is `ENOENT`; a dead peer gives `ENOTCONN`); shm and net drop it silently and report
+//! `WriteDone` (shm hangs the completion under delivery-complete).
 //!
 //! Every provider runs transmit-complete by default: delivery-complete costs each write a round trip that
-//! needs the target's progress (tcp, 8 B: 13.6–22.8 µs instead of 7.5 µs per one-way), which doubled fabcoll's
-//! small-message latency on tcp. What it detected is still detected, later: a write to a dead tcp peer fails
-//! once the provider saw the connection close (the next write or control message, `ENOTCONN`), and a
-//! collective whose peer stays silent ends through the executor's deadline, abort notices and grace period,
-//! which name the silent ranks — and sooner through liveness probes: an endpoint that found no event for 1 s
-//! sends every peer an empty control message its endpoint drops unseen; one to a dead peer fails and `poll`
-//! returns `Error::Peer` naming it (not on shm; `FABCOLL_OFI_PROBE=<seconds>`, 0 = off).
+//! needs the target's progress, which doubled fabcoll's small-message latency on tcp. What it detected is still
+//! detected, later: a write to a dead tcp peer fails once the provider saw the connection close (the next write or
+//! control message, `ENOTCONN`), and a collective whose peer stays silent ends through the executor's deadline,
+//! abort notices and grace period, which name the silent ranks — and sooner through liveness probes: an endpoint
+//! that found no event for 1 s sends every peer an empty control message its endpoint drops unseen; one to a dead
+//! peer fails and `poll` returns `Error::Peer` naming it (not on shm; `FABCOLL_OFI_PROBE=<seconds>`, 0 = off).
 //! Writes of at most the provider's `inject_size` (net: 128 B, shm: 4 KiB) are injected, except over `ofi_rxm`
 //! (tcp, verbs), whose injects crash libfabric 1.17 when a peer dies (`OfiConfig::inject`): complete on return
 //! (`Caps::inline_completion`), and one with ctx [`SILENT_WRITE`] reports nothing. A dead peer is named by the
@@ -24,17 +24,13 @@
 //! Waiting (`Endpoint::wait`): after the spin and yield rounds of the [`WaitPolicy`], the endpoint keeps polling and
 //! yielding for `FABCOLL_OFI_BUSY_US` (default 10 ms) after its last event, and as long as its own writes or control
 //! sends are in flight, before it sleeps 200 µs between polls: with manual progress nothing moves while a rank
-//! sleeps. There is no fi_wait object: a tcp CQ opened with `FI_WAIT_FD` woke a waiting rank sooner (80 µs instead
-//! of 200–230 µs, loaded machine) but halved streaming bandwidth (1.5–1.9 GB/s instead of 2.8–4.4) and raised the
-//! 8 B exchange (20.7/12.9 µs instead of 13.2/11.8), because every completion then signals the wait fd.
+//! sleeps. There is no fi_wait object: a tcp CQ opened with `FI_WAIT_FD` woke a waiting rank sooner but halved
+//! streaming bandwidth and slowed small exchanges, because every completion then signals the wait fd.
 //!
-//! What net costs per message over plain sockets (loopback, a 2-rank bcast root at 8 B, `perf record -g`): every
-//! socket net reads sits in its progress epoll set, so each message delivered runs the epoll callback on the
-//! sender's CPU (`sock_def_readable` 3.6 % of the root's time, against 0.3 % for the `tcp` backend and for Open MPI's
-//! tcp BTL, whose receivers poll without registering). A write above the 128 B inject size was complete when
-//! `fi_writedata` returned in every case measured, but learning so takes a CQ read whose progress is an
-//! `epoll_wait`: ~0.4 µs per write, which a blocking call pays before it returns its buffer (`cqread` in
-//! `scripts/tcp-floor.sh`).
+//! net costs more per message than plain sockets: every socket it reads sits in its progress epoll set, so each
+//! message delivered runs the epoll callback on the sender's CPU, and learning that a write completed takes a CQ
+//! read whose progress is an `epoll_wait`, which a blocking call pays before it returns its buffer. Figures for all
+//! of this: `docs/measurements/2026-11-27-ofi.md`.
 //!
 //! Writes are not ordered with respect to each other or to control messages (shm gives no
 //! write-after-write order), so `ordered_writes` is false: protocols learn arrival from immediates.
@@ -50,6 +46,7 @@ use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress, SILENT_WRIT
 use crate::error::{Error, Result};
 use crate::keymap::KeyMap;
 use crate::mr::{check_write, Access, AlignedBuf, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
+use crate::settings;
 use crate::wait::{poll_until, WaitPolicy};
 use crate::Config;
 
@@ -59,14 +56,14 @@ use crate::Config;
 /// module doc), inject from `FABCOLL_OFI_INJECT` (default on except over rxm), liveness probes from
 /// `FABCOLL_OFI_PROBE` (default 1 s except on shm and under delivery-complete).
 pub fn open(cfg: &Config, provider: &str) -> Result<Box<dyn Endpoint>> {
-    let mut oc = OfiConfig::from_env();
+    let mut oc = OfiConfig::from_env()?;
     let provider = resolve_provider(provider, &oc);
     oc = oc.provider(provider);
     if provider == "shm" {
         // shm has no network address; a node given for tcp/net would make fi_getinfo fail or hang.
         oc.node = None;
     }
-    if std::env::var_os("FABCOLL_OFI_PROBE").is_none() && provider != "shm" && !oc.delivery_complete {
+    if settings::FABCOLL_OFI_PROBE.get()?.is_none() && provider != "shm" && !oc.delivery_complete {
         // Transmit-complete writes to a dead peer may all succeed: probe idle peers so it is named.
         oc.probe_interval = Some(PROBE_INTERVAL);
     }
@@ -77,10 +74,8 @@ pub fn open(cfg: &Config, provider: &str) -> Result<Box<dyn Endpoint>> {
 /// The provider `ofi:<name>` opens. `tcp` means libfabric's TCP transport with RDM endpoints of its own: the
 /// provider libfabric 1.17 calls `net` when it is there (a fork of tcp that upstream merged back as `tcp` from
 /// 1.18 on), else `tcp` (on 1.17 that is `tcp;ofi_rxm`, on later releases the merged provider). `net` speaks
-/// RDM natively where 1.17's tcp needs the `ofi_rxm` layer on top: measured here, OSU method against Open MPI's
-/// tcp BTL, 3 runs, 8 B–16 MiB, cells at or below by medians p = 2: 49/88 on net against 19/88 over rxm,
-/// p = 4: 50/86 against 17/86 (8 B bcast 3.1 against 5.0 µs, 8 B allgather 8.6 against 9.2). `tcp;ofi_rxm`
-/// names the layered provider explicitly.
+/// RDM natively where 1.17's tcp needs the `ofi_rxm` layer on top, and is faster for it (`docs/measurements/2026-11-27-ofi.md`).
+/// `tcp;ofi_rxm` names the layered provider explicitly.
 fn resolve_provider<'a>(provider: &'a str, oc: &OfiConfig) -> &'a str {
     if provider != "tcp" {
         return provider;
@@ -96,17 +91,17 @@ fn resolve_provider<'a>(provider: &'a str, oc: &OfiConfig) -> &'a str {
 
 /// The libfabric provider `ofi:<provider>` opens here, with the node and completion mode of the environment
 /// (`OfiConfig::from_env`): `tcp` names `net` where libfabric offers it. For baselines that must run the same
-/// provider (`benches/ofi.rs` hands it to the raw C program).
+/// provider (`benches/ofi.rs` hands it to the raw C program). A bad setting counts as unset here (`open` reports it).
 pub fn provider_opened(provider: &str) -> String {
-    resolve_provider(provider, &OfiConfig::from_env()).to_string()
+    resolve_provider(provider, &OfiConfig::from_env().unwrap_or_default()).to_string()
 }
 
 /// Default liveness-probe interval of network providers in transmit-complete mode (`FABCOLL_OFI_PROBE` sets it).
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// `FABCOLL_OFI_SEGMENT`, if set.
-fn segment_env() -> Option<usize> {
-    std::env::var("FABCOLL_OFI_SEGMENT").ok().and_then(|v| v.trim().parse::<usize>().ok())
+fn segment_env() -> Result<Option<usize>> {
+    Ok(settings::FABCOLL_OFI_SEGMENT.get()?)
 }
 
 /// The pieces a large transfer over one connection goes in ([`Endpoint::write_segment`]), never above `max_write`
@@ -114,14 +109,10 @@ fn segment_env() -> Option<usize> {
 /// see `crate::congestion`). `FABCOLL_OFI_SEGMENT` (`env`), when set, is the piece everywhere (0: `max_write`).
 ///
 /// On the socket providers (`tcp`, `net`, `sockets`) the kernel's congestion control decides. Under BBR one write of
-/// several MiB streamed slower than the same bytes in 512 KiB writes (net, p = 2 bcast, 3 alternating rounds, µs:
-/// 4 MiB 933–966 → 734–759, 8 MiB 1898–2022 → 1459–1577, 16 MiB 4102–4377 → 2713–2984), so connections that keep
-/// the system's algorithm (to other hosts, or all with `FABCOLL_TCP_CONGESTION=system`) take 512 KiB pieces. Under
-/// Reno the pieces cost time instead (net, p = 2, medians of 8 alternating rounds of 200 calls, 512 KiB pieces →
-/// one write, µs: bcast 1 MiB 195 → 177, 2 MiB 423 → 299, 4 MiB 899 → 617, 8 MiB 1820 → 1436; Open MPI's tcp BTL
-/// in the same rounds 188, 351, 720, 1907; 5 rounds of 100 calls at 16 MiB: allgather 5040 → 4490, allreduce 9908
-/// → 8113, alltoall 5098 → 4185), so those connections take one write. Other providers (shm: 16 MiB 1936–1952 in
-/// one write, 1916–2136 in 512 KiB ones) write whole transfers.
+/// several MiB streamed slower than the same bytes in 512 KiB writes, so connections that keep the system's
+/// algorithm (to other hosts, or all with `FABCOLL_TCP_CONGESTION=system`) take 512 KiB pieces. Under Reno the
+/// pieces cost time instead, so those connections take one write. Other providers (shm) write whole transfers,
+/// which cost no more there. Measurements: `docs/measurements/2026-11-27-ofi.md`.
 fn segment_for(provider: &str, max_write: usize, env: Option<usize>, reno: bool) -> usize {
     let socket = matches!(provider.split(';').next(), Some("tcp" | "net" | "sockets"));
     let seg = match env {
@@ -157,8 +148,8 @@ pub struct OfiBackend {
     rank_bits: u32,
     wait: WaitPolicy,
     inserted: bool,
-    /// Writes awaiting their completion, by `OpId` (hashed by [`KeyHasher`](crate::keymap::KeyHasher): SipHash cost
-    /// ~300 instructions per write, callgrind).
+    /// Writes awaiting their completion, by `OpId` (hashed by [`KeyHasher`](crate::keymap::KeyHasher), cheaper per
+    /// write than SipHash).
     inflight: KeyMap<u64, InFlight>,
     /// An error the endpoint reported while `write_settled` looked for its write's completion:
     /// the next `poll` returns it.
@@ -289,8 +280,8 @@ impl OfiBackend {
     /// Idle in `wait`. Manual progress: a sleeping rank moves no bytes (its writes nor its
     /// peers'), so keep polling, yielding the core to whoever needs it, for `busy_wait` after the
     /// last event, and always while our own operations are in flight; then sleep briefly between
-    /// polls (no fi_wait object: a CQ opened with FI_WAIT_FD halved tcp's streaming bandwidth,
-    /// 1.5–1.9 GB/s instead of 2.8–4.4).
+    /// polls (no fi_wait object: a CQ opened with FI_WAIT_FD halved tcp's streaming bandwidth;
+    /// see the module doc).
     fn idle(&mut self, d: Duration) -> Result<()> {
         let idle = *self.idle_since.get_or_insert_with(Instant::now);
         if idle.elapsed() < self.busy_wait || !self.ep.may_sleep() {
@@ -334,7 +325,7 @@ impl Endpoint for OfiBackend {
             OfiError::Unsupported(m) | OfiError::Invalid(m) => Error::Address(m),
             other => to_error(&self.caps.provider, other),
         })?;
-        let (env, cc) = (segment_env(), congestion::env_choice());
+        let (env, cc) = (segment_env()?, congestion::env_choice()?);
         self.segments = (0..self.size)
             .map(|peer| {
                 let reno = self
@@ -434,7 +425,7 @@ impl Endpoint for OfiBackend {
 impl OfiBackend {
     /// Checks and posts a write (see [`Endpoint::write`]); the id of its completion to come, or
     /// `None` for a `SILENT_WRITE` that completed inline. Inlined into its two callers: it is
-    /// the whole of `write` (a call layer cost ~40 instructions per write, callgrind).
+    /// the whole of `write` (a call layer of its own cost instructions on every write).
     #[inline]
     fn post(
         &mut self,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::error::OfiError;
 use super::raw::{Av, Cq, CqEvent, Domain, Ep, Fabric, Info, Mr, ProviderAttrs};
 use super::sys;
+use crate::settings::{self, SettingError};
 
 #[path = "probe.rs"]
 mod probe;
@@ -36,16 +37,16 @@ pub struct OfiConfig {
     pub cq_size: usize,
     /// Complete writes only when the target has processed them (`FI_DELIVERY_COMPLETE`): a write the target
     /// rejects (stale key) then fails at the initiator on providers that report it (tcp), but every write costs a
-    /// round trip that needs the target's progress (tcp, 8 B: 13.6–22.8 µs instead of 7.5 µs per one-way).
+    /// round trip that needs the target's progress (`docs/measurements/2026-11-27-ofi.md`).
     pub delivery_complete: bool,
     /// Post writes of at most the provider's `inject_size` bytes (tcp 64 B, net 128 B, shm 4 KiB) with
     /// `fi_inject_writedata`: the provider copies them, so they are complete when [`OfiEndpoint::write`] returns
     /// (their [`OfiEvent::WriteDone`], if asked for, is a local event). Only without `delivery_complete`.
     /// `None` (the default): on, except on providers layered over `ofi_rxm` (tcp, verbs).
     ///
-    /// - **Why on.** An injected 8 B write skips the completion's trip through the CQ (on net: p = 2, 8 B bcast
-    ///   5.5 → 3.7 µs per call; on `tcp;ofi_rxm` each normal completion costs the writer a pipe write, a `poll`
-    ///   and a pipe read, and injecting took its 8 B bcast from 7.2 to 5.0 µs).
+    /// - **Why on.** An injected write skips the completion's trip through the CQ (on `tcp;ofi_rxm` each normal
+    ///   completion costs the writer a pipe write, a `poll` and a pipe read), which small calls feel
+    ///   (`docs/measurements/2026-11-27-ofi.md`).
     /// - **Why not over rxm.** libfabric 1.17's rxm dereferences the null context of an injected write that
     ///   tcp cancels when the connection drops with the write still queued: a rank that injected into a peer
     ///   that died crashes in `fi_cq_read` (SIGSEGV, reproduced with a bcast root whose receiver exited).
@@ -68,8 +69,7 @@ pub struct OfiConfig {
     /// How long a blocking wait keeps polling (yielding the core between polls) after its last event before it
     /// sleeps between polls. With manual progress nothing moves while a rank sleeps — neither its own large
     /// writes nor the peer's writes into it, which then stall in the socket buffers — so an early sleep costs
-    /// every message that takes longer than the spin phase (tcp, 2 ranks on 2 cores: sleeping 200 µs after
-    /// ~220 empty polls made allreduce 1 MiB 963 µs, yielding 732 µs). `FABCOLL_OFI_BUSY_US` sets it.
+    /// every message that takes longer than the spin phase (`docs/measurements/2026-11-27-ofi.md`). `FABCOLL_OFI_BUSY_US` sets it.
     pub busy_wait: Duration,
 }
 
@@ -92,27 +92,21 @@ impl Default for OfiConfig {
 }
 
 impl OfiConfig {
-    /// Defaults, with the provider from `FABCOLL_OFI_PROVIDER` or `FI_PROVIDER` and the node from
-    /// `FABCOLL_OFI_NODE`, `FABCOLL_OFI_DELIVERY_COMPLETE=1`, `FABCOLL_OFI_INJECT=0`/`=1` (small writes posted
-    /// normally / injected), `FABCOLL_OFI_PROBE` (probe interval in seconds; 0: none), `FABCOLL_OFI_BUSY_US`
-    /// ([`OfiConfig::busy_wait`] in microseconds).
-    pub fn from_env() -> Self {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        OfiConfig {
-            provider: var("FABCOLL_OFI_PROVIDER").or_else(|| var("FI_PROVIDER")),
-            node: var("FABCOLL_OFI_NODE"),
-            delivery_complete: var("FABCOLL_OFI_DELIVERY_COMPLETE").is_some_and(|v| v != "0"),
-            inject: var("FABCOLL_OFI_INJECT").map(|v| v != "0"),
-            probe_interval: var("FABCOLL_OFI_PROBE")
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .filter(|s| s.is_finite() && *s > 0.0)
-                .map(Duration::from_secs_f64),
-            busy_wait: var("FABCOLL_OFI_BUSY_US")
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .filter(|us| us.is_finite() && *us >= 0.0)
-                .map_or(DEFAULT_BUSY_WAIT, |us| Duration::from_secs_f64(us * 1e-6)),
+    /// Defaults, with the knobs of [`crate::settings`]: the provider from `FABCOLL_OFI_PROVIDER` or
+    /// `FI_PROVIDER`, the node from `FABCOLL_OFI_NODE`, `FABCOLL_OFI_DELIVERY_COMPLETE`, `FABCOLL_OFI_INJECT`,
+    /// `FABCOLL_OFI_PROBE` (probe interval; 0: none) and `FABCOLL_OFI_BUSY_US` ([`OfiConfig::busy_wait`]).
+    pub fn from_env() -> Result<Self, SettingError> {
+        Ok(OfiConfig {
+            provider: settings::FABCOLL_OFI_PROVIDER
+                .get()?
+                .or_else(|| std::env::var("FI_PROVIDER").ok().filter(|v| !v.is_empty())),
+            node: settings::FABCOLL_OFI_NODE.get()?,
+            delivery_complete: settings::FABCOLL_OFI_DELIVERY_COMPLETE.get()?.unwrap_or(false),
+            inject: settings::FABCOLL_OFI_INJECT.get()?,
+            probe_interval: settings::FABCOLL_OFI_PROBE.get()?.filter(|d| !d.is_zero()),
+            busy_wait: settings::FABCOLL_OFI_BUSY_US.get()?.unwrap_or(DEFAULT_BUSY_WAIT),
             ..Default::default()
-        }
+        })
     }
 
     /// This config with `provider` set.
@@ -728,7 +722,7 @@ impl OfiEndpoint {
             self.probe_when_idle()?;
         }
         let n = heard + self.injected.len();
-        // One event at a time: `extend` over the deques' drains cost ~300 instructions per poll (callgrind).
+        // One event at a time: `extend` over the deques' drains cost more per poll.
         while let Some(ev) = self.pending.pop_front() {
             out.push(ev);
         }
@@ -751,8 +745,8 @@ impl OfiEndpoint {
         }
         let mine = |e: &OfiEvent| matches!(e, OfiEvent::WriteDone(x) | OfiEvent::WriteFailed(x, _) if *x == op);
         if !self.pending.iter().any(mine) {
-            // `handle` keeps `op`'s completion out of `pending` (pushing it and finding it there again cost ~150
-            // instructions per blocking write, callgrind).
+            // `handle` keeps `op`'s completion out of `pending` (pushing it and finding it there again cost every
+            // blocking write a search).
             self.taking = Some(op);
             let res = self.progress();
             self.taking = None;

@@ -1,18 +1,14 @@
 //! The TCP connections of a socket provider (tcp, net, sockets): their congestion control.
 //!
 //! These providers open their connections on demand and offer no option for the congestion
-//! control, so the system's applies; on this machine kind that is BBR, which paces loopback
-//! traffic (see [`crate::congestion`]). Once every peer has been heard from, the endpoint finds its
+//! control, so the system's applies; BBR, for one, paces loopback traffic (see
+//! [`crate::congestion`]). Once every peer has been heard from, the endpoint finds its
 //! sockets among the process's file descriptors — the listener (connections it accepts later
 //! inherit its setting) and the connections whose local address is the endpoint's or whose peer
 //! is a peer's — and sets on each the algorithm `crate::congestion::choice` picks: Reno between
 //! ranks of one host, `FABCOLL_TCP_CONGESTION` if set (`system`: none). Other sockets of the
 //! process are never touched. A connection the provider opens later (after a peer restarted its
-//! side) keeps the system's algorithm: that costs speed only.
-//!
-//! Measured (net, `fabric/benches/ofi_raw.c`, the system's algorithm switched between BBR and
-//! Reno, 2 alternating rounds): two ranks exchanging 512 KiB 216/202 → 140/136 µs, 1 MiB 430/345
-//! → 276/324 µs; one-way 16 MiB 2,878/3,915 → 5,374/6,476 MB/s; 8 B messages the same.
+//! side) keeps the system's algorithm: that costs speed only. Measurements: `docs/measurements/2026-11-27-tcp.md`.
 
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -34,7 +30,7 @@ impl OfiEndpoint {
     pub fn tune_connections(&mut self) -> Result<usize, OfiError> {
         let Some(own) = self.own_socket() else { return Ok(0) };
         let peers: Vec<SocketAddr> = self.peer_sockets.iter().flatten().copied().filter(|&a| a != own).collect();
-        let env = congestion::env_choice();
+        let env = congestion::env_choice().map_err(|e| OfiError::Invalid(e.to_string()))?;
         let mut set = 0;
         for s in tcp_sockets() {
             let mine = s.local.port() == own.port() && (own.ip().is_unspecified() || s.local.ip() == own.ip());

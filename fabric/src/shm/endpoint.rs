@@ -23,12 +23,12 @@ const BLOB_LEN: usize = 32;
 const HAS_FD: u64 = 1 << 8;
 /// Key-slot flag: the owner reads writes into this registration once ([`Endpoint::hint_read_once`]).
 const READ_ONCE: u64 = 1 << 9;
-/// Writes of at least this many bytes into a [`READ_ONCE`] registration use streaming stores
-/// (p=2 bcast through eager slots, p50: 4 KiB 2.3 -> 0.9 us, 16 KiB 8.1 -> 1.5 us; at 1 KiB equal).
+/// Writes of at least this many bytes into a [`READ_ONCE`] registration use streaming stores: the
+/// owner's cache holds the destination's lines, which cached stores would first fetch
+/// (`docs/measurements/2026-11-27-copy-shm.md`).
 const READ_ONCE_STREAM_MIN: usize = 2048;
 /// ... and at most this many: a larger destination no longer sits in the owner's cache, and cached
-/// stores leave it in the shared L3 for the owner's read (p=2 allreduce into scratch, 512 KiB:
-/// 50-58 us with cached stores, 87-97 streaming; 256 KiB equal).
+/// stores leave it in the shared L3 for the owner's read.
 const READ_ONCE_STREAM_MAX: usize = 256 << 10;
 
 struct Peer {

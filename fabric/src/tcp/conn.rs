@@ -28,15 +28,8 @@ pub(super) const DIRECT_MIN: u64 = 16 * 1024;
 /// Bytes one `flush` sends at most. A `poll` flushes, reads and flushes again, so a large write
 /// leaves in bursts with the endpoint's reads in between, instead of in one `sendmsg` that copies
 /// all of it into the socket (a peer on the same host, or one that reads promptly, takes any
-/// amount) while the rank reads nothing. strace of a p = 2 alltoall with 1 MiB per pair: each
-/// rank sends its two bursts (one from `write`, one from the next poll), then reads the peer's
-/// 1 MiB; larger writes alternate. Why the split helps at 1 MiB too was not analysed. Measured on
-/// tcp p = 2 (5 alternating rounds, medians, 100 iterations per size; allgather/alltoall sizes
-/// per rank block) against no limit: 8 MiB allgather 5161 → 3995 µs, alltoall 5100 → 3888,
-/// allreduce 5434 → 4135, bcast 2562 → 2202; 1 MiB allgather 512 → 251, bcast 322 → 197;
-/// better at 18 of 24 cells from 256 KiB to 8 MiB, the others within 10 % except allreduce at
-/// 512 KiB (148 → 191). 256 KiB and 1 MiB did worse, and so did reading before the first flush
-/// of a poll (worse at 14 of 20 cells).
+/// amount) while the rank reads nothing. 512 KiB beat no limit, 256 KiB and 1 MiB, and reading
+/// before the first flush of a poll did worse (`docs/measurements/2026-11-27-tcp.md`).
 const SEND_BURST: usize = 512 * 1024;
 
 /// What a connection knows of its peer.

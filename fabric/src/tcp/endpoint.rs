@@ -18,8 +18,7 @@ use crate::{job_hash, Config};
 
 /// With more connections than this, `poll` asks `ppoll` which sockets are ready instead of trying
 /// a `recv` on each. Asking `ppoll` first with few connections (it does not take the socket lock
-/// that an empty `recv` takes) made an 8 B–1 KiB allreduce at p = 2 slower (11.0–11.6 µs instead
-/// of 8.2–10.7, 3 alternating rounds).
+/// that an empty `recv` takes) made small calls slower (`docs/measurements/2026-11-27-tcp.md`).
 const SCAN_ALL_MAX: usize = 8;
 /// Writes of at most this many bytes complete inside `write` (`Caps::inline_completion`): the part
 /// the socket does not take at once is copied into the queue. That is at most one eager message

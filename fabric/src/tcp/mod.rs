@@ -2,12 +2,9 @@
 //! ranks — the design of Gloo's tcp transport and Open MPI's tcp BTL, with fabcoll's contract.
 //!
 //! Why a second TCP path beside `ofi:tcp`: libfabric 1.17's TCP providers alone cost what Open
-//! MPI's whole tcp stack costs per small message (`scripts/tcp-floor.sh`: an 8 B exchange of raw
-//! `fi_writedata` 9.2–11.2 µs on `tcp;ofi_rxm`, 6.1–7.0 µs on `net`, which `ofi:tcp` opens; Open
-//! MPI's 8 B allreduce 9.4–10.7 µs, raw sockets 5.1–6.4 µs), so little built on them can beat
-//! Open MPI's tcp BTL at small sizes. This backend
-//! costs one `sendmsg` per write and one `recv` per batch of arrivals, the same system calls as
-//! raw sockets.
+//! MPI's whole tcp stack costs per small message (`scripts/tcp-floor.sh`; `docs/measurements/2026-11-27-tcp.md`), so little
+//! built on them can beat Open MPI's tcp BTL at small sizes. This backend costs one `sendmsg` per
+//! write and one `recv` per batch of arrivals, the same system calls as raw sockets.
 //!
 //! # Design
 //! - **Frames** (`tcp/wire.rs`): a 48-byte header (write: key, target address, length, immediate,

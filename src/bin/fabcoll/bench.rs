@@ -41,8 +41,8 @@ pub struct Pace {
     /// finds the lines in its own cache instead of taking them from the receiver's.
     pub touch: bool,
     /// Back-to-back calls timed as one block (mpibench's method; `barrier` and `touch` off):
-    /// timing each call adds two clock reads per call (~45 ns on the 2-core test VM, 15-25 % of
-    /// an 8 B collective on shared memory) that the peers' loops do not pay.
+    /// timing each call adds two clock reads per call, a sizeable share of an 8 B collective on
+    /// shared memory, that the peers' loops do not pay (`docs/measurements/2026-11-27-cli.md`).
     pub block: bool,
 }
 

@@ -1,8 +1,9 @@
 //! `fabcoll info`: what this build can do — each backend's capabilities (or why it is not
-//! available) and every registered algorithm with its restrictions and parameters.
+//! available) and every registered algorithm with its restrictions and parameters; with
+//! `--settings`, the settings table (`fabcoll::fabric::settings`) and the values set here.
 
 use fabcoll::collectives::registry::{self, Algorithm};
-use fabcoll::fabric::{self, Backend, Config};
+use fabcoll::fabric::{self, settings, Backend, Config};
 
 fn backend_line(spec: &str) -> String {
     let backend: Backend = match spec.parse() {
@@ -86,4 +87,35 @@ pub fn text(fabrics: &[String]) -> String {
         s += &format!("  {a:<w0$}  {b:<w1$}  {c:<w2$}  {d}\n");
     }
     s
+}
+
+/// How `fabcoll info --settings` prints the table.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SettingsFormat {
+    /// One line per knob, then the knobs this environment sets.
+    Text,
+    /// The markdown of `docs/settings.md`.
+    Markdown,
+}
+
+/// The settings report, and whether every knob this environment sets parses.
+pub fn settings(format: SettingsFormat) -> (String, bool) {
+    if format == SettingsFormat::Markdown {
+        return (settings::markdown(), true);
+    }
+    let mut s = settings::table_text();
+    let set = settings::set_in_env();
+    let ok = set.iter().all(|(_, r)| r.is_ok());
+    if set.is_empty() {
+        s += "\nNo FABCOLL_* knob is set in this environment.\n";
+    } else {
+        s += "\nSet in this environment:\n";
+        for (name, r) in set {
+            s += &match r {
+                Ok(v) => format!("  {name}={v}\n"),
+                Err(e) => format!("  error: {e}\n"),
+            };
+        }
+    }
+    (s, ok)
 }

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use fabcoll::fabric::settings::Settings;
 use fabcoll::select::model::fit::terms_on;
 use fabcoll::select::model::probe::ProbeReport;
 use fabcoll::select::model::{cache, compare, predict, ModelParams, Rendezvous};
@@ -88,9 +89,8 @@ pub fn main(a: ModelArgs) -> Result<(), String> {
         return Err("-n is for --fabric local; for processes run `fabrun -n N fabcoll model`".into());
     }
     if let Some(f) = &a.fabric {
-        f.parse::<fabcoll::fabric::Backend>().map_err(|e| format!("--fabric {f:?}: {e}"))?;
-        // Single-threaded here: nothing else reads the environment concurrently.
-        std::env::set_var("FABCOLL_FABRIC", f);
+        let fabric = f.parse::<fabcoll::fabric::Backend>().map_err(|e| format!("--fabric {f:?}: {e}"))?;
+        Settings { fabric: Some(fabric), ..Settings::installed() }.install();
     }
     let c = Communicator::from_env().map_err(|e| e.to_string())?;
     rank_main(&c, &a)

@@ -68,10 +68,8 @@ pub struct TuneArgs {
     /// Largest grid size.
     #[arg(long, default_value = "64M", value_parser = crate::parse_size)]
     max_size: u64,
-    /// Repetitions per point. 18 rather than 9: on the 2-core development machine (shm, 4 ops,
-    /// p = 2 and 4, same hour) a log of 18 agreed with itself (best of the even repetitions within
-    /// 10 % of the odd ones' best) at 96 % of its points against 89 % with 9, for 317 s of tuning
-    /// against 193.
+    /// Repetitions per point. 18 rather than 9: a log of 18 agrees with itself (best of the even
+    /// repetitions within 10 % of the odd ones') at more of its points (docs/measurements/2026-11-27-tuner.md).
     #[arg(long, default_value_t = 18, value_parser = clap::value_parser!(u32).range(1..=1000))]
     reps: u32,
     /// Target time of one repetition in µs (iterations = this / one call's time). Short

@@ -11,6 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use fabcoll::fabric::bootstrap::TcpStoreServer;
+use fabcoll::fabric::settings;
 use rustix::process::{kill_process_group, Pid, Signal};
 
 /// What to run.
@@ -62,10 +63,9 @@ fn blocks(n: usize, cpus: &[usize]) -> Vec<usize> {
 ///
 /// Before `exec`, not after `spawn`: library constructors that run when the program loads may
 /// read the mask, move the thread and put the mask they read back. Debian's libfabric links
-/// libpsm2 and libinfinipath, whose constructors pin the loading thread to CPU 0 for ~100 ms
-/// each and then restore the mask they found; a pin that landed in that window was undone, the
-/// rank ran unpinned and now and then shared a CPU with another rank (p = 2 shm, 4-byte
-/// alltoall: 8.8–43 µs per call in 1 job of 5, against 0.2 µs with the ranks apart).
+/// libpsm2 and libinfinipath, whose constructors pin the loading thread to CPU 0 for a while
+/// and then restore the mask they found; a pin that landed in that window was undone, the rank
+/// ran unpinned and now and then shared a CPU with another rank (`docs/measurements/2026-11-27-cli.md`).
 fn pin_at_exec(cmd: &mut Command, cpu: usize) {
     let mut set = rustix::thread::CpuSet::new();
     set.set(cpu);
@@ -93,9 +93,8 @@ fn pin(child: &Child, rank: usize, cpu: usize) {
 /// Longest sleep of the supervising loop between checks of the ranks, the signals and the
 /// timeout. It wakes at once when an output stream ends; otherwise it only reacts to signals,
 /// timeouts and ranks that exit without closing their output (their children hold it) this much
-/// later. It polled every 2 ms before: with this loop and the store's accept loop, ~1,000
-/// wake-ups a second preempted the pinned ranks (p = 2: ~350 involuntary context switches a
-/// second per rank).
+/// later. Polling every few milliseconds, this loop and the store's accept loop preempted the
+/// pinned ranks (docs/measurements/2026-11-27-cli.md).
 const TICK: Duration = Duration::from_millis(50);
 
 /// Exit code when the job outlived `--timeout` (as timeout(1)).
@@ -178,13 +177,13 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
     for r in 0..n {
         let mut cmd = Command::new(&plan.prog);
         cmd.args(&plan.args)
-            .env("FABCOLL_RANK", r.to_string())
-            .env("FABCOLL_SIZE", n.to_string())
-            .env("FABCOLL_LOCAL_RANK", r.to_string())
-            .env("FABCOLL_LOCAL_SIZE", n.to_string())
-            .env("FABCOLL_STORE", &store)
-            .env("FABCOLL_STORE_SERVER", "launcher")
-            .env("FABCOLL_TOKEN", &token)
+            .env(settings::FABCOLL_RANK.name, r.to_string())
+            .env(settings::FABCOLL_SIZE.name, n.to_string())
+            .env(settings::FABCOLL_LOCAL_RANK.name, r.to_string())
+            .env(settings::FABCOLL_LOCAL_SIZE.name, n.to_string())
+            .env(settings::FABCOLL_STORE.name, &store)
+            .env(settings::FABCOLL_STORE_SERVER.name, "launcher")
+            .env(settings::FABCOLL_TOKEN.name, &token)
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
             // Each rank leads its own process group (signals reach its children too); a process
             // outside the terminal's foreground group must not read the terminal, so no stdin.
@@ -193,12 +192,12 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
             .stderr(Stdio::piped())
             .process_group(0);
         if let Some(f) = &plan.fabric {
-            cmd.env("FABCOLL_FABRIC", f);
+            cmd.env(settings::FABCOLL_FABRIC.name, f);
         }
         if !plan.bind.is_empty() {
             // A pinned rank's own CPU set is one CPU: tell it how many the job shares, so that
             // only ranks really outnumbering their CPUs take the oversubscribed wait policy.
-            cmd.env("FABCOLL_LOCAL_CPUS", distinct(&plan.bind).to_string());
+            cmd.env(settings::FABCOLL_LOCAL_CPUS.name, distinct(&plan.bind).to_string());
         }
         if let Some(&cpu) = plan.bind.get(r) {
             pin_at_exec(&mut cmd, cpu);

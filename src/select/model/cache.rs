@@ -22,6 +22,7 @@
 
 use std::path::{Path, PathBuf};
 
+use fabcoll_fabric::settings;
 use serde::{Deserialize, Serialize};
 
 use super::{explicit_file, model_err, ModelParams, Rendezvous};
@@ -86,12 +87,16 @@ impl ModelFile {
     }
 }
 
-/// The directory of parameter files, if any of the variables is set.
+/// The directory of parameter files: `FABCOLL_MODEL_DIR`, else under `XDG_CACHE_HOME` or `HOME`
+/// (`None` if none is set).
 pub fn dir() -> Option<PathBuf> {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    var("FABCOLL_MODEL_DIR")
-        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("fabcoll")))
-        .or_else(|| var("HOME").map(|h| h.join(".cache").join("fabcoll")))
+    let set = |v: Option<std::ffi::OsString>| v.filter(|v| !v.is_empty()).map(PathBuf::from);
+    settings::FABCOLL_MODEL_DIR
+        .get()
+        .ok()
+        .flatten()
+        .or_else(|| set(std::env::var_os("XDG_CACHE_HOME")).map(|d| d.join("fabcoll")))
+        .or_else(|| set(std::env::var_os("HOME")).map(|h| h.join(".cache").join("fabcoll")))
 }
 
 /// p rounded up to a power of two.

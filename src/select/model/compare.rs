@@ -223,8 +223,7 @@ pub fn compare(log: &[Measurement], params_for: impl Fn(&str, u32) -> Result<Mod
         // A candidate measured twice keeps its first measurement: the tuner measures every
         // candidate of a grid size one after the other in phase 1, and asks again only for a
         // few of them later (phase 2 re-measures a challenger and the default to confirm a
-        // win). Times taken minutes apart on a shared machine can differ by 3× (seen: p = 2
-        // alltoall at 16 KiB, 11 µs in the sweep, 3.3 µs in the confirmation); comparing the
+        // win). Times taken minutes apart on a shared machine can differ several-fold; comparing the
         // late figure of two candidates with the early figures of the others compares moments,
         // not algorithms.
         let mut cands: BTreeMap<String, (&Measurement, f64, u64)> = BTreeMap::new();

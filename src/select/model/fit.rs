@@ -16,11 +16,10 @@
 //! nothing is forwarded and at p = 3 only ring forwards, in proportion to its exchanged bytes:
 //! there they stay 0.
 //!
-//! The fixed cost s of a local step is not fitted (it stays 0 unless given): tried with
-//! `allgather:bruck`'s rotations against `allgather:ring` on the 2-core development machine, the
-//! fit gave s = 0.68 µs at p = 2 and 25.7 µs at p = 4 (the scheduling of 4 ranks on 2 cores, not a
-//! step cost), moved α and f_β by 2×, and the model's picks on a tuner log got worse (118 against
-//! 132 of 242 points within 10 %).
+//! The fixed cost s of a local step is not fitted (it stays 0 unless given): fitted from
+//! `allgather:bruck`'s rotations against `allgather:ring`, it absorbed the scheduling of ranks
+//! that outnumber cores rather than a step cost, moved α and f_β, and made the model's picks
+//! worse (`docs/measurements/2026-11-27-cost-model.md`).
 //!
 //! [`fit`] solves it by least squares on relative errors (weights 1/T, so a 10 µs point counts as
 //! much as a 10 ms one), dropping any unknown that comes out negative and refitting (a small

@@ -49,14 +49,13 @@
 //! node's cores ([`ModelParams::cores`]; the probe
 //! fits with and without it when p > cores and keeps the better fit — on the 2-core
 //! development machine at p = 4 that was "without": a busy rank there waits for a scheduling
-//! slot, ≈ 10 µs a message, which no factor k/c on a transfer describes). So where ranks
+//! slot, which no factor k/c on a transfer describes). So where ranks
 //! outnumber cores, α, o and f_α still measure the scheduler and vary run to run.
 //! Scratch-buffer setup is not modelled, nor are cache tiers: every byte costs the same β whether
-//! the message fits the receiver's cache or not. At p = 4 on 2 cores a bcast of 2–4 MiB
-//! pipelined in 0.5–1 MiB segments of a binomial tree measured 1.3–1.6× faster than unsegmented
-//! (a forwarded segment is still in L2), which the model, seeing no pipelining gain there, does
-//! not pick; a per-byte surcharge above the L2 size did not help (it priced every large message
-//! into segments). At small p many algorithms have the same schedule
+//! the message fits the receiver's cache or not. A bcast pipelined in segments of a binomial tree
+//! ran faster than unsegmented where a forwarded segment is still in L2, which the model, seeing
+//! no pipelining gain there, does not pick; a per-byte surcharge above the L2 size did not help
+//! (it priced every large message into segments). Measurements: `docs/measurements/2026-11-27-cost-model.md`. At small p many algorithms have the same schedule
 //! shape and the model cannot tell them apart: within [`predict::TIE`] the fewest steps win,
 //! then registry order.
 
@@ -68,6 +67,7 @@ pub mod probe;
 mod state;
 
 use fabcoll_collectives::Params;
+use fabcoll_fabric::settings::{self, Selection};
 
 use crate::error::Error;
 
@@ -75,15 +75,14 @@ pub use fabcoll_collectives::sim::{ModelParams, NodeShape, Rendezvous};
 pub use predict::{predict, Estimate};
 pub(crate) use state::ModelState;
 
-/// Whether `FABCOLL_SELECT=model` asks the default selection to use the model (read once;
-/// `table`, empty or unset = the decisions; anything else is reported once and ignored).
+/// Whether `FABCOLL_SELECT=model` ([`settings`]) asks the default selection to use the model
+/// (read once; `table` or unset = the decisions; a bad value is reported once and ignored).
 pub fn select_by_model() -> bool {
     static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *S.get_or_init(|| match std::env::var("FABCOLL_SELECT").as_deref() {
-        Ok("model") => true,
-        Ok("table") | Ok("") | Err(_) => false,
-        Ok(other) => {
-            tracing::warn!("FABCOLL_SELECT={other:?} is not `model` or `table`; using the decisions");
+    *S.get_or_init(|| match settings::FABCOLL_SELECT.get() {
+        Ok(s) => s == Some(Selection::Model),
+        Err(e) => {
+            tracing::warn!("{e}; using the decisions");
             false
         }
     })
@@ -91,7 +90,7 @@ pub fn select_by_model() -> bool {
 
 /// `FABCOLL_MODEL=<file>`: explicit parameters to load instead of probing.
 pub fn explicit_file() -> Option<std::path::PathBuf> {
-    std::env::var_os("FABCOLL_MODEL").filter(|s| !s.is_empty()).map(Into::into)
+    settings::FABCOLL_MODEL.get().ok().flatten()
 }
 
 /// Smallest pipeline segment the model tries, bytes.

@@ -8,7 +8,7 @@
 //! machine is homogeneous, so a rooted call is replayed with root 0.
 //!
 //! Order ([`preference`]): the candidates predicted within [`TIE`] of the fastest are ones the
-//! model cannot tell apart (the probe's own fit misses its points by 5–25 %): among them the one
+//! model cannot tell apart (the probe's own fit misses its points by more): among them the one
 //! with the fewest steps (messages and local steps of the whole job) comes first — less work
 //! and fewer chances to wait on a descheduled peer, which the model does not see. At p = 2
 //! most alltoall algorithms are one exchange plus local copies and bcast's scatter+allgather is

@@ -9,11 +9,8 @@
 //!   64 KiB and 256 KiB per block.
 //! - **α_h, β_h** (hot destinations, [`ModelParams::hot_alpha`], [`ModelParams::hot_beta`]): at
 //!   p ≥ 3 also `bcast:linear` at 8 B, 4 KiB, 64 KiB and 256 KiB, whose receivers keep what they
-//!   get where binomial's and ring's forward it (separable from the rest at p ≥ 4). On 2 cores
-//!   at p = 4 the root's copies into a rank that forwards ran at half the speed of those into
-//!   one that does not (1 MiB: perf samples of the root's memcpy, 87 against 69 µs for 2 against
-//!   3 MiB), and linear measured 1.6-2x faster than binomial from 64 KiB to 1 MiB; once the
-//!   receivers read their buffers between calls as well, linear lost that lead.
+//!   get where binomial's and ring's forward it (separable from the rest at p ≥ 4): the root's
+//!   copies into a rank that forwards ran slower than those into one that does not (`docs/measurements/2026-11-27-cost-model.md`).
 //! - **gap** ([`ModelParams::gap`]): not probed; 0.3 on node fabrics, 1 elsewhere (see
 //!   `NODE_GAP`).
 //! - **sends on the CPU** ([`ModelParams::cpu_sends`]): not probed; set on node fabrics (see
@@ -128,14 +125,9 @@ pub fn is_node_fabric(fabric: &str) -> bool {
 /// Sends take the sender's CPU on node fabrics because the rank's own thread writes the bytes
 /// into its peer's memory: there is no NIC to move them while the rank reduces, so a pipeline's
 /// segments cannot hide a reduction behind a transfer. With the CPU independent of the ports,
-/// the model picked `allreduce:rabenseifner` with two segments per half at p = 2 from 32 KiB up
-/// (predicting a pipelining gain), which the tuner measured 1.08–2.6× slower than unsegmented.
-/// Measured on the tuner's grid (8 recorded probes at p = 2 and 4 on shm, fitted both ways,
-/// `model --compare` on four tuner logs of 180–189 points): within 10 % of the measured best on
-/// 154.8 points on average against 148.2 (log r18), 139.1 against 132.2 (r18b), 129.3 against
-/// 125.1 (g1), 144.2 against 138.7 (r9); the gap kept its value (0.2, 0.5 and 1 did no better).
-/// On two logs taken afterwards (14 recorded probes): 145.9 against 141.9 of 188 points (r18c),
-/// 133.9 against 126.0 of 187 (r18d).
+/// the model picked pipelined `allreduce:rabenseifner` (predicting a gain) where the tuner found
+/// it slower than unsegmented; with sends on the CPU its picks came closer to the tuner's best on
+/// every tuner log tried (`docs/measurements/2026-11-27-cost-model.md`).
 pub fn node_shape(fabric: &str, cores: u32) -> NodeShape {
     if is_node_fabric(fabric) {
         NodeShape { cores, gap: NODE_GAP, cpu_sends: true }
@@ -149,12 +141,10 @@ pub fn node_shape(fabric: &str, cores: u32) -> NodeShape {
 ///
 /// Not fitted: the probe's points cannot tell it apart. At p = 2 only its product with α
 /// shows (a pipeline's extra segments), and at p = 4 the per-call overhead, f_α and α_h absorb
-/// what linear and binomial bcast differ by; a fit over the gaps 1, 0.5, 0.3, 0.2, 0.1 by the
-/// probe's own misfit kept 1 in 6 of 8 probes. Measured on the tuner's grid instead (8 recorded
-/// probes at p = 2 and 4 on shm, each fitted with every gap, `model --compare` on one tuner
-/// log of 180 points): within 10 % of the measured best at 114.0 points on average with gap
-/// 1, 120.8 with 0.5, 125.3 with 0.3, 122.5 with 0.2, 119.7 with 0.1; 0.3 was better than 1 in
-/// every one of the 8 probes (by 1–24 points). The cause is physical: a rank's eager write into
+/// what linear and binomial bcast differ by, so a fit by the probe's own misfit mostly kept 1.
+/// Chosen on the tuner's grid instead: of 1, 0.5, 0.3, 0.2 and 0.1, 0.3 brought the model's
+/// picks closest to the tuner's best, and did better than 1 in every recorded probe
+/// (`docs/measurements/2026-11-27-cost-model.md`). The cause is physical: a rank's eager write into
 /// a peer's memory costs the sender a fraction of the time until the peer has noticed it, and
 /// where ranks share cores the peer notices only once it is scheduled.
 const NODE_GAP: f64 = 0.3;
@@ -178,9 +168,10 @@ impl Timings<'_> {
     /// Fits the timings. With more ranks than `cores`, two models are fitted: one where ranks
     /// time-share the cores ([`ModelParams::cores`]) and one with a core per rank (the f factors and
     /// α absorb the sharing); the one whose predictions miss the probe's own points least (root
-    /// mean square of the relative errors) is kept. On 2 cores, p = 4 ring exchanges (4 ranks
-    /// busy) cost ≈ 10 µs a message where binomial's (≤ 2 busy) cost ≈ 3 µs: a scheduling delay
-    /// that a factor k/c on the transfer does not always describe better than a large f_α. The
+    /// mean square of the relative errors) is kept. Where ranks outnumber cores, exchanges that
+    /// keep every rank busy pay a scheduling delay per message that calls with fewer busy ranks
+    /// do not, and a factor k/c on the transfer does not always describe it better than a large
+    /// f_α. The
     /// rest of `shape` (gap, sends on the CPU) is the fabric's (`node_shape`).
     fn fit(&self, shape: NodeShape) -> Result<ModelParams> {
         let rates = cpu_rates()?;
