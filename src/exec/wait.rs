@@ -79,7 +79,8 @@ pub(crate) enum Pause {
 /// The state of one wait.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Backoff {
-    /// When the first fruitless poll came.
+    /// When the wait began: the clock's first reading, at the first of every [`CLOCK_EVERY`]
+    /// polls.
     pub since: Option<Instant>,
     /// Polls so far, and those in a row that brought nothing.
     pub rounds: u32,
@@ -100,22 +101,19 @@ impl Backoff {
     pub fn fruitless(&mut self, p: &Patience, peers_busy: impl FnOnce() -> bool) -> Pause {
         self.rounds = self.rounds.wrapping_add(1);
         self.idle = self.idle.saturating_add(1);
-        if self.since.is_none() {
-            self.since = Some(Instant::now());
-        }
-        if self.rounds.is_multiple_of(CLOCK_EVERY) && self.rounds > p.min_polls && self.waited() >= p.spin {
-            return Pause::Stop;
+        if self.rounds.is_multiple_of(CLOCK_EVERY) {
+            // The wait's clock starts at its first reading: a short wait reads none.
+            match self.since {
+                None => self.since = Some(Instant::now()),
+                Some(t) if self.rounds > p.min_polls && t.elapsed() >= p.spin => return Pause::Stop,
+                Some(_) => {}
+            }
         }
         if self.idle < p.yield_after || p.oversubscribed && self.idle < BUSY_PEER_SPIN && peers_busy() {
             Pause::Poll
         } else {
             Pause::Yield
         }
-    }
-
-    /// Time since the first fruitless poll.
-    pub fn waited(&self) -> Duration {
-        self.since.map_or(Duration::ZERO, |t| t.elapsed())
     }
 }
 
