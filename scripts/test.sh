@@ -27,10 +27,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --document-private-it
 
 step "lean library, packages"
 bash scripts/check-lean.sh
-# The library crates are unpacked and built as a user of the published crates would; the CLI crate is only
-# packed (building it again from its package costs minutes for nothing the library's build does not show).
+# Every crate packs; the library crates are also unpacked and built as a user of the published crates would
+# build them (building the CLI again from its package costs minutes for nothing the library's build does not show).
+cargo package --workspace --no-verify --offline --allow-dirty --quiet
 cargo package --workspace --exclude fabcoll-cli --offline --allow-dirty --quiet
-cargo package -p fabcoll-cli --no-verify --offline --allow-dirty --quiet
 
 step "core crates, debug assertions on"
 cargo test -p fabcoll-collectives -p fabcoll-fabric
