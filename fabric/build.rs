@@ -40,8 +40,8 @@ fn main() {
 /// Without the `ofi` feature: nothing to probe.
 #[cfg(not(feature = "ofi"))]
 fn probe_ofi() -> Result<(), String> {
-    Err("the cargo feature `ofi` is off (it is on by default; `--features ofi` turns it on in fabcoll-fabric, \
-         fabcoll and fabcoll-cli)"
+    Err("the cargo feature `ofi` is off; it is on by default, and `--features ofi` turns it on in fabcoll, \
+         fabcoll-fabric and fabcoll-cli"
         .into())
 }
 

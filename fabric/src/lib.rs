@@ -148,7 +148,7 @@ fn open_ofi(cfg: &Config, provider: &str) -> Result<Box<dyn Endpoint>> {
 fn open_ofi(_cfg: &Config, provider: &str) -> Result<Box<dyn Endpoint>> {
     Err(Error::Unavailable {
         backend: format!("ofi:{provider}"),
-        reason: format!("built without the libfabric backend: {}", env!("FABCOLL_OFI_MISSING")),
+        reason: format!("libfabric is not compiled in: {}", env!("FABCOLL_OFI_MISSING")),
     })
 }
 
