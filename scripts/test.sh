@@ -27,8 +27,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --document-private-it
 
 step "lean library, packages"
 bash scripts/check-lean.sh
-# Every crate packs. Not verified here (unpacking and building the library crates again costs about two minutes
-# of the CI budget): `cargo package --workspace --exclude fabcoll-cli --offline` does it.
+# Every crate packs. Not verified here (unpacking and building the library crates again is a dev build of them
+# and their dependencies that no other step shares; docs/measurements/2026-11-28-test-sh.md):
+# `cargo package --workspace --exclude fabcoll-cli --offline` does it.
 cargo package --workspace --no-verify --offline --allow-dirty --quiet
 
 step "core crates, debug assertions on"
