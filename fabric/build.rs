@@ -1,14 +1,19 @@
 //! Decides, in one place, which fabric backends compile, and sets their cfg flags.
 //!
-//! `fabcoll_ofi` (libfabric): needs libfabric >= 1.17 found by pkg-config (Debian: `libfabric-dev`),
-//! libclang for bindgen (Debian: `libclang-dev`) and a C compiler for the shim that wraps libfabric's
-//! `static inline` calls. When any piece is missing the crate still builds without the backend: a
-//! `cargo:warning` says what is missing and `FABCOLL_OFI_MISSING` carries the same text for the run
-//! time error. Set `FABCOLL_DISABLE_OFI=1` to leave the backend out on purpose.
+//! `fabcoll_ofi` (libfabric), only with the cargo feature `ofi` (default on): needs libfabric >= 1.17
+//! found by pkg-config (Debian: `libfabric-dev`), libclang for bindgen (Debian: `libclang-dev`) and a C
+//! compiler for the shim that wraps libfabric's `static inline` calls. When any piece is missing the
+//! crate still builds without the backend: a `cargo:warning` says what is missing. Without the
+//! feature nothing is probed (pkg-config, bindgen and cc are not even built), and
+//! `FABCOLL_DISABLE_OFI=1` at build time leaves the backend out of a default build the same way.
+//! Either way `FABCOLL_OFI_MISSING` carries the reason for the run time error.
 
+#[cfg(feature = "ofi")]
 use std::env;
+#[cfg(feature = "ofi")]
 use std::path::PathBuf;
 
+#[cfg(feature = "ofi")]
 const LIBFABRIC_MIN: &str = "1.17";
 
 fn main() {
@@ -23,13 +28,25 @@ fn main() {
     match probe_ofi() {
         Ok(()) => println!("cargo:rustc-cfg=fabcoll_ofi"),
         Err(missing) => {
-            println!("cargo:warning=fabcoll-fabric: the ofi (libfabric) backend is not compiled in: {missing}");
+            // Asked for (the feature is on) but not found: say so at build time.
+            if cfg!(feature = "ofi") {
+                println!("cargo:warning=fabcoll-fabric: the ofi (libfabric) backend is not compiled in: {missing}");
+            }
             println!("cargo:rustc-env=FABCOLL_OFI_MISSING={missing}");
         }
     }
 }
 
+/// Without the `ofi` feature: nothing to probe.
+#[cfg(not(feature = "ofi"))]
+fn probe_ofi() -> Result<(), String> {
+    Err("the cargo feature `ofi` is off; it is on by default, and `--features ofi` turns it on in fabcoll, \
+         fabcoll-fabric and fabcoll-cli"
+        .into())
+}
+
 /// Finds libfabric, generates the bindings and compiles the shim; `Err` says what is missing.
+#[cfg(feature = "ofi")]
 fn probe_ofi() -> Result<(), String> {
     if env::var_os("FABCOLL_DISABLE_OFI").is_some_and(|v| v != "0") {
         return Err("disabled by FABCOLL_DISABLE_OFI at build time".into());
@@ -39,8 +56,8 @@ fn probe_ofi() -> Result<(), String> {
             |e| {
                 let first = e.to_string().lines().next().unwrap_or_default().to_string();
                 format!(
-                    "libfabric >= {LIBFABRIC_MIN} not found by pkg-config (install the system package `libfabric-dev` \
-                 and `pkg-config`): {first}"
+                    "libfabric >= {LIBFABRIC_MIN} not found by pkg-config (install `pkg-config` and the system package \
+                 `libfabric-dev`, `libfabric-devel` on Fedora/RHEL): {first}"
                 )
             },
         )?;
@@ -91,9 +108,11 @@ fn probe_ofi() -> Result<(), String> {
 
 /// libfabric's flag macros (`FI_RMA = 1ULL << 2`, `FI_MR_LOCAL = 1 << 2`, …) all land as `u64`, the type of the
 /// `caps`/`flags`/`mr_mode` fields they are or'ed into; negative ones (none today) keep `i64`.
+#[cfg(feature = "ofi")]
 #[derive(Debug)]
 struct FlagWidth;
 
+#[cfg(feature = "ofi")]
 impl bindgen::callbacks::ParseCallbacks for FlagWidth {
     fn int_macro(&self, name: &str, value: i64) -> Option<bindgen::callbacks::IntKind> {
         if name.starts_with("FI_") {

@@ -1,6 +1,44 @@
 #!/usr/bin/env bash
-# The test command: installs the system packages the build needs, then runs the whole test suite.
+# The test command: installs the system packages the build needs, then checks the habits and runs the whole
+# test suite. Extra arguments go to the final `cargo test --workspace --release`.
+#   1. formatting (rustfmt.toml), 2. clippy on every target with warnings as errors (incl. clippy's
+#   `incompatible_msrv`: nothing newer than the workspace's `rust-version`), 3. rustdoc with warnings as errors,
+#   4. the lean-library check (scripts/check-lean.sh) and `cargo package` of every crate, 5. the core crates'
+#   tests in the test profile (debug assertions and overflow checks on), 6. the loom models, 7. the whole suite
+#   in release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+
+step() { echo "== scripts/test.sh: $* ($(date +%T))" >&2; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+# Dev profile, not release: the dependencies' metadata it builds is what `cargo doc` reuses, and its build
+# scripts and proc macros are those of the debug-profile tests below.
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+# Without libfabric: the `ofi` feature off compiles and stays warning-free too.
+cargo clippy -p fabcoll-fabric --no-default-features --all-targets -- -D warnings
+
+step "cargo doc -D warnings"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --document-private-items
+
+step "lean library, packages"
+bash scripts/check-lean.sh
+# Every crate packs. Not verified here (unpacking and building the library crates again is a dev build of them
+# and their dependencies that no other step shares; docs/measurements/2026-11-28-test-sh.md):
+# `cargo package --workspace --exclude fabcoll-cli --offline` does it.
+cargo package --workspace --no-verify --offline --allow-dirty --quiet
+
+step "core crates, debug assertions on"
+# Unit and integration tests (the doc tests and examples run in release below).
+cargo test -p fabcoll-collectives -p fabcoll-fabric --lib --tests
+cargo test -p fabcoll-fabric --no-default-features --lib
+
+step "loom models"
+bash scripts/loom.sh
+
+step "cargo test --workspace --release"
 cargo test --workspace --release "$@"

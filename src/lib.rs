@@ -38,6 +38,16 @@ pub mod select;
 pub mod tune;
 
 pub use collectives::datatype::{Datatype, Element, ValueIndex};
+/// The `half` crate of [`Element`]'s `f16` and `bf16`, so a program names them without a `half` version of its own
+/// to keep in step:
+///
+/// ```
+/// use fabcoll::half::{bf16, f16};
+/// use fabcoll::{Datatype, Element};
+/// assert_eq!(f16::DATATYPE, Datatype::F16);
+/// assert_eq!(bf16::DATATYPE, Datatype::BF16);
+/// ```
+pub use collectives::half;
 pub use collectives::op::{ReduceOp, UserOp};
 pub use collectives::Params;
 pub use comm::{Call, Collectives, Communicator, Options, Pinned, Registered, Request, Scope, WithOptions};

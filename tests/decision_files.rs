@@ -1,17 +1,12 @@
 //! Decision files end to end: random valid files round-trip (file → JSON → load) to the same
 //! choices, which match a direct reading of the rules' documented semantics; malformed files —
 //! random bytes, mutations of the embedded file, valid JSON with wrong content — are errors,
-//! never panics; `FABCOLL_TUNING_FILE` and `Communicator::set_decisions` steer real collectives,
-//! and per-call options and `FABCOLL_ALGO` still win over them.
+//! never panics; `Communicator::set_decisions` steers real collectives and per-call options still win
+//! over it (`FABCOLL_TUNING_FILE` through `fabcoll bench`: cli/tests/tuning_file_env.rs).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
-
-#[path = "common/child.rs"]
-mod child;
 
 use fabcoll::collectives::args::SEGMENT;
 use fabcoll::collectives::registry::{self, Restrictions};
@@ -20,9 +15,6 @@ use fabcoll::select::file::{DecisionFile, Provenance, RuleSpec, FORMAT_NAME, FOR
 use fabcoll::select::{Decisions, FabricClass, Features};
 use fabcoll::{Collectives, Communicator, Options, ReduceOp};
 use proptest::prelude::*;
-
-const FABCOLL: &str = env!("CARGO_BIN_EXE_fabcoll");
-const LIMIT: Duration = Duration::from_secs(120);
 
 // ---------------------------------------------------------------------------------------------
 // A direct reading of the file format's semantics (src/select/file.rs module doc), independent of
@@ -517,67 +509,4 @@ fn set_decisions_steers_a_communicator_and_options_still_win() {
     // A per-call choice wins over the file.
     let forced = steered(Options::algorithm("recursive_doubling"));
     assert!(forced.iter().all(|&(a, _)| a == "recursive_doubling"), "{forced:?}");
-}
-
-/// Runs `fabcoll bench --fabric local` for allreduce up to 1 KiB with `env`; (ok, stdout, stderr).
-fn bench(env: &[(&str, &str)]) -> (bool, String, String) {
-    let args = ["bench", "--fabric", "local", "-n", "4", "--op", "allreduce", "--max-size", "1024"];
-    let mut cmd = Command::new(FABCOLL);
-    cmd.args(args).args(["--iters", "2", "--check", "--format", "csv"]);
-    cmd.env_remove("FABCOLL_ALGO").env_remove("FABCOLL_TUNING_FILE").env("FABCOLL_TIMEOUT", "30");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let o = child::run_limited(&mut cmd, LIMIT, |_| {});
-    (o.status.success(), o.stdout, o.stderr)
-}
-
-/// The `algorithm` column of a CSV sweep.
-fn algorithm_column(csv: &str) -> Vec<String> {
-    let mut lines = csv.lines().filter(|l| !l.trim().is_empty());
-    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
-    let col = header.iter().position(|h| *h == "algorithm").expect("algorithm column");
-    let check = header.iter().position(|h| *h == "check").expect("check column");
-    lines
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            assert_eq!(f[check], "ok", "{l}");
-            f[col].to_owned()
-        })
-        .collect()
-}
-
-#[test]
-fn tuning_file_env_steers_fabcoll_bench() {
-    let (ok, out, err) = bench(&[]);
-    assert!(ok, "{err}");
-    let base = algorithm_column(&out);
-    assert!(!base.is_empty() && base.iter().all(|a| a == "recursive_doubling"), "{base:?}");
-
-    let path = temp("ring.json");
-    std::fs::write(&path, RING_ALLREDUCE).unwrap();
-    let (ok, out, err) = bench(&[("FABCOLL_TUNING_FILE", path.to_str().unwrap())]);
-    assert!(ok, "{err}");
-    let tuned = algorithm_column(&out);
-    assert_eq!(tuned.len(), base.len());
-    assert!(tuned.iter().all(|a| a == "ring"), "{tuned:?}");
-
-    // FABCOLL_ALGO wins over the file.
-    let (ok, out, err) =
-        bench(&[("FABCOLL_TUNING_FILE", path.to_str().unwrap()), ("FABCOLL_ALGO", "allreduce:reduce_bcast")]);
-    assert!(ok, "{err}");
-    assert!(algorithm_column(&out).iter().all(|a| a == "reduce_bcast"), "{out}");
-
-    // A bad file stops the program with an error naming the variable, the file and the rule.
-    let bad = temp("bad.json");
-    std::fs::write(&bad, RING_ALLREDUCE.replace("\"ring\"", "\"rign\"")).unwrap();
-    let (ok, _, err) = bench(&[("FABCOLL_TUNING_FILE", bad.to_str().unwrap())]);
-    assert!(!ok);
-    for part in ["FABCOLL_TUNING_FILE", "bad.json", "rules[0] (allreduce → rign)", "not registered"] {
-        assert!(err.contains(part), "{err:?} does not mention {part:?}");
-    }
-    let (ok, _, err) = bench(&[("FABCOLL_TUNING_FILE", "/nonexistent/tuning.json")]);
-    assert!(!ok && err.contains("/nonexistent/tuning.json"), "{err}");
-    std::fs::remove_file(&path).unwrap();
-    std::fs::remove_file(&bad).unwrap();
 }

@@ -36,6 +36,9 @@ pub mod reduce_scatter;
 pub mod scan;
 pub mod scatter;
 
+/// The `half` crate whose `f16` and `bf16` are [`datatype::Element`]s, so users name the same types.
+pub use half;
+
 pub use args::{CollArgs, Collective, Params};
 pub use cost::{Cost, Machine};
 pub use error::{Error, Result};

@@ -40,7 +40,7 @@ fn no_namespaces() -> Option<String> {
 }
 
 fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/netns-hosts.sh")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/netns-hosts.sh")
 }
 
 /// Runs `fabcoll bench --check` for `op` on `n` hosts; returns rank 0's CSV rows.
