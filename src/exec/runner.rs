@@ -8,6 +8,12 @@
 //! [`Stop::HandOver`] and the runner returns where it stopped: the engine's op takes the call over
 //! from there (`Engine::hand_over`). That is the one hand-over rule. A lane that can always
 //! finish (mailboxes: their plans are checked free of deadlock across ranks) never hands over.
+//!
+//! Zero-copy messages (grants, then one-sided writes) move only in the op: a receiver grants a
+//! destination when its Recv is ready, and a sender waits for that grant, so in a fixed order two
+//! ranks that each send first would each wait for the other's grant. The op posts every ready
+//! Recv's grant as soon as it is ready, whatever the order, which is the dependency tracking this
+//! runner leaves out; for such messages its cost is small beside the transfer.
 
 use fabcoll_collectives::datatype::Datatype;
 use fabcoll_collectives::op::ReduceOp;
