@@ -20,6 +20,7 @@ const NOT_SETTINGS: &[(&str, &str)] = &[
     ("FABCOLL_SHM_BENCH_CHILD", "fabric/benches/shm.rs: marks its child process"),
     ("FABCOLL_BENCH", "tests/shm_bench.rs: runs the measurement, skipped otherwise"),
     ("FABCOLL_EXPLAIN", "collectives/tests/formulas.rs: the case whose critical path is printed"),
+    ("FABCOLL_LEAN_MAX", "scripts/check-lean.sh: the most crates a program on the library alone may pull"),
 ];
 
 /// Prefixes of names that are not settings.
