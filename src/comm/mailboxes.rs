@@ -18,6 +18,7 @@ use super::memo::{Memo, Path, Prepared};
 use super::{Communicator, Options};
 use crate::error::{Error, Result};
 use crate::exec::runner::{self, Fused};
+use crate::exec::plan::Plan;
 use crate::exec::wait::Patience;
 use crate::exec::{grace, mailboxes, Bound, Bufs, Stats};
 use fabcoll_fabric::shm::mailbox::Mailbox;
@@ -62,6 +63,9 @@ struct Ready {
     fused: Vec<Fused>,
     words: Vec<u128>,
     scratch: Vec<Bound>,
+    /// The plan and element size `scratch` is bound for (held, so that no other plan takes its
+    /// address): a repeated call binds nothing.
+    bound_for: Option<(Arc<Plan>, usize)>,
     patience: Patience,
     timeout: Duration,
 }
@@ -175,6 +179,7 @@ impl Communicator {
                 fused: Vec::new(),
                 words: Vec::new(),
                 scratch: Vec::new(),
+                bound_for: None,
                 patience,
                 timeout,
             });
@@ -213,9 +218,12 @@ impl Communicator {
 
     /// One mailbox call on ready mailboxes; its counters go to `stats`.
     fn mailbox_call(&self, ready: &mut Ready, stats: &mut Stats, call: &Call<'_>, p: &Prepared) -> Result<()> {
-        let Ready { mb, seq, fused, words, scratch, patience, timeout } = ready;
+        let Ready { mb, seq, fused, words, scratch, bound_for, patience, timeout } = ready;
         let elem = call.dtype.size();
-        mailboxes::bind_scratch(&p.plan.sched.scratch, elem, words, scratch);
+        if !bound_for.as_ref().is_some_and(|(plan, e)| Arc::ptr_eq(plan, &p.plan) && *e == elem) {
+            mailboxes::bind_scratch(&p.plan.sched.scratch, elem, words, scratch);
+            *bound_for = Some((p.plan.clone(), elem));
+        }
         let (send, recv) = (Bound::raw(call.send.0, call.send.1), Bound::raw(call.recv.0, call.recv.1));
         let bufs = Bufs { send: &send, recv: &recv, scratch, elem };
         let c = runner::Call { plan: &p.plan, bufs, dtype: call.dtype, rop: call.op.as_ref() };
@@ -255,6 +263,7 @@ impl Communicator {
 
     /// After a mailbox call: a failure turns the mailboxes off and breaks the communicator
     /// (records of the failed call may still arrive).
+    #[inline]
     fn after_mailbox_call(&self, mut calls: MutexGuard<'_, Calls>, r: Result<()>) -> Result<()> {
         if let Err(e) = r {
             calls.mailbox = MailboxState::Off;
