@@ -34,7 +34,7 @@ pub(crate) const CHECK_EVERY: u32 = 64;
 /// round polls the endpoint's queues and the ops. The engine's patience is in rounds.
 pub(crate) const POLLS_PER_ROUND: u32 = 32;
 
-/// A waiting call that has spun its budget naps this long between looks.
+/// A waiting call that has spun its budget naps this long at each look ([`CHECK_EVERY`]).
 const NAP: Duration = Duration::from_micros(50);
 
 /// Whether the plan of `alg` for `args` (the arguments it runs with) may run on the mailboxes:
@@ -154,8 +154,10 @@ impl Lane for MailboxLane<'_> {
         }
         match pause {
             Pause::Poll => std::hint::spin_loop(),
-            Pause::Yield => std::thread::yield_now(),
-            Pause::Stop => std::thread::sleep(NAP),
+            // The spin spent, a nap at each look at the world, yields between them: a yield lets
+            // a rank that shares our core run, and comes back as soon as it waits in turn.
+            Pause::Stop if self.w.idle.is_multiple_of(CHECK_EVERY) => std::thread::sleep(NAP),
+            Pause::Yield | Pause::Stop => std::thread::yield_now(),
         }
         Ok(())
     }
