@@ -71,20 +71,23 @@ const SELECT_MAY_USE: &[&str] = &[
     "Params",
 ];
 
-#[test]
-fn selection_imports_nothing_above_it() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/select");
+/// The `crate::` paths of the sources under `src/<dir>` whose first segment `bad` refuses, as
+/// "file: crate::segment" lines.
+fn crate_paths_under(dir: &str, bad: impl Fn(&str) -> bool) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir);
     let files = rust_files(&root);
     assert!(files.len() > 5, "no sources under {}", root.display());
-    let mut bad = Vec::new();
+    let mut found = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
-        for seg in crate_paths(&text) {
-            if !SELECT_MAY_USE.contains(&seg.as_str()) {
-                bad.push(format!("{}: crate::{seg}", f.display()));
-            }
-        }
+        found.extend(crate_paths(&text).into_iter().filter(|s| bad(s)).map(|s| format!("{}: crate::{s}", f.display())));
     }
+    found
+}
+
+#[test]
+fn selection_imports_nothing_above_it() {
+    let bad = crate_paths_under("select", |seg| !SELECT_MAY_USE.contains(&seg));
     assert!(bad.is_empty(), "src/select reaches above itself:\n{}", bad.join("\n"));
 }
 
@@ -93,18 +96,7 @@ const ABOVE_EXEC: &[&str] = &["comm", "probe", "job", "tune", "Communicator"];
 
 #[test]
 fn the_executor_imports_nothing_above_it() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/exec");
-    let files = rust_files(&root);
-    assert!(files.len() > 5, "no sources under {}", root.display());
-    let mut bad = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap();
-        for seg in crate_paths(&text) {
-            if ABOVE_EXEC.contains(&seg.as_str()) {
-                bad.push(format!("{}: crate::{seg}", f.display()));
-            }
-        }
-    }
+    let bad = crate_paths_under("exec", |seg| ABOVE_EXEC.contains(&seg));
     assert!(bad.is_empty(), "src/exec reaches above itself:\n{}", bad.join("\n"));
 }
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use fabcoll::collectives::registry;
-use fabcoll::collectives::{CollArgs, Collective};
+use fabcoll::collectives::{CollArgs, Collective, Machine};
 use fabcoll::select::model::{cache, predict, ModelParams, Rendezvous};
 use fabcoll::{Collectives, Communicator, Datatype, ReduceOp};
 
@@ -55,20 +55,9 @@ fn same(a: &ModelParams, b: &ModelParams) -> bool {
 
 fn params() -> ModelParams {
     ModelParams {
-        alpha: 3e-6,
-        beta: 2e-10,
-        gamma: 5e-11,
-        f_alpha: 1.2,
-        f_beta: 1.4,
         copy_beta: 3e-11,
         overhead: 2e-6,
-        step_cost: 0.0,
-        cores: 0,
-        hot_alpha: 0.0,
-        hot_beta: 0.0,
-        gap: 1.0,
-        cpu_sends: false,
-        rendezvous: Rendezvous::OFF,
+        ..ModelParams::new(Machine { alpha: 3e-6, beta: 2e-10, gamma: 5e-11, f_alpha: 1.2, f_beta: 1.4 })
     }
 }
 

@@ -3,28 +3,13 @@
 
 mod common;
 
-use fabcoll::collectives::Collective;
-use fabcoll::select::model::{ModelParams, Rendezvous};
+use fabcoll::collectives::{Collective, Machine};
+use fabcoll::select::model::ModelParams;
 use fabcoll::{Collectives, Communicator, Datatype, ReduceOp};
 
 #[test]
 fn env_model_selection_and_explicit_parameters() {
-    let params = ModelParams {
-        alpha: 4e-6,
-        beta: 3e-10,
-        gamma: 6e-11,
-        f_alpha: 1.0,
-        f_beta: 1.0,
-        copy_beta: 0.0,
-        overhead: 0.0,
-        step_cost: 0.0,
-        cores: 0,
-        hot_alpha: 0.0,
-        hot_beta: 0.0,
-        gap: 1.0,
-        cpu_sends: false,
-        rendezvous: Rendezvous::OFF,
-    };
+    let params = ModelParams::new(Machine { alpha: 4e-6, beta: 3e-10, gamma: 6e-11, f_alpha: 1.0, f_beta: 1.0 });
     let file = std::env::temp_dir().join(format!("fabcoll-model-env-{}.json", std::process::id()));
     std::fs::write(&file, serde_json::to_string(&params).unwrap()).unwrap();
     std::env::set_var("FABCOLL_SELECT", "model");

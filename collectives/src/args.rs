@@ -11,6 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::topology::Topology;
 
 /// The collective operations. Buffer conventions (p ranks, this rank r, `count` = [`CollArgs::count`]):
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -218,6 +219,9 @@ pub struct CollArgs {
     /// Bytes per element, for the cost model only.
     pub elem_size: u32,
     pub params: Params,
+    /// Where the ranks sit (`None`: unknown, as if every rank had a node of its own). Flat
+    /// algorithms ignore it; hierarchical ones need it.
+    pub topology: Option<Arc<Topology>>,
 }
 
 impl CollArgs {
@@ -236,7 +240,13 @@ impl CollArgs {
             in_place: false,
             elem_size: 4,
             params: Params::default(),
+            topology: None,
         }
+    }
+
+    pub fn with_topology(mut self, topology: impl Into<Arc<Topology>>) -> CollArgs {
+        self.topology = Some(topology.into());
+        self
     }
 
     pub fn with_root(mut self, root: u32) -> CollArgs {

@@ -26,6 +26,9 @@ pub enum Error {
     /// The simulator could not replay a job (deadlock, unmatched message, …).
     #[error("simulation failed: {0}")]
     Simulate(String),
+    /// A topology is malformed (a node without ranks, a level that does not fit the one below).
+    #[error("topology: {0}")]
+    Topology(String),
     /// A model parameter is out of range, or its text form is malformed (`sim::ModelParams`).
     #[error("cost model: {0}")]
     Model(String),

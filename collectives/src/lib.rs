@@ -9,6 +9,7 @@
 //! - [`verify`]: executes a whole job symbolically and checks results, matching, deadlock
 //!   freedom, races and scratch bounds.
 //! - [`cost`], [`sim`]: the α–β–γ model and a replay of a job's schedules in virtual time.
+//! - [`topology`]: where ranks sit (nodes, and levels above them).
 #![deny(unsafe_code)]
 
 pub mod args;
@@ -17,6 +18,7 @@ pub mod cost;
 pub mod error;
 pub mod registry;
 pub mod schedule;
+pub mod topology;
 
 pub mod datatype;
 pub mod kernels;
@@ -44,3 +46,4 @@ pub use cost::{Cost, Machine};
 pub use error::{Error, Result};
 pub use registry::Algorithm;
 pub use schedule::{Buf, Order, Region, Schedule, ScheduleBuilder, StepId, StepKind};
+pub use topology::Topology;

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use fabcoll_collectives::{CollArgs, Collective, Params};
+use fabcoll_collectives::{CollArgs, Collective, Params, Topology};
 
 use crate::exec::mailboxes;
 use crate::exec::plan::Plan;
@@ -52,6 +52,7 @@ impl CallKey {
             in_place,
             elem_size,
             params: call_params,
+            topology,
         } = &self.call;
         *count == call.count
             && *coll == call.coll
@@ -65,8 +66,20 @@ impl CallKey {
             && *displs == call.displs
             && *rdispls == call.rdispls
             && *call_params == call.params
+            && same_topology(topology, &call.topology)
             && self.params == *params
             && self.algorithm.as_deref() == algorithm
+    }
+}
+
+/// Whether two calls' topologies are the same: the communicator's own (one `Arc`) without
+/// comparing its contents.
+#[inline]
+fn same_topology(a: &Option<Arc<Topology>>, b: &Option<Arc<Topology>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+        _ => false,
     }
 }
 

@@ -208,14 +208,10 @@ pub fn rfc3339(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fabcoll_collectives::Machine;
 
     fn params() -> ModelParams {
         ModelParams {
-            alpha: 1.5e-6,
-            beta: 1e-10,
-            gamma: 2e-10,
-            f_alpha: 1.1,
-            f_beta: 1.7,
             copy_beta: 4e-11,
             overhead: 2e-6,
             step_cost: 1e-7,
@@ -224,7 +220,7 @@ mod tests {
             hot_beta: 3e-11,
             gap: 0.3,
             cpu_sends: true,
-            rendezvous: Rendezvous::OFF,
+            ..ModelParams::new(Machine { alpha: 1.5e-6, beta: 1e-10, gamma: 2e-10, f_alpha: 1.1, f_beta: 1.7 })
         }
     }
 

@@ -287,6 +287,7 @@ fn spread(samples: &[f64], median: f64) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fabcoll_collectives::Machine;
 
     fn meas(op: &str, p: u32, alg: &str, seg: u64, bytes: u64, us: f64) -> Measurement {
         let mut params = BTreeMap::new();
@@ -307,22 +308,7 @@ mod tests {
     }
 
     fn model() -> ModelParams {
-        ModelParams {
-            alpha: 2e-6,
-            beta: 2e-10,
-            gamma: 1e-10,
-            f_alpha: 1.0,
-            f_beta: 1.0,
-            copy_beta: 0.0,
-            overhead: 0.0,
-            step_cost: 0.0,
-            cores: 0,
-            hot_alpha: 0.0,
-            hot_beta: 0.0,
-            gap: 1.0,
-            cpu_sends: false,
-            rendezvous: crate::select::model::Rendezvous::OFF,
-        }
+        ModelParams::new(Machine { alpha: 2e-6, beta: 2e-10, gamma: 1e-10, f_alpha: 1.0, f_beta: 1.0 })
     }
 
     #[test]

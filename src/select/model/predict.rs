@@ -130,23 +130,13 @@ pub fn block_bytes(args: &CollArgs) -> Result<u64> {
 mod tests {
     use super::*;
     use crate::select::model::Rendezvous;
+    use fabcoll_collectives::Machine;
 
     fn m() -> ModelParams {
         ModelParams {
-            alpha: 2e-6,
-            beta: 1e-10,
-            gamma: 1e-10,
-            f_alpha: 1.2,
-            f_beta: 1.5,
             copy_beta: 5e-11,
             overhead: 1e-6,
-            step_cost: 0.0,
-            cores: 0,
-            hot_alpha: 0.0,
-            hot_beta: 0.0,
-            gap: 1.0,
-            cpu_sends: false,
-            rendezvous: Rendezvous::OFF,
+            ..ModelParams::new(Machine { alpha: 2e-6, beta: 1e-10, gamma: 1e-10, f_alpha: 1.2, f_beta: 1.5 })
         }
     }
 
