@@ -1,10 +1,10 @@
 //! Pair alltoall(v) with a full barrier between phases: p − 1 phases exchanging with r XOR k,
 //! separated by p − 2 butterfly barriers (r XOR 2^j), so the phases run in lock step.
 //!
-//! Cost (n = p·count·elem bytes per rank): p a power of two: (p − 1)α + n(p − 1)/p·β +
-//! (p − 2)·lg p·α for the barriers (faraj-yuan's (p − 2)δ_h with δ_h = lg p·α), γ = 0; other p:
-//! not applicable. alltoallv: α = data phases plus barriers, β = Σ over phases of the largest
-//! message. Restrictions: pow2. Paper: faraj-yuan §3.1 ("pair with MPI barrier").
+//! Cost (n = p·count·elem bytes per rank, e = elem): p a power of two: (p − 1)α + n(p − 1)/p·β +
+//! (p − 2)·lg p·(α + eβ) for the barriers (faraj-yuan's (p − 2)δ_h with δ_h = lg p·α; our signals
+//! carry one element, see `phases::Signals`), γ = 0; other p: not applicable. alltoallv: α = data
+//! phases plus barrier rounds, β = Σ over phases of the largest message plus e per round. Restrictions: pow2. Paper: faraj-yuan §3.1 ("pair with MPI barrier").
 
 use super::phases::{phased, phased_cost, Sync, XOR};
 use crate::args::{CollArgs, Collective};

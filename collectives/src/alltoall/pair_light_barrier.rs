@@ -1,10 +1,11 @@
 //! Pair alltoall(v) with light barriers: p − 1 phases exchanging with r XOR k, and before
-//! sending in phase k a rank waits for a zero-length "ready" from its phase-k partner, sent when
+//! sending in phase k a rank waits for a one-element "ready" from its phase-k partner, sent when
 //! that partner finished its phase k − 1 receive, so no node receives two phases at once.
 //!
-//! Cost (n = p·count·elem bytes per rank): p a power of two: (p − 1)α + n(p − 1)/p·β + (p − 2)α
-//! for the ready messages (faraj-yuan's (p − 2)δ_l with δ_l = α), γ = 0; other p: not applicable.
-//! alltoallv: α = data phases plus the ready messages, β = Σ over phases of the largest message.
+//! Cost (n = p·count·elem bytes per rank, e = elem): p a power of two: (p − 1)α + n(p − 1)/p·β +
+//! (p − 2)(α + eβ) for the ready messages (faraj-yuan's (p − 2)δ_l with δ_l = α; ours carry one
+//! element, see `phases::Signals`), γ = 0; other p: not applicable. alltoallv: α = data phases plus
+//! the ready messages, β = Σ over phases of the largest message plus e per ready message.
 //! Restrictions: pow2. Paper: faraj-yuan §3.1 ("pair with light barrier").
 
 use super::phases::{phased, phased_cost, Sync, XOR};
@@ -17,7 +18,7 @@ use crate::schedule::Schedule;
 pub(super) const ALLTOALL: Algorithm = Algorithm {
     coll: Collective::Alltoall,
     name: "pair_light_barrier",
-    summary: "XOR pairs with a zero-length ready handshake per phase",
+    summary: "XOR pairs with a one-element ready handshake per phase",
     restrictions: Restrictions::POW2,
     params: &[],
     cost,

@@ -1,9 +1,10 @@
 //! Pair alltoall(v) with N full barriers: p − 1 phases exchanging with r XOR k, split into N + 1
 //! nearly equal groups by N butterfly barriers (r XOR 2^j) (parameter `barriers`, clamped to p − 2).
 //!
-//! Cost (n = p·count·elem bytes per rank): p a power of two: (p − 1)α + n(p − 1)/p·β +
-//! min(N, p − 2)·lg p·α for the barriers (faraj-yuan's Nδ_h), γ = 0; other p: not applicable.
-//! alltoallv: α = data phases plus barriers, β = Σ over phases of the largest message.
+//! Cost (n = p·count·elem bytes per rank, e = elem): p a power of two: (p − 1)α + n(p − 1)/p·β +
+//! min(N, p − 2)·lg p·(α + eβ) for the barriers (faraj-yuan's Nδ_h; our signals carry one element,
+//! see `phases::Signals`), γ = 0; other p: not applicable. alltoallv: α = data phases plus barrier
+//! rounds, β = Σ over phases of the largest message plus e per round.
 //! Restrictions: pow2. Paper: faraj-yuan §3.1 ("pair with N MPI barriers").
 
 use super::phases::{n_barriers, phased, phased_cost, Sync, BARRIERS_SPEC, XOR};

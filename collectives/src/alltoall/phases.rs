@@ -150,14 +150,47 @@ impl<'a> Io<'a> {
     }
 }
 
-/// A zero-length region for synchronization messages.
-pub(super) const EMPTY: Region = Region::new(Buf::Recv, 0, 0);
+/// A rank's synchronization messages ("ready" handshakes, barrier rounds). Each carries one
+/// element, as a barrier's signals do (`crate::barrier::signal_regions`): an executor completes an
+/// empty Send or Recv at once, as a count-0 collective needs no message, so a zero-length signal
+/// would synchronise nothing. Signals are sent from one scratch element that is never written,
+/// and each lands in an element of its own (signals may arrive while others are outstanding).
+pub(super) struct Signals {
+    out: Region,
+    landing: Buf,
+    next: u64,
+}
 
-/// Full barrier of ⌈lg p⌉ rounds of zero-length messages, round k after round k − 1's receive:
+impl Signals {
+    /// Room for `receives` incoming signals.
+    pub fn new(b: &mut ScheduleBuilder, receives: u64) -> Signals {
+        let out = Region::new(b.scratch(1), 0, 1);
+        Signals { out, landing: b.scratch(receives.max(1)), next: 0 }
+    }
+
+    /// Sends a signal to `to` after `deps`.
+    pub fn send(&self, b: &mut ScheduleBuilder, to: u32, deps: &[StepId]) -> StepId {
+        b.send(to, self.out, deps)
+    }
+
+    /// Receives a signal from `from` after `deps`, into an element of its own.
+    pub fn recv(&mut self, b: &mut ScheduleBuilder, from: u32, deps: &[StepId]) -> StepId {
+        let at = Region::new(self.landing, self.next, 1);
+        self.next += 1;
+        b.recv(from, at, deps)
+    }
+}
+
+/// Rounds of a full barrier among p ranks (each receives one signal per round).
+pub(super) fn barrier_rounds(p: u32) -> u64 {
+    u64::from(ceil_log2(u64::from(p)))
+}
+
+/// Full barrier of ⌈lg p⌉ rounds of one-element signals, round k after round k − 1's receive:
 /// dissemination (round k sends to r + 2^k, receives from r − 2^k; any p) or, with `xor` (p a
 /// power of two), butterfly (round k exchanges with r XOR 2^k), which keeps the pair family's
 /// schedules XOR-symmetric. Returns the steps that mark its completion on this rank.
-pub(super) fn full_barrier(b: &mut ScheduleBuilder, xor: bool, deps: &[StepId]) -> Vec<StepId> {
+pub(super) fn full_barrier(b: &mut ScheduleBuilder, sig: &mut Signals, xor: bool, deps: &[StepId]) -> Vec<StepId> {
     let (r, p) = (u64::from(b.rank()), u64::from(b.size()));
     debug_assert!(!xor || p.is_power_of_two(), "butterfly barrier needs a power of two");
     let mut prev = deps.to_vec();
@@ -168,8 +201,8 @@ pub(super) fn full_barrier(b: &mut ScheduleBuilder, xor: bool, deps: &[StepId]) 
         } else {
             (((r + dist) % p) as u32, ((r + p - dist) % p) as u32)
         };
-        let s = b.send(to, EMPTY, &prev);
-        let v = b.recv(from, EMPTY, &prev);
+        let s = sig.send(b, to, &prev);
+        let v = sig.recv(b, from, &prev);
         prev = vec![s, v];
         dist *= 2;
     }
@@ -201,7 +234,7 @@ pub(super) const XOR: Pattern = Pattern { send: |r, k, _| r ^ k, recv: |r, k, _|
 pub(super) enum Sync {
     /// Phase k starts when this rank's phase k − 1 send and receive are done.
     Chain,
-    /// Chain, plus a light barrier: before sending in phase k the sender waits for a zero-length
+    /// Chain, plus a light barrier: before sending in phase k the sender waits for a one-element
     /// "ready" message from its phase-k receiver, sent when that receiver's phase k − 1 receive
     /// completed (no node ever receives two phases at once).
     Light,
@@ -256,14 +289,25 @@ pub(super) fn phased(args: &CollArgs, pat: Pattern, sync: Sync) -> Result<Schedu
     let tmp = (replace && block > 0).then(|| b.scratch(block));
     io.own_copy(&mut b);
     let barriers = io.any_data();
+    let mut sig = match sync {
+        Sync::Chain => None,
+        Sync::Light => {
+            let readies = (2..p).filter(|&k| io.count(r, (pat.send)(r, k, p)) > 0).count() as u64;
+            Some(Signals::new(&mut b, readies))
+        }
+        Sync::Barriers(n) if barriers => Some(Signals::new(&mut b, barrier_count(n, p) * barrier_rounds(p))),
+        Sync::Barriers(_) => None,
+    };
     // `prev`: the steps phase k waits for (phase k − 1's, or the barrier after it).
     let mut prev: Vec<StepId> = Vec::new();
     for k in 1..p {
         let (to, from) = ((pat.send)(r, k, p), (pat.recv)(r, k, p));
         let mut send_deps = prev.clone();
-        if sync == Sync::Light && k > 1 && io.count(r, to) > 0 {
-            // The phase-k receiver tells us it finished its phase k − 1 receive.
-            send_deps.push(b.recv(to, EMPTY, &[]));
+        if let (Sync::Light, Some(sig)) = (sync, sig.as_mut()) {
+            if k > 1 && io.count(r, to) > 0 {
+                // The phase-k receiver tells us it finished its phase k − 1 receive.
+                send_deps.push(sig.recv(&mut b, to, &[]));
+            }
         }
         let s = io.send_to(&mut b, to, &send_deps);
         let (v, landed) = match tmp {
@@ -279,20 +323,20 @@ pub(super) fn phased(args: &CollArgs, pat: Pattern, sync: Sync) -> Result<Schedu
                 (v, v)
             }
         };
-        if sync == Sync::Light && k + 1 < p {
+        if let (Sync::Light, Some(sig)) = (sync, sig.as_ref()) {
             // Tell our phase-(k + 1) sender that our phase-k receive is done.
             let next_from = (pat.recv)(r, k + 1, p);
-            if io.count(next_from, r) > 0 {
+            if k + 1 < p && io.count(next_from, r) > 0 {
                 let deps: Vec<StepId> = v.into_iter().chain(prev.iter().copied()).collect();
-                b.send(next_from, EMPTY, &deps);
+                sig.send(&mut b, next_from, &deps);
             }
         }
         if s.is_some() || landed.is_some() {
             prev = s.into_iter().chain(landed).collect();
         }
-        if let Sync::Barriers(n) = sync {
-            if barriers && k + 1 < p && barrier_after(k, n, p) {
-                prev = full_barrier(&mut b, pat.symmetric, &prev);
+        if let (Sync::Barriers(n), Some(sig)) = (sync, sig.as_mut()) {
+            if k + 1 < p && barrier_after(k, n, p) {
+                prev = full_barrier(&mut b, sig, pat.symmetric, &prev);
             }
         }
     }
@@ -305,7 +349,8 @@ pub(super) fn elem(args: &CollArgs) -> f64 {
 }
 
 /// Cost of a phased algorithm: the phases run in lock step, so α counts the phases that carry
-/// data plus the synchronization messages on the path, β the largest message of each phase.
+/// data plus the synchronization messages on the path, β the largest message of each phase plus
+/// one element per synchronization message on the path.
 pub(super) fn phased_cost(args: &CollArgs, pat: Pattern, sync: Sync) -> Cost {
     let p = args.size;
     let (data_phases, bytes) = match args.coll {
@@ -328,10 +373,10 @@ pub(super) fn phased_cost(args: &CollArgs, pat: Pattern, sync: Sync) -> Cost {
         match sync {
             Sync::Chain => 0,
             Sync::Light => data_phases - 1,
-            Sync::Barriers(n) => barrier_count(n, p) * u64::from(ceil_log2(u64::from(p))),
+            Sync::Barriers(n) => barrier_count(n, p) * barrier_rounds(p),
         }
     };
-    Cost::new((data_phases + sync_alpha) as f64, bytes, 0.0)
+    Cost::new((data_phases + sync_alpha) as f64, bytes + sync_alpha as f64 * elem(args), 0.0)
 }
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
 //! Ring alltoall(v) with N full barriers: p − 1 phases (send to r + k, receive from r − k), split
 //! into N + 1 nearly equal groups by N dissemination barriers (parameter `barriers`, clamped to p − 2).
 //!
-//! Cost (n = p·count·elem bytes per rank): any p: (p − 1)α + n(p − 1)/p·β + min(N, p − 2)⌈lg p⌉α
-//! for the barriers (faraj-yuan's Nδ_h with δ_h = ⌈lg p⌉α), γ = 0; power of two: ⌈lg p⌉ = lg p.
-//! alltoallv: α = data phases plus barriers, β = Σ over phases of the largest message.
+//! Cost (n = p·count·elem bytes per rank, e = elem): any p: (p − 1)α + n(p − 1)/p·β +
+//! min(N, p − 2)⌈lg p⌉(α + eβ) for the barriers (faraj-yuan's Nδ_h with δ_h = ⌈lg p⌉α; our
+//! signals carry one element, see `phases::Signals`), γ = 0; power of two: ⌈lg p⌉ = lg p.
+//! alltoallv: α = data phases plus barrier rounds, β = Σ over phases of the largest message plus e
+//! per round.
 //! Restrictions: none. Paper: faraj-yuan §3.1 ("ring with N MPI barriers").
 
 use super::phases::{n_barriers, phased, phased_cost, Sync, BARRIERS_SPEC, RING};
