@@ -777,3 +777,32 @@ fn barrier_waits_for_the_last_rank() {
         }
     }
 }
+
+/// A request that a test saw finish keeps its outcome: testing it again and then waiting for it
+/// return `Ok` (they used to report "request already completed"), for a call that finished at
+/// its start (small, on the mailboxes) and one that went through the engine (large).
+#[test]
+fn wait_after_a_successful_test_is_ok() {
+    for n in [4usize, 100_000] {
+        let sums = job(3, common::cfg(), |c| {
+            let a = vec![i64::from(c.rank()) + 1; n];
+            let mut out = vec![0i64; n];
+            c.scope(|s| {
+                let mut q = s.allreduce(&a, &mut out, &ReduceOp::Sum)?;
+                let first = loop {
+                    if let Some(r) = q.test() {
+                        break r;
+                    }
+                };
+                first?;
+                assert!(matches!(q.test(), Some(Ok(()))), "n={n}: a second test after success");
+                q.wait()
+            })
+            .unwrap();
+            out
+        });
+        for (r, out) in sums.iter().enumerate() {
+            assert!(out.iter().all(|&x| x == 6), "n={n}: rank {r}");
+        }
+    }
+}

@@ -30,7 +30,9 @@ pub struct Request<'scope> {
     /// The op to wait for; `None` when the call ran to its end as it started.
     key: Option<OpKey>,
     alg: &'static str,
-    done: bool,
+    /// `None` while in flight; once finished, its outcome (`Some(None)`: it succeeded;
+    /// `Some(Some(why))`: it failed) for the tests and the wait that come after.
+    outcome: Option<Option<String>>,
 }
 
 impl<'scope, 'env> Scope<'scope, 'env> {
@@ -61,18 +63,20 @@ impl<'scope> Collectives<'scope> for Scope<'scope, '_> {
                 Some(key)
             }
         };
-        Ok(Request { comm: self.comm, key, alg, done: false })
+        Ok(Request { comm: self.comm, key, alg, outcome: None })
     }
 }
 
 impl Request<'_> {
     /// Polls progress once; `Some(result)` when the collective has finished.
+    /// Once it has finished, every later test (and the wait) reports the same outcome: `Ok`, or
+    /// the failure again (as [`Error::Protocol`] naming it).
     pub fn test(&mut self) -> Option<Result<()>> {
-        if self.done {
-            return Some(Err(Error::Protocol("request already completed".into())));
+        if let Some(outcome) = &self.outcome {
+            return Some(Request::again(outcome));
         }
         let Some(key) = self.key else {
-            self.done = true;
+            self.outcome = Some(None);
             return Some(Ok(()));
         };
         let mut eng = self.comm.lock();
@@ -84,8 +88,16 @@ impl Request<'_> {
             return None;
         }
         let r = eng.take(key);
-        self.done = true;
+        self.outcome = Some(r.as_ref().err().map(ToString::to_string));
         Some(r)
+    }
+
+    /// The outcome of a request that finished before.
+    fn again(outcome: &Option<String>) -> Result<()> {
+        match outcome {
+            None => Ok(()),
+            Some(why) => Err(Error::Protocol(format!("the collective failed earlier: {why}"))),
+        }
     }
 
     /// Waits until the collective has finished (or failed, or timed out naming the missing ranks).
@@ -94,14 +106,15 @@ impl Request<'_> {
     }
 
     fn finish_blocking(&mut self) -> Result<()> {
-        if self.done {
-            return Err(Error::Protocol("request already completed".into()));
+        if let Some(outcome) = &self.outcome {
+            return Request::again(outcome);
         }
-        self.done = true;
-        match self.key {
+        let r = match self.key {
             Some(key) => self.comm.wait_key(key),
             None => Ok(()),
-        }
+        };
+        self.outcome = Some(r.as_ref().err().map(ToString::to_string));
+        r
     }
 }
 
