@@ -20,13 +20,18 @@ pub struct Restrictions {
     /// Every block must have the same count (regular calls only; refuses v-variants with
     /// unequal counts).
     pub uniform_counts: bool,
+    /// Needs a [`Topology`](crate::topology::Topology) that splits the ranks in two levels: at
+    /// least two nodes, and at least one node with two or more ranks (hierarchical algorithms;
+    /// without one, selection never considers them).
+    pub two_level: bool,
 }
 
 impl Restrictions {
     pub const NONE: Restrictions =
-        Restrictions { pow2: false, commutative: false, no_in_place: false, uniform_counts: false };
+        Restrictions { pow2: false, commutative: false, no_in_place: false, uniform_counts: false, two_level: false };
     pub const POW2: Restrictions = Restrictions { pow2: true, ..Restrictions::NONE };
     pub const COMMUTATIVE: Restrictions = Restrictions { commutative: true, ..Restrictions::NONE };
+    pub const TWO_LEVEL: Restrictions = Restrictions { two_level: true, ..Restrictions::NONE };
 
     /// Why these restrictions exclude `args`, or `None` if they hold.
     pub fn violated(&self, args: &CollArgs) -> Option<String> {
@@ -45,6 +50,9 @@ impl Restrictions {
                     return Some("needs equal counts for every rank".into());
                 }
             }
+        }
+        if self.two_level {
+            return crate::topology::two_level_violation(args.topology.as_deref(), args.size);
         }
         None
     }
