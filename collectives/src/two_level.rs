@@ -78,18 +78,10 @@ impl Group<'_> {
         let mut deps = Vec::new();
         for (id, kind, sdeps) in s.iter() {
             let kind = match *kind {
-                StepKind::Send { peer, src } => {
-                    StepKind::Send { peer: self.ranks[peer as usize], src: map(src) }
-                }
-                StepKind::Recv { peer, dst } => {
-                    StepKind::Recv { peer: self.ranks[peer as usize], dst: map(dst) }
-                }
-                StepKind::Reduce { src, dst, order } => {
-                    StepKind::Reduce { src: map(src), dst: map(dst), order }
-                }
-                StepKind::Copy { src, dst } => {
-                    StepKind::Copy { src: map(src), dst: map(dst) }
-                }
+                StepKind::Send { peer, src } => StepKind::Send { peer: self.ranks[peer as usize], src: map(src) },
+                StepKind::Recv { peer, dst } => StepKind::Recv { peer: self.ranks[peer as usize], dst: map(dst) },
+                StepKind::Reduce { src, dst, order } => StepKind::Reduce { src: map(src), dst: map(dst), order },
+                StepKind::Copy { src, dst } => StepKind::Copy { src: map(src), dst: map(dst) },
             };
             deps.clear();
             if sdeps.is_empty() {
