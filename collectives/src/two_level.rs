@@ -33,7 +33,7 @@ impl Place {
     }
 }
 
-/// The steps one embedded phase added.
+/// The steps one embedded phase added (a phase that added none hands on its entry steps).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Phase {
     /// Steps nothing else in the phase waits for: when all are done, the phase is.
@@ -96,6 +96,10 @@ impl Group<'_> {
             if kind.writes().is_some() {
                 writers.push(nid);
             }
+        }
+        if s.is_empty() {
+            // A phase with nothing to do (an empty slice) passes on what it would have waited for.
+            return Ok(Phase { sinks: entry.to_vec(), writers: entry.to_vec() });
         }
         let sinks = (0..s.len() as StepId).filter(|&i| !waited[i as usize]).map(|i| first + i).collect();
         Ok(Phase { sinks, writers })

@@ -66,6 +66,17 @@ fn every_hierarchical_algorithm_verifies_and_replays_on_every_placement() {
                             }
                             let what =
                                 format!("{}:{} on {t} ({})", alg.coll, alg.name, crate::verify::describe_args(&a));
+                            if alg.restrictions.violated(&a).is_some() {
+                                // Only the multi-leader designs refuse a placement, an irregular one.
+                                assert!(t.per_node().is_none(), "{what}: refused");
+                                match crate::verify::check(alg, &a) {
+                                    Err(Error::Restriction { reason, .. }) => {
+                                        assert!(reason.contains("same number of ranks"), "{what}: {reason}")
+                                    }
+                                    other => panic!("{what}: {other:?}"),
+                                }
+                                continue;
+                            }
                             if let Err(e) = crate::verify::check(alg, &a) {
                                 panic!("{what}: {e}");
                             }
@@ -79,7 +90,7 @@ fn every_hierarchical_algorithm_verifies_and_replays_on_every_placement() {
             }
         }
     }
-    // 7 algorithms; the rooted ones at every root of 38 ranks in all.
+    // 8 algorithms; the rooted ones at every root of 38 ranks in all.
     assert!(checked > 1500, "{checked} cases");
 }
 
@@ -102,6 +113,10 @@ fn without_two_levels_they_are_refused_and_not_eligible() {
         (Some(Topology::regular(1, 4).unwrap()), "share one node"),
         (Some(Topology::flat(4)), "node of its own"),
     ];
+    let irregular = CollArgs::new(Collective::Allreduce, 0, 4, 5).with_topology(Topology::from_sizes(&[1, 3]).unwrap());
+    let multi = registry::find(Collective::Allreduce, "hier_multi_leader").unwrap();
+    let e = multi.schedule(&irregular).unwrap_err().to_string();
+    assert!(e.contains("needs the same number of ranks on every node (placement 0|1,2,3)"), "{e}");
     for alg in hierarchical() {
         for (t, why) in &cases {
             let mut a = CollArgs::new(alg.coll, 1, 4, 5);
@@ -176,15 +191,22 @@ fn inter_node_bytes_follow_the_documented_formulas() {
                     let leaders = if alg.coll.is_rooted() { t.leaders_with(root) } else { t.leaders() };
                     let root_node = if alg.coll.is_rooted() { t.node_of(root) } else { 0 };
                     let node_at = |v: u32| (v + root_node) % nodes;
-                    let k = |v: u32| t.ranks_on(node_at(v)).len() as u64;
+                    let k_at = |v: u32| t.ranks_on(node_at(v)).len() as u64;
                     let mut total = 0;
+                    if alg.restrictions.violated(&a).is_some() {
+                        continue;
+                    }
                     for r in 0..p {
                         let s = alg.schedule(&a.for_rank(r)).unwrap();
                         let got = cross_node_bytes(&s, &t, elem);
                         let node = t.node_of(r);
                         let v = (node + nodes - root_node) % nodes;
-                        let want = if leaders[node as usize] == r {
-                            leader_formula(alg.coll, v, nodes, &k, count * elem, elem)
+                        let want = if alg.name == "hier_multi_leader" {
+                            // Every rank leads the slice of its local rank.
+                            let (k, j) = (u64::from(t.local_size(r)), u64::from(t.local_rank(r)));
+                            leader_formula(alg.coll, v, nodes, &k_at, crate::blocks::block(count, k, j).1 * elem, elem)
+                        } else if leaders[node as usize] == r {
+                            leader_formula(alg.coll, v, nodes, &k_at, count * elem, elem)
                         } else {
                             0
                         };
