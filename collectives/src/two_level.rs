@@ -183,5 +183,15 @@ pub(crate) fn union(lists: &[&[StepId]]) -> Vec<StepId> {
     v
 }
 
+/// `a` placed on two nodes of p/2 ranks when `alg` is hierarchical and p is even, so that the
+/// tests over every registry row also run the hierarchical ones; `a` unchanged otherwise.
+#[cfg(test)]
+pub(crate) fn test_placement(alg: &Algorithm, a: CollArgs) -> CollArgs {
+    match Topology::regular(2, a.size / 2) {
+        Ok(t) if alg.restrictions.two_level && a.size % 2 == 0 => a.with_topology(t),
+        _ => a,
+    }
+}
+
 #[cfg(test)]
 mod tests;

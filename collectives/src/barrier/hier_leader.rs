@@ -1,12 +1,14 @@
-//! Leader-based hierarchical barrier: a dissemination barrier among each node's ranks, one among
-//! the N node leaders (each node's lowest rank), and again one in each node. After the first, a
-//! leader has heard from its node; after the second, from every node; the third tells its node.
+//! Leader-based hierarchical barrier: each node's ranks signal their leader (its lowest rank) up a
+//! binomial tree (a gather of one-element signals), the N leaders run a dissemination barrier, and
+//! each leader signals its node down a binomial tree (a broadcast of one element). After the first
+//! phase a leader has heard from its node, after the second from every node; the third tells the
+//! node. The trees keep a node's ranks off the leader's port while the leaders exchange signals.
 //!
 //! Cost (k = most ranks on a node, N nodes, e-byte signals; e = inter-node, i = intra-node
-//! parameters): 2⌈lg k⌉ (α_i + eβ_i) + ⌈lg N⌉ (α_e + eβ_e). Bytes across nodes: each leader sends
-//! ⌈lg N⌉ signals of one element, other ranks none.
-//! Restrictions: a two-level topology. Paper: mamidala §4 (leader-based designs), thakur §4.1.2
-//! (the dissemination barrier).
+//! parameters): ⌈lg k⌉ α_i + (k − 1) eβ_i (fan-in) + ⌈lg N⌉ (α_e + eβ_e) + ⌈lg k⌉ (α_i + eβ_i)
+//! (fan-out). Bytes across nodes: each leader sends ⌈lg N⌉ signals of one element, other ranks
+//! none. Restrictions: a two-level topology. Paper: mamidala §4 (leader-based designs), thakur
+//! §4.1.2 (the dissemination barrier), §4.2 (binomial trees).
 
 use crate::args::{CollArgs, Collective};
 use crate::cost::{ceil_log2, Cost};
@@ -18,7 +20,7 @@ use crate::two_level::{flat, sub_args, topology, Group, Place};
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Barrier,
     name: "hier_leader",
-    summary: "dissemination in each node, among node leaders, and in each node again",
+    summary: "binomial fan-in to each node's leader, dissemination among leaders, binomial fan-out",
     restrictions: Restrictions::TWO_LEVEL,
     params: &[],
     cost,
@@ -28,7 +30,8 @@ pub(crate) const ALGORITHM: Algorithm = Algorithm {
 fn cost(a: &CollArgs) -> Cost {
     let (nodes, k) = crate::two_level::shape(a);
     let rounds = f64::from(2 * ceil_log2(k) + ceil_log2(nodes));
-    Cost::new(rounds, rounds * f64::from(a.elem_size), 0.0)
+    let signals = (k - 1 + u64::from(ceil_log2(nodes) + ceil_log2(k))) as f64;
+    Cost::new(rounds, signals * f64::from(a.elem_size), 0.0)
 }
 
 fn build(a: &CollArgs) -> Result<Schedule> {
@@ -37,15 +40,27 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let (me, node) = (a.rank, t.node_of(a.rank));
     let leaders = t.leaders();
     let local = t.ranks_on(node);
-    let dissemination = flat(Collective::Barrier, "dissemination")?;
-    let none = Place::new(Buf::Recv, 0);
-    let sub = sub_args(a, Collective::Barrier, t.local_rank(me), local.len() as u32, 0, 0);
-    let intra = Group { alg: dissemination, sub, ranks: local };
-    let mut entry = intra.embed(&mut b, none, none, &[])?.sinks;
-    if leaders[node as usize] == me {
+    let (pos, k) = (t.local_rank(me), local.len() as u32);
+    let is_leader = leaders[node as usize] == me;
+    let signal = Place::new(b.scratch(1), 0);
+    let heard = Place::new(if is_leader { b.scratch(u64::from(k)) } else { Buf::Recv }, 0);
+    let fan_in = Group {
+        alg: flat(Collective::Gather, "binomial")?,
+        sub: sub_args(a, Collective::Gather, pos, k, 0, 1),
+        ranks: local,
+    };
+    let mut entry = fan_in.embed(&mut b, signal, heard, &[])?.sinks;
+    if is_leader {
         let sub = sub_args(a, Collective::Barrier, node, leaders.len() as u32, 0, 0);
-        entry = Group { alg: dissemination, sub, ranks: &leaders }.embed(&mut b, none, none, &entry)?.sinks;
+        let none = Place::new(Buf::Recv, 0);
+        let inter = Group { alg: flat(Collective::Barrier, "dissemination")?, sub, ranks: &leaders };
+        entry = inter.embed(&mut b, none, none, &entry)?.sinks;
     }
-    intra.embed(&mut b, none, none, &entry)?;
+    let fan_out = Group {
+        alg: flat(Collective::Bcast, "binomial")?,
+        sub: sub_args(a, Collective::Bcast, pos, k, 0, 1),
+        ranks: local,
+    };
+    fan_out.embed(&mut b, signal, signal, &entry)?;
     Ok(b.finish())
 }
