@@ -188,7 +188,7 @@ pub(crate) fn union(lists: &[&[StepId]]) -> Vec<StepId> {
 #[cfg(test)]
 pub(crate) fn test_placement(alg: &Algorithm, a: CollArgs) -> CollArgs {
     match Topology::regular(2, a.size / 2) {
-        Ok(t) if alg.restrictions.two_level && a.size % 2 == 0 => a.with_topology(t),
+        Ok(t) if alg.restrictions.two_level && a.size.is_multiple_of(2) => a.with_topology(t),
         _ => a,
     }
 }

@@ -6,8 +6,8 @@
 //! leader then reorders them into rank order.
 //!
 //! Cost (n bytes per block, p ranks, N nodes, k = most ranks on a node, k_min = fewest; e =
-//! inter-node, i = intra-node parameters): ⌈lg k⌉ α_i + (k − 1) nβ_i (gather)
-//! + (N − 1) α_e + (p − k_min) nβ_e (ring) + ⌈lg k⌉ (α_i + p·nβ_i) (bcast).
+//! inter-node, i = intra-node parameters): ⌈lg k⌉ α_i + (k − 1) nβ_i (gather) +
+//! (N − 1) α_e + (p − k_min) nβ_e (ring) + ⌈lg k⌉ (α_i + p·nβ_i) (bcast).
 //! Bytes across nodes: only leaders send across, what the ring sends: every node's blocks but
 //! those of the next node, (p − k_{v+1})·n for the leader at node position v.
 //! Restrictions: a two-level topology. Paper: mamidala §4.1 (leader-based allgather: inter-node

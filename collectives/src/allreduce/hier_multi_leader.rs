@@ -6,8 +6,8 @@
 //!
 //! Cost (n bytes, N nodes of k ranks, e = inter-node, i = intra-node parameters):
 //! (k − 1) α_i + (k−1)/k n (β_i + γ) (reduce-scatter) + recursive doubling on n/k among N:
-//! lg N (α_e + n/k (β_e + γ)) for N = 2^m, else (⌊lg N⌋ + 2)(α_e + n/k β_e) + (⌊lg N⌋ + 1) n/k γ
-//! + (k − 1) α_i + (k−1)/k nβ_i (allgather).
+//! lg N (α_e + n/k (β_e + γ)) for N = 2^m, else (⌊lg N⌋ + 2)(α_e + n/k β_e) plus
+//! (⌊lg N⌋ + 1) n/k γ; then (k − 1) α_i + (k−1)/k nβ_i (allgather).
 //! Bytes across nodes: every rank sends what recursive doubling sends among N ranks on its
 //! slice of n_j bytes: with r = N − 2^⌊lg N⌋, the rank on node v < 2r sends n_j if v is even and
 //! (⌊lg N⌋ + 1)·n_j if odd; a rank on any other node ⌊lg N⌋·n_j.

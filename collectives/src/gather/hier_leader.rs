@@ -5,8 +5,8 @@
 //! …); unless every node's ranks are contiguous and in node order, it then reorders them.
 //!
 //! Cost (n bytes per block, p ranks, N nodes, k = most ranks on a node, k_root = ranks on the
-//! root's node; e = inter-node, i = intra-node parameters): ⌈lg k⌉ α_i + (k − 1) nβ_i
-//! + ⌈lg N⌉ α_e + (p − k_root) nβ_e. Bytes across nodes: only leaders send across, each once, the
+//! root's node; e = inter-node, i = intra-node parameters): ⌈lg k⌉ α_i + (k − 1) nβ_i +
+//! ⌈lg N⌉ α_e + (p − k_root) nβ_e. Bytes across nodes: only leaders send across, each once, the
 //! blocks of its subtree of the leaders' tree: for relative node position v ≠ 0 the ranks on
 //! positions v .. v + 2^j (2^j v's lowest set bit) times n; the root sends nothing.
 //! Restrictions: a two-level topology. Paper: mamidala §4 (leader-based designs), thakur §4.2

@@ -6,8 +6,8 @@
 //! root first reorders them.
 //!
 //! Cost (n bytes per block, p ranks, N nodes, k = most ranks on a node, k_root = ranks on the
-//! root's node; e = inter-node, i = intra-node parameters): ⌈lg N⌉ α_e + (p − k_root) nβ_e
-//! + ⌈lg k⌉ α_i + (k − 1) nβ_i. Bytes across nodes: only leaders send across, each its subtree's
+//! root's node; e = inter-node, i = intra-node parameters): ⌈lg N⌉ α_e + (p − k_root) nβ_e +
+//! ⌈lg k⌉ α_i + (k − 1) nβ_i. Bytes across nodes: only leaders send across, each its subtree's
 //! blocks but its own node's: for relative node position v, the ranks on positions
 //! v .. v + 2^j (2^j v's lowest set bit; every position for the root) less its own, times n.
 //! Restrictions: a two-level topology. Paper: mamidala §4 (leader-based designs), thakur §4.2

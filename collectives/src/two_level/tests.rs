@@ -166,7 +166,7 @@ fn leader_formula(coll: Collective, v: u32, nodes: u32, k: &dyn Fn(u32) -> u64, 
             let lg = u64::from(floor_log2(u64::from(nodes)));
             let r = nodes - (1 << lg);
             match v {
-                v if v < 2 * r && v % 2 == 0 => n,
+                v if v < 2 * r && v.is_multiple_of(2) => n,
                 v if v < 2 * r => (lg + 1) * n,
                 _ => lg * n,
             }
