@@ -3,7 +3,7 @@
 //! as that flat algorithm's schedule for the rank's position in the group and then embedded in
 //! the rank's schedule: peers map from group positions to communicator ranks, the phase's
 //! `Send` and `Recv` to places in this rank's buffers, its scratch buffers to new scratch, and
-//! its first steps wait for the steps the previous phase ended with (Mamidala et al. 2008 §3,
+//! its first steps wait for the steps the previous phase ended with (Mamidala et al. 2008 §4,
 //! `../shared/papers/mamidala-2008-multicore-collectives.txt`: leader-based designs).
 //!
 //! Reusing the flat schedules keeps one implementation of each pattern, verified once, and makes
@@ -43,16 +43,16 @@ pub(crate) struct Phase {
     pub writers: Vec<StepId>,
 }
 
-/// A phase on a group of ranks: the flat algorithm `alg` for the call `sub` (whose `rank` and
-/// `size` are this rank's position in `ranks` and their number), its buffers at `send` and
-/// `recv`.
-pub(crate) struct Group<'a> {
+/// A flat call on a group of ranks, one phase of a hierarchical algorithm: the flat algorithm
+/// `alg` for the call `sub`, whose `rank` and `size` are this rank's position in `ranks` and
+/// their number.
+pub(crate) struct GroupCall<'a> {
     pub alg: &'a Algorithm,
     pub sub: CollArgs,
     pub ranks: &'a [u32],
 }
 
-impl Group<'_> {
+impl GroupCall<'_> {
     /// Appends the phase to `b`; its first steps wait for `entry`.
     pub fn embed(&self, b: &mut ScheduleBuilder, send: Place, recv: Place, entry: &[StepId]) -> Result<Phase> {
         let s = self.alg.schedule(&self.sub)?;

@@ -18,7 +18,7 @@ use crate::cost::{ceil_log2, Cost};
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder};
-use crate::two_level::{flat, reorder, sub_args, topology, union, Group, Place};
+use crate::two_level::{flat, reorder, sub_args, topology, union, GroupCall, Place};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Allgather,
@@ -56,14 +56,14 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     };
     let own = Place::new(ordered.buf, ordered.off + u64::from(t.ranks_before(node)) * n);
     let sub = sub_args(a, Collective::Gather, pos, k, 0, n);
-    let gather = Group { alg: flat(Collective::Gather, "binomial")?, sub, ranks: local };
+    let gather = GroupCall { alg: flat(Collective::Gather, "binomial")?, sub, ranks: local };
     let intra = gather.embed(&mut b, Place::new(Buf::Send, 0), own, &[])?;
     let mut entry = intra.sinks.clone();
     if is_leader {
         let counts: Vec<u64> = (0..t.nodes()).map(|m| t.ranks_on(m).len() as u64 * n).collect();
         let mut sub = sub_args(a, Collective::Allgatherv, node, t.nodes(), 0, 0).with_counts(counts);
         sub.in_place = true;
-        let ring = Group { alg: flat(Collective::Allgatherv, "ring")?, sub, ranks: &leaders };
+        let ring = GroupCall { alg: flat(Collective::Allgatherv, "ring")?, sub, ranks: &leaders };
         let inter = ring.embed(&mut b, ordered, ordered, &entry)?;
         entry = union(&[&intra.sinks, &inter.writers]);
         if ordered != recv {
@@ -71,6 +71,6 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         }
     }
     let sub = sub_args(a, Collective::Bcast, pos, k, 0, total);
-    Group { alg: flat(Collective::Bcast, "binomial")?, sub, ranks: local }.embed(&mut b, recv, recv, &entry)?;
+    GroupCall { alg: flat(Collective::Bcast, "binomial")?, sub, ranks: local }.embed(&mut b, recv, recv, &entry)?;
     Ok(b.finish())
 }

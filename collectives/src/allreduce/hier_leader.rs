@@ -17,7 +17,7 @@ use crate::cost::{ceil_log2, floor_log2, Cost};
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder};
-use crate::two_level::{flat, sub_args, topology, Group, Place};
+use crate::two_level::{flat, sub_args, topology, GroupCall, Place};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Allreduce,
@@ -49,7 +49,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let result = Place::new(Buf::Recv, 0);
     // The node's partial lands in scratch at its leader (nothing lands elsewhere).
     let partial = Place::new(if is_leader { b.scratch(n) } else { Buf::Recv }, 0);
-    let reduce = Group {
+    let reduce = GroupCall {
         alg: flat(Collective::Reduce, "binomial")?,
         sub: sub_args(a, Collective::Reduce, pos, k, 0, n),
         ranks: local,
@@ -58,11 +58,11 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut entry = intra.sinks;
     if is_leader {
         let sub = sub_args(a, Collective::Allreduce, node, leaders.len() as u32, 0, n);
-        let inter = Group { alg: flat(Collective::Allreduce, "recursive_doubling")?, sub, ranks: &leaders };
+        let inter = GroupCall { alg: flat(Collective::Allreduce, "recursive_doubling")?, sub, ranks: &leaders };
         // The leader's broadcast only reads the result: it waits for the writes into it.
         entry = inter.embed(&mut b, partial, result, &entry)?.writers;
     }
-    let bcast = Group {
+    let bcast = GroupCall {
         alg: flat(Collective::Bcast, "binomial")?,
         sub: sub_args(a, Collective::Bcast, pos, k, 0, n),
         ranks: local,

@@ -21,7 +21,7 @@ use crate::error::Result;
 use crate::reduce_scatter::phases::even_segs;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder};
-use crate::two_level::{flat, sub_args, topology, Group, Place};
+use crate::two_level::{flat, sub_args, topology, GroupCall, Place};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Allreduce,
@@ -55,15 +55,15 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     // The reduce-scatter lands in scratch, so that in place it does not overwrite its own input.
     let slice = Place::new(b.scratch(len), 0);
     let sub = sub_args(a, Collective::ReduceScatter, j, k, 0, 0).with_counts(lens.clone());
-    let rs = Group { alg: flat(Collective::ReduceScatter, "pairwise")?, sub, ranks: local };
+    let rs = GroupCall { alg: flat(Collective::ReduceScatter, "pairwise")?, sub, ranks: local };
     let intra = rs.embed(&mut b, Place::new(Buf::Send, 0), slice, &[])?;
     let peers: Vec<u32> = (0..t.nodes()).map(|m| t.ranks_on(m)[j as usize]).collect();
     let sub = sub_args(a, Collective::Allreduce, node, t.nodes(), 0, len);
-    let across = Group { alg: flat(Collective::Allreduce, "recursive_doubling")?, sub, ranks: &peers };
+    let across = GroupCall { alg: flat(Collective::Allreduce, "recursive_doubling")?, sub, ranks: &peers };
     let inter = across.embed(&mut b, slice, Place::new(Buf::Recv, off), &intra.sinks)?;
     let mut sub = sub_args(a, Collective::Allgatherv, j, k, 0, 0).with_counts(lens);
     sub.in_place = true;
-    let ag = Group { alg: flat(Collective::Allgatherv, "ring")?, sub, ranks: local };
+    let ag = GroupCall { alg: flat(Collective::Allgatherv, "ring")?, sub, ranks: local };
     ag.embed(&mut b, Place::new(Buf::Recv, 0), Place::new(Buf::Recv, 0), &inter.sinks)?;
     Ok(b.finish())
 }

@@ -15,7 +15,7 @@ use crate::cost::{ceil_log2, Cost};
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder};
-use crate::two_level::{flat, sub_args, topology, Group, Place};
+use crate::two_level::{flat, sub_args, topology, GroupCall, Place};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Barrier,
@@ -44,7 +44,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let is_leader = leaders[node as usize] == me;
     let signal = Place::new(b.scratch(1), 0);
     let heard = Place::new(if is_leader { b.scratch(u64::from(k)) } else { Buf::Recv }, 0);
-    let fan_in = Group {
+    let fan_in = GroupCall {
         alg: flat(Collective::Gather, "binomial")?,
         sub: sub_args(a, Collective::Gather, pos, k, 0, 1),
         ranks: local,
@@ -53,10 +53,10 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     if is_leader {
         let sub = sub_args(a, Collective::Barrier, node, leaders.len() as u32, 0, 0);
         let none = Place::new(Buf::Recv, 0);
-        let inter = Group { alg: flat(Collective::Barrier, "dissemination")?, sub, ranks: &leaders };
+        let inter = GroupCall { alg: flat(Collective::Barrier, "dissemination")?, sub, ranks: &leaders };
         entry = inter.embed(&mut b, none, none, &entry)?.sinks;
     }
-    let fan_out = Group {
+    let fan_out = GroupCall {
         alg: flat(Collective::Bcast, "binomial")?,
         sub: sub_args(a, Collective::Bcast, pos, k, 0, 1),
         ranks: local,

@@ -15,7 +15,7 @@ use crate::cost::{ceil_log2, Cost};
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder};
-use crate::two_level::{flat, position, sub_args, topology, Group, Place};
+use crate::two_level::{flat, position, sub_args, topology, GroupCall, Place};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Bcast,
@@ -46,10 +46,10 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     if me == leader {
         let n = leaders.len() as u32;
         let sub = sub_args(a, Collective::Bcast, node, n, t.node_of(a.root), a.count);
-        entry = Group { alg: binomial, sub, ranks: &leaders }.embed(&mut b, data, data, &[])?.writers;
+        entry = GroupCall { alg: binomial, sub, ranks: &leaders }.embed(&mut b, data, data, &[])?.writers;
     }
     let local = t.ranks_on(node);
     let sub = sub_args(a, Collective::Bcast, t.local_rank(me), local.len() as u32, position(local, leader)?, a.count);
-    Group { alg: binomial, sub, ranks: local }.embed(&mut b, data, data, &entry)?;
+    GroupCall { alg: binomial, sub, ranks: local }.embed(&mut b, data, data, &entry)?;
     Ok(b.finish())
 }

@@ -17,7 +17,7 @@ use crate::cost::{ceil_log2, Cost};
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder};
-use crate::two_level::{flat, position, reorder, sub_args, topology, union, Group, Place};
+use crate::two_level::{flat, position, reorder, sub_args, topology, union, GroupCall, Place};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Gather,
@@ -58,13 +58,13 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         false => ordered,
     };
     let sub = sub_args(a, Collective::Gather, t.local_rank(me), local.len() as u32, position(local, leader)?, n);
-    let gather = Group { alg: flat(Collective::Gather, "binomial")?, sub, ranks: local };
+    let gather = GroupCall { alg: flat(Collective::Gather, "binomial")?, sub, ranks: local };
     let intra = gather.embed(&mut b, Place::new(Buf::Send, 0), own, &[])?;
     if me == leader {
         let counts: Vec<u64> = (0..t.nodes()).map(|m| t.ranks_on(m).len() as u64 * n).collect();
         let mut sub = sub_args(a, Collective::Gatherv, node, t.nodes(), t.node_of(a.root), 0).with_counts(counts);
         sub.in_place = me == a.root;
-        let tree = Group { alg: flat(Collective::Gatherv, "binomial")?, sub, ranks: &leaders };
+        let tree = GroupCall { alg: flat(Collective::Gatherv, "binomial")?, sub, ranks: &leaders };
         let inter = tree.embed(&mut b, ordered, ordered, &intra.sinks)?;
         if me == a.root && ordered != recv {
             reorder(&mut b, t, n, ordered, recv, true, &union(&[&intra.sinks, &inter.writers]));

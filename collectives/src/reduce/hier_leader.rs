@@ -14,7 +14,7 @@ use crate::cost::{ceil_log2, Cost};
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder};
-use crate::two_level::{flat, position, sub_args, topology, Group, Place};
+use crate::two_level::{flat, position, sub_args, topology, GroupCall, Place};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Reduce,
@@ -44,10 +44,15 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     // The node's partial lands in scratch at its leader (nothing lands elsewhere).
     let partial = Place::new(if me == leader { b.scratch(n) } else { Buf::Recv }, 0);
     let sub = sub_args(a, Collective::Reduce, t.local_rank(me), local.len() as u32, position(local, leader)?, n);
-    let intra = Group { alg: binomial, sub, ranks: local }.embed(&mut b, Place::new(Buf::Send, 0), partial, &[])?;
+    let intra = GroupCall { alg: binomial, sub, ranks: local }.embed(&mut b, Place::new(Buf::Send, 0), partial, &[])?;
     if me == leader {
         let sub = sub_args(a, Collective::Reduce, node, leaders.len() as u32, t.node_of(a.root), n);
-        Group { alg: binomial, sub, ranks: &leaders }.embed(&mut b, partial, Place::new(Buf::Recv, 0), &intra.sinks)?;
+        GroupCall { alg: binomial, sub, ranks: &leaders }.embed(
+            &mut b,
+            partial,
+            Place::new(Buf::Recv, 0),
+            &intra.sinks,
+        )?;
     }
     Ok(b.finish())
 }

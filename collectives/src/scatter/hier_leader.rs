@@ -18,7 +18,7 @@ use crate::cost::{ceil_log2, Cost};
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder};
-use crate::two_level::{flat, position, reorder, sub_args, topology, Group, Place};
+use crate::two_level::{flat, position, reorder, sub_args, topology, GroupCall, Place};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Scatter,
@@ -57,11 +57,11 @@ fn build(a: &CollArgs) -> Result<Schedule> {
         let ready = if ordered != send { reorder(&mut b, t, n, ordered, send, false, &[]) } else { Vec::new() };
         let counts: Vec<u64> = (0..t.nodes()).map(|m| t.ranks_on(m).len() as u64 * n).collect();
         let sub = sub_args(a, Collective::Scatterv, node, t.nodes(), t.node_of(a.root), 0).with_counts(counts);
-        let tree = Group { alg: flat(Collective::Scatterv, "binomial")?, sub, ranks: &leaders };
+        let tree = GroupCall { alg: flat(Collective::Scatterv, "binomial")?, sub, ranks: &leaders };
         entry = tree.embed(&mut b, ordered, mine, &ready)?.writers;
     }
     let sub = sub_args(a, Collective::Scatter, t.local_rank(me), local.len() as u32, position(local, leader)?, n);
-    let scatter = Group { alg: flat(Collective::Scatter, "binomial")?, sub, ranks: local };
+    let scatter = GroupCall { alg: flat(Collective::Scatter, "binomial")?, sub, ranks: local };
     scatter.embed(&mut b, mine, Place::new(Buf::Recv, 0), &entry)?;
     Ok(b.finish())
 }
