@@ -53,9 +53,9 @@ fn every_hierarchical_algorithm_verifies_and_replays_on_every_placement() {
         for t in placements() {
             let p = t.size();
             let pc = u64::from(p);
-            let counts: &[u64] = if p <= 7 { &[0, 1, pc + 1, 7, 1000, 1001] } else { &[0, 1, pc + 1, 37] };
+            let counts = [0, 1, pc + 1, 7, 37, 1000, 1001];
             for root in roots(alg.coll, p) {
-                for &count in counts {
+                for count in counts {
                     for in_place in [false, true].into_iter().filter(|&i| !i || has_in_place(alg.coll)) {
                         let segs: &[u64] = if count == pc + 1 { &[0, 4] } else { &[0] };
                         for &seg in segs {
@@ -90,8 +90,9 @@ fn every_hierarchical_algorithm_verifies_and_replays_on_every_placement() {
             }
         }
     }
-    // 8 algorithms; the rooted ones at every root of 38 ranks in all.
-    assert!(checked > 1500, "{checked} cases");
+    // 8 algorithms on 7 placements (47 ranks), the rooted ones at every root; the multi-leader
+    // allreduce refuses the 3 irregular placements.
+    assert!(checked >= 2700, "{checked} cases");
 }
 
 #[test]
