@@ -9,7 +9,8 @@
 //! - [`verify`]: executes a whole job symbolically and checks results, matching, deadlock
 //!   freedom, races and scratch bounds.
 //! - [`cost`], [`sim`]: the α–β–γ model and a replay of a job's schedules in virtual time.
-//! - [`topology`]: where ranks sit (nodes, and levels above them).
+//! - [`topology`]: where ranks sit (nodes, and levels above them); `two_level` builds the
+//!   hierarchical (`hier_*`) algorithms' schedules from flat ones run on groups of ranks.
 #![deny(unsafe_code)]
 
 pub mod args;
@@ -19,6 +20,7 @@ pub mod error;
 pub mod registry;
 pub mod schedule;
 pub mod topology;
+pub(crate) mod two_level;
 
 pub mod datatype;
 pub mod kernels;

@@ -20,13 +20,26 @@ pub struct Restrictions {
     /// Every block must have the same count (regular calls only; refuses v-variants with
     /// unequal counts).
     pub uniform_counts: bool,
+    /// Needs a [`Topology`](crate::topology::Topology) that splits the ranks in two levels: at
+    /// least two nodes, and at least one node with two or more ranks (hierarchical algorithms;
+    /// without one, selection never considers them).
+    pub two_level: bool,
+    /// With `two_level`: every node must hold the same number of ranks.
+    pub equal_nodes: bool,
 }
 
 impl Restrictions {
-    pub const NONE: Restrictions =
-        Restrictions { pow2: false, commutative: false, no_in_place: false, uniform_counts: false };
+    pub const NONE: Restrictions = Restrictions {
+        pow2: false,
+        commutative: false,
+        no_in_place: false,
+        uniform_counts: false,
+        two_level: false,
+        equal_nodes: false,
+    };
     pub const POW2: Restrictions = Restrictions { pow2: true, ..Restrictions::NONE };
     pub const COMMUTATIVE: Restrictions = Restrictions { commutative: true, ..Restrictions::NONE };
+    pub const TWO_LEVEL: Restrictions = Restrictions { two_level: true, ..Restrictions::NONE };
 
     /// Why these restrictions exclude `args`, or `None` if they hold.
     pub fn violated(&self, args: &CollArgs) -> Option<String> {
@@ -44,6 +57,18 @@ impl Restrictions {
                 if c.windows(2).any(|w| w[0] != w[1]) {
                     return Some("needs equal counts for every rank".into());
                 }
+            }
+        }
+        if self.two_level {
+            if let Some(why) = crate::topology::two_level_violation(args.topology.as_deref(), args.size) {
+                return Some(why);
+            }
+        }
+        if self.equal_nodes {
+            match args.topology.as_deref() {
+                Some(t) if t.per_node().is_some() => {}
+                Some(t) => return Some(format!("needs the same number of ranks on every node (placement {t})")),
+                None => return Some("needs a topology with the same number of ranks on every node".into()),
             }
         }
         None

@@ -172,6 +172,26 @@ impl Topology {
         (0..self.nodes()).map(|n| self.ranks_on(n)[0]).collect()
     }
 
+    /// Each node's leader, by node, where rank `r` leads its own node and the lowest rank leads
+    /// every other (rooted hierarchical algorithms lead the root's node from the root).
+    pub fn leaders_with(&self, r: u32) -> Vec<u32> {
+        let mut l = self.leaders();
+        l[self.node_of(r) as usize] = r;
+        l
+    }
+
+    /// The ranks of all nodes, node by node (node 0's ranks in increasing order, then node 1's,
+    /// …): position i of this order is where a node-ordered buffer keeps rank `order[i]`'s block.
+    pub fn node_order(&self) -> Vec<u32> {
+        (0..self.nodes()).flat_map(|n| self.ranks_on(n).iter().copied()).collect()
+    }
+
+    /// The number of ranks on the nodes before node `n` (node `n`'s first position in
+    /// [`Topology::node_order`]).
+    pub fn ranks_before(&self, n: u32) -> u32 {
+        (0..n).map(|m| self.ranks_on(m).len() as u32).sum()
+    }
+
     /// Whether `a` and `b` share a node.
     pub fn same_node(&self, a: u32, b: u32) -> bool {
         self.node_of(a) == self.node_of(b)
@@ -187,6 +207,25 @@ impl Topology {
     pub fn is_blocked(&self) -> bool {
         (1..self.size).all(|r| self.node_of(r) == self.node_of(r - 1) || self.node_of(r) == self.node_of(r - 1) + 1)
     }
+}
+
+/// Why a hierarchical (two-level) algorithm cannot run on `size` ranks placed by `topology`, or
+/// `None` if it can: it needs a topology of `size` ranks with at least two nodes and at least one
+/// node of two or more ranks (otherwise there is only one level and a flat algorithm is the same).
+pub fn two_level_violation(topology: Option<&Topology>, size: u32) -> Option<String> {
+    let Some(t) = topology else {
+        return Some("needs a topology (none given: every rank counts as a node of its own)".into());
+    };
+    if t.size() != size {
+        return Some(format!("the topology places {} ranks, the communicator has {size}", t.size()));
+    }
+    if t.nodes() == 1 {
+        return Some(format!("needs ranks on two or more nodes (all {size} share one node)"));
+    }
+    if t.nodes() == size {
+        return Some(format!("needs a node with two or more ranks (each of the {size} ranks has a node of its own)"));
+    }
+    None
 }
 
 impl fmt::Display for Topology {
@@ -231,6 +270,19 @@ mod tests {
         assert_eq!(t.per_node(), None);
         assert!(!t.is_blocked());
         assert_eq!(t.to_string(), "0,2|1,4|3");
+        assert_eq!(t.leaders_with(4), vec![0, 4, 3]);
+        assert_eq!(t.node_order(), vec![0, 2, 1, 4, 3]);
+        assert_eq!(t.ranks_before(2), 4);
+    }
+
+    #[test]
+    fn two_levels_need_two_nodes_and_a_shared_node() {
+        let why = |t: Option<&Topology>, p| two_level_violation(t, p).unwrap_or_default();
+        assert!(why(None, 4).contains("needs a topology"));
+        assert!(why(Some(&Topology::regular(1, 4).unwrap()), 4).contains("share one node"));
+        assert!(why(Some(&Topology::flat(4)), 4).contains("node of its own"));
+        assert!(why(Some(&Topology::regular(2, 2).unwrap()), 6).contains("places 4 ranks"));
+        assert_eq!(two_level_violation(Some(&Topology::from_sizes(&[1, 3]).unwrap()), 4), None);
     }
 
     #[test]

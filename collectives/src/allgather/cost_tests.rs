@@ -20,7 +20,8 @@ fn full_matrix() {
 }
 
 /// Each algorithm's cost terms equal the simulator's critical path (on α-only, β-only and
-/// γ-only machines) for powers of two, where the papers' formulas are exact; with
+/// γ-only machines) for powers of two, where the papers' formulas are exact (hierarchical ones on
+/// two nodes of p/2 ranks, where every level's term is on the path); with
 /// `--ignored --nocapture`, [`cost_table`] prints the comparison for other p too.
 #[test]
 fn cost_matches_simulator_for_powers_of_two() {
@@ -57,6 +58,10 @@ fn cost_rows(ps: &[u32]) -> Vec<(&'static Algorithm, u32, [f64; 3], [f64; 3])> {
             if alg.coll.is_vector() {
                 a = a.with_counts(vec![240u64; p as usize]);
             }
+            let a = crate::two_level::test_placement(alg, a);
+            if alg.restrictions.violated(&a).is_some() {
+                continue;
+            }
             let c = alg.cost_of(&a).unwrap();
             let s: Vec<f64> = (0..3).map(|i| crate::sim::simulate_alg(alg, &a, &unit(i)).unwrap().time).collect();
             rows.push((alg, p, [c.alpha, c.beta, c.gamma], [s[0], s[1], s[2]]));
@@ -77,6 +82,10 @@ fn large_p_build_times() {
             let mut a = CollArgs::new(alg.coll, 0, pp, 4);
             if alg.coll.is_vector() {
                 a = a.with_counts(vec![4u64; pp as usize]);
+            }
+            let a = crate::two_level::test_placement(alg, a);
+            if alg.restrictions.violated(&a).is_some() {
+                continue;
             }
             let t = std::time::Instant::now();
             let steps: usize = [0, pp / 2].iter().map(|&r| alg.schedule(&a.for_rank(r)).unwrap().len()).sum();

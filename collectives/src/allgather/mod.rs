@@ -14,6 +14,7 @@ mod bruck;
 #[cfg(test)]
 mod cost_tests;
 mod gather_bcast;
+mod hier_leader;
 pub(crate) mod layout;
 mod mesh;
 mod mesh_2d;
@@ -37,6 +38,7 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     gather_bcast::ALLGATHERV,
     mesh_2d::ALLGATHERV,
     mesh_3d::ALLGATHERV,
+    hier_leader::ALGORITHM,
 ];
 
 /// Block i (rank i's contribution) of every rank's `Recv`.

@@ -2,6 +2,8 @@
 
 mod allgather_reduce;
 mod binary_blocks;
+mod hier_leader;
+mod hier_multi_leader;
 mod rabenseifner;
 mod recursive_doubling;
 mod reduce_bcast;
@@ -25,6 +27,8 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     ring::ALGORITHM,
     rsag_halving_ring::ALGORITHM,
     rsag_pairwise_ring::ALGORITHM,
+    hier_leader::ALGORITHM,
+    hier_multi_leader::ALGORITHM,
 ];
 
 /// The allreduces built as "2r fold + vector-halving reduce-scatter + some allgather + unfold"

@@ -4,10 +4,12 @@ use crate::registry::Algorithm;
 use crate::schedule::{Region, ScheduleBuilder};
 
 mod dissemination;
+mod hier_leader;
 mod recursive_doubling;
 
 /// The registry rows of this operation.
-pub(crate) const ALGORITHMS: &[Algorithm] = &[dissemination::ALGORITHM, recursive_doubling::ALGORITHM];
+pub(crate) const ALGORITHMS: &[Algorithm] =
+    &[dissemination::ALGORITHM, recursive_doubling::ALGORITHM, hier_leader::ALGORITHM];
 
 /// Where a barrier's signals come from and land: one scratch element each (sent from one never
 /// written, received into another). A signal must carry at least one element: an executor

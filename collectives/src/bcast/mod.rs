@@ -3,6 +3,7 @@
 use crate::registry::Algorithm;
 
 pub(crate) mod binomial;
+mod hier_leader;
 mod linear;
 mod scatter_recursive_doubling_allgather;
 mod scatter_ring_allgather;
@@ -13,4 +14,5 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     scatter_recursive_doubling_allgather::ALGORITHM,
     scatter_ring_allgather::ALGORITHM,
     linear::ALGORITHM,
+    hier_leader::ALGORITHM,
 ];

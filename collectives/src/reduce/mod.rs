@@ -2,6 +2,7 @@
 
 mod binary_blocks;
 mod binomial;
+mod hier_leader;
 mod rabenseifner;
 mod ring;
 
@@ -9,7 +10,7 @@ use crate::registry::Algorithm;
 
 /// The registry rows of this operation.
 pub(crate) const ALGORITHMS: &[Algorithm] =
-    &[binary_blocks::ALGORITHM, binomial::ALGORITHM, rabenseifner::ALGORITHM, ring::ALGORITHM];
+    &[binary_blocks::ALGORITHM, binomial::ALGORITHM, rabenseifner::ALGORITHM, ring::ALGORITHM, hier_leader::ALGORITHM];
 
 #[cfg(test)]
 mod tests {
