@@ -86,22 +86,26 @@ impl Communicator {
     }
 
     /// Gives this communicator a topology of the program's own (collective: every rank must call
-    /// it with an equal one, which is checked with one allgather; a difference is an error on
-    /// every rank, naming the first rank that differs, and leaves the topology as it was).
+    /// it with an equal one of this communicator's size, which is checked with one allgather; a
+    /// difference is an error on every rank, naming the first rank that differs, and leaves the
+    /// topology as it was).
     /// Communicators derived from this one later inherit it; calls prepared before are prepared
     /// again. A setter, as [`Communicator::set_decisions`], so that it works on any communicator,
     /// whichever constructor made it.
     pub fn set_topology(&mut self, topology: Topology) -> Result<()> {
-        if topology.size() != self.size {
+        // A rank whose topology has the wrong size still takes part, so that its peers fail too
+        // instead of waiting for it.
+        let fits = topology.size() == self.size;
+        let mine = if fits { fingerprint(&topology) } else { 0 };
+        let mut all = vec![0u64; self.size as usize];
+        self.allgather(&[mine], &mut all)?;
+        if !fits {
             return Err(invalid(format!(
                 "a topology of {} ranks for a communicator of {}",
                 topology.size(),
                 self.size
             )));
         }
-        let mine = fingerprint(&topology);
-        let mut all = vec![0u64; self.size as usize];
-        self.allgather(&[mine], &mut all)?;
         // Every rank sees the same fingerprints, so every rank reports the same rank.
         if let Some(r) = all.iter().position(|&f| f != all[0]) {
             return Err(invalid(format!("rank {r} set a different topology than rank 0")));
