@@ -66,7 +66,9 @@ fn check_placement(c: &Communicator, nodes: &[&[u32]]) -> Result<usize, String> 
             }
             collectives_work(&l, &members, c.rank())?;
         }
-        None if leaders.contains(&c.rank()) => return Err(format!("rank {} leads a node but got no leaders", c.rank())),
+        None if leaders.contains(&c.rank()) => {
+            return Err(format!("rank {} leads a node but got no leaders", c.rank()))
+        }
         None => {}
     }
     // A dup keeps the placement; a split of the odd and even ranks keeps theirs.
@@ -77,7 +79,12 @@ fn check_placement(c: &Communicator, nodes: &[&[u32]]) -> Result<usize, String> 
     let ranks: Vec<u32> = (0..c.size()).filter(|r| r % 2 == c.rank() % 2).collect();
     let want = Topology::from_nodes(&ranks.iter().map(|&r| t.node_of(r)).collect::<Vec<_>>()).unwrap();
     if **half.topology() != want {
-        return Err(format!("rank {}: the ranks of parity {} sit as {}, want {want}", c.rank(), c.rank() % 2, half.topology()));
+        return Err(format!(
+            "rank {}: the ranks of parity {} sit as {}, want {want}",
+            c.rank(),
+            c.rank() % 2,
+            half.topology()
+        ));
     }
     Ok(4)
 }
@@ -105,10 +112,13 @@ fn placement(name: &str, fabric: &str, p: u32, node_of: fn(u32) -> Option<&'stat
 
 #[test]
 fn tcp_nodes_named_per_rank_may_interleave() {
-    placement("tcp_nodes_named_per_rank_may_interleave", "tcp", 4, |r| Some(["a", "b"][r as usize % 2]), &[
-        &[0, 2],
-        &[1, 3],
-    ]);
+    placement(
+        "tcp_nodes_named_per_rank_may_interleave",
+        "tcp",
+        4,
+        |r| Some(["a", "b"][r as usize % 2]),
+        &[&[0, 2], &[1, 3]],
+    );
 }
 
 #[test]

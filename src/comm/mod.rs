@@ -198,8 +198,15 @@ impl Communicator {
         let mut ep = fabcoll_fabric::open(&fcfg)?;
         // Each rank's node identity travels with its address: the placement costs no extra round.
         let me = NodeId::of_this_process()?;
-        let (ids, blobs) =
-            bootstrap::exchange_with_node(&*store, "fabcoll/addr", env.rank, env.size, &me, &ep.address()?, cfg.timeout)?;
+        let (ids, blobs) = bootstrap::exchange_with_node(
+            &*store,
+            "fabcoll/addr",
+            env.rank,
+            env.size,
+            &me,
+            &ep.address()?,
+            cfg.timeout,
+        )?;
         ep.insert_peers(&blobs)?;
         let topology = nodes::world_topology(&ids, FabricClass::of(ep.caps()))?;
         // The fabric's own defaults (network fabrics: a larger eager limit), under the environment's.

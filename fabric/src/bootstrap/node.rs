@@ -111,7 +111,8 @@ mod tests {
     #[test]
     fn a_malformed_identity_is_an_error_naming_the_rank() {
         let id = NodeId { name: "node0".into(), explicit: true }.prefix(b"x");
-        for (bad, why) in [(&[][..], "is missing"), (&id[..3], "cut short"), (&id[..6], "cut short"), (&[7][..], "flag 7")]
+        for (bad, why) in
+            [(&[][..], "is missing"), (&id[..3], "cut short"), (&id[..6], "cut short"), (&[7][..], "flag 7")]
         {
             let e = NodeId::split(bad, 5).unwrap_err().to_string();
             assert!(e.contains("rank 5's node identity") && e.contains(why), "{e}");
