@@ -49,7 +49,7 @@ pub use collectives::datatype::{Datatype, Element, ValueIndex};
 /// ```
 pub use collectives::half;
 pub use collectives::op::{ReduceOp, UserOp};
-pub use collectives::Params;
+pub use collectives::{Params, Topology};
 pub use comm::{Call, Collectives, Communicator, Options, Pinned, Registered, Request, Scope, WithOptions};
 pub use error::{Error, Result};
 pub use exec::{ExecConfig, Stats};

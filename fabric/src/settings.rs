@@ -527,6 +527,8 @@ settings! {
         "who serves the TCP store: rank 0, or the launcher (fabrun sets launcher)";
     FABCOLL_TOKEN token: String as Secret, Bootstrap, EachUse, "none: a TCP store refuses to start",
         "the job's secret, the same on every rank; the TCP store refuses clients without it";
+    FABCOLL_NODE node: String as Text, Bootstrap, EachUse, "the host name and boot id",
+        "this rank's node: ranks with equal values share a node (fabrun --nodes sets it to emulate nodes)";
     FABCOLL_FABRIC fabric: Backend as Fabric, Communicator, EachUse,
         "shm when every rank is on this node, else tcp",
         "the fabric: shm, local, tcp (sockets), ofi:tcp, ofi:shm or ofi:PROVIDER";
@@ -618,7 +620,7 @@ pub static CONVENTIONS: &[Convention] = &[
     Convention {
         name: "HOSTNAME",
         layer: Layer::Selection,
-        meaning: "this machine's name in cache file names, where /proc has none",
+        meaning: "this machine's name (node identity, cache file names), where /proc has none",
     },
     Convention {
         name: "RUST_LOG",

@@ -46,7 +46,7 @@ fn equal_blocks(comm: &Communicator, coll: Collective, what: &str, len: usize) -
     Ok(len / p)
 }
 
-fn fnv(values: impl IntoIterator<Item = u64>) -> u64 {
+pub(super) fn fnv(values: impl IntoIterator<Item = u64>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for v in values {
         for b in v.to_le_bytes() {
@@ -58,7 +58,7 @@ fn fnv(values: impl IntoIterator<Item = u64>) -> u64 {
 }
 
 impl<'b> Call<'b> {
-    fn new<T: Element>(comm: &Communicator, coll: Collective, count: usize) -> Call<'b> {
+    pub(super) fn new<T: Element>(comm: &Communicator, coll: Collective, count: usize) -> Call<'b> {
         let mut args = CollArgs::new(coll, comm.rank(), comm.size(), count as u64);
         args.elem_size = T::DATATYPE.size() as u32;
         Call { args, send: NONE, recv: NONE, dtype: T::DATATYPE, op: None, _lent: PhantomData }

@@ -5,11 +5,15 @@
 //! endpoint and engine and get a context id of their own (agreed on with a collective over the
 //! parent), which separates their messages in control tags and eager immediates; one engine
 //! progresses the collectives of all of them.
+//!
+//! A communicator knows where its ranks sit ([`Communicator::topology`], see `nodes`): the world
+//! communicator from the bootstrap, derived ones from their parent's.
 
 mod call;
 mod mailboxes;
 mod memo;
 mod model;
+mod nodes;
 mod pinned;
 mod request;
 
@@ -19,8 +23,8 @@ use std::time::Duration;
 
 use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::registry;
-use fabcoll_collectives::{CollArgs, Params};
-use fabcoll_fabric::bootstrap::{self, JobEnv, TcpStoreServer};
+use fabcoll_collectives::{CollArgs, Params, Topology};
+use fabcoll_fabric::bootstrap::{self, JobEnv, NodeId, TcpStoreServer};
 use fabcoll_fabric::{Access, Backend, Config, Endpoint, LocalFabric};
 
 pub use call::{Call, Collectives, WithOptions};
@@ -68,6 +72,8 @@ pub struct Communicator {
     decisions: Arc<Decisions>,
     /// The class of the endpoint's fabric, a condition of the decisions' rules.
     fabric: FabricClass,
+    /// Where the ranks sit (`nodes`); attached to the arguments of calls as they are prepared.
+    topology: Arc<Topology>,
     /// The prepared calls and the mailboxes (registered in `registry`).
     calls: SharedCalls,
     /// The calls states of the endpoint's communicators (shared with dups and splits).
@@ -160,6 +166,7 @@ impl Communicator {
             check: env_check()?,
             decisions,
             fabric,
+            topology: nodes::default_topology(size, fabric),
             calls: CallsRegistry::register(&registry),
             registry,
             lanes,
@@ -189,13 +196,25 @@ impl Communicator {
         let mut fcfg = Config::new(backend, env.rank as usize, env.size as usize, job);
         fcfg.timeout = cfg.timeout;
         let mut ep = fabcoll_fabric::open(&fcfg)?;
-        let blobs = bootstrap::exchange(&*store, "fabcoll/addr", env.rank, env.size, &ep.address()?, cfg.timeout)?;
+        // Each rank's node identity travels with its address: the placement costs no extra round.
+        let me = NodeId::of_this_process()?;
+        let (ids, blobs) = bootstrap::exchange_with_node(
+            &*store,
+            "fabcoll/addr",
+            env.rank,
+            env.size,
+            &me,
+            &ep.address()?,
+            cfg.timeout,
+        )?;
         ep.insert_peers(&blobs)?;
+        let topology = nodes::world_topology(&ids, FabricClass::of(ep.caps()))?;
         // The fabric's own defaults (network fabrics: a larger eager limit), under the environment's.
         let cfg =
             ExecConfig { local_ranks: env.local_size.map(|n| n as usize), ..ExecConfig::from_env_for(ep.caps())? };
         let mut c = Communicator::from_endpoint(ep, cfg)?;
         c._server = server.map(Arc::new);
+        c.topology = topology;
         Ok(c)
     }
 
@@ -279,6 +298,8 @@ impl Communicator {
     fn choose(&self, call: &Call<'_>, opts: &Options) -> Result<(&'static registry::Algorithm, CollArgs)> {
         let mut args = call.args.clone();
         args.params = opts.params.clone();
+        // Only the prepared arguments carry the topology (the memo looks calls up without it).
+        args.topology = Some(self.topology.clone());
         let coll = args.coll;
         // A per-call choice is strict (its restrictions must hold); a FABCOLL_ALGO choice applies
         // where its restrictions hold and leaves the other calls to the default selection.
@@ -395,7 +416,7 @@ impl Communicator {
         let mut all = vec![0u32; self.size as usize];
         self.allgather(&[mine], &mut all)?;
         let ctx = all.iter().copied().max().unwrap_or(mine);
-        self.derive(ctx, self.members.clone(), self.rank)
+        self.derive(ctx, self.members.clone(), self.rank, self.topology.clone())
     }
 
     /// [`Communicator::dup`] whose calls all run on the engine (never the mailboxes): what the
@@ -428,10 +449,14 @@ impl Communicator {
         group.sort_unstable();
         let members: Arc<[u32]> = group.iter().map(|&(_, r)| self.members[r as usize]).collect();
         let rank = group.iter().position(|&(_, r)| r == self.rank).unwrap_or(0) as u32;
-        self.derive(ctx, members, rank).map(Some)
+        let ranks: Vec<u32> = group.iter().map(|&(_, r)| r).collect();
+        let topology = Arc::new(nodes::restrict(&self.topology, &ranks)?);
+        self.derive(ctx, members, rank, topology).map(Some)
     }
 
-    fn derive(&self, ctx: u32, members: Arc<[u32]>, rank: u32) -> Result<Communicator> {
+    /// A communicator of `members` (endpoint ranks) on context `ctx`, where this rank is `rank`
+    /// and the ranks sit as `topology` says.
+    fn derive(&self, ctx: u32, members: Arc<[u32]>, rank: u32, topology: Arc<Topology>) -> Result<Communicator> {
         self.lock().add_ctx(ctx, &members)?;
         Ok(Communicator {
             engine: self.engine.clone(),
@@ -442,6 +467,7 @@ impl Communicator {
             check: self.check,
             decisions: self.decisions.clone(),
             fabric: self.fabric,
+            topology,
             calls: CallsRegistry::register(&self.registry),
             registry: self.registry.clone(),
             lanes: self.lanes,

@@ -247,12 +247,13 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         stats: a.stats,
     };
     let local = a.fabric.as_deref() == Some("local");
-    let meta = |fabric: String, ranks: u32| Meta {
+    let meta = |fabric: String, c: &Communicator| Meta {
         op: a.op.name().into(),
         algo: a.algo.clone(),
         fabric,
         runs_on: None,
-        ranks,
+        ranks: c.size(),
+        topology: c.topology().to_string(),
         dtype: if a.op.is_reduction() { "f32" } else { "u8" }.into(),
         sync: if cfg.pace.barrier { "barrier" } else { "none" }.into(),
         touch: cfg.pace.touch,
@@ -260,7 +261,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
     if local {
         let n = a.n.unwrap_or(1);
         let comms = Communicator::local(n as usize).map_err(|e| e.to_string())?;
-        let meta = meta("local".into(), n);
+        let meta = meta("local".into(), comms.first().ok_or("-n 0: a job needs at least one rank")?);
         let results: Vec<Result<bool, String>> = std::thread::scope(|s| {
             let hs: Vec<_> = comms
                 .into_iter()
@@ -287,7 +288,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         Settings { fabric: Some(fabric), ..Settings::installed() }.install();
     }
     let c = Communicator::from_env().map_err(|e| e.to_string())?;
-    let mut meta = meta(env_fabric(), c.size());
+    let mut meta = meta(env_fabric(), &c);
     let runs_on = c.fabric_name();
     if runs_on != meta.fabric {
         meta.runs_on = Some(runs_on);

@@ -17,8 +17,8 @@ use clap::Parser;
 const AFTER_HELP: &str = "\
 Environment of every rank: FABCOLL_RANK, FABCOLL_SIZE, FABCOLL_LOCAL_RANK, FABCOLL_LOCAL_SIZE,
 FABCOLL_STORE=tcp://127.0.0.1:PORT (a store served by fabrun), FABCOLL_STORE_SERVER=launcher,
-FABCOLL_TOKEN (random per job), with --fabric FABCOLL_FABRIC, and when ranks are pinned
-FABCOLL_LOCAL_CPUS (the CPUs they share). Ranks get no stdin; their stdout
+FABCOLL_TOKEN (random per job), with --fabric FABCOLL_FABRIC, with --nodes FABCOLL_NODE, and
+when ranks are pinned FABCOLL_LOCAL_CPUS (the CPUs they share). Ranks get no stdin; their stdout
 and stderr lines come out on fabrun's stdout and stderr, prefixed \"[rank] \", never split.
 
 Exit status: 0 if every rank exits 0; else the exit code of the first rank that failed (128+signal
@@ -52,6 +52,13 @@ struct Cli {
                 cannot be launched as processes: use `fabcoll bench --fabric local -n N`"
     )]
     fabric: Option<String>,
+
+    /// Emulate this many nodes on this machine: the ranks are split into contiguous blocks, as
+    /// even as possible (5 ranks on 2 nodes: 3 + 2), and each rank gets FABCOLL_NODE=node<i>.
+    /// FABCOLL_LOCAL_RANK and FABCOLL_LOCAL_SIZE still count every rank of this machine (they
+    /// share its CPUs). More than one node needs a network fabric: the default is then tcp.
+    #[arg(long, value_name = "NODES", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    nodes: Option<u32>,
 
     /// Kill every rank and exit 124 if the job runs longer than this many seconds.
     #[arg(long, value_name = "SECS")]
@@ -107,15 +114,45 @@ fn check_fabric(f: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The fabric of a job on `nodes` emulated nodes: ranks on different nodes must talk over a
+/// network fabric (tcp unless `fabric` names another one) until a communicator can route node
+/// peers over shared memory and the others over the network.
+fn fabric_for_nodes(nodes: u32, n: u32, fabric: Option<&str>) -> Result<Option<String>, String> {
+    if nodes > n {
+        return Err(format!("--nodes {nodes} is more nodes than the {n} ranks of -n {n}"));
+    }
+    if nodes == 1 {
+        return Ok(fabric.map(str::to_owned));
+    }
+    let Some(f) = fabric else { return Ok(Some("tcp".into())) };
+    let backend: fabcoll::fabric::Backend = f.parse().map_err(|e| format!("--fabric {f:?}: {e}"))?;
+    let node_only = match &backend {
+        fabcoll::fabric::Backend::Shm | fabcoll::fabric::Backend::Local => true,
+        fabcoll::fabric::Backend::Ofi { provider } => provider == "shm",
+        fabcoll::fabric::Backend::Tcp => false,
+    };
+    if node_only {
+        return Err(format!(
+            "--fabric {f} reaches only the ranks of one node, and --nodes {nodes} puts the ranks on {nodes}: \
+             use a network fabric (tcp, ofi:tcp, …) or leave --fabric out (tcp)"
+        ));
+    }
+    Ok(Some(f.to_owned()))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let plan = (|| -> Result<launch::Plan, String> {
         if let Some(f) = &cli.fabric {
             check_fabric(f)?;
         }
+        let fabric = match cli.nodes {
+            Some(nodes) => fabric_for_nodes(nodes, cli.n, cli.fabric.as_deref())?,
+            None => cli.fabric.clone(),
+        };
         Ok(launch::Plan {
             n: cli.n,
-            fabric: cli.fabric.clone(),
+            fabric,
             timeout: cli.timeout.map(|t| seconds("--timeout", t)).transpose()?,
             grace: seconds("--grace", cli.grace)?,
             prefix: !cli.no_prefix,
@@ -123,6 +160,7 @@ fn main() -> ExitCode {
             prog: PathBuf::from(&cli.command[0]),
             args: cli.command[1..].to_vec(),
             bind: launch::placement(cli.n, cli.bind.as_deref() != Some("none")),
+            node_of: cli.nodes.map(|k| launch::node_blocks(cli.n, k)).unwrap_or_default(),
         })
     })();
     let plan = match plan {

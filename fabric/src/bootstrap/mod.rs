@@ -5,11 +5,13 @@
 //! [`TcpStore`] (served by rank 0 or a launcher, every client authenticated by a per-job token,
 //! every length bounded, every read timed out) and [`FileStore`] (a directory on a shared file
 //! system). [`JobEnv`] reads rank, size and the store's address from the conventions people
-//! already use: torchrun, Slurm and our own `FABCOLL_*`.
+//! already use: torchrun, Slurm and our own `FABCOLL_*`. Each rank's [`NodeId`] (which node it
+//! runs on) travels with its address ([`exchange_with_node`]).
 
 mod env;
 mod error;
 mod file;
+mod node;
 mod tcp;
 
 use std::time::{Duration, Instant};
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 pub use env::{JobEnv, StoreAddr};
 pub use error::BootstrapError;
 pub use file::FileStore;
+pub use node::{exchange_with_node, NodeId};
 pub use tcp::{TcpStore, TcpStoreServer, MAX_KEY_LEN, MAX_VALUE_LEN};
 
 pub type Result<T, E = BootstrapError> = std::result::Result<T, E>;

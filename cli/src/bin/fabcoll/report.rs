@@ -24,6 +24,8 @@ pub struct Meta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runs_on: Option<String>,
     pub ranks: u32,
+    /// Where the ranks sit (`Topology`'s display: "2 nodes × 2 ranks", "0,2|1,3").
+    pub topology: String,
     pub dtype: String,
     /// "barrier" (OSU) or "none" (back-to-back iterations).
     pub sync: String,
@@ -47,13 +49,14 @@ impl Report {
             Format::Table => {
                 writeln!(
                     out,
-                    "# fabcoll bench: {} ({} sum for reductions), algorithm {}, fabric {}{}, {} ranks, sync {}{}",
+                    "# fabcoll bench: {} ({} sum for reductions), algorithm {}, fabric {}{}, {} ranks, topology {}, sync {}{}",
                     meta.op,
                     meta.dtype,
                     meta.algo,
                     meta.fabric,
                     meta.runs_on.as_ref().map(|f| format!(" (runs on {f})")).unwrap_or_default(),
                     meta.ranks,
+                    meta.topology,
                     meta.sync,
                     if meta.touch { ", receive buffers read after each call" } else { "" }
                 )?;

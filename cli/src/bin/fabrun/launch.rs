@@ -27,6 +27,14 @@ pub struct Plan {
     pub args: Vec<String>,
     /// The CPU each rank is pinned to (empty: no pinning).
     pub bind: Vec<usize>,
+    /// The emulated node each rank is on, passed as `FABCOLL_NODE=node<i>` (empty: none).
+    pub node_of: Vec<usize>,
+}
+
+/// The emulated node of each of `n` ranks on `nodes` nodes (`nodes <= n`): contiguous blocks,
+/// balanced to within one, larger ones first (5 ranks on 2 nodes: 0 1 2 | 3 4).
+pub fn node_blocks(n: u32, nodes: u32) -> Vec<usize> {
+    blocks(n as usize, &(0..nodes as usize).collect::<Vec<_>>())
 }
 
 /// The CPU of each of `n` ranks when `bind` and there are at least 2 of them: the CPUs fabrun may
@@ -194,6 +202,9 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
         if let Some(f) = &plan.fabric {
             cmd.env(settings::FABCOLL_FABRIC.name, f);
         }
+        if let Some(node) = plan.node_of.get(r) {
+            cmd.env(settings::FABCOLL_NODE.name, format!("node{node}"));
+        }
         if !plan.bind.is_empty() {
             // A pinned rank's own CPU set is one CPU: tell it how many the job shares, so that
             // only ranks really outnumbering their CPUs take the oversubscribed wait policy.
@@ -337,7 +348,15 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::blocks;
+    use super::{blocks, node_blocks};
+
+    #[test]
+    fn emulated_nodes_are_balanced_contiguous_blocks() {
+        assert_eq!(node_blocks(4, 2), [0, 0, 1, 1]);
+        assert_eq!(node_blocks(5, 2), [0, 0, 0, 1, 1]);
+        assert_eq!(node_blocks(3, 3), [0, 1, 2]);
+        assert_eq!(node_blocks(3, 1), [0, 0, 0]);
+    }
 
     #[test]
     fn oversubscribed_ranks_go_in_balanced_blocks() {

@@ -1,0 +1,79 @@
+//! A topology the program gives (`Communicator::set_topology`) over the local backend: checked
+//! for size and for being equal on every rank, honoured by `split_by_node` and `node_leaders`,
+//! inherited by `dup`. Ranks as threads; every collective has the executor's timeout (20 s).
+
+mod common;
+
+use fabcoll::{Collectives, Communicator, ReduceOp, Topology};
+
+fn job<R: Send>(p: usize, f: impl Fn(Communicator) -> R + Sync) -> Vec<R> {
+    let comms = Communicator::local_with(p, common::cfg()).unwrap();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let f = &f;
+                s.spawn(move || f(c))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank panicked")).collect()
+    })
+}
+
+#[test]
+fn local_ranks_are_one_node() {
+    job(3, |c| {
+        assert_eq!(c.topology().to_string(), "1 node × 3 ranks");
+        assert_eq!(c.split_by_node().unwrap().size(), 3);
+        assert_eq!(c.node_leaders().unwrap().map(|l| l.size()), (c.rank() == 0).then_some(1));
+    });
+}
+
+#[test]
+fn a_program_s_topology_shapes_the_node_communicators() {
+    job(4, |mut c| {
+        // Nodes {0, 3} and {1, 2}.
+        c.set_topology(Topology::from_nodes(&[0, 1, 1, 0]).unwrap()).unwrap();
+        assert_eq!(c.topology().to_string(), "0,3|1,2");
+        let node = c.split_by_node().unwrap();
+        let mut members = [0u32; 2];
+        node.allgather(&[c.rank()], &mut members).unwrap();
+        assert_eq!(members, if c.rank() % 3 == 0 { [0, 3] } else { [1, 2] });
+        let mut x = [c.rank() as i64; 5];
+        node.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+        assert_eq!(x, [3; 5]);
+        match c.node_leaders().unwrap() {
+            Some(l) => {
+                assert!(c.rank() <= 1, "rank {} is no leader", c.rank());
+                let mut leaders = [0u32; 2];
+                l.allgather(&[c.rank()], &mut leaders).unwrap();
+                assert_eq!(leaders, [0, 1]);
+            }
+            None => assert!(c.rank() >= 2, "leader {} got no leaders", c.rank()),
+        }
+        assert_eq!(**c.dup().unwrap().topology(), **c.topology());
+    });
+}
+
+#[test]
+fn a_topology_must_fit_and_agree() {
+    let errs = job(3, |mut c| {
+        // A wrong size on one rank fails every rank (the others are not left waiting).
+        let sizes: &[u32] = if c.rank() == 1 { &[2, 2] } else { &[3] };
+        let e = c.set_topology(Topology::from_sizes(sizes).unwrap()).unwrap_err().to_string();
+        if c.rank() == 1 {
+            assert!(e.contains("a topology of 4 ranks for a communicator of 3"), "{e}");
+        } else {
+            assert!(e.contains("rank 1 set a different topology than rank 0"), "{e}");
+        }
+        let mine = if c.rank() == 2 { vec![1, 2] } else { vec![2, 1] };
+        let e = c.set_topology(Topology::from_sizes(&mine).unwrap()).unwrap_err().to_string();
+        // Left as it was, and still usable.
+        assert_eq!(c.topology().nodes(), 1);
+        c.barrier().unwrap();
+        e
+    });
+    for e in errs {
+        assert!(e.contains("rank 2 set a different topology than rank 0"), "{e}");
+    }
+}
