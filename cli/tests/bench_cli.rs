@@ -277,8 +277,9 @@ fn every_operation_checks_out_over_local() {
 
 #[test]
 fn every_algorithm_can_be_forced() {
-    // At p = 4 (a power of two), every registered algorithm of every op runs and checks out.
-    for a in registry::all() {
+    // At p = 4 (a power of two), every registered algorithm of every op runs and checks out; the
+    // hierarchical ones need nodes, which one process's ranks do not have (`fabrun_nodes.rs`).
+    for a in registry::all().filter(|a| !a.restrictions.two_level) {
         let args = [
             "bench",
             "--fabric",

@@ -102,3 +102,42 @@ fn bench_names_the_topology() {
     assert!(o.status.success(), "{}", o.stderr);
     assert!(o.stdout.contains("2 ranks, topology 1 node × 2 ranks,"), "{}", o.stdout);
 }
+
+/// Every hierarchical algorithm, forced, runs and checks out on emulated nodes: 2 × 2, and 3 + 2
+/// for those that take unequal nodes.
+#[test]
+fn hierarchical_algorithms_run_on_emulated_nodes() {
+    for a in fabcoll::collectives::registry::all().filter(|a| a.restrictions.two_level) {
+        let placements: &[&str] = if a.restrictions.equal_nodes { &["4"] } else { &["4", "5"] };
+        for &n in placements {
+            let args = [
+                "-n",
+                n,
+                "--nodes",
+                "2",
+                FABCOLL,
+                "bench",
+                "--op",
+                a.coll.name(),
+                "--algo",
+                a.name,
+                "--min-size",
+                "8",
+                "--max-size",
+                "4096",
+                "--iters",
+                "2",
+                "--warmup",
+                "0",
+                "--check",
+                "--format",
+                "csv",
+            ];
+            let o = fabrun(&args);
+            assert!(o.status.success(), "{}:{} n={n}: {}", a.coll, a.name, o.stderr);
+            let rows: Vec<&str> = o.stdout.lines().filter(|l| l.contains(a.name)).collect();
+            assert!(!rows.is_empty(), "{}:{} n={n}: no rows in {}", a.coll, a.name, o.stdout);
+            assert!(rows.iter().all(|l| l.contains(",ok")), "{}:{} n={n}: {}", a.coll, a.name, o.stdout);
+        }
+    }
+}

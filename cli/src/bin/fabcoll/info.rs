@@ -41,19 +41,15 @@ fn bytes(b: usize) -> String {
 
 fn restrictions(a: &Algorithm) -> String {
     let r = &a.restrictions;
-    let mut v = Vec::new();
-    if r.pow2 {
-        v.push("pow2");
-    }
-    if r.commutative {
-        v.push("commutative");
-    }
-    if r.no_in_place {
-        v.push("no_in_place");
-    }
-    if r.uniform_counts {
-        v.push("uniform_counts");
-    }
+    let named = [
+        (r.pow2, "pow2"),
+        (r.commutative, "commutative"),
+        (r.no_in_place, "no_in_place"),
+        (r.uniform_counts, "uniform_counts"),
+        (r.two_level, "two_level"),
+        (r.equal_nodes, "equal_nodes"),
+    ];
+    let v: Vec<&str> = named.iter().filter(|(on, _)| *on).map(|&(_, name)| name).collect();
     if v.is_empty() {
         "-".into()
     } else {
