@@ -602,6 +602,38 @@ pub static CONVENTIONS: &[Convention] = &[
         layer: Layer::Bootstrap,
         meaning: "torchrun: its own store's port; fabcoll's listens on the next one",
     },
+    Convention {
+        name: "OMPI_COMM_WORLD_RANK",
+        layer: Layer::Bootstrap,
+        meaning: "Open MPI's mpirun: this process's rank",
+    },
+    Convention {
+        name: "OMPI_COMM_WORLD_SIZE",
+        layer: Layer::Bootstrap,
+        meaning: "Open MPI's mpirun: the number of ranks",
+    },
+    Convention {
+        name: "OMPI_COMM_WORLD_LOCAL_RANK",
+        layer: Layer::Bootstrap,
+        meaning: "Open MPI's mpirun: the rank on this node",
+    },
+    Convention {
+        name: "OMPI_COMM_WORLD_LOCAL_SIZE",
+        layer: Layer::Bootstrap,
+        meaning: "Open MPI's mpirun: the ranks on this node",
+    },
+    Convention {
+        name: "PMI_RANK",
+        layer: Layer::Bootstrap,
+        meaning: "PMI launchers (Hydra mpiexec): this process's rank",
+    },
+    Convention {
+        name: "PMI_SIZE",
+        layer: Layer::Bootstrap,
+        meaning: "PMI launchers (Hydra mpiexec): the number of ranks",
+    },
+    Convention { name: "MPI_LOCALRANKID", layer: Layer::Bootstrap, meaning: "Hydra mpiexec: the rank on this node" },
+    Convention { name: "MPI_LOCALNRANKS", layer: Layer::Bootstrap, meaning: "Hydra mpiexec: the ranks on this node" },
     Convention { name: "SLURM_PROCID", layer: Layer::Bootstrap, meaning: "Slurm: this process's rank" },
     Convention { name: "SLURM_NTASKS", layer: Layer::Bootstrap, meaning: "Slurm: the number of ranks" },
     Convention { name: "SLURM_LOCALID", layer: Layer::Bootstrap, meaning: "Slurm: the rank on this node" },

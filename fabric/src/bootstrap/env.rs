@@ -4,7 +4,14 @@
 //! of [`crate::settings`], so code may set them too):
 //! 1. ours: `FABCOLL_RANK`, `FABCOLL_SIZE`, `FABCOLL_LOCAL_RANK`, `FABCOLL_LOCAL_SIZE`;
 //! 2. torchrun: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`;
-//! 3. Slurm: `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`, `SLURM_NTASKS_PER_NODE`.
+//! 3. Open MPI's `mpirun`: `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`,
+//!    `OMPI_COMM_WORLD_LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_SIZE`;
+//! 4. PMI launchers (MPICH's and Intel MPI's Hydra `mpiexec`): `PMI_RANK`, `PMI_SIZE`,
+//!    `MPI_LOCALRANKID`, `MPI_LOCALNRANKS`;
+//! 5. Slurm: `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`, `SLURM_NTASKS_PER_NODE`.
+//!
+//! The MPI launchers come before Slurm: an `mpirun` inside a Slurm allocation passes the
+//! allocation's Slurm variables to every rank it starts, the same on all of them.
 //!
 //! The store: `FABCOLL_STORE` (`tcp://host:port`, `host:port` or `file:///dir`), else
 //! `MASTER_ADDR` with `FABCOLL_STORE_PORT`, else `MASTER_ADDR` and `MASTER_PORT + 1` (torchrun's
@@ -65,7 +72,7 @@ pub struct JobEnv {
     /// Whether a launcher serves the TCP store (else rank 0 does).
     pub launcher_serves: bool,
     pub token: Option<String>,
-    /// Which convention supplied rank and size: "fabcoll", "torchrun" or "slurm".
+    /// Which convention supplied rank and size: "fabcoll", "torchrun", "open mpi", "pmi" or "slurm".
     pub convention: &'static str,
 }
 
@@ -103,8 +110,18 @@ impl JobEnv {
         if let (Some(rank), Some(size)) = (ours[0].read(var)?, ours[1].read(var)?) {
             found = Some(("fabcoll", rank, size, ours[2].read(var)?, ours[3].read(var)?));
         }
-        let conventions: [(&'static str, [&str; 4]); 2] = [
+        let conventions: [(&'static str, [&str; 4]); 4] = [
             ("torchrun", ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"]),
+            (
+                "open mpi",
+                [
+                    "OMPI_COMM_WORLD_RANK",
+                    "OMPI_COMM_WORLD_SIZE",
+                    "OMPI_COMM_WORLD_LOCAL_RANK",
+                    "OMPI_COMM_WORLD_LOCAL_SIZE",
+                ],
+            ),
+            ("pmi", ["PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"]),
             ("slurm", ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"]),
         ];
         for (name, [r, s, lr, ls]) in conventions {
@@ -118,7 +135,8 @@ impl JobEnv {
         let (convention, rank, size, local_rank, local_size) = found.ok_or_else(|| {
             BootstrapError::Config(
                 "no rank/size in the environment: set FABCOLL_RANK and FABCOLL_SIZE, or start the job with \
-                 fabrun, torchrun (RANK, WORLD_SIZE) or srun (SLURM_PROCID, SLURM_NTASKS)"
+                 fabrun, torchrun (RANK, WORLD_SIZE), mpirun (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), \
+                 mpiexec (PMI_RANK, PMI_SIZE) or srun (SLURM_PROCID, SLURM_NTASKS)"
                     .into(),
             )
         })?;
@@ -145,11 +163,14 @@ impl JobEnv {
             let port = u16::try_from(port).map_err(|_| BootstrapError::Config(format!("store port {port} > 65535")))?;
             StoreAddr::Tcp(format!("{host}:{port}"))
         } else {
-            return Err(BootstrapError::Config(
-                "no store address: set FABCOLL_STORE (tcp://host:port or file:///shared/dir) or MASTER_ADDR and \
-                 MASTER_PORT"
-                    .into(),
-            ));
+            return Err(BootstrapError::Config(format!(
+                "no store address: set FABCOLL_STORE (tcp://host:port, served by rank 0, or file:///shared/dir) or \
+                 MASTER_ADDR and MASTER_PORT{}",
+                match convention {
+                    "open mpi" | "pmi" => ", and export it to the ranks (mpirun -x FABCOLL_STORE -x FABCOLL_TOKEN)",
+                    _ => "",
+                }
+            )));
         };
         Ok(JobEnv {
             rank,
@@ -227,6 +248,28 @@ mod tests {
         .unwrap();
         assert_eq!((e.rank, e.size, e.convention), (0, 4, "slurm"));
         assert_eq!(e.store, StoreAddr::File("/tmp/x".into()));
+    }
+
+    /// `mpirun -n 2 ./app` (Open MPI) and `mpiexec -n 2 ./app` (Hydra) inside a Slurm allocation: the
+    /// MPI launcher's variables win over the allocation's Slurm ones, which every rank inherits alike.
+    #[test]
+    fn mpi_launchers_conventions_win_over_an_inherited_slurm_allocation() {
+        let slurm = [("SLURM_PROCID", "0"), ("SLURM_NTASKS", "8"), ("FABCOLL_STORE", "file:///tmp/x")];
+        let ompi = [
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+        ];
+        let e = env(&[&slurm[..], &ompi[..]].concat()).unwrap();
+        assert_eq!((e.rank, e.size, e.local_rank, e.local_size, e.convention), (1, 2, Some(1), Some(2), "open mpi"));
+        let pmi = [("PMI_RANK", "3"), ("PMI_SIZE", "4"), ("MPI_LOCALRANKID", "1"), ("MPI_LOCALNRANKS", "2")];
+        let e = env(&[&slurm[..], &pmi[..]].concat()).unwrap();
+        assert_eq!((e.rank, e.size, e.local_rank, e.local_size, e.convention), (3, 4, Some(1), Some(2), "pmi"));
+        let e = env(&ompi).unwrap_err().to_string();
+        assert!(e.contains("no store address") && e.contains("mpirun -x FABCOLL_STORE"), "{e}");
+        let e = env(&[("PMI_RANK", "4"), ("PMI_SIZE", "4"), ("FABCOLL_STORE", "file:///tmp/x")]).unwrap_err();
+        assert!(e.to_string().contains("rank 4 is not in 0..4 (pmi variables)"), "{e}");
     }
 
     #[test]
