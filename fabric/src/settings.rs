@@ -639,6 +639,12 @@ pub static CONVENTIONS: &[Convention] = &[
     Convention { name: "SLURM_LOCALID", layer: Layer::Bootstrap, meaning: "Slurm: the rank on this node" },
     Convention { name: "SLURM_NTASKS_PER_NODE", layer: Layer::Bootstrap, meaning: "Slurm: the ranks on this node" },
     Convention {
+        name: "SLURM_TASKS_PER_NODE",
+        layer: Layer::Bootstrap,
+        meaning: "Slurm: the tasks of each node (`2(x3),1`), with SLURM_NODEID when SLURM_NTASKS_PER_NODE is unset",
+    },
+    Convention { name: "SLURM_NODEID", layer: Layer::Bootstrap, meaning: "Slurm: this node's index in the job" },
+    Convention {
         name: "FI_PROVIDER",
         layer: Layer::Fabric,
         meaning: "libfabric: the provider of an ofi endpoint opened without one",

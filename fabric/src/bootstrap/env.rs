@@ -9,6 +9,8 @@
 //! 4. PMI launchers (MPICH's and Intel MPI's Hydra `mpiexec`): `PMI_RANK`, `PMI_SIZE`,
 //!    `MPI_LOCALRANKID`, `MPI_LOCALNRANKS`;
 //! 5. Slurm: `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`, `SLURM_NTASKS_PER_NODE`.
+//!    (without `--ntasks-per-node`, the tasks on this node from `SLURM_TASKS_PER_NODE` and
+//!    `SLURM_NODEID`).
 //!
 //! The MPI launchers come before Slurm: an `mpirun` inside a Slurm allocation passes the
 //! allocation's Slurm variables to every rank it starts, the same on all of them.
@@ -132,7 +134,7 @@ impl JobEnv {
                 found = Some((name, rank, size, num(lr)?, num(ls)?));
             }
         }
-        let (convention, rank, size, local_rank, local_size) = found.ok_or_else(|| {
+        let (convention, rank, size, local_rank, mut local_size) = found.ok_or_else(|| {
             BootstrapError::Config(
                 "no rank/size in the environment: set FABCOLL_RANK and FABCOLL_SIZE, or start the job with \
                  fabrun, torchrun (RANK, WORLD_SIZE), mpirun (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), \
@@ -142,6 +144,11 @@ impl JobEnv {
         })?;
         if size == 0 || rank >= size {
             return Err(BootstrapError::Config(format!("rank {rank} is not in 0..{size} ({convention} variables)")));
+        }
+        if convention == "slurm" && local_size.is_none() {
+            // Without --ntasks-per-node Slurm sets no SLURM_NTASKS_PER_NODE, but always says how
+            // many tasks each node runs.
+            local_size = slurm_tasks_here(var)?;
         }
         if let (Some(lr), Some(ls)) = (local_rank, local_size) {
             if lr >= ls {
@@ -210,6 +217,27 @@ impl JobEnv {
     }
 }
 
+/// The tasks Slurm runs on this node, from `SLURM_TASKS_PER_NODE` (e.g. `2(x3),1`: 2 on each of
+/// the first three nodes, 1 on the fourth) and `SLURM_NODEID` (this node's index), or `None`
+/// when Slurm does not say.
+fn slurm_tasks_here(var: Vars<'_>) -> Result<Option<u32>> {
+    let (Some(list), Some(node)) = (var("SLURM_TASKS_PER_NODE"), var("SLURM_NODEID")) else { return Ok(None) };
+    let bad = || BootstrapError::Config(format!("SLURM_TASKS_PER_NODE={list:?} with SLURM_NODEID={node:?}"));
+    let mut left: u64 = node.trim().parse().map_err(|_| bad())?;
+    for item in list.split(',') {
+        let (tasks, times) = match item.trim().split_once("(x") {
+            Some((t, rest)) => (t, rest.strip_suffix(')').ok_or_else(bad)?),
+            None => (item.trim(), "1"),
+        };
+        let (tasks, times): (u32, u64) = (tasks.parse().map_err(|_| bad())?, times.parse().map_err(|_| bad())?);
+        if left < times {
+            return Ok(Some(tasks));
+        }
+        left -= times;
+    }
+    Err(bad())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +276,24 @@ mod tests {
         .unwrap();
         assert_eq!((e.rank, e.size, e.convention), (0, 4, "slurm"));
         assert_eq!(e.store, StoreAddr::File("/tmp/x".into()));
+    }
+
+    /// Slurm without `--ntasks-per-node`: the tasks on this node come from `SLURM_TASKS_PER_NODE`, so a
+    /// one-node job knows all its ranks are local (and picks shm).
+    #[test]
+    fn slurm_local_size_without_ntasks_per_node() {
+        let base = [("SLURM_PROCID", "5"), ("SLURM_NTASKS", "7"), ("FABCOLL_STORE", "file:///tmp/x")];
+        let here = |list: &str, node: &str| {
+            env(&[&base[..], &[("SLURM_TASKS_PER_NODE", list), ("SLURM_NODEID", node)]].concat()).map(|e| e.local_size)
+        };
+        assert_eq!(here("7", "0").unwrap(), Some(7));
+        assert_eq!(here("2(x3),1", "2").unwrap(), Some(2));
+        assert_eq!(here("2(x3),1", "3").unwrap(), Some(1));
+        assert!(here("2(x3),1", "4").unwrap_err().to_string().contains("SLURM_TASKS_PER_NODE=\"2(x3),1\""));
+        assert!(here("2(x3", "0").is_err());
+        assert_eq!(env(&base).unwrap().local_size, None, "Slurm says nothing: unknown");
+        let given = [("SLURM_NTASKS_PER_NODE", "3"), ("SLURM_TASKS_PER_NODE", "7"), ("SLURM_NODEID", "0")];
+        assert_eq!(env(&[&base[..], &given[..]].concat()).unwrap().local_size, Some(3));
     }
 
     /// `mpirun -n 2 ./app` (Open MPI) and `mpiexec -n 2 ./app` (Hydra) inside a Slurm allocation: the
