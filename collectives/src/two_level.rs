@@ -10,6 +10,7 @@
 //! the inter-node traffic of a hierarchical algorithm exactly that of its inter-node phase.
 
 use crate::args::{CollArgs, Collective};
+use crate::cost::{ceil_log2, Cost};
 use crate::error::{Error, Result};
 use crate::registry::{self, Algorithm};
 use crate::schedule::{Buf, Region, ScheduleBuilder, StepId, StepKind};
@@ -120,6 +121,17 @@ pub(crate) fn shape(a: &CollArgs) -> (u64, u64) {
         Some(t) => (u64::from(t.nodes()), (0..t.nodes()).map(|n| t.ranks_on(n).len() as u64).max().unwrap_or(1)),
         None => (a.p(), 1),
     }
+}
+
+/// Cost of the leader-based gather and scatter (the same messages in opposite directions; their
+/// module docs give the formula): ⌈lg k⌉ + ⌈lg N⌉ messages, (k − 1) blocks inside the node and
+/// the p − k_root blocks of the other nodes through the root.
+pub(crate) fn rooted_blocks_cost(a: &CollArgs) -> Cost {
+    let n = (a.count * u64::from(a.elem_size)) as f64;
+    let (nodes, k) = shape(a);
+    let k_root = a.topology.as_deref().map_or(1, |t| u64::from(t.local_size(a.root)));
+    let alpha = f64::from(ceil_log2(k) + ceil_log2(nodes));
+    Cost::new(alpha, (k - 1) as f64 * n + (a.p() - k_root) as f64 * n, 0.0)
 }
 
 /// The registry row of a flat algorithm a phase runs.

@@ -14,11 +14,10 @@
 //! (binomial scatter).
 
 use crate::args::{CollArgs, Collective};
-use crate::cost::{ceil_log2, Cost};
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder};
-use crate::two_level::{flat, position, reorder, sub_args, topology, GroupCall, Place};
+use crate::two_level::{flat, position, reorder, rooted_blocks_cost, sub_args, topology, GroupCall, Place};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Scatter,
@@ -26,17 +25,9 @@ pub(crate) const ALGORITHM: Algorithm = Algorithm {
     summary: "binomial scatter among node leaders (the root leads its node), then in each node",
     restrictions: Restrictions::TWO_LEVEL,
     params: &[],
-    cost,
+    cost: rooted_blocks_cost,
     build,
 };
-
-fn cost(a: &CollArgs) -> Cost {
-    let n = (a.count * u64::from(a.elem_size)) as f64;
-    let (nodes, k) = crate::two_level::shape(a);
-    let k_root = a.topology.as_deref().map_or(1, |t| u64::from(t.local_size(a.root)));
-    let alpha = f64::from(ceil_log2(k) + ceil_log2(nodes));
-    Cost::new(alpha, (k - 1) as f64 * n + (a.p() - k_root) as f64 * n, 0.0)
-}
 
 fn build(a: &CollArgs) -> Result<Schedule> {
     let t = topology(a)?;
