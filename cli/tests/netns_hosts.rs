@@ -1,12 +1,15 @@
-//! Several "hosts" on this machine: `scripts/netns-hosts.sh` starts each rank in its own network
-//! namespace, with its own interface on a bridge, the way a cluster launcher starts ranks (no
-//! fabrun, one rank per host, rank 0 serves the store). The ranks pick the default fabric across
-//! hosts (tcp) and their listen addresses by the route to the store; `fabcoll bench --check`
-//! verifies every result. Skipped, with a note, where namespaces cannot be made (not root, no
-//! iproute2, or a sandbox without CAP_SYS_ADMIN).
+//! Several "hosts" on this machine: `scripts/netns-hosts.sh` starts each node's ranks in a network
+//! namespace of that node, with its own interface on a bridge, the way a cluster launcher starts
+//! ranks (no fabrun, rank 0 serves the store). The ranks pick the default fabric across hosts (tcp)
+//! and their listen addresses by the route to the store; `fabcoll bench --check` verifies every
+//! result. One rank per host runs five collectives; 2 nodes × 2 ranks, with node links shaped by
+//! tc, run the hierarchical allreduces forced by name. Skipped, with a note, where namespaces
+//! cannot be made (not root, no iproute2, or a sandbox without CAP_SYS_ADMIN) or, for the shaped
+//! run, where tc cannot shape a link.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 #[path = "common/child.rs"]
@@ -15,21 +18,36 @@ mod child;
 const FABCOLL: &str = env!("CARGO_BIN_EXE_fabcoll");
 const LIMIT: Duration = Duration::from_secs(240);
 
+/// Whether this process runs as root (`Uid:` of `/proc/self/status`, the effective id second).
+fn is_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1)) == Some("0")
+}
+
 /// Why this machine cannot host the test (a namespace holding a bridge and a veth pair, what the
-/// script builds), or `None` when it can.
-fn no_namespaces() -> Option<String> {
-    let probe = format!("fcprobe{}", std::process::id());
-    let steps: [&[&str]; 3] = [
-        &["netns", "add", &probe],
-        &["-n", &probe, "link", "add", "br0", "type", "bridge"],
-        &["-n", &probe, "link", "add", "a0", "type", "veth", "peer", "name", "b0"],
+/// script builds, and with `shaped` a tbf qdisc on the veth), or `None` when it can.
+fn no_namespaces(shaped: bool) -> Option<String> {
+    if !is_root() {
+        return Some("not root (network namespaces need root)".into());
+    }
+    // The tests run in parallel threads of one process: one probe name each.
+    static PROBES: AtomicU32 = AtomicU32::new(0);
+    let probe = format!("fcprobe{}-{}", std::process::id(), PROBES.fetch_add(1, Ordering::Relaxed));
+    let mut steps: Vec<(&str, Vec<&str>)> = vec![
+        ("ip", vec!["netns", "add", &probe]),
+        ("ip", vec!["-n", &probe, "link", "add", "br0", "type", "bridge"]),
+        ("ip", vec!["-n", &probe, "link", "add", "a0", "type", "veth", "peer", "name", "b0"]),
     ];
+    if shaped {
+        let tbf = ["qdisc", "add", "dev", "a0", "root", "tbf", "rate", "1gbit", "burst", "256kb", "latency", "50ms"];
+        steps.push(("tc", [&["-n", &probe][..], &tbf].concat()));
+    }
     let mut why = None;
-    for args in steps {
-        match Command::new("ip").args(args).output() {
-            Err(e) => why = Some(format!("cannot run ip (iproute2): {e}")),
+    for (prog, args) in steps {
+        match Command::new(prog).args(&args).output() {
+            Err(e) => why = Some(format!("cannot run {prog} (iproute2): {e}")),
             Ok(o) if !o.status.success() => {
-                why = Some(format!("ip {} failed: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim()))
+                why = Some(format!("{prog} {} failed: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim()))
             }
             Ok(_) => continue,
         }
@@ -59,7 +77,7 @@ fn bench_on_hosts(n: u32, op: &str) -> Vec<Vec<String>> {
 
 #[test]
 fn collectives_across_namespaces_use_tcp_and_check_out() {
-    if let Some(why) = no_namespaces() {
+    if let Some(why) = no_namespaces(false) {
         eprintln!("skipped: {why}");
         return;
     }
@@ -71,6 +89,40 @@ fn collectives_across_namespaces_use_tcp_and_check_out() {
             assert_eq!(r[2], "tcp", "{op}: default fabric across hosts: {r:?}");
             assert_eq!(r[3], "3", "{op}: {r:?}");
             assert_eq!(r.last().map(String::as_str), Some("ok"), "{op}: result check failed: {r:?}");
+        }
+    }
+}
+
+/// `fabcoll bench --check` of allreduce forced to `algo` on 2 nodes × 2 ranks, node links at
+/// 1 Gbit/s; returns rank 0's table (stdout lines, prefix dropped).
+fn hier_allreduce_on_nodes(algo: &str) -> Vec<String> {
+    let bench = format!("bench --op allreduce --algo {algo} --min-size 8 --max-size 1M --iters 10 --warmup 1 --check");
+    let mut cmd = Command::new("bash");
+    cmd.arg(script()).args(["--nodes", "2", "--per-node", "2", "--rate", "1gbit", "--timeout", "60", "--", FABCOLL]);
+    cmd.args(bench.split_whitespace());
+    let o = child::run_limited(&mut cmd, Duration::from_secs(90), |_| {});
+    assert!(o.status.success(), "{algo} on 2 × 2 failed ({:?}):\n{}\n{}", o.status, o.stdout, o.stderr);
+    o.stdout.lines().filter_map(|l| l.strip_prefix("[0] ")).map(str::to_string).collect()
+}
+
+#[test]
+fn hierarchical_allreduce_on_two_nodes_of_two_ranks_checks_out() {
+    if let Some(why) = no_namespaces(true) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    for algo in ["hier_leader", "hier_multi_leader"] {
+        let table = hier_allreduce_on_nodes(algo);
+        let header = table.first().map(String::as_str).unwrap_or_default();
+        // Each node's ranks share FABCOLL_NODE: the communicator sees two nodes, and across them tcp.
+        assert!(header.contains("fabric tcp, 4 ranks, topology 2 nodes × 2 ranks,"), "{algo}: {header}");
+        let rows: Vec<Vec<&str>> =
+            table.iter().filter(|l| !l.starts_with('#')).skip(1).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows.len(), 18, "{algo}: one row per size from 8 B to 1 MiB: {table:#?}");
+        for r in &rows {
+            // Columns: bytes, iters, algorithm, ..., check (last).
+            assert_eq!(r[2], algo, "{algo}: forced by name: {r:?}");
+            assert_eq!(r.last().copied(), Some("ok"), "{algo}: result check failed: {r:?}");
         }
     }
 }
