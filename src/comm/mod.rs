@@ -35,7 +35,7 @@ use mailboxes::{CallsRegistry, Remembered, SharedCalls, SharedRegistry};
 use memo::{Lanes, Path, Prepared};
 
 use crate::error::{Error, Result};
-use crate::exec::op::{Check, OpSpec};
+use crate::exec::op::{CallSpec, Check};
 use crate::exec::plan::Plan;
 use crate::exec::{Engine, ExecConfig, OpKey, Started, Stats, Waiter};
 use crate::select::model::ModelState;
@@ -340,7 +340,7 @@ impl Communicator {
     /// Starts a prepared call on the engine, straight over the rings or as an op (`path`).
     fn start_prepared(&self, call: &Call<'_>, p: &Prepared, path: Path) -> Result<Started> {
         let spec =
-            OpSpec { coll: call.args.coll, alg: p.alg, plan: p.plan.clone(), dtype: call.dtype, rop: call.op.clone() };
+            CallSpec { coll: call.args.coll, alg: p.alg, plan: &p.plan, dtype: call.dtype, rop: call.op.as_ref() };
         let mut eng = self.lock();
         let check = self.check.then(|| {
             // The executor settings every rank must share (they decide eager vs zero-copy per

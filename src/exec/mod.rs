@@ -15,6 +15,7 @@ mod bufs;
 mod config;
 mod core;
 pub(crate) mod eager;
+mod early;
 pub(crate) mod fasthash;
 pub(crate) mod mailboxes;
 pub(crate) mod mrcache;
@@ -39,9 +40,12 @@ use fabcoll_fabric::{Access, Completion, Endpoint, Mr, SILENT_WRITE};
 
 use crate::error::{Error, Result};
 use eager::Eager;
+use early::{Early, EarlyQueue, EarlyWhat};
+use fabcoll_collectives::datatype::Datatype;
 use fasthash::FastMap;
 use mrcache::MrCache;
-use op::{Op, OpSpec, Parts};
+use op::{CallSpec, Op, Parts};
+use plan::Plan;
 use proto::{GrantEntry, Imm, ImmLayout, Kind, Setup};
 use ring::RingState;
 use wait::{yield_core, Backoff, Patience, Pause, CLOCK_EVERY};
@@ -75,20 +79,6 @@ pub(crate) struct CtxState {
 /// `CtxState::ep_to_comm` of an endpoint rank outside the context.
 const NOT_A_MEMBER: u32 = u32::MAX;
 
-/// A message for a collective not started yet (or a communicator not created yet here).
-struct Early {
-    ctx: u32,
-    seq_low: u64,
-    mask: u64,
-    peer: usize,
-    what: EarlyWhat,
-}
-
-enum EarlyWhat {
-    Eager { idx: u32, slot: u32 },
-    Ctrl { kind: Kind, data: Vec<u8> },
-}
-
 /// Finished ops kept for reuse.
 const SPARE_OPS: usize = 4;
 
@@ -117,7 +107,7 @@ pub(crate) struct Engine {
     /// Boxed: an op is large, and the map moves its entries when it grows.
     ops: FastMap<OpKey, Box<Op>>,
     ctxs: FastMap<u32, CtxState>,
-    early: Vec<Early>,
+    early: EarlyQueue,
     /// Reused buffer for the early messages of the op being started.
     early_mine: Vec<Early>,
     /// Finished ops kept for reuse (`Op::reuse`): a repeated call allocates no new op. Boxed
@@ -217,7 +207,7 @@ impl Engine {
             core,
             ops: FastMap::default(),
             ctxs: FastMap::default(),
-            early: Vec::new(),
+            early: EarlyQueue::default(),
             early_mine: Vec::new(),
             spare: Vec::new(),
             ring: Some(Box::default()),
@@ -394,7 +384,7 @@ impl Engine {
         &mut self,
         ctx: u32,
         members: &Arc<[u32]>,
-        spec: OpSpec,
+        spec: CallSpec<'_>,
         send: Bound,
         recv: Bound,
         check: Option<op::Check>,
@@ -421,8 +411,8 @@ impl Engine {
         // The scratch list reuses the allocation of the spare op `make_op` takes.
         let mut scratch = self.spare.last_mut().map(|o| o.release_buffers()).unwrap_or_default();
         scratch.clear();
-        self.bind_scratch(&spec, &mut scratch)?;
-        let mut op = self.make_op(key, members, Parts { spec, send, recv, scratch });
+        self.bind_scratch(spec.plan, spec.dtype, &mut scratch)?;
+        let mut op = self.make_op(key, members, Parts { spec: spec.to_op(), send, recv, scratch });
         if let Some(c) = check {
             for peer in 0..op.members.len() as u32 {
                 if peer != op.rank {
@@ -437,13 +427,10 @@ impl Engine {
         Ok(Started::Pending(key))
     }
 
-    /// Registered scratch buffers for `spec`'s plan, appended to `into`.
-    fn bind_scratch(&mut self, spec: &OpSpec, into: &mut Vec<Bound>) -> Result<()> {
-        if spec.plan.sched.scratch.is_empty() {
-            return Ok(());
-        }
-        let elem = spec.dtype.size();
-        for &len in &spec.plan.sched.scratch {
+    /// Registered scratch buffers for `plan` with elements of `dtype`, appended to `into`.
+    fn bind_scratch(&mut self, plan: &Plan, dtype: Datatype, into: &mut Vec<Bound>) -> Result<()> {
+        let elem = dtype.size();
+        for &len in &plan.sched.scratch {
             let bytes = len as usize * elem;
             if bytes == 0 {
                 into.push(Bound::empty());
@@ -475,15 +462,7 @@ impl Engine {
         // Messages that arrived before we started this collective, in arrival order.
         let mut early = std::mem::take(&mut self.early_mine);
         early.clear();
-        let mut i = 0;
-        while i < self.early.len() {
-            let e = &self.early[i];
-            if e.ctx == key.ctx && seq_match(key.seq, e.seq_low, e.mask) {
-                early.push(self.early.remove(i));
-            } else {
-                i += 1;
-            }
-        }
+        self.early.take_for(key, &mut early);
         let r = (|| {
             for e in early.drain(..) {
                 self.deliver(key, e.peer, e.what)?;

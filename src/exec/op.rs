@@ -106,6 +106,7 @@ pub(crate) struct Parts {
     pub scratch: Vec<Bound>,
 }
 
+/// What an op runs: its own copy of a [`CallSpec`].
 #[derive(Clone)]
 pub(crate) struct OpSpec {
     pub coll: Collective,
@@ -113,6 +114,24 @@ pub(crate) struct OpSpec {
     pub plan: Arc<Plan>,
     pub dtype: Datatype,
     pub rop: Option<ReduceOp>,
+}
+
+/// What a call runs, borrowed from the prepared call: a straight call runs from it as it is, and
+/// only an op (made at the start or at a hand-over) takes a copy.
+#[derive(Copy, Clone)]
+pub(crate) struct CallSpec<'a> {
+    pub coll: Collective,
+    pub alg: &'static str,
+    pub plan: &'a Arc<Plan>,
+    pub dtype: Datatype,
+    pub rop: Option<&'a ReduceOp>,
+}
+
+impl CallSpec<'_> {
+    /// The op's copy.
+    pub fn to_op(self) -> OpSpec {
+        OpSpec { coll: self.coll, alg: self.alg, plan: self.plan.clone(), dtype: self.dtype, rop: self.rop.cloned() }
+    }
 }
 
 impl Op {

@@ -25,12 +25,13 @@ use fabcoll_fabric::Completion;
 
 use super::bufs::{Bound, Bufs};
 use super::core::EagerSent;
-use super::op::{OpSpec, Parts};
+use super::early::{Early, EarlyWhat};
+use super::op::{CallSpec, Parts};
 use super::plan::Plan;
 use super::proto::Imm;
 use super::runner::{self, Fused, Lane, Stop};
 use super::wait::{yield_core, Backoff, Pause};
-use super::{seq_match, Early, EarlyWhat, Engine, OpKey, Started, Stats};
+use super::{seq_match, Engine, OpKey, Started, Stats};
 use crate::error::{Error, Result};
 
 /// Per-engine state of straight calls on the rings, reused call after call.
@@ -51,6 +52,20 @@ pub(crate) struct RingState {
 // slots, held during one call (which runs under the engine's lock) and cleared before it returns.
 unsafe impl Send for RingState {}
 
+/// Collects a straight call's early messages as arrivals (they are all eager: a control message
+/// for the call keeps it off the straight line).
+struct EagerArrivals<'a>(&'a mut Vec<(usize, u32, u32)>);
+
+impl Extend<Early> for EagerArrivals<'_> {
+    fn extend<I: IntoIterator<Item = Early>>(&mut self, iter: I) {
+        for e in iter {
+            if let EarlyWhat::Eager { idx, slot } = e.what {
+                self.0.push((e.peer, idx, slot));
+            }
+        }
+    }
+}
+
 /// A straight call on the rings: the engine, the call's identity and its per-call state.
 struct RingLane<'a> {
     eng: &'a mut Engine,
@@ -64,10 +79,7 @@ impl Engine {
     /// Whether call `key` may start straight: no control message for it came first, and none is
     /// queued (the op's flush would have to send it first).
     pub(super) fn may_start_straight(&self, key: OpKey) -> bool {
-        self.core.ctrl_out.is_empty()
-            && !self.early.iter().any(|e| {
-                e.ctx == key.ctx && seq_match(key.seq, e.seq_low, e.mask) && matches!(e.what, EarlyWhat::Ctrl { .. })
-            })
+        self.core.ctrl_out.is_empty() && !self.early.has_ctrl_for(key)
     }
 
     /// Runs a call straight over the eager rings (see the module doc): done ([`Started::Done`])
@@ -76,54 +88,48 @@ impl Engine {
         &mut self,
         key: OpKey,
         members: &Arc<[u32]>,
-        spec: OpSpec,
+        spec: CallSpec<'_>,
         send: Bound,
         recv: Bound,
     ) -> Result<Started> {
         let mut st = self.ring.take().unwrap_or_default();
         let mut scratch = std::mem::take(&mut st.scratch);
-        if let Err(e) = self.bind_scratch(&spec, &mut scratch) {
-            self.give_back_scratch(&mut scratch);
-            st.scratch = scratch;
-            self.ring = Some(st);
-            return Err(e);
+        if !spec.plan.sched.scratch.is_empty() {
+            if let Err(e) = self.bind_scratch(spec.plan, spec.dtype, &mut scratch) {
+                self.give_back_scratch(&mut scratch);
+                st.scratch = scratch;
+                self.ring = Some(st);
+                return Err(e);
+            }
         }
-        let mine = |e: &Early| e.ctx == key.ctx && seq_match(key.seq, e.seq_low, e.mask);
         self.ctxs.get_mut(&key.ctx).expect("checked by start").next_seq += 1;
         self.core.stats.straight_calls += 1;
         st.arrived.clear();
         st.fused.clear();
         st.sending.clear();
         // The call's eager messages that came before it started (nothing else did: checked).
-        let mut i = 0;
-        while i < self.early.len() {
-            let e = &self.early[i];
-            match e.what {
-                EarlyWhat::Eager { idx, slot } if mine(e) => {
-                    st.arrived.push((e.peer, idx, slot));
-                    self.early.remove(i);
-                }
-                _ => i += 1,
-            }
-        }
-        let mut call = Parts { spec, send, recv, scratch };
+        self.early.take_for(key, &mut EagerArrivals(&mut st.arrived));
         let mut ran = 0;
-        let elem = call.spec.dtype.size();
-        let bufs = Bufs { send: &call.send, recv: &call.recv, scratch: &call.scratch, elem };
-        let c = runner::Call { plan: &call.spec.plan, bufs, dtype: call.spec.dtype, rop: call.spec.rop.as_ref() };
+        let bufs = Bufs { send: &send, recv: &recv, scratch: &scratch, elem: spec.dtype.size() };
+        let c = runner::Call { plan: spec.plan, bufs, dtype: spec.dtype, rop: spec.rop };
         let mut lane = RingLane { eng: self, key, members, st: &mut st, w: Backoff::default() };
         let r = runner::run(&mut lane, &c, &mut ran);
         let w = lane.w;
-        let started = match r {
+        let err = match r {
             Ok(()) if st.arrived.is_empty() => {
-                self.give_back_scratch(&mut call.scratch);
-                st.scratch = std::mem::take(&mut call.scratch);
-                Started::Done
+                if !scratch.is_empty() {
+                    self.give_back_scratch(&mut scratch);
+                }
+                st.scratch = scratch;
+                self.ring = Some(st);
+                return Ok(Started::Done);
             }
             // Done, but a message for the call matched none of its Recvs: the op reports it.
-            Ok(()) | Err(Stop::HandOver) => self.hand_over(key, members, call, ran, &st, &w, None),
-            Err(Stop::Failed(e)) => self.hand_over(key, members, call, ran, &st, &w, Some(e)),
+            Ok(()) | Err(Stop::HandOver) => None,
+            Err(Stop::Failed(e)) => Some(e),
         };
+        let call = Parts { spec: spec.to_op(), send, recv, scratch };
+        let started = self.hand_over(key, members, call, ran, &st, &w, err);
         self.ring = Some(st);
         Ok(started)
     }
@@ -240,7 +246,7 @@ impl RingLane<'_> {
         if others {
             eng.flush()?;
             // A control message for the call (RTS, grant, abort notice) is the op's to handle.
-            if eng.early[early_before..].iter().any(|e| e.ctx == key.ctx && seq_match(key.seq, e.seq_low, e.mask)) {
+            if eng.early.any_for_since(early_before, key) {
                 return Err(Stop::HandOver);
             }
         }

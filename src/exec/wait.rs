@@ -125,7 +125,9 @@ pub(crate) fn yield_core(ep: &dyn Endpoint) {
 }
 
 /// Runs `op` until the fabric accepts it, polling `ep` into `backlog` between tries (peers drain
-/// meanwhile) and yielding; `what` names the queue in the error after `timeout`.
+/// meanwhile) and yielding; `what` names the queue in the error after `timeout`. The first try is
+/// inline (it is nearly always accepted); the retries are not.
+#[inline]
 pub(crate) fn retry_busy<T>(
     ep: &mut dyn Endpoint,
     backlog: &mut Vec<fabcoll_fabric::Completion>,
@@ -134,18 +136,33 @@ pub(crate) fn retry_busy<T>(
     what: &str,
     mut op: impl FnMut(&mut dyn Endpoint) -> fabcoll_fabric::Result<T>,
 ) -> Result<T> {
-    let mut deadline = None;
+    match op(ep) {
+        Err(e) if e.is_busy() => retry_while_busy(ep, backlog, timeout, peer, what, op),
+        r => Ok(r?),
+    }
+}
+
+/// [`retry_busy`] once the fabric said busy.
+#[cold]
+#[inline(never)]
+fn retry_while_busy<T>(
+    ep: &mut dyn Endpoint,
+    backlog: &mut Vec<fabcoll_fabric::Completion>,
+    timeout: Duration,
+    peer: usize,
+    what: &str,
+    mut op: impl FnMut(&mut dyn Endpoint) -> fabcoll_fabric::Result<T>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
     loop {
+        ep.poll(backlog)?;
+        if Instant::now() > deadline {
+            let msg = format!("{what} stayed full for {timeout:?}");
+            return Err(Error::Fabric(fabcoll_fabric::Error::Peer { peer, msg }));
+        }
+        std::thread::yield_now();
         match op(ep) {
-            Err(e) if e.is_busy() => {
-                ep.poll(backlog)?;
-                let now = Instant::now();
-                if now > *deadline.get_or_insert(now + timeout) {
-                    let msg = format!("{what} stayed full for {timeout:?}");
-                    return Err(Error::Fabric(fabcoll_fabric::Error::Peer { peer, msg }));
-                }
-                std::thread::yield_now();
-            }
+            Err(e) if e.is_busy() => {}
             r => return Ok(r?),
         }
     }
