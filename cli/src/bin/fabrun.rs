@@ -25,14 +25,18 @@ Exit status: 0 if every rank exits 0; else the exit code of the first rank that 
 if it was killed by a signal); 124 on --timeout; 127 if the program cannot be started.
 
 Several machines (fabrun is for one node): let the cluster launcher start the ranks; the
-bootstrap reads its variables and needs a shared secret token and a store address:
-  Slurm:    export FABCOLL_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')
-            export MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1) MASTER_PORT=29500
-            srun -N 2 --ntasks-per-node 4 ./prog      (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID)
-  torchrun: FABCOLL_TOKEN=<same secret on every node> torchrun --nnodes 2 --nproc-per-node 4 \\
-              --master-addr HOST --master-port 29500 ./prog   (RANK, WORLD_SIZE, LOCAL_RANK, ...)
-  Rank 0 then serves the store at MASTER_ADDR:MASTER_PORT+1 (or FABCOLL_STORE_PORT); set
-  FABCOLL_FABRIC=tcp (or ofi:tcp, ofi:verbs, ...) for the network; default is shm on one node.";
+bootstrap reads its variables and needs a shared secret token and a store address (the README's
+\"Several machines\" has these recipes too):
+  Slurm, inside an allocation (sbatch or salloc -N 2 --ntasks-per-node 8):
+    export FABCOLL_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')
+    export FABCOLL_STORE=tcp://$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1):29600
+    export FABCOLL_FABRIC=tcp   # or ofi:verbs on InfiniBand
+    srun --export=ALL ./myprog
+  torchrun, on every node (NODE_RANK 0 on node0, 1 on the other); the store listens on MASTER_PORT+1:
+    export FABCOLL_TOKEN=<the same secret on every node>
+    torchrun --nnodes 2 --nproc-per-node 8 --node-rank $NODE_RANK --rdzv-backend static \\
+      --master-addr node0 --master-port 29500 --no-python ./myprog
+  FABCOLL_FABRIC names the network fabric (tcp, ofi:tcp, ofi:verbs, ...); default: shm on one node, else tcp.";
 
 /// Runs N ranks of a program on this machine with the fabcoll bootstrap environment.
 #[derive(Parser, Debug)]
