@@ -93,8 +93,28 @@ fn a_failing_rank_stops_the_job_with_its_code() {
     assert_eq!(o.status.code(), Some(3), "{}", o.stderr);
     assert!(o.took < Duration::from_secs(20), "took {:?}", o.took);
     assert!(o.stderr.contains("fabrun: rank 2 exited with code 3"), "{}", o.stderr);
-    assert!(o.stderr.contains("stopping rank(s) 0, 1, 3"), "{}", o.stderr);
+    assert!(o.stderr.contains("rank(s) 0, 1, 3 get 2.0 s to report"), "{}", o.stderr);
     assert!(!o.stdout.contains("survived"), "{}", o.stdout);
+    assert!(
+        o.stderr.contains("fabrun: rank 1 was stopped by fabrun (SIGTERM) after the failure above"),
+        "{}",
+        o.stderr
+    );
+}
+
+/// The other ranks' last lines reach the user: after a failure they get the grace period to
+/// notice it and report before fabrun stops them (a rank stopped at once lost its error).
+#[test]
+fn the_other_ranks_report_before_they_are_stopped() {
+    let script = "if [ $FABCOLL_RANK = 0 ]; then echo 'rank 0: broken' >&2; exit 4; fi; \
+                  sleep 0.5; echo \"rank $FABCOLL_RANK: peer 0 is gone\" >&2; exit 1";
+    let o = fabrun(&["-n", "3", "--timeout", "50", "sh", "-c", script], LIMIT);
+    assert_eq!(o.status.code(), Some(4), "{}", o.stderr);
+    for r in 0..3 {
+        let words = if r == 0 { "[0] rank 0: broken".to_owned() } else { format!("[{r}] rank {r}: peer 0 is gone") };
+        assert!(o.stderr.contains(&words), "{words:?} lost:\n{}", o.stderr);
+    }
+    assert!(!o.stderr.contains("stopped by fabrun"), "they ended on their own:\n{}", o.stderr);
 }
 
 #[test]
@@ -105,7 +125,7 @@ fn ranks_ignoring_sigterm_are_killed_and_the_first_code_stays() {
     let o = fabrun(&["-n", "3", "--timeout", "1.5", "--grace", "30", "sh", "-c", script], LIMIT);
     assert_eq!(o.status.code(), Some(5), "{}", o.stderr);
     assert!(o.took < Duration::from_secs(15), "took {:?}", o.took);
-    assert!(o.stderr.contains("rank 0 exited with code 5; stopping rank(s) 1, 2"), "{}", o.stderr);
+    assert!(o.stderr.contains("rank 0 exited with code 5; rank(s) 1, 2 get 30.0 s"), "{}", o.stderr);
     assert!(o.stderr.contains("rank(s) still running: 1, 2"), "{}", o.stderr);
 }
 

@@ -86,7 +86,8 @@ struct Cli {
     #[arg(long, value_name = "POLICY", value_parser = ["cpu", "none"])]
     bind: Option<String>,
 
-    /// Seconds between forwarding SIGTERM to the other ranks after a failure and killing them.
+    /// After a rank fails: seconds the others get to report and end on their own before they get
+    /// SIGTERM, and again before SIGKILL.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     grace: f64,
 

@@ -1,6 +1,11 @@
 //! Starting, watching and stopping the ranks: the store, one process group per rank (so a kill
 //! reaches a rank's own children too), line-prefixed output, failure and timeout teardown, and
 //! SIGINT/SIGTERM forwarding.
+//!
+//! After a rank fails, the others are left alone for the grace period first: they are about to
+//! notice the failed peer and report it, and a rank stopped at once dies before its error reaches
+//! the user. Only those still running then get SIGTERM, and SIGKILL a grace period later. Every
+//! rank fabrun stopped is named at the end, so that a missing last line has its reason.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -243,9 +248,11 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
     let start = Instant::now();
     let mut status: Vec<Option<ExitStatus>> = vec![None; n];
     let mut code: Option<u8> = None;
+    let mut term_at: Option<Instant> = None;
     let mut kill_at: Option<Instant> = None;
     let mut killed = false;
-    let mut termed = false;
+    // The ranks fabrun signalled after a failure, and with what.
+    let mut stopped: Vec<(usize, &str)> = Vec::new();
     let mut received = 0u32;
     let mut ended = 0usize;
     loop {
@@ -270,21 +277,27 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
                 if others.is_empty() {
                     eprintln!("fabrun: rank {r} {what}");
                 } else {
-                    eprintln!("fabrun: rank {r} {what}; stopping rank(s) {}", list(&others));
+                    eprintln!(
+                        "fabrun: rank {r} {what}; rank(s) {} get {:.1} s to report and end before they are stopped",
+                        list(&others),
+                        plan.grace.as_secs_f64()
+                    );
                 }
-                kill_at = Some(Instant::now() + plan.grace);
+                term_at = Some(Instant::now() + plan.grace);
             }
         }
         let running: Vec<usize> = (0..n).filter(|&r| status[r].is_none()).collect();
         if running.is_empty() {
             break;
         }
-        if code.is_some() && !termed {
-            // First pass after a failure: ask the others to stop, kill them at `kill_at`.
+        if term_at.is_some_and(|at| Instant::now() >= at) {
+            // The grace period after a failure is over: ask the others to stop, kill them at `kill_at`.
             for &r in &running {
                 signal(&children[r], Signal::TERM);
+                stopped.push((r, "SIGTERM"));
             }
-            termed = true;
+            term_at = None;
+            kill_at.get_or_insert(Instant::now() + plan.grace);
         }
         for (flag, sig, name) in [(&sigint, Signal::INT, "SIGINT"), (&sigterm, Signal::TERM, "SIGTERM")] {
             if flag.swap(false, Ordering::SeqCst) {
@@ -317,6 +330,8 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
             if !killed && Instant::now() >= at {
                 for &r in &running {
                     signal(&children[r], Signal::KILL);
+                    stopped.retain(|&(q, _)| q != r);
+                    stopped.push((r, "SIGKILL"));
                 }
                 killed = true;
             }
@@ -343,6 +358,11 @@ pub fn run(plan: &Plan) -> Result<u8, String> {
         }
     }
     drop(server);
+    for (r, sig) in stopped {
+        if status[r].is_some_and(|s| !s.success()) {
+            eprintln!("fabrun: rank {r} was stopped by fabrun ({sig}) after the failure above");
+        }
+    }
     Ok(code.unwrap_or(0))
 }
 
