@@ -8,6 +8,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod auth;
 #[allow(missing_docs)] // documented in its own module doc; owned by the bootstrap work
 pub mod bootstrap;
 pub mod congestion;
