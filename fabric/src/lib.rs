@@ -8,6 +8,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod auth;
 #[allow(missing_docs)] // documented in its own module doc; owned by the bootstrap work
 pub mod bootstrap;
 pub mod congestion;
@@ -85,7 +86,7 @@ impl FromStr for Backend {
 }
 
 /// Everything [`open`] needs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
     /// The backend.
     pub backend: Backend,
@@ -99,12 +100,38 @@ pub struct Config {
     pub wait: WaitPolicy,
     /// Upper bound for internal waits on peers (e.g. deregistration waiting for in-flight writes).
     pub timeout: Duration,
+    /// The job's secret, the same on every rank (the `tcp` backend keys its connection handshake
+    /// with it; `docs/security.md`). `None`: `FABCOLL_TOKEN`, if set.
+    pub token: Option<String>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("backend", &self.backend)
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("job", &self.job)
+            .field("wait", &self.wait)
+            .field("timeout", &self.timeout)
+            .field("token", &self.token.as_ref().map(|_| "(hidden)"))
+            .finish()
+    }
 }
 
 impl Config {
-    /// A config with default wait policy and a 60 s timeout.
+    /// A config with default wait policy, a 60 s timeout and no token (the `tcp` backend then
+    /// reads `FABCOLL_TOKEN`).
     pub fn new(backend: Backend, rank: usize, size: usize, job: impl Into<String>) -> Config {
-        Config { backend, rank, size, job: job.into(), wait: WaitPolicy::default(), timeout: Duration::from_secs(60) }
+        Config {
+            backend,
+            rank,
+            size,
+            job: job.into(),
+            wait: WaitPolicy::default(),
+            timeout: Duration::from_secs(60),
+            token: None,
+        }
     }
 
     fn validate(&self) -> Result<()> {

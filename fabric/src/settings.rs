@@ -526,7 +526,7 @@ settings! {
     FABCOLL_STORE_SERVER store_server: StoreServer as StoreServer, Bootstrap, EachUse, "rank0",
         "who serves the TCP store: rank 0, or the launcher (fabrun sets launcher)";
     FABCOLL_TOKEN token: String as Secret, Bootstrap, EachUse, "none: a TCP store refuses to start",
-        "the job's secret, the same on every rank; the TCP store refuses clients without it";
+        "the job's secret, the same on every rank; the TCP store and tcp connections refuse peers that cannot prove it";
     FABCOLL_NODE node: String as Text, Bootstrap, EachUse, "the host name and boot id",
         "this rank's node: ranks with equal values share a node (fabrun --nodes sets it to emulate nodes)";
     FABCOLL_FABRIC fabric: Backend as Fabric, Communicator, EachUse,

@@ -9,6 +9,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use fabcoll_fabric::tcp::{pair_key, SECRET};
 use fabcoll_fabric::{open, Access, Backend, Completion, Config, Endpoint, Error, RemoteMr, SILENT_WRITE};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -227,28 +228,37 @@ fn tcp_closed_peer_is_not_dead() {
     assert!(e.to_string().contains("closed its endpoint"), "{e}");
 }
 
-/// A "rank" that sends a valid hello, then bytes that are not a frame: the endpoint's poll fails
-/// with an error naming that rank and saying what was wrong.
+/// A "rank" that sends a valid hello and proves the job's secret (it knows the token and rank
+/// 0's secret), then bytes that are not a frame: the endpoint's poll fails with an error naming
+/// that rank and saying what was wrong.
 #[test]
 fn tcp_malformed_stream_is_an_error_naming_the_sender() {
     let job = "tcp_malformed";
-    let mut ep = open(&Config::new(Backend::Tcp, 0, 2, job)).unwrap();
+    let mut cfg = Config::new(Backend::Tcp, 0, 2, job);
+    cfg.token = Some("malformed-token".into());
+    let mut ep = open(&cfg).unwrap();
     let mine = ep.address().unwrap();
     let job_hash = fabcoll_fabric::job_hash(job);
-    // Rank 1's blob: same layout as the endpoint's own, pointing at a port nobody connects to.
-    let mut theirs = mine[..8].to_vec();
-    theirs.extend_from_slice(&job_hash.to_le_bytes());
-    theirs.extend_from_slice(&1u64.to_le_bytes());
-    theirs.extend_from_slice(&2u64.to_le_bytes());
+    // Rank 1's blob: same layout as the endpoint's own (hello, secret, address), pointing at a
+    // port nobody connects to.
+    let mut hello = mine[..8].to_vec();
+    for v in [job_hash, 1, 2] {
+        hello.extend_from_slice(&u64::to_le_bytes(v));
+    }
+    let their_secret = [5u8; SECRET];
+    let mut theirs = hello.clone();
+    theirs.extend_from_slice(&their_secret);
     theirs.extend_from_slice(b"127.0.0.1:9");
-    let at = std::str::from_utf8(&mine[32..]).unwrap().to_string();
+    let my_secret: [u8; SECRET] = mine[32..32 + SECRET].try_into().unwrap();
+    let key = pair_key(b"malformed-token", (0, &my_secret), (1, &their_secret));
+    let mut context = Vec::new();
+    for v in [job_hash, 2, 1, 0] {
+        context.extend_from_slice(&u64::to_le_bytes(v));
+    }
+    let at = std::str::from_utf8(&mine[32 + SECRET..]).unwrap().to_string();
     let fake = std::thread::spawn(move || {
         let mut s = TcpStream::connect(at).unwrap();
-        let mut hello = b"fabtcph1".to_vec();
-        for v in [job_hash, 1, 2] {
-            hello.extend_from_slice(&u64::to_le_bytes(v));
-        }
-        s.write_all(&hello).unwrap();
+        fabcoll_fabric::auth::open(&mut s, &key, &context, &hello).expect("rank 0 admits the fake");
         s.write_all(&[9u8; 48]).unwrap();
         std::thread::sleep(Duration::from_millis(500));
     });

@@ -1,9 +1,12 @@
 //! The TCP store: a small server (run by rank 0 or by a launcher) and its client.
 //!
 //! Wire format (all integers little-endian):
-//! - handshake, client → server: `b"FABCOLL1"`, token length (u16), token; server → client: one
-//!   status byte (0 = accepted). A wrong token is refused, logged with the peer's address, and
-//!   the connection is closed. The handshake must arrive within [`HANDSHAKE_TIMEOUT`].
+//! - handshake: the client opens with `b"FABCOLL2"`, then both sides prove they hold the job
+//!   token by the challenge and response of `crate::auth` (context `b"fabcoll store"`): the
+//!   token never travels. Server → client: one status byte (0 = accepted). A client without the
+//!   token is refused, logged with its address, and the connection is closed; a client learns
+//!   that a server without the token is not its store. The handshake must complete within
+//!   [`HANDSHAKE_TIMEOUT`].
 //! - request: op (u8: 1 set, 2 get, 3 wait, 4 add), key length (u32), key, then for set a value
 //!   length (u32) and value, for wait a timeout in ms (u64), for add a delta (i64).
 //! - response: status (u8: 0 ok, 1 not found, 2 timeout, 3 error), length (u32), payload.
@@ -20,8 +23,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::{BootstrapError, Result, Store};
+use crate::auth::{self, AuthError};
 
-const MAGIC: &[u8; 8] = b"FABCOLL1";
+const MAGIC: &[u8; 8] = b"FABCOLL2";
+/// What the store's handshake proofs are bound to (`crate::auth`).
+const AUTH_CONTEXT: &[u8] = b"fabcoll store";
 /// Longest key accepted.
 pub const MAX_KEY_LEN: usize = 4096;
 /// Longest value accepted.
@@ -121,26 +127,18 @@ fn accept_loop(listener: TcpListener, table: Arc<Table>, token: Arc<Vec<u8>>, st
     }
 }
 
-fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn serve(mut s: TcpStream, peer: SocketAddr, table: &Table, token: &[u8], stop: &AtomicBool) -> Result<()> {
     s.set_nonblocking(false).map_err(BootstrapError::io("store connection"))?;
     s.set_nodelay(true).map_err(BootstrapError::io("store connection"))?;
     s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(BootstrapError::io("store connection"))?;
     let mut magic = [0u8; 8];
-    let ok = read_exact(&mut s, &mut magic).is_ok() && &magic == MAGIC && {
-        match read_u16(&mut s) {
-            Ok(n) if (n as usize) <= MAX_TOKEN_LEN => {
-                let mut t = vec![0u8; n as usize];
-                read_exact(&mut s, &mut t).is_ok() && ct_eq(&t, token)
-            }
-            _ => false,
-        }
+    let refused = match read_exact(&mut s, &mut magic) {
+        Err(e) => Some(e.to_string()),
+        Ok(()) if &magic != MAGIC => Some(format!("it opened with {magic:?}, not the store's {MAGIC:?}")),
+        Ok(()) => auth::accept(&mut s, token, AUTH_CONTEXT).err().map(|e| e.to_string()),
     };
-    if !ok {
-        tracing::warn!(%peer, "store: refused a client without the job's token");
+    if let Some(why) = refused {
+        tracing::warn!(%peer, %why, "store: refused a client that did not prove the job's token");
         let _ = s.write_all(&[1]);
         let _ = s.shutdown(Shutdown::Both);
         return Err(BootstrapError::Auth(format!("client {peer} presented no valid token")));
@@ -229,12 +227,6 @@ fn read_exact(s: &mut TcpStream, buf: &mut [u8]) -> Result<()> {
     })
 }
 
-fn read_u16(s: &mut TcpStream) -> Result<u16> {
-    let mut b = [0u8; 2];
-    read_exact(s, &mut b)?;
-    Ok(u16::from_le_bytes(b))
-}
-
 fn read_u32(s: &mut TcpStream) -> Result<u32> {
     let mut b = [0u8; 4];
     read_exact(s, &mut b)?;
@@ -296,11 +288,18 @@ impl TcpStore {
         };
         s.set_nodelay(true).map_err(BootstrapError::io("store connection"))?;
         s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(BootstrapError::io("store connection"))?;
-        let mut hello = Vec::with_capacity(10 + token.len());
-        hello.extend_from_slice(MAGIC);
-        hello.extend_from_slice(&(token.len() as u16).to_le_bytes());
-        hello.extend_from_slice(token.as_bytes());
-        s.write_all(&hello).map_err(BootstrapError::io("store handshake"))?;
+        s.set_write_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(BootstrapError::io("store connection"))?;
+        match auth::open(&mut s, token.as_bytes(), AUTH_CONTEXT, MAGIC) {
+            Ok(()) => {}
+            Err(AuthError::BadProof) => {
+                return Err(BootstrapError::Auth(format!(
+                    "the server at {addr} does not hold our token: FABCOLL_TOKEN differs from the store's, or it is \
+                     not the job's store"
+                )))
+            }
+            Err(e) => return Err(BootstrapError::Auth(format!("the store at {addr} refused us ({e})"))),
+        }
+        s.set_write_timeout(None).map_err(BootstrapError::io("store connection"))?;
         let mut st = [0u8; 1];
         match s.read(&mut st) {
             Ok(1) if st[0] == 0 => {}
@@ -440,14 +439,38 @@ mod tests {
         assert!(TcpStore::connect(srv.local_addr(), "secret-token", Duration::from_secs(5)).is_ok());
     }
 
+    /// A client proves the token without sending it: a server that records what a client sends
+    /// (a stranger posing as the store) never sees the token, and the client refuses that server.
+    /// The first protocol sent the token in clear, so this failed before the handshake changed.
+    #[test]
+    fn the_token_never_travels_and_a_fake_store_is_refused() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let fake = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut seen = vec![0u8; MAGIC.len() + auth::NONCE];
+            s.read_exact(&mut seen).unwrap();
+            // Answer as if it were the store, with a proof made up without the token.
+            s.write_all(&[0x5a; auth::NONCE + auth::PROOF]).unwrap();
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest);
+            seen.extend_from_slice(&rest);
+            seen
+        });
+        let e = TcpStore::connect(addr, "secret-token", Duration::from_secs(5)).err().unwrap();
+        assert!(e.to_string().contains("does not hold our token"), "{e}");
+        let seen = fake.join().unwrap();
+        assert!(seen.len() >= MAGIC.len() + auth::NONCE, "the client sent its hello");
+        assert!(!seen.windows(b"secret-token".len()).any(|w| w == b"secret-token"), "the token travelled in clear");
+    }
+
     #[test]
     fn oversized_lengths_are_refused_without_allocating() {
         let srv = server();
         let mut s = TcpStream::connect(srv.local_addr()).unwrap();
-        let mut hello = MAGIC.to_vec();
-        hello.extend_from_slice(&12u16.to_le_bytes());
-        hello.extend_from_slice(b"secret-token");
-        s.write_all(&hello).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        auth::open(&mut s, b"secret-token", AUTH_CONTEXT, MAGIC).unwrap();
         let mut st = [0u8; 1];
         s.read_exact(&mut st).unwrap();
         assert_eq!(st[0], 0);

@@ -280,15 +280,8 @@ const INJECTED: u64 = 1 << 63;
 /// Probe interval after an injected write failed (until a probe names the peer).
 const INJECT_FAILED_PROBE: Duration = Duration::from_millis(50);
 
-/// Per-process MR key counter; with the random salt keys never repeat within a process and rarely across.
+/// Per-process count of requested MR keys (`next_key`).
 static KEY_COUNTER: AtomicU64 = AtomicU64::new(1);
-
-fn key_salt() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.finish()
-}
 
 /// A libfabric RDM endpoint with its fabric, domain, CQ and AV.
 pub struct OfiEndpoint {
@@ -314,7 +307,8 @@ pub struct OfiEndpoint {
     early: BTreeMap<(usize, u32), (u64, Vec<u8>)>,
     backlog: VecDeque<(Instant, Post)>,
     scratch: Vec<CqEvent>,
-    key_salt: u64,
+    /// This endpoint's random secret for its requested MR keys (`next_key`).
+    key_secret: [u8; 32],
     /// Largest write posted with inject (0: none).
     inject_max: usize,
     /// Counter of the `OpId`s of injected writes.
@@ -419,8 +413,10 @@ impl OfiEndpoint {
 
         let slots = cfg.ctrl_recv_slots + cfg.ctrl_send_slots;
         let ctrl_buf = vec![0u8; slots * cfg.ctrl_max].into_boxed_slice();
-        let salt = key_salt();
-        let key = next_key(&attrs, salt);
+        let key_secret = crate::auth::random::<32>().map_err(|e| {
+            OfiError::Unsupported(format!("cannot read /dev/urandom for unguessable memory-region keys: {e}"))
+        })?;
+        let key = next_key(&attrs, &key_secret);
         // SAFETY: ctrl_buf is a field of the returned endpoint dropped after ctrl_mr (field order).
         let access = sys::FI_SEND | sys::FI_RECV;
         let ctrl_mr = unsafe { Mr::register(&ep, ctrl_buf.as_ptr(), ctrl_buf.len(), access, key, attrs.mr_mode)? };
@@ -442,7 +438,7 @@ impl OfiEndpoint {
             early: BTreeMap::new(),
             backlog: VecDeque::new(),
             scratch: Vec::with_capacity(16),
-            key_salt: salt,
+            key_secret,
             inject_max: if cfg.inject.unwrap_or(!attrs.prov_name.contains("ofi_rxm")) && !cfg.delivery_complete {
                 attrs.inject_size
             } else {
@@ -536,7 +532,7 @@ impl OfiEndpoint {
         if len == 0 {
             return Err(OfiError::Invalid("cannot register a zero-length region".into()));
         }
-        let key = next_key(&self.attrs, self.key_salt);
+        let key = next_key(&self.attrs, &self.key_secret);
         // SAFETY: forwarded caller guarantee.
         let mut access = sys::FI_SEND | sys::FI_RECV | sys::FI_READ | sys::FI_WRITE;
         if remote_write {
@@ -1061,20 +1057,26 @@ fn is_slow(prov: &str) -> bool {
     prov.starts_with("sockets") || prov.starts_with("udp")
 }
 
-/// A requested key unique in this process (and salted per process), within the provider's key size.
-fn next_key(attrs: &ProviderAttrs, salt: u64) -> u64 {
+/// The key to request for a registration, so that a stranger who reaches the provider cannot guess
+/// one (`docs/security.md`). 64-bit keys: 64 bits of HMAC-SHA256(`secret`, a per-process count),
+/// fresh for each registration (two alike in a process of n registrations: a chance of about
+/// n²/2⁶⁵, and the provider refuses the second). Narrower keys: the count from a random start,
+/// unique but only as hard to guess as the key is wide. 0 where the provider picks the keys
+/// (`FI_MR_PROV_KEY`) or does not say how wide they are.
+fn next_key(attrs: &ProviderAttrs, secret: &[u8; 32]) -> u64 {
     if attrs.mr_mode & sys::FI_MR_PROV_KEY != 0 {
         return 0;
     }
     let n = KEY_COUNTER.fetch_add(1, Ordering::Relaxed);
     let bits = (attrs.mr_key_size.min(8) * 8) as u32;
     if bits >= 64 {
-        // 24 bits of salt above a 40-bit counter.
-        (salt << 40) | (n & ((1 << 40) - 1))
+        let mac = crate::auth::derive(secret, "ofi memory-region key", &[&n.to_le_bytes()]);
+        u64::from_le_bytes(mac[..8].try_into().expect("8 of 32 bytes"))
     } else if bits == 0 {
         n
     } else {
-        n & ((1u64 << bits) - 1)
+        let start = u64::from_le_bytes(secret[..8].try_into().expect("8 of 32 bytes"));
+        start.wrapping_add(n) & ((1u64 << bits) - 1)
     }
 }
 
@@ -1098,17 +1100,22 @@ mod tests {
     }
 
     #[test]
-    fn requested_keys_are_unique_salted_and_fit_the_key_size() {
+    fn requested_keys_are_unique_unguessable_and_fit_the_key_size() {
         let a = attrs(0, 8);
-        let keys: Vec<u64> = (0..1000).map(|_| next_key(&a, 0xabcdef)).collect();
+        let keys: Vec<u64> = (0..1000).map(|_| next_key(&a, &[1; 32])).collect();
         let mut sorted = keys.clone();
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted.len(), keys.len(), "duplicate requested keys");
-        assert!(keys.iter().all(|k| k >> 40 == 0xabcdef), "salt missing");
+        // Not a count: neighbours differ by more than a few, in the high bits too.
+        assert!(keys.windows(2).all(|w| w[0].abs_diff(w[1]) > 1 << 20), "sequential keys");
+        assert!(keys.iter().any(|k| k >> 56 != keys[0] >> 56), "the high bits never change");
+        // Another secret, other keys.
+        let other: Vec<u64> = (0..100).map(|_| next_key(&a, &[2; 32])).collect();
+        assert!(other.iter().all(|k| !keys.contains(k)));
         let small = attrs(0, 2);
-        assert!((0..100).all(|_| next_key(&small, u64::MAX) <= 0xffff));
-        assert_eq!(next_key(&attrs(sys::FI_MR_PROV_KEY, 8), 1), 0, "provider keys are not requested");
+        assert!((0..100).all(|_| next_key(&small, &[0xff; 32]) <= 0xffff));
+        assert_eq!(next_key(&attrs(sys::FI_MR_PROV_KEY, 8), &[1; 32]), 0, "provider keys are not requested");
     }
 
     #[test]

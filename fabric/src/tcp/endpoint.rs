@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::addr::listen_addr;
 use super::conn::{Conn, Peer};
-use super::connect::{mesh, Hello, HELLO};
+use super::connect::{mesh, pair_key, Hello, PairKey, HELLO, SECRET};
 use super::wire::{Frame, MAX_CTRL};
 use super::{Region, Regions, TcpMr};
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress, SILENT_WRITE};
@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::keymap::KeyMap;
 use crate::mr::{check_bounds, check_write, Access, AlignedBuf, LocalRange, Mr, RemoteMr, RemoteRange};
 use crate::wait::{poll_until, WaitPolicy};
-use crate::{job_hash, Config};
+use crate::{auth, job_hash, settings, Config};
 
 /// With more connections than this, `poll` asks `ppoll` which sockets are ready instead of trying
 /// a `recv` on each. Asking `ppoll` first with few connections (it does not take the socket lock
@@ -35,6 +35,10 @@ pub struct TcpEndpoint {
     wait: WaitPolicy,
     timeout: Duration,
     listener: Option<TcpListener>,
+    /// The job's token (empty when the job has none); with the peers' secrets, the connections' keys.
+    token: Vec<u8>,
+    /// This endpoint's random secret, published with its address (`connect::pair_key`).
+    secret: [u8; SECRET],
     /// Indexed by rank; `None` at our own rank and before `insert_peers`.
     conns: Vec<Option<Conn>>,
     connected: bool,
@@ -59,6 +63,13 @@ impl TcpEndpoint {
         let at = listen_addr()?;
         let listener =
             TcpListener::bind(at).map_err(|e| Error::Os { op: format!("tcp: listen on {at}"), source: e })?;
+        let token = match &cfg.token {
+            Some(t) => Some(t.clone()),
+            None => settings::FABCOLL_TOKEN.get()?,
+        };
+        let token = token.map(String::into_bytes).unwrap_or_default();
+        let secret =
+            auth::random::<SECRET>().map_err(|e| Error::Os { op: "tcp: reading /dev/urandom".into(), source: e })?;
         let caps = Caps {
             backend: "tcp",
             provider: "tcp".into(),
@@ -80,6 +91,8 @@ impl TcpEndpoint {
             wait: cfg.wait,
             timeout: cfg.timeout,
             listener: Some(listener),
+            token,
+            secret,
             conns: Vec::new(),
             connected: false,
             regions: Arc::new(RwLock::new(KeyMap::default())),
@@ -211,8 +224,9 @@ impl Endpoint for TcpEndpoint {
     fn address(&self) -> Result<Vec<u8>> {
         let l = self.listener.as_ref().ok_or_else(|| Error::invalid("address after insert_peers"))?;
         let at = l.local_addr().map_err(|e| Error::Os { op: "tcp: listener address".into(), source: e })?;
-        // The hello this rank opens its connections with, then its listening address.
+        // The hello this rank opens its connections with, its secret, then its listening address.
         let mut b = self.hello().encode().to_vec();
+        b.extend_from_slice(&self.secret);
         b.extend_from_slice(at.to_string().as_bytes());
         Ok(b)
     }
@@ -225,6 +239,7 @@ impl Endpoint for TcpEndpoint {
             return Err(Error::Address(format!("{} blobs for a group of {}", blobs.len(), self.size)));
         }
         let mut addrs = Vec::with_capacity(blobs.len());
+        let mut keys: Vec<PairKey> = Vec::with_capacity(blobs.len());
         for (r, b) in blobs.iter().enumerate() {
             let hello = b.first_chunk::<HELLO>().and_then(Hello::decode);
             let Some(h) = hello else {
@@ -236,14 +251,18 @@ impl Endpoint for TcpEndpoint {
                     h.job, h.rank, h.size
                 )));
             }
-            let at = std::str::from_utf8(&b[HELLO..])
+            let secret = b[HELLO..]
+                .first_chunk::<SECRET>()
+                .ok_or_else(|| Error::Address(format!("blob of rank {r} holds no secret")))?;
+            keys.push(pair_key(&self.token, (self.rank, &self.secret), (r, secret)));
+            let at = std::str::from_utf8(&b[HELLO + SECRET..])
                 .ok()
                 .and_then(|s| s.parse::<SocketAddr>().ok())
                 .ok_or_else(|| Error::Address(format!("blob of rank {r} holds no socket address")))?;
             addrs.push(at);
         }
         let listener = self.listener.take().ok_or_else(|| Error::invalid("listener gone"))?;
-        let streams = mesh(&listener, self.hello(), &addrs, self.timeout)?;
+        let streams = mesh(&listener, self.hello(), &addrs, Arc::new(keys), self.timeout)?;
         self.conns = streams
             .into_iter()
             .enumerate()

@@ -29,7 +29,10 @@
 //!   socket, which wakes it as soon as bytes arrive (or a full socket drains).
 //! - **Connections** are set up in `insert_peers`: each rank connects to every lower rank and
 //!   accepts the higher ones, each connection opened by a hello (magic, job hash, rank, size)
-//!   that the acceptor checks; strangers are dropped.
+//!   and a mutual challenge and response (`crate::auth`) keyed by [`pair_key`]: the job token
+//!   (`Config::token`, else `FABCOLL_TOKEN`) and both endpoints' random secrets, which travel in
+//!   the address blobs after the hello. Strangers are logged and closed before any frame is
+//!   read; the listener closes once every peer is in (`docs/security.md`).
 //! - **Dead peers**: a connection that ends without the goodbye frame a closing endpoint sends
 //!   (the process died or was killed) or that fails is lost: `poll` returns `Error::Peer` naming
 //!   the rank once, `peer_gone` says why, writes and control messages to it fail.
@@ -50,6 +53,7 @@ use crate::keymap::KeyMap;
 use std::any::Any;
 use std::sync::{Arc, PoisonError, RwLock};
 
+pub use connect::{pair_key, PairKey, SECRET};
 pub use endpoint::TcpEndpoint;
 
 use crate::error::Result;
