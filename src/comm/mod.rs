@@ -37,6 +37,7 @@ use memo::{Lanes, Path, Prepared};
 use crate::error::{Error, Result};
 use crate::exec::op::{CallSpec, Check};
 use crate::exec::plan::Plan;
+use crate::exec::progress::ProgressThread;
 use crate::exec::{Engine, ExecConfig, OpKey, Started, Stats, Waiter};
 use crate::select::model::ModelState;
 use crate::select::{self, Decisions, FabricClass, Features};
@@ -87,6 +88,8 @@ pub struct Communicator {
     breaks: Arc<AtomicU64>,
     /// Threads waiting for the engine's lock ([`Engine::lock_waiters`]).
     lock_waiters: Arc<AtomicU32>,
+    /// The engine's progress thread (`exec::progress`), shared with dups and splits.
+    progress: Arc<ProgressThread>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -156,6 +159,7 @@ impl Communicator {
         };
         let breaks = engine.breaks();
         let lock_waiters = engine.lock_waiters();
+        let progress = Arc::new(ProgressThread::new(engine.core.cfg.progress_thread));
         let registry = SharedRegistry::default();
         Ok(Communicator {
             engine: Arc::new(Mutex::new(engine)),
@@ -174,6 +178,7 @@ impl Communicator {
             model: Arc::default(),
             breaks,
             lock_waiters,
+            progress,
         })
     }
 
@@ -362,6 +367,11 @@ impl Communicator {
         eng.start(self.ctx, &self.members, spec, send, recv, check, path == Path::Straight)
     }
 
+    /// An op was left in flight for the program to collect: the progress thread moves it.
+    fn left_in_flight(&self) {
+        self.progress.ring(&self.engine, &self.lock_waiters);
+    }
+
     /// Waits for `key`, releasing the engine between rounds so that other threads using
     /// communicators on the same endpoint (dup/split) can start and progress theirs.
     fn wait_key(&self, key: OpKey) -> Result<()> {
@@ -475,6 +485,7 @@ impl Communicator {
             model: self.model.clone(),
             breaks: self.breaks.clone(),
             lock_waiters: self.lock_waiters.clone(),
+            progress: self.progress.clone(),
         })
     }
 

@@ -1,12 +1,17 @@
 //! Nonblocking collectives: a [`Scope`] lends buffers to collectives started without waiting and
 //! finishes all of them before it returns (so a leaked [`Request`] can never leave a peer writing
 //! into returned memory); a [`Request`] is tested, waited for, or awaited as a `Future`.
+//!
+//! A call that did not finish as it started is moved by the engine's progress thread
+//! (`exec::progress`) while the program computes; `test` and `wait` move it too. Awaited, a
+//! request leaves its waker with the engine and is woken when it has finished (with
+//! `FABCOLL_PROGRESS=0`, no thread: it asks to be polled again, and each poll moves it).
 
 use std::cell::RefCell;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use super::call::{Call, Collectives};
 use super::{Communicator, Options};
@@ -60,6 +65,7 @@ impl<'scope> Collectives<'scope> for Scope<'scope, '_> {
             Started::Done => None,
             Started::Pending(key) => {
                 self.keys.borrow_mut().push(key);
+                self.comm.left_in_flight();
                 Some(key)
             }
         };
@@ -72,6 +78,11 @@ impl Request<'_> {
     /// Once it has finished, every later test (and the wait) reports the same outcome: `Ok`, or
     /// the failure again (as [`Error::Protocol`] naming it).
     pub fn test(&mut self) -> Option<Result<()>> {
+        self.poll_with(None)
+    }
+
+    /// [`Request::test`], leaving `waker` with the engine when the collective is not finished.
+    fn poll_with(&mut self, waker: Option<&Waker>) -> Option<Result<()>> {
         if let Some(outcome) = &self.outcome {
             return Some(Request::again(outcome));
         }
@@ -85,6 +96,9 @@ impl Request<'_> {
         }
         eng.check_deadline(key);
         if !eng.is_finished(key) {
+            if let Some(w) = waker {
+                eng.set_waker(key, w);
+            }
             return None;
         }
         let r = eng.take(key);
@@ -123,10 +137,12 @@ impl Future for Request<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
-        match this.test() {
+        let thread = this.comm.progress.is_on();
+        match this.poll_with(thread.then_some(cx.waker())) {
             Some(r) => Poll::Ready(r),
+            None if thread => Poll::Pending,
             None => {
-                // Progress is driven by polling: ask to be polled again.
+                // No progress thread: progress is driven by polling, so ask to be polled again.
                 cx.waker().wake_by_ref();
                 Poll::Pending
             }

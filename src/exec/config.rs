@@ -63,6 +63,10 @@ pub struct ExecConfig {
     /// that complete on return, run straight inside the call's start, without an op, handed over
     /// to the engine when they cannot go on (`exec::ring`). `FABCOLL_STRAIGHT=0` turns it off.
     pub straight: bool,
+    /// A progress thread per engine moves nonblocking collectives while the program computes
+    /// (`exec::progress`). `FABCOLL_PROGRESS=0` turns it off: requests then move only when tested
+    /// or waited for.
+    pub progress_thread: bool,
 }
 
 /// Defaults for node-local fabrics. The eager limit and slot size are `NODE_EAGER` (see there
@@ -84,6 +88,7 @@ impl Default for ExecConfig {
             local_cpus: None,
             mailbox_limit: DEFAULT_MAILBOX,
             straight: true,
+            progress_thread: true,
         }
     }
 }
@@ -185,6 +190,9 @@ impl ExecConfig {
         }
         if let Some(v) = s::FABCOLL_STRAIGHT.get()? {
             c.straight = v;
+        }
+        if let Some(v) = s::FABCOLL_PROGRESS.get()? {
+            c.progress_thread = v;
         }
         Ok(c)
     }

@@ -21,6 +21,7 @@ pub(crate) mod mailboxes;
 pub(crate) mod mrcache;
 pub(crate) mod op;
 pub(crate) mod plan;
+pub(crate) mod progress;
 pub(crate) mod proto;
 mod ring;
 pub(crate) mod runner;
@@ -33,6 +34,7 @@ pub(crate) use core::Core;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use fabcoll_fabric::shm::mailbox::MAX_MESSAGE;
@@ -129,6 +131,8 @@ pub(crate) struct Engine {
     /// something happened, read at every idle round of an oversubscribed waiter.
     awaited: Vec<usize>,
     awaited_at: Option<(OpKey, u64)>,
+    /// The wakers of ops awaited as futures (few: a plain list), woken by the progress thread.
+    wakers: Vec<(OpKey, Waker)>,
     /// Contexts broken so far (any of this engine's): the mailbox path's lock-free check that
     /// it may skip asking [`Engine::broken`].
     breaks: Arc<AtomicU64>,
@@ -218,6 +222,7 @@ impl Engine {
             events: 0,
             awaited: Vec::new(),
             awaited_at: None,
+            wakers: Vec::new(),
             breaks: Arc::default(),
             lock_waiters: Arc::default(),
         };
@@ -767,6 +772,9 @@ impl Engine {
             return Err(Error::Protocol(format!("collective #{} has not finished", key.seq)));
         }
         let mut op = self.ops.remove(&key).expect("present");
+        if !self.wakers.is_empty() {
+            self.wakers.retain(|(k, _)| *k != key);
+        }
         if let Some(c) = self.ctxs.get_mut(&key.ctx) {
             if let Some(i) = c.outstanding.iter().position(|&s| s == key.seq) {
                 c.outstanding.remove(i);
@@ -938,6 +946,38 @@ impl Engine {
 
     pub fn has_op(&self, key: OpKey) -> bool {
         self.ops.contains_key(&key)
+    }
+
+    /// Whether any op is in flight.
+    pub fn has_ops(&self) -> bool {
+        !self.ops.is_empty()
+    }
+
+    /// Remembers the waker of a task awaiting op `key` (the progress thread wakes it when the op
+    /// has finished); a later waker of the same op replaces the earlier one.
+    pub fn set_waker(&mut self, key: OpKey, waker: &Waker) {
+        match self.wakers.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, w)) => w.clone_from(waker),
+            None => self.wakers.push((key, waker.clone())),
+        }
+    }
+
+    /// Moves the wakers of finished ops to `out`.
+    fn take_finished_wakers(&mut self, out: &mut Vec<Waker>) {
+        if self.wakers.is_empty() {
+            return;
+        }
+        let ops = &self.ops;
+        let finished = |k: &OpKey| ops.get(k).is_none_or(|o| o.finished());
+        out.extend(self.wakers.extract_if(.., |(k, _)| finished(k)).map(|(_, w)| w));
+    }
+
+    /// The deadline check of every awaited op (their tasks poll only when woken).
+    fn check_awaited_deadlines(&mut self) {
+        for i in 0..self.wakers.len() {
+            let key = self.wakers[i].0;
+            self.check_deadline(key);
+        }
     }
 
     fn time_out(&mut self, key: OpKey) {
