@@ -342,3 +342,14 @@ fn info_lists_backends_and_every_algorithm() {
         assert!(out.contains(&name), "{name} missing");
     }
 }
+
+/// `fabcoll overlap` runs its three cases per round and prints the medians and the ratio.
+#[test]
+fn overlap_reports_rounds_and_the_ratio() {
+    let args = [FABCOLL, "overlap", "--size", "64K", "--compute-ms", "5", "--rounds", "3"];
+    let (ok, out, err) = run(FABRUN, &[&["-n", "2", "--fabric", "shm"][..], &args[..]].concat());
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().filter(|l| l.contains("] round ")).count(), 3, "{out}");
+    let last = out.lines().last().unwrap_or_default();
+    assert!(last.contains("median over 3 rounds") && last.contains("ratio both/max"), "{out}");
+}

@@ -13,6 +13,8 @@ mod map;
 mod model;
 #[path = "fabcoll/ops.rs"]
 mod ops;
+#[path = "fabcoll/overlap.rs"]
+mod overlap;
 #[path = "fabcoll/report.rs"]
 mod report;
 #[path = "fabcoll/sim.rs"]
@@ -69,6 +71,9 @@ enum Cmd {
     /// size grid on this job's fabric and writes a decision file (run under `fabrun -n N`).
     #[command(after_help = tune::TUNE_HELP)]
     Tune(tune::TuneArgs),
+    /// Whether a nonblocking allreduce moves while the program computes: the allreduce alone,
+    /// a computation alone, and both overlapped, per round (run under `fabrun -n N`).
+    Overlap(overlap::OverlapArgs),
 }
 
 const BENCH_HELP: &str = "\
@@ -328,6 +333,14 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("fabcoll sim: error: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Cmd::Overlap(a) => match Communicator::from_env().map_err(|e| e.to_string()).and_then(|c| overlap::run(&c, &a))
+        {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fabcoll overlap: error: {e}");
                 ExitCode::from(1)
             }
         },
