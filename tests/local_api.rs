@@ -12,17 +12,7 @@ use std::time::{Duration, Instant};
 use fabcoll::{Collectives, Communicator, Error, ExecConfig, Options, ReduceOp, Stats};
 
 fn job<R: Send>(p: usize, cfg: ExecConfig, f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
-    let comms = Communicator::local_with(p, cfg).unwrap();
-    std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .into_iter()
-            .map(|c| {
-                let f = &f;
-                s.spawn(move || f(&c))
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().expect("rank panicked")).collect()
-    })
+    common::on_ranks(Communicator::local_with(p, cfg).unwrap(), f)
 }
 
 fn block_on<F: Future>(f: F) -> F::Output {

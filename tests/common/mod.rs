@@ -292,6 +292,20 @@ pub fn args_for(coll: Collective, p: u32, count: usize, commutative: bool) -> Co
     a
 }
 
+/// Runs `f` on every communicator, each in a thread of its own; every rank's result in rank order.
+pub fn on_ranks<R: Send>(comms: Vec<Communicator>, f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .map(|c| {
+                let f = &f;
+                s.spawn(move || f(&c))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank panicked")).collect()
+    })
+}
+
 /// Runs `f` on every rank of a local job of `p` threads; collects every rank's error.
 pub fn local_job<F>(comms: Vec<Communicator>, f: F) -> Result<(), String>
 where
