@@ -26,17 +26,7 @@ fn cache_dir() -> &'static PathBuf {
 
 fn job<R: Send>(p: usize, f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
     cache_dir();
-    let comms = Communicator::local_with(p, common::cfg()).unwrap();
-    std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .into_iter()
-            .map(|c| {
-                let f = &f;
-                s.spawn(move || f(&c))
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().expect("rank panicked")).collect()
-    })
+    common::on_ranks(Communicator::local_with(p, common::cfg()).unwrap(), f)
 }
 
 /// Equal up to JSON's decimal round trip (serde_json parses floats to within an ulp or so).

@@ -311,22 +311,7 @@ pub fn local_job<F>(comms: Vec<Communicator>, f: F) -> Result<(), String>
 where
     F: Fn(&Communicator) -> Result<(), String> + Sync,
 {
-    let errs: Vec<String> = std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .into_iter()
-            .map(|c| {
-                let f = &f;
-                s.spawn(move || f(&c))
-            })
-            .collect();
-        hs.into_iter()
-            .filter_map(|h| match h.join() {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(e),
-                Err(_) => Some("a rank panicked".into()),
-            })
-            .collect()
-    });
+    let errs: Vec<String> = on_ranks(comms, |c| f(c).err()).into_iter().flatten().collect();
     if errs.is_empty() {
         Ok(())
     } else {
