@@ -574,12 +574,13 @@ impl<'a> Engine<'a> {
         loop {
             // heap events are completions (class 0): those at `now` go before the grants
             let heap_now = self.heap.peek().is_some_and(|e| e.t == self.now);
-            if self.finalize_unsorted && self.levels.is_some() {
+            let class = self.lists.iter().position(|l| !l.is_empty());
+            if class == Some(3) && self.finalize_unsorted && self.levels.is_some() {
                 // popped from the end: lowest (kind, step) first, whatever the order of grants
                 self.lists[3].sort_unstable_by(|x, y| y.cmp(x));
                 self.finalize_unsorted = false;
             }
-            let ev = match self.lists.iter().position(|l| !l.is_empty()) {
+            let ev = match class {
                 Some(c) if c == 0 || !heap_now => self.lists[c].pop(),
                 _ => None,
             };

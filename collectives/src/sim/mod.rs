@@ -130,6 +130,9 @@ use crate::topology::Topology;
 /// the replay would take gigabytes and minutes, and it refuses with an error instead.
 pub const FULL_REPLAY_STEPS: u64 = 1 << 25;
 
+/// What the error of a job refused above [`FULL_REPLAY_STEPS`] says (for callers that skip it).
+pub const TOO_LARGE_TO_REPLAY: &str = "too large to replay in full";
+
 /// The topology the replay applies: the call's, when the parameters have a network level
 /// (checked to place the call's ranks); `None` with one level.
 fn two_level<'a>(args: &'a CollArgs, cfg: &ModelParams) -> Result<Option<&'a Topology>> {
@@ -332,12 +335,25 @@ pub fn simulate_alg_symmetric(alg: &Algorithm, args: &CollArgs, sym: Symmetry, m
 /// shifted by a multiple of k, node 0's k ranks are replayed for all; otherwise the whole job.
 /// A whole job of more than [`FULL_REPLAY_STEPS`] steps (estimated from rank 0's) is an `Err`.
 pub fn simulate_alg_sampled(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams) -> Result<SimResult> {
+    simulate_alg_sampled_within(alg, args, cfg, u32::MAX)
+}
+
+/// [`simulate_alg_sampled`], refusing (with [`TOO_LARGE_TO_REPLAY`]) a job of more than
+/// `full_ranks` ranks that no symmetry lets it shorten: building and replaying every rank's
+/// schedule grows with p² for many algorithms (a decision map over thousands of nodes skips those
+/// cells instead of taking minutes).
+pub fn simulate_alg_sampled_within(
+    alg: &Algorithm,
+    args: &CollArgs,
+    cfg: &ModelParams,
+    full_ranks: u32,
+) -> Result<SimResult> {
     args.validate()?;
     if let Some(t) = two_level(args, cfg)? {
         if let Some(r) = simulate_node_symmetric(alg, args, cfg, t)? {
             return Ok(r);
         }
-        return simulate_alg_checked(alg, args, cfg);
+        return simulate_alg_checked(alg, args, cfg, full_ranks);
     }
     if args.size > 1 {
         let s0 = alg.schedule(&args.for_rank(0))?;
@@ -350,15 +366,17 @@ pub fn simulate_alg_sampled(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams)
             }
         }
     }
-    simulate_alg_checked(alg, args, cfg)
+    simulate_alg_checked(alg, args, cfg, full_ranks)
 }
 
-/// [`simulate_alg_with`], refused above [`FULL_REPLAY_STEPS`] (rank 0's steps times p).
-fn simulate_alg_checked(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams) -> Result<SimResult> {
+/// [`simulate_alg_with`], refused above `full_ranks` ranks or [`FULL_REPLAY_STEPS`] (rank 0's
+/// steps times p).
+fn simulate_alg_checked(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams, full_ranks: u32) -> Result<SimResult> {
     let steps = alg.schedule(&args.for_rank(0))?.len() as u64 * u64::from(args.size);
-    if steps > FULL_REPLAY_STEPS {
+    if steps > FULL_REPLAY_STEPS || args.size > full_ranks {
         return Err(Error::Simulate(format!(
-            "{}:{} on {} ranks is not symmetric and too large to replay in full (≈ {steps} steps, limit {})",
+            "{}:{} on {} ranks is not symmetric and {TOO_LARGE_TO_REPLAY} (≈ {steps} steps, limits {} steps, \
+             {full_ranks} ranks)",
             alg.coll, alg.name, args.size, FULL_REPLAY_STEPS
         )));
     }
