@@ -139,3 +139,53 @@ fn bad_input_is_a_clear_error() {
         assert!(!ok && err.contains(msg), "{args:?}: {err}");
     }
 }
+
+/// The `nodes=…:` lines of a two-level `--table`.
+fn node_rows(table: &str) -> Vec<&str> {
+    table.lines().filter(|l| l.starts_with("nodes=")).collect()
+}
+
+const NET: &[&str] = &["--machine", "alpha=0.5us,beta=0.2ns,gamma=0", "--network", "alpha=50us,beta=8ns"];
+
+#[test]
+fn node_map_picks_the_leaders_where_the_network_dominates() {
+    // Allgather of 64 KiB per rank, nodes joined at 1 Gbit/s: one rank per node has no leaders
+    // (hier_leader is not eligible); with several ranks per node the leaders send each node's
+    // blocks across once, where ring crosses p − 1 times.
+    let mut args = NET.to_vec();
+    args.extend(["--op", "allgather", "--algos", "ring,hier_leader", "--map", "--table"]);
+    args.extend(["--nodes", "2,4", "--per-node", "1..=4:*2", "--sizes", "64K"]);
+    let (ok, out, err) = sim(&args);
+    assert!(ok, "{err}");
+    assert_eq!(node_rows(&out), ["nodes=2: 1 ring, 2..4 hier_leader", "nodes=4: 1 ring, 2..4 hier_leader"], "{out}");
+    assert!(out.contains("between nodes α = 50.000 µs"), "{out}");
+}
+
+#[test]
+fn node_csv_and_errors() {
+    let mut args = NET.to_vec();
+    args.extend(["--op", "bcast", "--nodes", "2", "--per-node", "4", "--sizes", "8,1K"]);
+    let (ok, out, err) = sim(&args);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("op,nodes,per_node,p,bytes,algorithm,time_us\n"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("bcast,2,4,8,1024,hier_leader,")), "{out}");
+    // A refused full replay is named, not an error.
+    let mut big = NET.to_vec();
+    big.extend(["--op", "bcast", "--algos", "binomial", "--nodes", "64", "--per-node", "4", "--sizes", "8"]);
+    big.extend(["--max-full-replay", "128"]);
+    let (ok, out, err) = sim(&big);
+    assert!(ok && err.contains("not simulated") && err.contains("binomial 64×4"), "{out}{err}");
+    // No network, a network without nodes, --per-node alone, --ps with --nodes.
+    let (ok, _, err) = sim(&["--nodes", "2", "--per-node", "2", "--sizes", "8"]);
+    assert!(!ok && err.contains("--network"), "{err}");
+    let (ok, _, err) = sim(&["--network", "alpha=1us,beta=1ns", "--sizes", "8", "--ps", "2"]);
+    assert!(!ok && err.contains("--nodes"), "{err}");
+    let (ok, _, _) = sim(&["--per-node", "2", "--network", "alpha=1us,beta=1ns"]);
+    assert!(!ok);
+    let (ok, _, _) = sim(&["--ps", "4", "--nodes", "2", "--per-node", "2", "--network", "alpha=1us,beta=1ns"]);
+    assert!(!ok);
+    let mut two_sizes = NET.to_vec();
+    two_sizes.extend(["--map", "--out", "/tmp/x.svg", "--nodes", "2", "--per-node", "2", "--sizes", "8,16"]);
+    let (ok, _, err) = sim(&two_sizes);
+    assert!(!ok && err.contains("single value"), "{err}");
+}

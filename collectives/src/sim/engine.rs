@@ -6,16 +6,42 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use super::symmetric::Symmetry;
-use super::{ChainLink, ModelParams, SimResult};
+use super::{ChainLink, ModelParams, Network, SimResult};
 use crate::cost::Cost;
 use crate::error::{Error, Result};
 use crate::schedule::{Schedule, StepKind};
+use crate::topology::Topology;
 
-/// Whole job, or one rank standing for all under a relabeling.
+/// Whole job, or the block of ranks 0..k standing for all under a relabeling: rank j·k + i runs
+/// rank i's schedule relabeled by the shift j·k (a rotation by j·k, or XOR with j·k). k = 1 is
+/// rank 0 alone; k = ranks per node, one node standing for all (two levels).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
     Full,
-    Symmetric(Symmetry),
+    Symmetric(Symmetry, u32),
+}
+
+/// In a symmetric replay of the block 0..k: the message from rank `a` to rank `x` is, shifted
+/// back by x's block, a message to the block's rank x mod k from the returned source. Returns
+/// (x mod k, source). (With (r, src) for (a, x) it also gives the sender's block rank and its
+/// destination of a message that r receives from src.)
+fn fold(sym: Symmetry, k: u32, a: u32, x: u32, p: u32) -> (u32, u32) {
+    let d = x - x % k;
+    let src = match sym {
+        Symmetry::Rotation => ((u64::from(a) + u64::from(p) - u64::from(d)) % u64::from(p)) as u32,
+        Symmetry::Xor => a ^ d,
+    };
+    (x % k, src)
+}
+
+/// The two-level machine: the nodes of the call's topology, each with one network interface
+/// that serializes the bytes of the messages leaving and entering it.
+struct TwoLevel<'a> {
+    topo: &'a Topology,
+    net: Network,
+    /// When each node's interface is free to send, and to receive, the next message's bytes.
+    out_free: Vec<f64>,
+    in_free: Vec<f64>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -34,11 +60,27 @@ struct Terms {
     /// Messages into hot destinations (see `Engine::hot`) and their bytes.
     hot: u64,
     hot_bytes: f64,
+    /// Two levels: α factors and bytes of messages between nodes (at the network's prices), and
+    /// seconds waited for a node's network interface.
+    net_alpha: f64,
+    net_beta: f64,
+    nic_wait: f64,
 }
 
 impl Terms {
-    fn key(&self) -> [f64; 7] {
-        [self.alpha, self.beta, self.gamma, self.copy, self.local as f64, self.hot as f64, self.hot_bytes]
+    fn key(&self) -> [f64; 10] {
+        [
+            self.alpha,
+            self.beta,
+            self.gamma,
+            self.copy,
+            self.local as f64,
+            self.hot as f64,
+            self.hot_bytes,
+            self.net_alpha,
+            self.net_beta,
+            self.nic_wait,
+        ]
     }
 }
 
@@ -189,15 +231,31 @@ struct Engine<'a> {
     done: u64,
     /// Transfers and computations under way (in this replay's ranks), for the oversubscription.
     busy: u32,
+    /// The network level, when the parameters have one and the call a topology.
+    levels: Option<TwoLevel<'a>>,
+    /// Whether the finalize list got entries since it was last sorted (two levels: the network
+    /// interfaces serve the transfers of an instant in (rank, step) order).
+    finalize_unsorted: bool,
 }
 
 fn sim_err(msg: String) -> Error {
     Error::Simulate(msg)
 }
 
-/// Replays `scheds` (all ranks in `Mode::Full`, rank 0 only in `Mode::Symmetric`).
-pub(crate) fn run(scheds: &[&Schedule], mode: Mode, elem: u64, cfg: &ModelParams) -> Result<SimResult> {
+/// Replays `scheds` (all ranks in `Mode::Full`, the block's ranks in `Mode::Symmetric`) placed by
+/// `topo` (used with a network level in `cfg`).
+pub(crate) fn run(
+    scheds: &[&Schedule],
+    mode: Mode,
+    elem: u64,
+    cfg: &ModelParams,
+    topo: Option<&Topology>,
+) -> Result<SimResult> {
     let mut e = Engine::new(scheds, mode, elem, cfg)?;
+    if let (Some(net), Some(topo)) = (cfg.network, topo) {
+        let n = topo.nodes() as usize;
+        e.levels = Some(TwoLevel { topo, net, out_free: vec![0.0; n], in_free: vec![0.0; n] });
+    }
     e.wire()?;
     e.match_messages()?;
     e.replay()?;
@@ -258,6 +316,8 @@ impl<'a> Engine<'a> {
             now: 0.0,
             done: 0,
             busy: 0,
+            levels: None,
+            finalize_unsorted: false,
         })
     }
 
@@ -338,12 +398,40 @@ impl<'a> Engine<'a> {
     fn receiver(&self, s: u32) -> usize {
         match self.mode {
             Mode::Full => self.peer_of(s) as usize,
-            Mode::Symmetric(_) => 0,
+            Mode::Symmetric(_, k) => (self.peer_of(s) % k) as usize,
         }
     }
 
-    /// Pairs the k-th send a→b with the k-th recv on b from a (in symmetric mode: rank 0's k-th
-    /// send to x with its k-th recv from the mirror of x).
+    fn p(&self) -> u32 {
+        self.scheds.first().map_or(0, |s| s.size)
+    }
+
+    /// Replayed ranks per rank of the job (1 for a full replay).
+    fn stands_for(&self) -> u64 {
+        match self.mode {
+            Mode::Full => 1,
+            Mode::Symmetric(_, k) => u64::from(self.p() / k),
+        }
+    }
+
+    /// Two levels, send s between nodes: (the sender's node, the receiving rank's node).
+    fn crossing(&self, s: u32) -> Option<(usize, usize)> {
+        let l = self.levels.as_ref()?;
+        let a = self.scheds[self.owner[s as usize] as usize].rank;
+        let (na, nx) = (l.topo.node_of(a), l.topo.node_of(self.peer_of(s)));
+        (na != nx).then(|| (na as usize, l.topo.node_of(self.scheds[self.receiver(s)].rank) as usize))
+    }
+
+    /// α of send s's message: the network's between nodes, else the node's.
+    fn alpha_of(&self, s: u32) -> f64 {
+        match (&self.levels, self.crossing(s)) {
+            (Some(l), Some(_)) => l.net.alpha,
+            _ => self.cfg.alpha,
+        }
+    }
+
+    /// Pairs the k-th send a→b with the k-th recv on b from a (in symmetric mode: block rank a's
+    /// k-th send to x with the k-th recv of block rank x mod k from a's image, see [`fold`]).
     fn match_messages(&mut self) -> Result<()> {
         let nr = self.scheds.len();
         let p = self.scheds.first().map_or(0, |s| s.size);
@@ -384,7 +472,10 @@ impl<'a> Engine<'a> {
                 let j = i + sends[i..].iter().take_while(|s| s.0 == x).count();
                 let (rb, src) = match self.mode {
                     Mode::Full => (x as usize, rank_a),
-                    Mode::Symmetric(sym) => (0, sym.mirror(x, p)),
+                    Mode::Symmetric(sym, k) => {
+                        let (rb, src) = fold(sym, k, rank_a, x, p);
+                        (rb as usize, src)
+                    }
                 };
                 let seg = &recvs[rbase[rb]..rbase[rb + 1]];
                 let lo = seg.partition_point(|&(q, _)| q < src);
@@ -418,7 +509,10 @@ impl<'a> Engine<'a> {
                     let want = seg.iter().filter(|&&(q, _)| q == src).count();
                     let (sender, dst) = match self.mode {
                         Mode::Full => (src as usize, self.scheds[r].rank),
-                        Mode::Symmetric(sym) => (0, sym.mirror(src, p)),
+                        Mode::Symmetric(sym, k) => {
+                            let (sender, dst) = fold(sym, k, self.scheds[r].rank, src, p);
+                            (sender as usize, dst)
+                        }
                     };
                     if sender < nr {
                         let have = self.scheds[sender]
@@ -441,9 +535,9 @@ impl<'a> Engine<'a> {
             Mode::Full => {
                 format!("unmatched messages: rank {a} sends {sent} to rank {x}, which receives {received} from it")
             }
-            Mode::Symmetric(sym) => format!(
-                "unmatched messages under {sym:?} symmetry: rank 0 sends {sent} to rank {x} but receives \
-                 {received} from its mirror rank {src}"
+            Mode::Symmetric(sym, k) => format!(
+                "unmatched messages under {sym:?} symmetry (blocks of {k}): rank {a} sends {sent} to rank {x}, \
+                 whose mirror in the block receives {received} from rank {src}"
             ),
         }
     }
@@ -480,7 +574,13 @@ impl<'a> Engine<'a> {
         loop {
             // heap events are completions (class 0): those at `now` go before the grants
             let heap_now = self.heap.peek().is_some_and(|e| e.t == self.now);
-            let ev = match self.lists.iter().position(|l| !l.is_empty()) {
+            let class = self.lists.iter().position(|l| !l.is_empty());
+            if class == Some(3) && self.finalize_unsorted && self.levels.is_some() {
+                // popped from the end: lowest (kind, step) first, whatever the order of grants
+                self.lists[3].sort_unstable_by(|x, y| y.cmp(x));
+                self.finalize_unsorted = false;
+            }
+            let ev = match class {
                 Some(c) if c == 0 || !heap_now => self.lists[c].pop(),
                 _ => None,
             };
@@ -576,10 +676,7 @@ impl<'a> Engine<'a> {
         if c == 0 {
             return 1.0;
         }
-        let k = match self.mode {
-            Mode::Full => u64::from(self.busy),
-            Mode::Symmetric(_) => u64::from(self.busy) * u64::from(self.scheds[0].size),
-        };
+        let k = u64::from(self.busy) * self.stands_for();
         (k as f64 / f64::from(c)).max(1.0)
     }
 
@@ -631,7 +728,7 @@ impl<'a> Engine<'a> {
         let b = self.receiver(s);
         let from = match self.mode {
             Mode::Full => self.scheds[a].rank,
-            Mode::Symmetric(sym) => sym.mirror(self.peer_of(s), self.scheds[0].size),
+            Mode::Symmetric(sym, k) => fold(sym, k, self.scheds[a].rank, self.peer_of(s), self.p()).1,
         };
         self.ranks[b].recv_q.push(waiting(self.t[s as usize], from, s));
         self.wake(GRANT_RECV, b);
@@ -652,6 +749,7 @@ impl<'a> Engine<'a> {
         self.ranks[b].recv_start = self.now;
         self.ranks[a].send_start = self.now;
         self.lists[3].push((FINALIZE, s));
+        self.finalize_unsorted = true;
     }
 
     /// The CPU is idle: the next computation runs.
@@ -673,6 +771,7 @@ impl<'a> Engine<'a> {
             self.finalize_cpu(g);
         } else {
             self.lists[3].push((FINALIZE_CPU, g));
+            self.finalize_unsorted = true;
         }
     }
 
@@ -710,11 +809,23 @@ impl<'a> Engine<'a> {
         let now = self.now;
         let (ra, rb) = (&self.ranks[a], &self.ranks[b]);
         let bi = ra.recv_start == now || ra.recv_until > now || rb.send_start == now || rb.send_until > now;
-        let m = &self.cfg;
+        let m = self.cfg;
         let (fa, fb) = if bi { (m.f_alpha, m.f_beta) } else { (1.0, 1.0) };
         let over = self.oversubscription();
         let (fa, fb) = (fa * over, fb * over);
         let bytes = (self.kind(s).len() * self.elem) as f64;
+        // Between nodes: the network's α and β, the bytes through both nodes' interfaces once
+        // both are free (the ports wait with them).
+        let crossing = self.crossing(s);
+        let (alpha, beta, start) = match (crossing, self.levels.as_mut()) {
+            (Some((na, nb)), Some(l)) => {
+                let start = now.max(l.out_free[na]).max(l.in_free[nb]);
+                let free = start + fb * bytes * l.net.beta;
+                (l.out_free[na], l.in_free[nb]) = (free, free);
+                (l.net.alpha, l.net.beta, start)
+            }
+            _ => (m.alpha, m.beta, now),
+        };
         let i = s as usize;
         let rdv = self.kind(s).len() * self.elem > self.cfg.rendezvous.eager_limit;
         let extra = if rdv { self.cfg.rendezvous.alpha } else { 0.0 };
@@ -729,10 +840,16 @@ impl<'a> Engine<'a> {
             }
             None => fa,
         };
-        self.t[i] = now + held * m.alpha + fb * bytes * m.beta + extra + hot_cost;
+        self.t[i] = start + held * alpha + fb * bytes * beta + extra + hot_cost;
         let c = &mut self.cp[i];
-        c.alpha += held;
-        c.beta += fb * bytes;
+        if crossing.is_some() {
+            c.net_alpha += held;
+            c.net_beta += fb * bytes;
+            c.nic_wait += start - now;
+        } else {
+            c.alpha += held;
+            c.beta += fb * bytes;
+        }
         c.msgs += 1;
         c.rdv += u64::from(rdv);
         c.hot += u64::from(hot);
@@ -759,7 +876,7 @@ impl<'a> Engine<'a> {
         self.wake_freed(GRANT_SEND, a);
         self.work.push(s);
         match self.tail.get(s as usize) {
-            Some(&tail) if tail > 0.0 => self.push(t + tail * self.cfg.alpha, ARRIVE, s),
+            Some(&tail) if tail > 0.0 => self.push(t + tail * self.alpha_of(s), ARRIVE, s),
             _ => self.deliver(s, t, c),
         }
     }
@@ -767,7 +884,11 @@ impl<'a> Engine<'a> {
     /// Send s's message arrives at `now` after the latency left when its ports were freed.
     fn arrive(&mut self, s: u32) {
         let mut c = self.cp[s as usize];
-        c.alpha += self.tail[s as usize];
+        if self.crossing(s).is_some() {
+            c.net_alpha += self.tail[s as usize];
+        } else {
+            c.alpha += self.tail[s as usize];
+        }
         self.deliver(s, self.now, c);
     }
 
@@ -833,9 +954,9 @@ impl<'a> Engine<'a> {
         let steps = self.n() as u64;
         let (finish, messages, bytes, steps) = match self.mode {
             Mode::Full => (finish, msgs, bytes, steps),
-            Mode::Symmetric(_) => {
-                let p = u64::from(self.scheds[0].size);
-                (vec![last; p as usize], msgs * p, bytes * p, steps * p)
+            Mode::Symmetric(..) => {
+                let m = self.stands_for();
+                (vec![last; self.p() as usize], msgs * m, bytes * m, steps * m)
             }
         };
         SimResult {
@@ -847,6 +968,8 @@ impl<'a> Engine<'a> {
             critical_local_steps: cp.local,
             critical_hot_messages: cp.hot,
             critical_hot_bytes: cp.hot_bytes,
+            critical_network: Cost::new(cp.net_alpha, cp.net_beta, 0.0),
+            critical_nic_wait: cp.nic_wait,
             max_local_steps: max_local,
             critical_chain: chain,
             max_bytes_sent: max_sent,

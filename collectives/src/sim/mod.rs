@@ -71,6 +71,15 @@
 //! - **Completion.** A `Send` step completes when its transfer ends (its buffer may be reused;
 //!   with a gap below 1, when it frees the ports), a `Recv` when its message arrived and its deps
 //!   are done.
+//! - **Two levels.** With [`ModelParams::network`] and a topology in the call
+//!   ([`CollArgs::topology`]), the fields above price what happens inside a node and a message
+//!   between ranks on different nodes costs [`Network::alpha`] + n·[`Network::beta`] (times the
+//!   factors applied) instead. Each node has one network interface, full duplex, shared by its
+//!   ranks: a message between nodes waits, holding its ports, until the sending node's interface
+//!   and the receiving node's are both free, and holds both for its n·β (the latency is not
+//!   serialized). Transfers that start at one instant take the interfaces in (rank, step) order.
+//!   This is the contention that makes locality-blind algorithms lose (mamidala §1); without a
+//!   network, or without a topology, the model is one level whatever the placement.
 //! - **Per-call overhead.** [`ModelParams::overhead`] is added to the job's time: the call's
 //!   start and wait outside its steps, the same for every algorithm (0 by default).
 //!
@@ -80,7 +89,8 @@
 //! per message, bytes reduced. So the job's time is `overhead` plus `critical_path.time(machine)`
 //! plus `critical_copy_bytes·copy_beta` plus `critical_rendezvous·rendezvous.alpha` plus
 //! `critical_local_steps·step_cost` plus `critical_hot_messages·hot_alpha` plus
-//! `critical_hot_bytes·hot_beta`, and with
+//! `critical_hot_bytes·hot_beta` (plus, with two levels, the network's terms
+//! [`SimResult::critical_network`] at its prices and [`SimResult::critical_nic_wait`]), and with
 //! [`Machine::UNIT`] the terms are the (a, b, c) that the papers' formulas predict.
 //! Where two chains finish at the same instant the one with more α (then β, then γ) terms is
 //! taken, so results do not depend on event order.
@@ -93,6 +103,8 @@
 //! This simulates a 65,536-rank ring allreduce (≈ 5p steps per rank, ≈ 2·10¹⁰ for the job) in
 //! the time of one rank's schedule. [`check_symmetry`] tells whether a rank's schedule is the
 //! relabeled rank-0 schedule (same steps, lengths and deps; peers mapped; offsets may differ).
+//! With two levels the ranks of node 0 stand for every node instead (the placement regular and
+//! in blocks, rank j·k + i running rank i's schedule shifted by j·k; [`simulate_alg_sampled`]).
 
 mod engine;
 mod params;
@@ -100,6 +112,8 @@ mod params_text;
 mod symmetric;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod two_level_tests;
 
 use crate::args::CollArgs;
 use crate::cost::{Cost, Machine};
@@ -107,8 +121,33 @@ use crate::error::{Error, Result};
 use crate::registry::Algorithm;
 use crate::schedule::Schedule;
 
-pub use params::{ModelParams, NodeShape, Rendezvous};
+pub use params::{ModelParams, Network, NodeShape, Rendezvous};
 pub use symmetric::{check_symmetry, Symmetry};
+
+use crate::topology::Topology;
+
+/// The largest job (steps of all ranks) that [`simulate_alg_sampled`] replays in full: above it
+/// the replay would take gigabytes and minutes, and it refuses with an error instead.
+pub const FULL_REPLAY_STEPS: u64 = 1 << 25;
+
+/// What the error of a job refused above [`FULL_REPLAY_STEPS`] says (for callers that skip it).
+pub const TOO_LARGE_TO_REPLAY: &str = "too large to replay in full";
+
+/// The topology the replay applies: the call's, when the parameters have a network level
+/// (checked to place the call's ranks); `None` with one level.
+fn two_level<'a>(args: &'a CollArgs, cfg: &ModelParams) -> Result<Option<&'a Topology>> {
+    let Some(t) = args.topology.as_deref().filter(|_| cfg.network.is_some()) else { return Ok(None) };
+    if t.size() != args.size {
+        return Err(Error::Simulate(format!("the topology places {} ranks, the call has {}", t.size(), args.size)));
+    }
+    Ok(Some(t))
+}
+
+/// Ranks per node when every node holds the same number of consecutive ranks (then one node's
+/// ranks may stand for all in a symmetric replay).
+fn node_block(t: &Topology) -> Option<u32> {
+    t.per_node().filter(|_| t.is_blocked())
+}
 
 /// What a replay found.
 #[derive(Clone, Debug, PartialEq)]
@@ -130,6 +169,11 @@ pub struct SimResult {
     /// [`ModelParams::hot_alpha`] more) and their bytes (each [`ModelParams::hot_beta`] more).
     pub critical_hot_messages: u64,
     pub critical_hot_bytes: f64,
+    /// Two levels: α and β terms of the messages between nodes on the critical path (priced at
+    /// [`Network::alpha`] and [`Network::beta`]; `critical_path` holds the node's), and seconds
+    /// its transfers waited for a node's network interface. Zero with one level.
+    pub critical_network: Cost,
+    pub critical_nic_wait: f64,
     /// Local steps of the busiest rank (the most `Copy` and `Reduce` steps).
     pub max_local_steps: u64,
     /// The critical path, first step to last: each step and the step that held it back (a dep, the
@@ -197,8 +241,9 @@ pub fn simulate_with(args: &CollArgs, schedules: &[Schedule], cfg: &ModelParams)
             )));
         }
     }
+    let topo = two_level(args, cfg)?;
     let refs: Vec<&Schedule> = schedules.iter().collect();
-    engine::run(&refs, engine::Mode::Full, u64::from(args.elem_size), cfg)
+    engine::run(&refs, engine::Mode::Full, u64::from(args.elem_size), cfg, topo)
 }
 
 /// Builds every rank's schedule of `alg` for the call `args` and replays the job.
@@ -245,7 +290,14 @@ pub fn simulate_symmetric_with(
         )));
     }
     sym.check_size(args.size)?;
-    engine::run(&[schedule0], engine::Mode::Symmetric(sym), u64::from(args.elem_size), cfg)
+    let topo = two_level(args, cfg)?;
+    if let Some(t) = topo.filter(|t| t.nodes() != args.size) {
+        return Err(Error::Simulate(format!(
+            "rank 0 stands for every rank only with one rank per node ({t}): replay the job, or \
+             simulate_alg_sampled, which lets one node stand for all"
+        )));
+    }
+    engine::run(&[schedule0], engine::Mode::Symmetric(sym, 1), u64::from(args.elem_size), cfg, topo)
 }
 
 /// Ranks whose schedules [`simulate_alg_symmetric`] compares with rank 0's: neighbours, the
@@ -277,8 +329,32 @@ pub fn simulate_alg_symmetric(alg: &Algorithm, args: &CollArgs, sym: Symmetry, m
 /// rank 0 where the [`sample_ranks`] run rank 0's schedule relabeled (XOR first for a
 /// power-of-two p, then rotation), else the replay of every rank's schedule. The symmetry is
 /// checked on the sampled ranks only: the caller trusts the algorithm to treat the others alike.
+///
+/// With two levels (a network in `cfg`, a topology in `args`) the block is a node: where every
+/// node holds k consecutive ranks and the sampled ranks run their node-0 counterpart's schedule
+/// shifted by a multiple of k, node 0's k ranks are replayed for all; otherwise the whole job.
+/// A whole job of more than [`FULL_REPLAY_STEPS`] steps (estimated from rank 0's) is an `Err`.
 pub fn simulate_alg_sampled(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams) -> Result<SimResult> {
+    simulate_alg_sampled_within(alg, args, cfg, u32::MAX)
+}
+
+/// [`simulate_alg_sampled`], refusing (with [`TOO_LARGE_TO_REPLAY`]) a job of more than
+/// `full_ranks` ranks that no symmetry lets it shorten: building and replaying every rank's
+/// schedule grows with p² for many algorithms (a decision map over thousands of nodes skips those
+/// cells instead of taking minutes).
+pub fn simulate_alg_sampled_within(
+    alg: &Algorithm,
+    args: &CollArgs,
+    cfg: &ModelParams,
+    full_ranks: u32,
+) -> Result<SimResult> {
     args.validate()?;
+    if let Some(t) = two_level(args, cfg)? {
+        if let Some(r) = simulate_node_symmetric(alg, args, cfg, t)? {
+            return Ok(r);
+        }
+        return simulate_alg_checked(alg, args, cfg, full_ranks);
+    }
     if args.size > 1 {
         let s0 = alg.schedule(&args.for_rank(0))?;
         let others: Vec<_> = sample_ranks(args.size).into_iter().map(|r| alg.schedule(&args.for_rank(r))).collect();
@@ -290,5 +366,58 @@ pub fn simulate_alg_sampled(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams)
             }
         }
     }
+    simulate_alg_checked(alg, args, cfg, full_ranks)
+}
+
+/// [`simulate_alg_with`], refused above `full_ranks` ranks or [`FULL_REPLAY_STEPS`] (rank 0's
+/// steps times p).
+fn simulate_alg_checked(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams, full_ranks: u32) -> Result<SimResult> {
+    let steps = alg.schedule(&args.for_rank(0))?.len() as u64 * u64::from(args.size);
+    if steps > FULL_REPLAY_STEPS || args.size > full_ranks {
+        return Err(Error::Simulate(format!(
+            "{}:{} on {} ranks is not symmetric and {TOO_LARGE_TO_REPLAY} (≈ {steps} steps, limits {} steps, \
+             {full_ranks} ranks)",
+            alg.coll, alg.name, args.size, FULL_REPLAY_STEPS
+        )));
+    }
     simulate_alg_with(alg, args, cfg)
+}
+
+/// Two levels: node 0's ranks replayed for every node when the placement is regular and the
+/// sampled ranks (and every rank of node 1 and of the last node) run their node-0 counterpart's
+/// schedule shifted by whole nodes, and the replay matches every message; `None` when not.
+fn simulate_node_symmetric(
+    alg: &Algorithm,
+    args: &CollArgs,
+    cfg: &ModelParams,
+    t: &Topology,
+) -> Result<Option<SimResult>> {
+    let p = args.size;
+    let Some(k) = node_block(t).filter(|&k| k < p) else { return Ok(None) };
+    let block: Vec<Schedule> = (0..k).map(|r| alg.schedule(&args.for_rank(r)).map(compact)).collect::<Result<_>>()?;
+    // every rank of node 1 and of the last node, and the usual spread
+    let mut samples = sample_ranks(p);
+    samples.extend((k..2 * k).chain(p - k..p));
+    samples.retain(|&r| r >= k);
+    samples.sort_unstable();
+    samples.dedup();
+    let others: Vec<_> = samples.iter().map(|&r| alg.schedule(&args.for_rank(r))).collect();
+    let syms: &[Symmetry] = if p.is_power_of_two() && k.is_power_of_two() {
+        &[Symmetry::Xor, Symmetry::Rotation]
+    } else {
+        &[Symmetry::Rotation]
+    };
+    for &sym in syms {
+        let holds = others.iter().all(|s| {
+            s.as_ref().is_ok_and(|s| symmetric::check_block_symmetry(&block[(s.rank % k) as usize], s, sym, k).is_ok())
+        });
+        if holds {
+            // The replay matches every message with its image; one that has none (a length
+            // that differs on an unsampled rank) shows the job is not symmetric after all.
+            let refs: Vec<&Schedule> = block.iter().collect();
+            let mode = engine::Mode::Symmetric(sym, k);
+            return Ok(engine::run(&refs, mode, u64::from(args.elem_size), cfg, Some(t)).ok());
+        }
+    }
+    Ok(None)
 }

@@ -63,6 +63,24 @@ pub struct ModelParams {
     /// `params`, not in it (see `fabcoll::select::model::cache`).
     #[serde(default, skip_serializing_if = "Rendezvous::is_off")]
     pub rendezvous: Rendezvous,
+    /// The network between nodes (`None` = one level: every message costs `α + nβ` above,
+    /// whatever the call's topology). With it, and a topology in the call, the fields above are
+    /// the node's (intra-node α, β, γ) and a message between ranks on different nodes costs
+    /// [`Network::alpha`] + n·[`Network::beta`], its bytes serialized on the one network
+    /// interface of each node (the simulator's Two levels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
+}
+
+/// The inter-node level of a two-level machine: one network interface per node, shared by its
+/// ranks (Mamidala et al. 2008 §1: the contention that makes locality-blind algorithms lose).
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    /// Latency of a message between nodes, seconds.
+    pub alpha: f64,
+    /// Seconds per byte through a node's network interface (each direction: full duplex).
+    pub beta: f64,
 }
 
 /// The executor's eager/rendezvous switch: a message longer than `eager_limit` bytes goes
@@ -137,7 +155,13 @@ impl ModelParams {
             gap: 1.0,
             cpu_sends: false,
             rendezvous: Rendezvous::OFF,
+            network: None,
         }
+    }
+
+    /// These costs inside a node and `network` between nodes.
+    pub const fn with_network(self, network: Network) -> ModelParams {
+        ModelParams { network: Some(network), ..self }
     }
 
     /// The five parameters the cost formulas take.
@@ -177,15 +201,18 @@ impl ModelParams {
         if !(0.0..=1.0).contains(&self.gap) {
             return Err(model_err(format!("parameter gap = {} must be in [0, 1]", self.gap)));
         }
+        if let Some(n) = &self.network {
+            n.validate()?;
+        }
         self.rendezvous.validate()
     }
 
     /// Length of [`ModelParams::to_wire`].
-    pub const WIRE_LEN: usize = 15;
+    pub const WIRE_LEN: usize = 17;
 
     /// The parameters as numbers, for the rank that measured or loaded them to broadcast.
     /// (`eager_limit` goes as an `f64`: exact up to 2^53 bytes, and `u64::MAX` comes back as
-    /// itself.)
+    /// itself; no network goes as two −1.)
     pub fn to_wire(&self) -> [f64; Self::WIRE_LEN] {
         [
             self.alpha,
@@ -203,6 +230,8 @@ impl ModelParams {
             f64::from(u8::from(self.cpu_sends)),
             self.rendezvous.eager_limit as f64,
             self.rendezvous.alpha,
+            self.network.map_or(-1.0, |n| n.alpha),
+            self.network.map_or(-1.0, |n| n.beta),
         ]
     }
 
@@ -223,7 +252,20 @@ impl ModelParams {
             gap: w[11],
             cpu_sends: w[12] == 1.0,
             rendezvous: Rendezvous { eager_limit: w[13] as u64, alpha: w[14] },
+            network: (w[15] >= 0.0).then_some(Network { alpha: w[15], beta: w[16] }),
         }
+    }
+}
+
+impl Network {
+    /// `alpha` and `beta` finite and ≥ 0.
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [("net_alpha", self.alpha), ("net_beta", self.beta)] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(model_err(format!("parameter {name} = {v} must be finite and ≥ 0")));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -273,7 +315,8 @@ mod tests {
 
     #[test]
     fn wire_round_trip() {
-        for m in [node(), ModelParams::new(Machine::UNIT)] {
+        let two = node().with_network(Network { alpha: 5e-6, beta: 1e-9 });
+        for m in [node(), ModelParams::new(Machine::UNIT), two] {
             assert_eq!(ModelParams::from_wire(&m.to_wire()), m);
         }
     }
@@ -295,5 +338,7 @@ mod tests {
         assert!(e.contains("gap"), "{e}");
         let rdv = Rendezvous { eager_limit: 1, alpha: f64::NAN };
         assert!(ModelParams { rendezvous: rdv, ..node() }.validate().is_err());
+        let e = node().with_network(Network { alpha: 1e-6, beta: -1.0 }).validate().unwrap_err().to_string();
+        assert!(e.contains("net_beta"), "{e}");
     }
 }

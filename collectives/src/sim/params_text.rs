@@ -2,13 +2,13 @@
 //! `fabcoll model --machine` and `--rendezvous` take them and [`ModelParams`]'s `Display` writes
 //! them (so a printed model parses back).
 
-use super::params::{model_err, ModelParams, Rendezvous};
+use super::params::{model_err, ModelParams, Network, Rendezvous};
 use crate::cost::Machine;
 use crate::error::Result;
 
 /// The names [`ModelParams::parse_kv`] knows.
 const NAMES: &str = "alpha, beta, gamma, f_alpha, f_beta, copy_beta, overhead, step_cost, hot_alpha, hot_beta, gap, \
-                     cores, cpu_sends, eager_limit, alpha_rendezvous";
+                     cores, cpu_sends, eager_limit, alpha_rendezvous, net_alpha, net_beta";
 
 /// `(name, value)` of each `name=value` item of `s` (items separated by commas, blanks ignored).
 fn items(s: &str) -> impl Iterator<Item = Result<(&str, &str, &str)>> {
@@ -29,9 +29,10 @@ fn whole(item: &str, v: f64, max: f64) -> Result<f64> {
 impl ModelParams {
     /// Parses `alpha=1e-6,beta=1e-10,gamma=2e-10[,f_alpha=..,f_beta=..,copy_beta=..,overhead=..]`
     /// (also `step_cost=..`, `hot_alpha=..`, `hot_beta=..`, `gap=..`, `cores=N`, `cpu_sends=0|1`,
-    /// `eager_limit=BYTES`, `alpha_rendezvous=..`). `alpha` and `beta` are required; missing
-    /// factors (and the gap) default to 1, missing costs to 0, `cpu_sends` to 0, the rendezvous
-    /// switch to none (it needs both of its values).
+    /// `eager_limit=BYTES`, `alpha_rendezvous=..`, `net_alpha=..`, `net_beta=..`). `alpha` and
+    /// `beta` are required; missing factors (and the gap) default to 1, missing costs to 0,
+    /// `cpu_sends` to 0, the rendezvous switch and the network level to none (each needs both of
+    /// its values).
     pub fn parse_kv(s: &str) -> Result<ModelParams> {
         let mut p = ModelParams::new(Machine { alpha: 0.0, beta: 0.0, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 });
         let mut seen = Vec::new();
@@ -55,6 +56,8 @@ impl ModelParams {
                 "cpu_sends" => return Err(model_err(format!("{item:?}: cpu_sends must be 0 or 1"))),
                 "eager_limit" => p.rendezvous.eager_limit = whole(item, v, 2f64.powi(53))? as u64,
                 "alpha_rendezvous" => p.rendezvous.alpha = v,
+                "net_alpha" => p.network.get_or_insert(Network { alpha: 0.0, beta: 0.0 }).alpha = v,
+                "net_beta" => p.network.get_or_insert(Network { alpha: 0.0, beta: 0.0 }).beta = v,
                 other => return Err(model_err(format!("unknown parameter {other:?} ({NAMES})"))),
             }
             seen.push(k);
@@ -66,6 +69,9 @@ impl ModelParams {
         }
         if seen.contains(&"eager_limit") != seen.contains(&"alpha_rendezvous") {
             return Err(model_err("the rendezvous switch needs eager_limit and alpha_rendezvous"));
+        }
+        if seen.contains(&"net_alpha") != seen.contains(&"net_beta") {
+            return Err(model_err("the network level needs net_alpha and net_beta"));
         }
         p.validate()?;
         Ok(p)
@@ -101,8 +107,8 @@ impl Rendezvous {
 }
 
 impl std::fmt::Display for ModelParams {
-    /// Every parameter, as [`ModelParams::parse_kv`] reads them (the rendezvous switch only when
-    /// there is one).
+    /// Every parameter, as [`ModelParams::parse_kv`] reads them (the rendezvous switch and the
+    /// network level only when there is one).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -124,6 +130,9 @@ impl std::fmt::Display for ModelParams {
         )?;
         if !self.rendezvous.is_off() {
             write!(f, ",eager_limit={},alpha_rendezvous={:.3e}", self.rendezvous.eager_limit, self.rendezvous.alpha)?;
+        }
+        if let Some(n) = self.network {
+            write!(f, ",net_alpha={:.3e},net_beta={:.3e}", n.alpha, n.beta)?;
         }
         Ok(())
     }
@@ -156,6 +165,15 @@ mod tests {
         assert_eq!(rdv.rendezvous, Rendezvous { eager_limit: 4096, alpha: 3e-6 });
         assert_eq!(ModelParams::parse_kv(&rdv.to_string()).unwrap().rendezvous, rdv.rendezvous);
         assert!(ModelParams::parse_kv("alpha=1,beta=1,eager_limit=4096").is_err());
+        // The network level: both values or neither, validated, printed and parsed back.
+        assert!(p.network.is_none() && !p.to_string().contains("net_"));
+        let two = ModelParams::parse_kv("alpha=5e-7,beta=2e-10,net_alpha=5e-6,net_beta=1e-9").unwrap();
+        assert_eq!(two.network, Some(Network { alpha: 5e-6, beta: 1e-9 }));
+        assert_eq!(ModelParams::parse_kv(&two.to_string()).unwrap().network, two.network);
+        let e = ModelParams::parse_kv("alpha=1,beta=1,net_alpha=1").unwrap_err().to_string();
+        assert!(e.contains("net_alpha and net_beta"), "{e}");
+        let e = ModelParams::parse_kv("alpha=1,beta=1,net_alpha=1,net_beta=-1").unwrap_err().to_string();
+        assert!(e.contains("net_beta"), "{e}");
     }
 
     #[test]

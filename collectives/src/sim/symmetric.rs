@@ -46,25 +46,41 @@ impl Symmetry {
 /// every peer x of `s0` mapped to σ_r(x). Regions' offsets and buffers may differ (rank r sends
 /// its own block); the error names the first step that differs.
 pub fn check_symmetry(s0: &Schedule, sr: &Schedule, sym: Symmetry) -> Result<()> {
-    let (p, r) = (s0.size, sr.rank);
+    if s0.rank != 0 {
+        return Err(Error::Simulate(format!("symmetry is checked against rank 0's schedule, got rank {}'s", s0.rank)));
+    }
+    check_block_symmetry(s0, sr, sym, 1)
+}
+
+/// Whether rank `sr.rank` = j·k + i runs block rank i's schedule `si` relabeled by the shift j·k
+/// (what [`check_symmetry`] checks for k = 1): the symmetry of a replay of one node of k ranks
+/// standing for every node.
+pub(crate) fn check_block_symmetry(si: &Schedule, sr: &Schedule, sym: Symmetry, k: u32) -> Result<()> {
+    let (p, r) = (si.size, sr.rank);
     sym.check_size(p)?;
-    let fail = |msg: String| Err(Error::Simulate(format!("rank {r} is not rank 0 relabeled by {sym:?}: {msg}")));
-    if s0.rank != 0 || sr.size != p || r >= p {
-        return fail(format!("schedules of rank {} of {} and rank {r} of {}", s0.rank, p, sr.size));
+    let fail =
+        |msg: String| Err(Error::Simulate(format!("rank {r} is not rank {} relabeled by {sym:?}: {msg}", si.rank)));
+    if k == 0 || si.rank != r % k || sr.size != p || r >= p {
+        return fail(format!("schedules of rank {} of {} and rank {r} of {} (blocks of {k})", si.rank, p, sr.size));
     }
-    if s0.len() != sr.len() {
-        return fail(format!("{} steps, rank 0 has {}", sr.len(), s0.len()));
+    let shift = r - si.rank;
+    if si.len() != sr.len() {
+        return fail(format!("{} steps, rank {} has {}", sr.len(), si.rank, si.len()));
     }
-    for (id, k0, d0) in s0.iter() {
+    for (id, k0, d0) in si.iter() {
         let kr = sr.step(id);
         let same_kind = match (*k0, *kr) {
             (StepKind::Send { peer: a, .. }, StepKind::Send { peer: b, .. })
-            | (StepKind::Recv { peer: a, .. }, StepKind::Recv { peer: b, .. }) => sym.map(r, a, p) == b,
+            | (StepKind::Recv { peer: a, .. }, StepKind::Recv { peer: b, .. }) => sym.map(shift, a, p) == b,
             (StepKind::Reduce { .. }, StepKind::Reduce { .. }) | (StepKind::Copy { .. }, StepKind::Copy { .. }) => true,
             _ => false,
         };
         if !same_kind || k0.len() != kr.len() || d0 != sr.deps(id) {
-            return fail(format!("step {id} is `{kr}` after {:?}, rank 0 has `{k0}` after {d0:?}", sr.deps(id)));
+            return fail(format!(
+                "step {id} is `{kr}` after {:?}, rank {} has `{k0}` after {d0:?}",
+                sr.deps(id),
+                si.rank
+            ));
         }
     }
     Ok(())

@@ -267,10 +267,15 @@ mod tests {
             ..ModelParams::new(params().machine())
         };
         let text = serde_json::to_string(&plain).unwrap();
-        for field in ["step_cost", "cores", "hot_", "gap", "cpu_sends", "rendezvous"] {
+        for field in ["step_cost", "cores", "hot_", "gap", "cpu_sends", "rendezvous", "network"] {
             assert!(!text.contains(field), "{field}: {text}");
         }
         assert_eq!(serde_json::from_str::<ModelParams>(&text).unwrap(), plain);
+        // A network level (two-level model) is written when there is one, and read back.
+        let two = plain.with_network(fabcoll_collectives::sim::Network { alpha: 5e-6, beta: 1e-9 });
+        let text = serde_json::to_string(&two).unwrap();
+        assert!(text.contains("\"network\""), "{text}");
+        assert_eq!(serde_json::from_str::<ModelParams>(&text).unwrap(), two);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -282,6 +282,7 @@ mod tests {
             gap: 1.0,
             cpu_sends: false,
             rendezvous: Rendezvous::OFF,
+            network: None,
         }
     }
 

@@ -71,7 +71,7 @@ use fabcoll_fabric::settings::{self, Selection};
 
 use crate::error::Error;
 
-pub use fabcoll_collectives::sim::{ModelParams, NodeShape, Rendezvous};
+pub use fabcoll_collectives::sim::{ModelParams, Network, NodeShape, Rendezvous};
 pub use predict::{predict, Estimate};
 pub(crate) use state::ModelState;
 

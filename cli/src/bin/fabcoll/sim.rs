@@ -6,15 +6,19 @@
 //! Each cell replays one rank when the ranks run rank 0's schedule relabeled by a rotation (or,
 //! p a power of two, by XOR) — the simulator's symmetric replay, ~p times less work — and the
 //! whole job otherwise. Ties (times within 1e-9 relative) go to the algorithm listed first (`--algos`, or
-//! the registry's order).
+//! the registry's order). With `--nodes` and `--per-node` the grid is nodes × ranks per node on
+//! a two-level machine instead ([`nodes`]).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use fabcoll::collectives::sim::{self, ModelParams};
+use fabcoll::collectives::sim::{self, ModelParams, Network};
 use fabcoll::collectives::{registry, Algorithm, CollArgs, Collective, Machine};
 
 use crate::map::{self, MapGrid};
+
+#[path = "sim_nodes.rs"]
+mod nodes;
 
 /// A Cray T3E-900 as thakur §5.4 measured it (MPI_DOUBLE, MPI_SUM); docs/maps/README.md gives
 /// the sources. α = 5 µs: Cray MPI's latency; β = 1 / (300 MB/s): Cray MPI reaches 85–90 % of
@@ -30,14 +34,21 @@ default 1). Values take an optional unit: s, ms, us, ns (e.g. alpha=6us,beta=3.3
 Sizes are bytes of one `count` of the call: the whole vector (allreduce, reduce, bcast, scan,
 exscan), one block (gather, scatter, allgather, alltoall, reduce_scatter_block), every rank's
 count (v-variants, all equal). A size range doubles: 8..=4M is 8, 16, …, 4 MiB. Process counts:
-`2..=128` (every p), `2,4,8`, or mixed; a range may step: `4..=128:4`.
+`2..=128` (every p), `2,4,8`, or mixed; a range may step: `4..=128:4`, or double: `1..=1024:*2`.
+
+Two levels: --nodes and --per-node place the ranks on nodes (regular, in blocks) and make the
+grid nodes × ranks per node (one map per size); --network alpha=..,beta=.. prices messages
+between nodes (units as for the machine), whose bytes share one interface per node; --machine
+is then the node (intra-node α, β, γ).
 
 Examples:
   fabcoll sim --map --op allreduce --machine t3e --commutative --ps 2..=128 --sizes 8..=4M \\
       --algos recursive_doubling,reduce_bcast,rabenseifner,binary_blocks,ring \\
       --out docs/maps/allreduce-t3e.svg --out docs/maps/allreduce-t3e.png
   fabcoll sim --map --table --machine alpha=1,beta=0,gamma=0 --ps 2..=8 --sizes 8..=64
-  fabcoll sim --op bcast --machine alpha=2us,beta=0.1ns,gamma=0 --ps 4,8 --sizes 1K..=1M";
+  fabcoll sim --op bcast --machine alpha=2us,beta=0.1ns,gamma=0 --ps 4,8 --sizes 1K..=1M
+  fabcoll sim --map --table --op allgather --machine alpha=0.5us,beta=0.33ns,gamma=1ns \\
+      --network alpha=3us,beta=0.67ns --nodes 1..=1024:*2 --per-node 1..=64:*2 --sizes 512";
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = SIM_HELP)]
@@ -52,8 +63,21 @@ pub struct SimArgs {
     #[arg(long, default_value = "t3e", value_parser = parse_machine)]
     machine: Machine,
     /// Process counts.
-    #[arg(long, default_value = "2..=128", value_parser = parse_ps)]
+    #[arg(long, default_value = "2..=128", value_parser = parse_ps, conflicts_with = "nodes")]
     ps: List<u32>,
+    /// Nodes (with --per-node): the rows of a two-level grid instead of --ps.
+    #[arg(long, value_parser = parse_ps, requires = "per_node")]
+    nodes: Option<List<u32>>,
+    /// Ranks per node (with --nodes): the columns of a two-level grid, one grid per size.
+    #[arg(long, value_parser = parse_ps, requires = "nodes")]
+    per_node: Option<List<u32>>,
+    /// The network between nodes (with --nodes): alpha=..,beta=.. (see below).
+    #[arg(long, value_parser = parse_network)]
+    network: Option<Network>,
+    /// With --nodes: a job above this many ranks that no symmetry shortens (rooted trees, some
+    /// meshes) is not simulated (named on stderr) instead of replayed rank by rank.
+    #[arg(long, default_value_t = 2048, requires = "nodes")]
+    max_full_replay: u32,
     /// Sizes in bytes (K, M, G suffixes).
     #[arg(long, default_value = "8..=4M", value_parser = parse_sizes)]
     sizes: List<u64>,
@@ -124,8 +148,26 @@ pub fn parse_machine(s: &str) -> Result<Machine, String> {
     }
 }
 
-/// Comma-separated items: `n`, `a..=b`, `a..b` (exclusive), each range with an optional `:step`;
-/// `next` gives the value after v in a range without a step. The result is sorted, deduplicated.
+/// `alpha=..,beta=..` of the network between nodes (units as in [`parse_machine`]).
+fn parse_network(s: &str) -> Result<Network, String> {
+    let (mut alpha, mut beta) = (None, None);
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (k, v) = item.split_once('=').ok_or(format!("{item:?} is not name=value (alpha=..,beta=..)"))?;
+        match k.trim() {
+            "alpha" => alpha = Some(value_with_unit(v)?),
+            "beta" => beta = Some(value_with_unit(v)?),
+            k => return Err(format!("unknown network parameter {k:?} (alpha, beta)")),
+        }
+    }
+    match (alpha, beta) {
+        (Some(alpha), Some(beta)) => Ok(Network { alpha, beta }),
+        _ => Err(format!("network {s:?} needs alpha and beta")),
+    }
+}
+
+/// Comma-separated items: `n`, `a..=b`, `a..b` (exclusive), each range with an optional `:step`
+/// (added) or `:*factor` (multiplied); `next` gives the value after v in a range without a step.
+/// The result is sorted, deduplicated.
 fn parse_list(
     s: &str,
     parse: impl Fn(&str) -> Result<u64, String>,
@@ -135,7 +177,10 @@ fn parse_list(
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let (range, step) = match item.split_once(':') {
             Some((r, st)) => {
-                (r, Some(st.trim().parse::<u64>().ok().filter(|&x| x > 0).ok_or(format!("bad step in {item:?}"))?))
+                let (times, st) = st.trim().strip_prefix('*').map_or((false, st), |f| (true, f));
+                let least = if times { 2 } else { 1 };
+                let v = st.trim().parse::<u64>().ok().filter(|&x| x >= least).ok_or(format!("bad step in {item:?}"))?;
+                (r, Some((times, v)))
             }
             None => (item, None),
         };
@@ -159,7 +204,11 @@ fn parse_list(
             if out.len() > 100_000 {
                 return Err(format!("{s:?} lists more than 100000 values"));
             }
-            let n = step.map_or_else(|| next(v), |st| v.saturating_add(st));
+            let n = match step {
+                None => next(v),
+                Some((false, st)) => v.saturating_add(st),
+                Some((true, f)) => v.saturating_mul(f),
+            };
             if n <= v {
                 break;
             }
@@ -214,9 +263,17 @@ fn candidates(a: &SimArgs) -> Result<Vec<&'static Algorithm>, String> {
     a.algos.iter().map(|n| registry::find(a.op, n.trim()).map_err(|e| e.to_string())).collect()
 }
 
-fn machine_note(m: &Machine, dtype: u32, commutative: bool) -> String {
+fn machine_note(m: &Machine, net: Option<Network>, dtype: u32, commutative: bool) -> String {
+    let net = net.map_or(String::new(), |n| {
+        format!(
+            "; between nodes α = {:.3} µs, β = {:.4} ns/B ({:.0} MB/s)",
+            n.alpha * 1e6,
+            n.beta * 1e9,
+            if n.beta > 0.0 { 1e-6 / n.beta } else { f64::INFINITY }
+        )
+    });
     format!(
-        "α = {:.3} µs, β = {:.4} ns/B ({:.0} MB/s), γ = {:.4} ns/B ({:.0} MB/s), f_α = {}, f_β = {}; {dtype}-byte elements, {}",
+        "α = {:.3} µs, β = {:.4} ns/B ({:.0} MB/s), γ = {:.4} ns/B ({:.0} MB/s), f_α = {}, f_β = {}{net}; {dtype}-byte elements, {}",
         m.alpha * 1e6,
         m.beta * 1e9,
         if m.beta > 0.0 { 1e-6 / m.beta } else { f64::INFINITY },
@@ -238,6 +295,12 @@ pub fn run(a: &SimArgs, out: &mut dyn std::io::Write) -> Result<(), String> {
     }
     if let Some(&s) = a.sizes.0.iter().find(|&&s| !s.is_multiple_of(u64::from(a.dtype_size))) {
         return Err(format!("size {s} is not a multiple of --dtype-size {}", a.dtype_size));
+    }
+    if let (Some(n), Some(k)) = (&a.nodes, &a.per_node) {
+        return nodes::run(a, &n.0, &k.0, out);
+    }
+    if a.network.is_some() {
+        return Err("--network prices messages between nodes: add --nodes and --per-node".into());
     }
     let algs = candidates(a)?;
     let cfg = ModelParams::new(a.machine);
@@ -274,7 +337,7 @@ pub fn run(a: &SimArgs, out: &mut dyn std::io::Write) -> Result<(), String> {
     if !a.map {
         return Ok(());
     }
-    let note = machine_note(&a.machine, a.dtype_size, a.commutative);
+    let note = machine_note(&a.machine, None, a.dtype_size, a.commutative);
     let grid = MapGrid {
         title: a.title.clone().unwrap_or_else(|| format!("fastest {} (simulated)", a.op)),
         x_label: "message size (bytes)".into(),
@@ -285,7 +348,7 @@ pub fn run(a: &SimArgs, out: &mut dyn std::io::Write) -> Result<(), String> {
         note,
     };
     if a.table {
-        out.write_all(table(&grid).as_bytes()).map_err(io)?;
+        out.write_all(table(&grid, "p").as_bytes()).map_err(io)?;
     }
     for path in &a.out {
         map::render(&grid, path)?;
@@ -293,9 +356,10 @@ pub fn run(a: &SimArgs, out: &mut dyn std::io::Write) -> Result<(), String> {
     Ok(())
 }
 
-/// The map as text: a line per p with the runs of consecutive sizes each algorithm wins,
-/// `p=33: 8..32 recursive_doubling, 64..16K rabenseifner, 32K..4M binary_blocks`.
-pub fn table(g: &MapGrid) -> String {
+/// The map as text: a line per row (`label` = what the rows are: p, nodes) with the runs of consecutive
+/// columns each algorithm wins, `p=33: 8..32 recursive_doubling, 64..16K rabenseifner, 32K..4M
+/// binary_blocks`.
+pub fn table(g: &MapGrid, label: &str) -> String {
     let mut s = format!("# {}\n# {}\n", g.title, g.note);
     for (p, row) in g.ps.iter().zip(&g.cells) {
         let mut parts = Vec::new();
@@ -311,7 +375,7 @@ pub fn table(g: &MapGrid) -> String {
             parts.push(format!("{range} {name}"));
             i = j;
         }
-        s.push_str(&format!("p={p}: {}\n", parts.join(", ")));
+        s.push_str(&format!("{label}={p}: {}\n", parts.join(", ")));
     }
     s
 }
@@ -344,6 +408,13 @@ mod tests {
         assert!(parse_sizes("8..=x").is_err());
         assert!(parse_ps("3:2").is_err());
         assert!(parse_ps("1..=200000").unwrap_err().contains("more than"));
+        assert_eq!(parse_ps("1..=64:*2").unwrap().0, vec![1, 2, 4, 8, 16, 32, 64]);
+        assert_eq!(parse_ps("3..=20:*3").unwrap().0, vec![3, 9]);
+        assert!(parse_ps("1..=8:*1").is_err());
+        let n = parse_network("alpha=3us,beta=0.5ns").unwrap();
+        assert_eq!((n.alpha, n.beta), (3e-6, 0.5e-9));
+        assert!(parse_network("alpha=3us").unwrap_err().contains("needs alpha and beta"));
+        assert!(parse_network("alpha=1,beta=1,gamma=1").is_err());
     }
 
     /// The replay of every rank's schedule.
@@ -386,6 +457,6 @@ mod tests {
             cells: vec![vec![n("a"), n("a"), n("b"), n("a")], vec![None, n("c"), n("c"), n("c")]],
             ..MapGrid::default()
         };
-        assert_eq!(table(&g), "# t\n# n\np=2: 8..16 a, 32 b, 1K a\np=3: 8 -, 16..1K c\n");
+        assert_eq!(table(&g, "p"), "# t\n# n\np=2: 8..16 a, 32 b, 1K a\np=3: 8 -, 16..1K c\n");
     }
 }
