@@ -32,7 +32,9 @@ bootstrap reads its variables and needs a shared secret token and a store addres
   torchrun: FABCOLL_TOKEN=<same secret on every node> torchrun --nnodes 2 --nproc-per-node 4 \\
               --master-addr HOST --master-port 29500 ./prog   (RANK, WORLD_SIZE, LOCAL_RANK, ...)
   Rank 0 then serves the store at MASTER_ADDR:MASTER_PORT+1 (or FABCOLL_STORE_PORT); set
-  FABCOLL_FABRIC=tcp (or ofi:tcp, ofi:verbs, ...) for the network; default is shm on one node.";
+  FABCOLL_FABRIC=tcp (or ofi:tcp, ofi:verbs, ...) for the network; default is shm on one node.
+  On several nodes the ranks of one node reach each other over shm (FABCOLL_NODE_FABRIC=off: the
+  network fabric too); `fabcoll bench --stats` counts the traffic of each route.";
 
 /// Runs N ranks of a program on this machine with the fabcoll bootstrap environment.
 #[derive(Parser, Debug)]
@@ -56,7 +58,8 @@ struct Cli {
     /// Emulate this many nodes on this machine: the ranks are split into contiguous blocks, as
     /// even as possible (5 ranks on 2 nodes: 3 + 2), and each rank gets FABCOLL_NODE=node<i>.
     /// FABCOLL_LOCAL_RANK and FABCOLL_LOCAL_SIZE still count every rank of this machine (they
-    /// share its CPUs). More than one node needs a network fabric: the default is then tcp.
+    /// share its CPUs). More than one node needs a network fabric: the default is then tcp, and
+    /// the ranks of one node reach each other over shm (FABCOLL_NODE_FABRIC=off: tcp too).
     #[arg(long, value_name = "NODES", value_parser = clap::value_parser!(u32).range(1..=4096))]
     nodes: Option<u32>,
 
@@ -115,8 +118,8 @@ fn check_fabric(f: &str) -> Result<(), String> {
 }
 
 /// The fabric of a job on `nodes` emulated nodes: ranks on different nodes must talk over a
-/// network fabric (tcp unless `fabric` names another one) until a communicator can route node
-/// peers over shared memory and the others over the network.
+/// network fabric (tcp unless `fabric` names another one); the communicator routes the peers on
+/// its node over shared memory by itself (`FABCOLL_NODE_FABRIC`).
 fn fabric_for_nodes(nodes: u32, n: u32, fabric: Option<&str>) -> Result<Option<String>, String> {
     if nodes > n {
         return Err(format!("--nodes {nodes} is more nodes than the {n} ranks of -n {n}"));
