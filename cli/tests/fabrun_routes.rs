@@ -19,17 +19,25 @@ const LIMIT: Duration = Duration::from_secs(120);
 /// arguments); `env`: extra environment of the ranks. Returns the route counters summed over
 /// every rank and size.
 fn bench(bench: &[&str], env: &[&str]) -> Routes {
-    let mut args = vec!["-n", "4", "--nodes", "2"];
+    bench_on("tcp", bench, env)
+}
+
+/// [`bench`] over the network fabric `fabric`.
+fn bench_on(fabric: &str, bench: &[&str], env: &[&str]) -> Routes {
+    let mut args = vec!["-n", "4", "--nodes", "2", "--fabric", fabric];
     for e in env {
         args.extend_from_slice(&["-x", e]);
     }
-    args.extend_from_slice(&[FABCOLL, "bench", "--min-size", "8", "--max-size", "4096", "--iters", "2"]);
+    args.extend_from_slice(&[FABCOLL, "bench", "--min-size", "8", "--iters", "2"]);
+    if !bench.contains(&"--max-size") {
+        args.extend_from_slice(&["--max-size", "4096"]);
+    }
     args.extend_from_slice(&["--warmup", "0", "--check", "--stats", "--format", "csv"]);
     args.extend_from_slice(bench);
     let what = bench.join(" ");
     let o = child::run_limited(Command::new(FABRUN).args(&args).env("FABCOLL_TIMEOUT", "30"), LIMIT, |_| {});
     assert!(o.status.success(), "{what}: {:?}\n{}\n{}", o.status, o.stdout, o.stderr);
-    let rows: Vec<&str> = o.stdout.lines().filter(|l| l.contains(",tcp,4,")).collect();
+    let rows: Vec<&str> = o.stdout.lines().filter(|l| l.contains(&format!(",{fabric},4,"))).collect();
     assert!(!rows.is_empty() && rows.iter().all(|l| l.ends_with(",ok")), "{what}: {}", o.stdout);
     Routes::from_stats(&o.stderr)
 }
@@ -105,4 +113,22 @@ fn a_flat_ring_sends_node_local_steps_over_shm() {
     assert!(node.abs_diff(network) * 20 < network, "2 of the ring's 4 links stay on a node: {routed:?}");
     let off = bench(&ring, &["FABCOLL_NODE_FABRIC=off"]);
     assert_eq!((off.node_msgs, off.network_msgs), (0, 0), "no routes, one fabric: {off:?}");
+}
+
+/// shm inside the nodes and libfabric's tcp between them, where libfabric is built in.
+#[test]
+fn shm_and_ofi_tcp_route_together() {
+    let info = child::run_limited(Command::new(FABCOLL).args(["info", "--fabric", "ofi:tcp"]), LIMIT, |_| {});
+    if !info.stdout.contains("ofi:tcp    available") {
+        // Built without libfabric (scripts/install-deps.sh installs it); `info` says why.
+        eprintln!("skipping: {}", info.stdout);
+        return;
+    }
+    for op in ["allreduce", "allgather", "bcast", "alltoall"] {
+        let mut args = vec!["--op", op, "--max-size", "262144"];
+        if op == "allreduce" {
+            args.extend_from_slice(&["--algo", "ring"]);
+        }
+        bench_on("ofi:tcp", &args, &[]).assert_both(&format!("{op} on ofi:tcp"), true);
+    }
 }
