@@ -10,6 +10,7 @@
 //! the caller (the communicator's bootstrap); this module only routes. Traffic is counted per
 //! route class ([`RouteCounters`](crate::RouteCounters)).
 
+mod caps;
 mod endpoint;
 mod mr;
 mod table;
