@@ -139,6 +139,24 @@ pub enum Completion {
     },
 }
 
+/// What one route class carried from this endpoint: writes and control messages, and their bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouteCount {
+    /// Writes and control messages sent.
+    pub msgs: u64,
+    /// Their payload bytes.
+    pub bytes: u64,
+}
+
+/// Traffic per route class of an endpoint that routes peers over two backends (`crate::routes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouteCounters {
+    /// To peers on this node, over the node-local backend (shm).
+    pub node: RouteCount,
+    /// To the other peers, over the network backend.
+    pub network: RouteCount,
+}
+
 /// A peer's registration mapped into this process for direct load/store (node-local backends).
 /// Stays valid while it lives, even if the peer deregisters (the mapping keeps the pages).
 pub struct Mapping {
@@ -294,6 +312,12 @@ pub trait Endpoint: Send {
     /// endpoint (crashed or killed: node-local backends can tell); `None` when it is alive,
     /// closed cleanly, or the backend cannot tell (the default).
     fn peer_gone(&self, _peer: usize) -> Option<String> {
+        None
+    }
+
+    /// What went over each route class so far, on an endpoint with routes (`crate::routes`);
+    /// `None` on a single backend (the default).
+    fn route_counters(&self) -> Option<RouteCounters> {
         None
     }
 }

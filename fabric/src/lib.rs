@@ -20,6 +20,7 @@ pub mod local;
 pub mod mr;
 #[cfg(feature = "pair")]
 pub mod pair;
+pub mod routes;
 pub mod settings;
 #[cfg(target_os = "linux")]
 pub mod shm;
@@ -31,10 +32,10 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-pub use endpoint::{Caps, Completion, Endpoint, Mapping, Progress, SILENT_WRITE};
+pub use endpoint::{Caps, Completion, Endpoint, Mapping, Progress, RouteCount, RouteCounters, SILENT_WRITE};
 pub use error::{Error, Result};
 pub use local::LocalFabric;
-pub use mr::{Access, LocalRange, Mr, RemoteMr, RemoteRange};
+pub use mr::{Access, LocalRange, Mr, NodeKey, RemoteMr, RemoteRange};
 pub use wait::WaitPolicy;
 
 /// Which backend to open.

@@ -53,6 +53,10 @@ impl std::ops::BitOr for Access {
 /// `addr` is the target's virtual address or an offset, as the backend defines (libfabric without
 /// `FI_MR_VIRT_ADDR` uses offsets); callers never interpret it, they only add offsets through
 /// [`RemoteRange`]. `key` is the backend key (libfabric key, verbs rkey, shm slot+generation).
+///
+/// A registration of a routed endpoint (`crate::routes`) is one registration in each of two
+/// backends: `addr` and `key` are the network backend's, `node` the node-local backend's (a peer
+/// on the target's node writes through it); single backends leave `node` empty.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RemoteMr {
     /// Base address or offset at the target (backend-defined).
@@ -63,29 +67,69 @@ pub struct RemoteMr {
     pub key: u64,
     /// Rights granted to peers.
     pub access: Access,
+    /// The same memory's registration in the node-local backend of a routed endpoint.
+    pub node: Option<NodeKey>,
+}
+
+/// The node-local backend's `(addr, key)` of a routed registration (see [`RemoteMr::node`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NodeKey {
+    /// Base address or offset at the target in the node-local backend.
+    pub addr: u64,
+    /// The node-local backend's key.
+    pub key: u64,
 }
 
 impl RemoteMr {
     /// Serialized size in bytes.
-    pub const WIRE_LEN: usize = 25;
+    pub const WIRE_LEN: usize = 41;
 
-    /// Little-endian encoding: addr, len, key (8 bytes each), access (1 byte).
+    /// Bit of the access byte that says the node-local `(addr, key)` is present.
+    const NODE_BIT: u8 = 0x80;
+
+    /// The descriptor a single backend sees: this one without its node-local part.
+    pub fn network_part(&self) -> RemoteMr {
+        RemoteMr { node: None, ..*self }
+    }
+
+    /// The node-local backend's descriptor of the same memory; `None` if there is none.
+    pub fn node_part(&self) -> Option<RemoteMr> {
+        self.node.map(|n| RemoteMr { addr: n.addr, key: n.key, node: None, ..*self })
+    }
+
+    /// Little-endian encoding: addr, len, key (8 bytes each), the access byte (bit 7: a node-local
+    /// part follows), the node-local addr and key (8 bytes each, zero when absent). Fixed length,
+    /// so that a protocol message has one layout whatever the backend.
     pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
         let mut b = [0u8; Self::WIRE_LEN];
         b[0..8].copy_from_slice(&self.addr.to_le_bytes());
         b[8..16].copy_from_slice(&self.len.to_le_bytes());
         b[16..24].copy_from_slice(&self.key.to_le_bytes());
         b[24] = self.access.bits();
+        if let Some(n) = self.node {
+            b[24] |= Self::NODE_BIT;
+            b[25..33].copy_from_slice(&n.addr.to_le_bytes());
+            b[33..41].copy_from_slice(&n.key.to_le_bytes());
+        }
         b
     }
 
-    /// Inverse of [`RemoteMr::to_bytes`]; wrong length or unknown access bits are an error.
+    /// Inverse of [`RemoteMr::to_bytes`]; wrong length, unknown access bits or a node-local part
+    /// that is not announced are an error.
     pub fn from_bytes(b: &[u8]) -> Result<RemoteMr> {
         if b.len() != Self::WIRE_LEN {
             return Err(Error::invalid(format!("remote descriptor must be {} bytes, got {}", Self::WIRE_LEN, b.len())));
         }
         let u = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8-byte slice"));
-        Ok(RemoteMr { addr: u(0), len: u(8), key: u(16), access: Access::from_bits(b[24])? })
+        let node = if b[24] & Self::NODE_BIT != 0 {
+            Some(NodeKey { addr: u(25), key: u(33) })
+        } else if b[25..].iter().any(|&x| x != 0) {
+            return Err(Error::invalid("remote descriptor has node-local bytes without its node-local flag"));
+        } else {
+            None
+        };
+        let access = Access::from_bits(b[24] & !Self::NODE_BIT)?;
+        Ok(RemoteMr { addr: u(0), len: u(8), key: u(16), access, node })
     }
 
     /// The whole registration as a write destination.
@@ -343,13 +387,33 @@ mod tests {
 
     #[test]
     fn remote_mr_roundtrip_and_errors() {
-        let r = RemoteMr { addr: 0xdead_beef_0000, len: 1 << 40, key: u64::MAX - 3, access: Access::REMOTE_RW };
+        let r =
+            RemoteMr { addr: 0xdead_beef_0000, len: 1 << 40, key: u64::MAX - 3, access: Access::REMOTE_RW, node: None };
         assert_eq!(RemoteMr::from_bytes(&r.to_bytes()).unwrap(), r);
         assert!(RemoteMr::from_bytes(&r.to_bytes()[..24]).is_err());
         let mut bad = r.to_bytes();
-        bad[24] = 0x80;
+        bad[24] = 0x40;
         assert!(RemoteMr::from_bytes(&bad).is_err());
+        let mut bad = r.to_bytes();
+        bad[40] = 1;
+        assert!(RemoteMr::from_bytes(&bad).unwrap_err().to_string().contains("without its node-local flag"));
         assert!(r.slice(usize::MAX, 2).is_err());
         assert_eq!(r.slice(8, 8).unwrap().off, 8);
+    }
+
+    #[test]
+    fn a_routed_descriptor_carries_both_routes() {
+        let node = NodeKey { addr: 0x7f00_0000_1000, key: (7 << 32) | 3 };
+        let r = RemoteMr { addr: 0x5000, len: 4096, key: 42, access: Access::REMOTE_WRITE, node: Some(node) };
+        let b = r.to_bytes();
+        assert_eq!(b[24], 0x81, "access bits and the node-local flag");
+        assert_eq!(RemoteMr::from_bytes(&b).unwrap(), r);
+        assert_eq!(r.network_part(), RemoteMr { node: None, ..r });
+        let n = r.node_part().unwrap();
+        assert_eq!((n.addr, n.key, n.len, n.access, n.node), (node.addr, node.key, 4096, Access::REMOTE_WRITE, None));
+        assert_eq!(r.network_part().node_part(), None);
+        // A node-local part of zeros is still a node-local part.
+        let zero = RemoteMr { node: Some(NodeKey { addr: 0, key: 0 }), ..r };
+        assert_eq!(RemoteMr::from_bytes(&zero.to_bytes()).unwrap(), zero);
     }
 }

@@ -267,6 +267,34 @@ impl Kind<Backend> for Fabric {
     }
 }
 
+/// The route between the ranks of one node in a job over several nodes (`FABCOLL_NODE_FABRIC`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeFabric {
+    /// Node peers go over this node-local fabric (`shm` or `ofi:shm`).
+    Fabric(Backend),
+    /// No node-local route: every peer goes over the network fabric.
+    Off,
+}
+
+impl Kind<NodeFabric> for NodeFabric {
+    const NAME: &'static str = "shm|ofi:shm|off";
+    const EXPECTED: &'static str = "expected shm, ofi:shm or off";
+    fn parse(s: &str) -> Result<NodeFabric, String> {
+        match s {
+            "off" => Ok(NodeFabric::Off),
+            "shm" => Ok(NodeFabric::Fabric(Backend::Shm)),
+            "ofi:shm" => Ok(NodeFabric::Fabric(Backend::Ofi { provider: "shm".into() })),
+            _ => Err(Self::EXPECTED.to_string()),
+        }
+    }
+    fn render(v: &NodeFabric) -> String {
+        match v {
+            NodeFabric::Fabric(b) => b.to_string(),
+            NodeFabric::Off => "off".into(),
+        }
+    }
+}
+
 /// The bootstrap store's address ([`StoreAddr`]).
 struct Store;
 impl Kind<StoreAddr> for Store {
@@ -532,6 +560,9 @@ settings! {
     FABCOLL_FABRIC fabric: Backend as Fabric, Communicator, EachUse,
         "shm when every rank is on this node, else tcp",
         "the fabric: shm, local, tcp (sockets), ofi:tcp, ofi:shm or ofi:PROVIDER";
+    FABCOLL_NODE_FABRIC node_fabric: NodeFabric as NodeFabric, Communicator, EachUse,
+        "shm when the job spans nodes and some node holds several ranks",
+        "the route between ranks of one node when the job spans nodes (FABCOLL_FABRIC carries the rest); off: none";
     FABCOLL_CHECK check: bool as Bool, Communicator, EachUse, "0",
         "checked mode: ranks compare every call's operation, counts, root, datatype and op first";
     FABCOLL_ALGO algo: String as Text, Selection, Once, "the default selection",
@@ -825,6 +856,7 @@ mod tests {
             ("FABCOLL_CHECK", "yes"),
             ("FABCOLL_STRAIGHT", "0"),
             ("FABCOLL_FABRIC", "ofi:tcp"),
+            ("FABCOLL_NODE_FABRIC", "off"),
             ("FABCOLL_STORE", "file:///tmp/x"),
             ("FABCOLL_TCP_ADDR", "10.0.0.2"),
             ("FABCOLL_SELECT", "model"),
@@ -838,6 +870,7 @@ mod tests {
         assert_eq!(s.spin, Some(Duration::from_micros(20)));
         assert_eq!((s.check, s.straight), (Some(true), Some(false)));
         assert_eq!(s.fabric, Some(Backend::Ofi { provider: "tcp".into() }));
+        assert_eq!(s.node_fabric, Some(NodeFabric::Off));
         assert_eq!(s.store, Some(StoreAddr::File("/tmp/x".into())));
         assert_eq!(s.tcp_addr, Some("10.0.0.2:0".parse().unwrap()));
         assert_eq!(s.select, Some(Selection::Model));
@@ -856,6 +889,7 @@ mod tests {
             ("FABCOLL_TCP_ADDR", "eth0", "IP address"),
             ("FABCOLL_STORE_PORT", "70000", "port"),
             ("FABCOLL_SELECT", "fastest", "table or model"),
+            ("FABCOLL_NODE_FABRIC", "tcp", "shm, ofi:shm or off"),
             ("FABCOLL_RANK", "-1", "non-negative integer"),
         ] {
             let e = Settings::from_vars(&vars(&[(name, value)])).unwrap_err();

@@ -25,6 +25,8 @@ use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::registry;
 use fabcoll_collectives::{CollArgs, Params, Topology};
 use fabcoll_fabric::bootstrap::{self, JobEnv, NodeId, TcpStoreServer};
+use fabcoll_fabric::routes::RoutedEndpoint;
+use fabcoll_fabric::settings::NodeFabric;
 use fabcoll_fabric::{Access, Backend, Config, Endpoint, LocalFabric};
 
 pub use call::{Call, Collectives, WithOptions};
@@ -185,7 +187,10 @@ impl Communicator {
     /// Joins the job the environment describes (fabrun, torchrun, Slurm or `FABCOLL_*`, see
     /// `fabric::bootstrap::JobEnv`): opens the store, the fabric (`FABCOLL_FABRIC` = `shm`,
     /// `ofi:tcp`, …; default shm when every rank is on this node, else `tcp`), exchanges
-    /// addresses and sets up the eager rings. [`Communicator::from_env`] (`src/job.rs`) adds
+    /// addresses and node identities; on a network fabric, when the ranks sit on several nodes
+    /// and some node holds several, opens the node-local fabric among this node's ranks
+    /// (`FABCOLL_NODE_FABRIC`, default shm; `off`: none) and routes node peers over it
+    /// (`fabric::routes`); then sets up the eager rings. [`Communicator::from_env`] (`src/job.rs`) adds
     /// the cost model.
     pub(crate) fn join_env() -> Result<Communicator> {
         // The bootstrap's timeout; the executor's settings follow once the fabric is known.
@@ -214,6 +219,36 @@ impl Communicator {
         )?;
         ep.insert_peers(&blobs)?;
         let topology = nodes::world_topology(&ids, FabricClass::of(ep.caps()))?;
+        // A job over several nodes, some holding several ranks: the peers on this node go over
+        // the node-local fabric (FABCOLL_NODE_FABRIC, default shm), the others over this one.
+        let several = (0..topology.nodes()).any(|n| topology.ranks_on(n).len() > 1);
+        let node_fabric = match fabcoll_fabric::settings::FABCOLL_NODE_FABRIC.get()? {
+            Some(NodeFabric::Off) => None,
+            Some(NodeFabric::Fabric(b)) => Some((b, true)),
+            None => Some((Backend::Shm, false)),
+        };
+        if let (Some((b, named)), true, true) =
+            (node_fabric, topology.nodes() > 1 && several, FabricClass::of(ep.caps()) == FabricClass::Network)
+        {
+            let n = topology.node_of(env.rank);
+            let members: Vec<usize> = topology.ranks_on(n).iter().map(|&r| r as usize).collect();
+            let local = topology.local_rank(env.rank);
+            let mut ncfg = Config::new(b, local as usize, members.len(), format!("{}-node{n}", fcfg.job));
+            ncfg.timeout = cfg.timeout;
+            match fabcoll_fabric::open(&ncfg) {
+                Ok(mut node) => {
+                    // Each node exchanges its addresses under its own prefix, by local rank.
+                    let name = format!("fabcoll/node{n}/addr");
+                    let local_size = members.len() as u32;
+                    let blobs = bootstrap::exchange(&*store, &name, local, local_size, &node.address()?, cfg.timeout)?;
+                    node.insert_peers(&blobs)?;
+                    ep = Box::new(RoutedEndpoint::new(node, ep, members, fcfg.wait)?);
+                }
+                // The default route only where this build has it; a named one must open.
+                Err(fabcoll_fabric::Error::Unavailable { .. }) if !named => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         // The fabric's own defaults (network fabrics: a larger eager limit), under the environment's.
         let cfg =
             ExecConfig { local_ranks: env.local_size.map(|n| n as usize), ..ExecConfig::from_env_for(ep.caps())? };

@@ -236,6 +236,13 @@ pub struct Stats {
     /// MR cache: registrations made and lookups served from the cache.
     pub registrations: u64,
     pub cache_hits: u64,
+    /// Writes and control messages, and their bytes, that the endpoint sent per route class on a
+    /// routed endpoint (`fabric::routes`): to peers on this node, and over the network. 0 on a
+    /// single fabric.
+    pub node_route_msgs: u64,
+    pub node_route_bytes: u64,
+    pub network_route_msgs: u64,
+    pub network_route_bytes: u64,
 }
 
 /// `Stats::counters` and `Stats::since` over the one list of counters.
@@ -282,6 +289,10 @@ stats_counters!(
     mailbox_fused_bytes,
     registrations,
     cache_hits,
+    node_route_msgs,
+    node_route_bytes,
+    network_route_msgs,
+    network_route_bytes,
 );
 
 impl Stats {
@@ -317,7 +328,7 @@ mod tests {
         // Every field is listed (a new counter left out of the list would not compile in `since`,
         // whose struct literal names every field).
         let names: Vec<&str> = d.counters().iter().map(|&(n, _)| n).collect();
-        assert_eq!(names.len(), 20);
+        assert_eq!(names.len(), 24);
         assert_eq!((names[0], names[19]), ("eager_msgs", "cache_hits"));
         let nonzero: Vec<(&str, u64)> = d.counters().into_iter().filter(|&(_, v)| v > 0).collect();
         assert_eq!(nonzero, [("eager_msgs", 7), ("mailbox_bytes", 64), ("cache_hits", 2)]);

@@ -237,6 +237,10 @@ impl Engine {
         let mut s = self.core.stats.clone();
         s.registrations = self.core.mrs.registrations;
         s.cache_hits = self.core.mrs.hits;
+        if let Some(r) = self.core.ep.route_counters() {
+            (s.node_route_msgs, s.node_route_bytes) = (r.node.msgs, r.node.bytes);
+            (s.network_route_msgs, s.network_route_bytes) = (r.network.msgs, r.network.bytes);
+        }
         s
     }
 

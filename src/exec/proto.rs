@@ -298,7 +298,7 @@ mod tests {
         let t = tag(Kind::Grant, 77, (1 << 40) + 9);
         assert_eq!(untag(t).unwrap(), (Kind::Grant, 77, 9));
         assert!(untag(0).is_err());
-        let mr = RemoteMr { addr: 1 << 33, len: 4096, key: 42, access: Access::REMOTE_WRITE };
+        let mr = RemoteMr { addr: 1 << 33, len: 4096, key: 42, access: Access::REMOTE_WRITE, node: None };
         let s = Setup { mr, off: 128, slots: 16, slot_size: 8192 };
         assert_eq!(Setup::from_bytes(&s.to_bytes()).unwrap(), s);
         let g = GrantEntry { idx: 3, gid: 1 << 35, mr, off: 8, len: 800, seg: 512 };

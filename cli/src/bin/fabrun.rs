@@ -36,7 +36,9 @@ bootstrap reads its variables and needs a shared secret token and a store addres
     export FABCOLL_TOKEN=<the same secret on every node>
     torchrun --nnodes 2 --nproc-per-node 8 --node-rank $NODE_RANK --rdzv-backend static \\
       --master-addr node0 --master-port 29500 --no-python ./myprog
-  FABCOLL_FABRIC names the network fabric (tcp, ofi:tcp, ofi:verbs, ...); default: shm on one node, else tcp.";
+  FABCOLL_FABRIC names the network fabric (tcp, ofi:tcp, ofi:verbs, ...); default: shm on one node, else tcp.
+  On several nodes the ranks of one node reach each other over shm (FABCOLL_NODE_FABRIC=off: the
+  network fabric too); `fabcoll bench --stats` counts the traffic of each route.";
 
 /// Runs N ranks of a program on this machine with the fabcoll bootstrap environment.
 #[derive(Parser, Debug)]
@@ -60,7 +62,8 @@ struct Cli {
     /// Emulate this many nodes on this machine: the ranks are split into contiguous blocks, as
     /// even as possible (5 ranks on 2 nodes: 3 + 2), and each rank gets FABCOLL_NODE=node<i>.
     /// FABCOLL_LOCAL_RANK and FABCOLL_LOCAL_SIZE still count every rank of this machine (they
-    /// share its CPUs). More than one node needs a network fabric: the default is then tcp.
+    /// share its CPUs). More than one node needs a network fabric: the default is then tcp, and
+    /// the ranks of one node reach each other over shm (FABCOLL_NODE_FABRIC=off: tcp too).
     #[arg(long, value_name = "NODES", value_parser = clap::value_parser!(u32).range(1..=4096))]
     nodes: Option<u32>,
 
@@ -120,8 +123,8 @@ fn check_fabric(f: &str) -> Result<(), String> {
 }
 
 /// The fabric of a job on `nodes` emulated nodes: ranks on different nodes must talk over a
-/// network fabric (tcp unless `fabric` names another one) until a communicator can route node
-/// peers over shared memory and the others over the network.
+/// network fabric (tcp unless `fabric` names another one); the communicator routes the peers on
+/// its node over shared memory by itself (`FABCOLL_NODE_FABRIC`).
 fn fabric_for_nodes(nodes: u32, n: u32, fabric: Option<&str>) -> Result<Option<String>, String> {
     if nodes > n {
         return Err(format!("--nodes {nodes} is more nodes than the {n} ranks of -n {n}"));

@@ -93,7 +93,7 @@ impl LocalEndpoint {
         let key = st.next_key.fetch_add(1, Ordering::Relaxed);
         let region = Region { addr: addr as usize, len, access, owner: owner.clone() };
         st.regions.write().map_err(|_| Error::invalid("region table poisoned"))?.insert(key, region);
-        let remote = RemoteMr { addr: addr as u64, len: len as u64, key, access };
+        let remote = RemoteMr { addr: addr as u64, len: len as u64, key, access, node: None };
         let backend = Box::new(LocalMr { shared: self.shared.clone(), rank: self.rank, key });
         let owned = owner.map(|o| Box::new(o) as Box<dyn Any + Send + Sync>);
         // SAFETY: for `alloc`, `owned` is the allocation (dropped after deregistration); for

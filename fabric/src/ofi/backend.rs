@@ -475,13 +475,21 @@ impl OfiBackend {
     ) -> Result<(OfiMrBackend, RemoteMr, u64)> {
         if len == 0 {
             let r = self.null_mr.remote();
-            return Ok((OfiMrBackend { mr: None }, RemoteMr { addr: r.addr, len: 0, key: r.key, access }, 0));
+            return Ok((
+                OfiMrBackend { mr: None },
+                RemoteMr { addr: r.addr, len: 0, key: r.key, access, node: None },
+                0,
+            ));
         }
         let (w, r) = (access.contains(Access::REMOTE_WRITE), access.contains(Access::REMOTE_READ));
         // SAFETY: forwarded caller guarantee.
         let m = unsafe { self.ep.register_with(ptr, len, w, r) }.map_err(|e| self.err(e))?;
         let (rr, desc) = (m.remote(), m.local_desc());
-        Ok((OfiMrBackend { mr: Some(m) }, RemoteMr { addr: rr.addr, len: len as u64, key: rr.key, access }, desc))
+        Ok((
+            OfiMrBackend { mr: Some(m) },
+            RemoteMr { addr: rr.addr, len: len as u64, key: rr.key, access, node: None },
+            desc,
+        ))
     }
 }
 

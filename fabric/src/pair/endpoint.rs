@@ -88,7 +88,7 @@ impl PairEndpoint {
             r.regions.insert(key, Region { addr: addr as usize, len, access });
             key
         };
-        let remote = RemoteMr { addr: addr as u64, len: len as u64, key, access };
+        let remote = RemoteMr { addr: addr as u64, len: len as u64, key, access, node: None };
         let backend = Box::new(PairMr { shared: self.shared.clone(), rank: self.rank, key });
         let owned = owned.map(|o| Box::new(o) as Box<dyn Any + Send + Sync>);
         // SAFETY: for `alloc`, `owned` is the allocation (dropped after deregistration); for

@@ -200,7 +200,7 @@ impl ShmEndpoint {
             .ok_or_else(|| Error::invalid(format!("too many live registrations (shm limit {NKEYS} per rank)")))?;
         let slot = self.seg.key(idx as usize).ok_or_else(|| Error::invalid("key slot out of range"))?;
         let key = slot.publish(idx as usize, addr as u64, len as u64, aux | u64::from(access.bits()));
-        Ok((idx as usize, RemoteMr { addr: addr as u64, len: len as u64, key, access }))
+        Ok((idx as usize, RemoteMr { addr: addr as u64, len: len as u64, key, access, node: None }))
     }
 
     fn dead_peer(&self, peer: usize) -> Option<Error> {

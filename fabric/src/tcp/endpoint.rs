@@ -127,7 +127,7 @@ impl TcpEndpoint {
         self.next_key += 1;
         let region = Region { addr: addr as usize, len, access };
         self.regions.write().unwrap_or_else(PoisonError::into_inner).insert(key, region);
-        let remote = RemoteMr { addr: addr as u64, len: len as u64, key, access };
+        let remote = RemoteMr { addr: addr as u64, len: len as u64, key, access, node: None };
         let backend = Box::new(TcpMr { regions: self.regions.clone(), key });
         let owned = owned.map(|o| Box::new(o) as Box<dyn std::any::Any + Send + Sync>);
         // SAFETY: for `alloc`, `owned` is the allocation (freed after deregistration: `Mr` drops
