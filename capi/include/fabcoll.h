@@ -149,7 +149,8 @@ int fc_bcast(void *buffer,
              int root,
              const struct fc_comm *comm);
 
-// Element-wise reduction of every rank's `sendbuf` (`count` elements) with `op` into the root's `recvbuf` (unused elsewhere). In place: `sendbuf` = `FC_IN_PLACE` at the root, whose input is then `recvbuf`.
+// Element-wise reduction of every rank's `sendbuf` (`count` elements) with `op` into the root's `recvbuf` (unused
+// elsewhere). In place: `sendbuf` = `FC_IN_PLACE` at the root, whose input is then `recvbuf`.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -161,7 +162,8 @@ int fc_reduce(const void *sendbuf,
               int root,
               const struct fc_comm *comm);
 
-// Element-wise reduction of every rank's `sendbuf` (`count` elements) with `op` into every rank's `recvbuf`. In place: `sendbuf` = `FC_IN_PLACE`, the input is `recvbuf`.
+// Element-wise reduction of every rank's `sendbuf` (`count` elements) with `op` into every rank's `recvbuf`. In
+// place: `sendbuf` = `FC_IN_PLACE`, the input is `recvbuf`.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -172,7 +174,8 @@ int fc_allreduce(const void *sendbuf,
                  fc_op op,
                  const struct fc_comm *comm);
 
-// The root's `recvbuf` (p·`count` elements; unused elsewhere) gets block i from rank i's `sendbuf` (`count` elements). In place: `sendbuf` = `FC_IN_PLACE` at the root, whose block is already in place in `recvbuf`.
+// The root's `recvbuf` (p·`count` elements; unused elsewhere) gets block i from rank i's `sendbuf` (`count`
+// elements). In place: `sendbuf` = `FC_IN_PLACE` at the root, whose block is already in place in `recvbuf`.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -183,7 +186,8 @@ int fc_gather(const void *sendbuf,
               int root,
               const struct fc_comm *comm);
 
-// Rank i's `sendbuf` (`counts[i]` elements) lands at `displs[i]` (packed when `displs` is NULL) of the root's `recvbuf`. `counts` (p entries) is needed on every rank. In place: `sendbuf` = `FC_IN_PLACE` at the root.
+// Rank i's `sendbuf` (`counts[i]` elements) lands at `displs[i]` (packed when `displs` is NULL) of the root's
+// `recvbuf`. `counts` (p entries) is needed on every rank. In place: `sendbuf` = `FC_IN_PLACE` at the root.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -195,7 +199,8 @@ int fc_gatherv(const void *sendbuf,
                int root,
                const struct fc_comm *comm);
 
-// The root's `sendbuf` (p·`count` elements; unused elsewhere) is cut into p blocks; rank i gets block i in `recvbuf` (`count` elements). No in-place form.
+// The root's `sendbuf` (p·`count` elements; unused elsewhere) is cut into p blocks; rank i gets block i in
+// `recvbuf` (`count` elements). No in-place form.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -206,7 +211,8 @@ int fc_scatter(const void *sendbuf,
                int root,
                const struct fc_comm *comm);
 
-// Rank i gets `counts[i]` elements from `displs[i]` (packed when NULL) of the root's `sendbuf` in `recvbuf`. `counts` (p entries) is needed on every rank. No in-place form.
+// Rank i gets `counts[i]` elements from `displs[i]` (packed when NULL) of the root's `sendbuf` in `recvbuf`.
+// `counts` (p entries) is needed on every rank. No in-place form.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -218,7 +224,8 @@ int fc_scatterv(const void *sendbuf,
                 int root,
                 const struct fc_comm *comm);
 
-// Every rank's `recvbuf` (p·`count` elements) gets block i from rank i's `sendbuf` (`count` elements). In place: `sendbuf` = `FC_IN_PLACE`, this rank's block already in place in `recvbuf`.
+// Every rank's `recvbuf` (p·`count` elements) gets block i from rank i's `sendbuf` (`count` elements). In place:
+// `sendbuf` = `FC_IN_PLACE`, this rank's block already in place in `recvbuf`.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -228,7 +235,8 @@ int fc_allgather(const void *sendbuf,
                  fc_datatype datatype,
                  const struct fc_comm *comm);
 
-// Rank i's `sendbuf` (`counts[i]` elements) lands at `displs[i]` (packed when NULL) of every rank's `recvbuf`. In place: `sendbuf` = `FC_IN_PLACE`.
+// Rank i's `sendbuf` (`counts[i]` elements) lands at `displs[i]` (packed when NULL) of every rank's `recvbuf`. In
+// place: `sendbuf` = `FC_IN_PLACE`.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -239,7 +247,8 @@ int fc_allgatherv(const void *sendbuf,
                   fc_datatype datatype,
                   const struct fc_comm *comm);
 
-// Block j (`count` elements) of `sendbuf` goes to rank j; block i of `recvbuf` comes from rank i (both p·`count` elements). In place: `sendbuf` = `FC_IN_PLACE`, blocks exchanged within `recvbuf`.
+// Block j (`count` elements) of `sendbuf` goes to rank j; block i of `recvbuf` comes from rank i (both p·`count`
+// elements). In place: `sendbuf` = `FC_IN_PLACE`, blocks exchanged within `recvbuf`.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -249,7 +258,9 @@ int fc_alltoall(const void *sendbuf,
                 fc_datatype datatype,
                 const struct fc_comm *comm);
 
-// `sendcounts[j]` elements at `sdispls[j]` of `sendbuf` go to rank j; `recvcounts[i]` elements from rank i land at `rdispls[i]` of `recvbuf` (NULL displacements: packed). No in-place form. The count matrix is gathered first with a blocking allgather, so the nonblocking form returns once every rank has started it.
+// `sendcounts[j]` elements at `sdispls[j]` of `sendbuf` go to rank j; `recvcounts[i]` elements from rank i land at
+// `rdispls[i]` of `recvbuf` (NULL displacements: packed). No in-place form. The count matrix is gathered first
+// with a blocking allgather, so the nonblocking form returns once every rank has started it.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -262,7 +273,8 @@ int fc_alltoallv(const void *sendbuf,
                  fc_datatype datatype,
                  const struct fc_comm *comm);
 
-// Element-wise reduction with `op` of every rank's `sendbuf` (Σ `recvcounts` elements); rank i gets block i (`recvcounts[i]` elements) in `recvbuf`. No in-place form.
+// Element-wise reduction with `op` of every rank's `sendbuf` (Σ `recvcounts` elements); rank i gets block i
+// (`recvcounts[i]` elements) in `recvbuf`. No in-place form.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -273,7 +285,8 @@ int fc_reduce_scatter(const void *sendbuf,
                       fc_op op,
                       const struct fc_comm *comm);
 
-// Reduce-scatter with equal blocks: `sendbuf` holds p·`recvcount` elements, `recvbuf` gets `recvcount`. No in-place form.
+// Reduce-scatter with equal blocks: `sendbuf` holds p·`recvcount` elements, `recvbuf` gets `recvcount`. No
+// in-place form.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -284,7 +297,8 @@ int fc_reduce_scatter_block(const void *sendbuf,
                             fc_op op,
                             const struct fc_comm *comm);
 
-// Inclusive prefix reduction: rank r's `recvbuf` gets x₀ ⊕ … ⊕ x_r of the ranks' `sendbuf` (`count` elements). In place: `sendbuf` = `FC_IN_PLACE`.
+// Inclusive prefix reduction: rank r's `recvbuf` gets x₀ ⊕ … ⊕ x_r of the ranks' `sendbuf` (`count` elements). In
+// place: `sendbuf` = `FC_IN_PLACE`.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -295,7 +309,8 @@ int fc_scan(const void *sendbuf,
             fc_op op,
             const struct fc_comm *comm);
 
-// Exclusive prefix reduction: rank r > 0 gets x₀ ⊕ … ⊕ x_{r−1}; rank 0's `recvbuf` is left as it was. In place: `sendbuf` = `FC_IN_PLACE`.
+// Exclusive prefix reduction: rank r > 0 gets x₀ ⊕ … ⊕ x_{r−1}; rank 0's `recvbuf` is left as it was. In place:
+// `sendbuf` = `FC_IN_PLACE`.
 //
 // # Safety
 // `comm` is a live communicator; buffers and arrays hold what the call reads and writes.

@@ -36,7 +36,8 @@ pub unsafe extern "C" fn fc_bcast(
     guard(|| unsafe { coll::bcast(&**comm_ref(comm)?, buffer, count, datatype, root) })
 }
 
-/// Element-wise reduction of every rank's `sendbuf` (`count` elements) with `op` into the root's `recvbuf` (unused elsewhere). In place: `sendbuf` = `FC_IN_PLACE` at the root, whose input is then `recvbuf`.
+/// Element-wise reduction of every rank's `sendbuf` (`count` elements) with `op` into the root's `recvbuf` (unused
+/// elsewhere). In place: `sendbuf` = `FC_IN_PLACE` at the root, whose input is then `recvbuf`.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -54,7 +55,8 @@ pub unsafe extern "C" fn fc_reduce(
     guard(|| unsafe { coll::reduce(&**comm_ref(comm)?, sendbuf, recvbuf, count, datatype, op, root) })
 }
 
-/// Element-wise reduction of every rank's `sendbuf` (`count` elements) with `op` into every rank's `recvbuf`. In place: `sendbuf` = `FC_IN_PLACE`, the input is `recvbuf`.
+/// Element-wise reduction of every rank's `sendbuf` (`count` elements) with `op` into every rank's `recvbuf`. In
+/// place: `sendbuf` = `FC_IN_PLACE`, the input is `recvbuf`.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -71,7 +73,8 @@ pub unsafe extern "C" fn fc_allreduce(
     guard(|| unsafe { coll::allreduce(&**comm_ref(comm)?, sendbuf, recvbuf, count, datatype, op) })
 }
 
-/// The root's `recvbuf` (p·`count` elements; unused elsewhere) gets block i from rank i's `sendbuf` (`count` elements). In place: `sendbuf` = `FC_IN_PLACE` at the root, whose block is already in place in `recvbuf`.
+/// The root's `recvbuf` (p·`count` elements; unused elsewhere) gets block i from rank i's `sendbuf` (`count`
+/// elements). In place: `sendbuf` = `FC_IN_PLACE` at the root, whose block is already in place in `recvbuf`.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -88,7 +91,8 @@ pub unsafe extern "C" fn fc_gather(
     guard(|| unsafe { coll::gather(&**comm_ref(comm)?, sendbuf, recvbuf, count, datatype, root) })
 }
 
-/// Rank i's `sendbuf` (`counts[i]` elements) lands at `displs[i]` (packed when `displs` is NULL) of the root's `recvbuf`. `counts` (p entries) is needed on every rank. In place: `sendbuf` = `FC_IN_PLACE` at the root.
+/// Rank i's `sendbuf` (`counts[i]` elements) lands at `displs[i]` (packed when `displs` is NULL) of the root's
+/// `recvbuf`. `counts` (p entries) is needed on every rank. In place: `sendbuf` = `FC_IN_PLACE` at the root.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -106,7 +110,8 @@ pub unsafe extern "C" fn fc_gatherv(
     guard(|| unsafe { coll::gatherv(&**comm_ref(comm)?, sendbuf, recvbuf, counts, displs, datatype, root) })
 }
 
-/// The root's `sendbuf` (p·`count` elements; unused elsewhere) is cut into p blocks; rank i gets block i in `recvbuf` (`count` elements). No in-place form.
+/// The root's `sendbuf` (p·`count` elements; unused elsewhere) is cut into p blocks; rank i gets block i in
+/// `recvbuf` (`count` elements). No in-place form.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -123,7 +128,8 @@ pub unsafe extern "C" fn fc_scatter(
     guard(|| unsafe { coll::scatter(&**comm_ref(comm)?, sendbuf, recvbuf, count, datatype, root) })
 }
 
-/// Rank i gets `counts[i]` elements from `displs[i]` (packed when NULL) of the root's `sendbuf` in `recvbuf`. `counts` (p entries) is needed on every rank. No in-place form.
+/// Rank i gets `counts[i]` elements from `displs[i]` (packed when NULL) of the root's `sendbuf` in `recvbuf`.
+/// `counts` (p entries) is needed on every rank. No in-place form.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -141,7 +147,8 @@ pub unsafe extern "C" fn fc_scatterv(
     guard(|| unsafe { coll::scatterv(&**comm_ref(comm)?, sendbuf, counts, displs, recvbuf, datatype, root) })
 }
 
-/// Every rank's `recvbuf` (p·`count` elements) gets block i from rank i's `sendbuf` (`count` elements). In place: `sendbuf` = `FC_IN_PLACE`, this rank's block already in place in `recvbuf`.
+/// Every rank's `recvbuf` (p·`count` elements) gets block i from rank i's `sendbuf` (`count` elements). In place:
+/// `sendbuf` = `FC_IN_PLACE`, this rank's block already in place in `recvbuf`.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -157,7 +164,8 @@ pub unsafe extern "C" fn fc_allgather(
     guard(|| unsafe { coll::allgather(&**comm_ref(comm)?, sendbuf, recvbuf, count, datatype) })
 }
 
-/// Rank i's `sendbuf` (`counts[i]` elements) lands at `displs[i]` (packed when NULL) of every rank's `recvbuf`. In place: `sendbuf` = `FC_IN_PLACE`.
+/// Rank i's `sendbuf` (`counts[i]` elements) lands at `displs[i]` (packed when NULL) of every rank's `recvbuf`. In
+/// place: `sendbuf` = `FC_IN_PLACE`.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -174,7 +182,8 @@ pub unsafe extern "C" fn fc_allgatherv(
     guard(|| unsafe { coll::allgatherv(&**comm_ref(comm)?, sendbuf, recvbuf, counts, displs, datatype) })
 }
 
-/// Block j (`count` elements) of `sendbuf` goes to rank j; block i of `recvbuf` comes from rank i (both p·`count` elements). In place: `sendbuf` = `FC_IN_PLACE`, blocks exchanged within `recvbuf`.
+/// Block j (`count` elements) of `sendbuf` goes to rank j; block i of `recvbuf` comes from rank i (both p·`count`
+/// elements). In place: `sendbuf` = `FC_IN_PLACE`, blocks exchanged within `recvbuf`.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -190,7 +199,9 @@ pub unsafe extern "C" fn fc_alltoall(
     guard(|| unsafe { coll::alltoall(&**comm_ref(comm)?, sendbuf, recvbuf, count, datatype) })
 }
 
-/// `sendcounts[j]` elements at `sdispls[j]` of `sendbuf` go to rank j; `recvcounts[i]` elements from rank i land at `rdispls[i]` of `recvbuf` (NULL displacements: packed). No in-place form. The count matrix is gathered first with a blocking allgather, so the nonblocking form returns once every rank has started it.
+/// `sendcounts[j]` elements at `sdispls[j]` of `sendbuf` go to rank j; `recvcounts[i]` elements from rank i land at
+/// `rdispls[i]` of `recvbuf` (NULL displacements: packed). No in-place form. The count matrix is gathered first
+/// with a blocking allgather, so the nonblocking form returns once every rank has started it.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -211,7 +222,8 @@ pub unsafe extern "C" fn fc_alltoallv(
     })
 }
 
-/// Element-wise reduction with `op` of every rank's `sendbuf` (Σ `recvcounts` elements); rank i gets block i (`recvcounts[i]` elements) in `recvbuf`. No in-place form.
+/// Element-wise reduction with `op` of every rank's `sendbuf` (Σ `recvcounts` elements); rank i gets block i
+/// (`recvcounts[i]` elements) in `recvbuf`. No in-place form.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -228,7 +240,8 @@ pub unsafe extern "C" fn fc_reduce_scatter(
     guard(|| unsafe { coll::reduce_scatter(&**comm_ref(comm)?, sendbuf, recvbuf, recvcounts, datatype, op) })
 }
 
-/// Reduce-scatter with equal blocks: `sendbuf` holds p·`recvcount` elements, `recvbuf` gets `recvcount`. No in-place form.
+/// Reduce-scatter with equal blocks: `sendbuf` holds p·`recvcount` elements, `recvbuf` gets `recvcount`. No
+/// in-place form.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -245,7 +258,8 @@ pub unsafe extern "C" fn fc_reduce_scatter_block(
     guard(|| unsafe { coll::reduce_scatter_block(&**comm_ref(comm)?, sendbuf, recvbuf, recvcount, datatype, op) })
 }
 
-/// Inclusive prefix reduction: rank r's `recvbuf` gets x₀ ⊕ … ⊕ x_r of the ranks' `sendbuf` (`count` elements). In place: `sendbuf` = `FC_IN_PLACE`.
+/// Inclusive prefix reduction: rank r's `recvbuf` gets x₀ ⊕ … ⊕ x_r of the ranks' `sendbuf` (`count` elements). In
+/// place: `sendbuf` = `FC_IN_PLACE`.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
@@ -262,7 +276,8 @@ pub unsafe extern "C" fn fc_scan(
     guard(|| unsafe { coll::scan(&**comm_ref(comm)?, sendbuf, recvbuf, count, datatype, op) })
 }
 
-/// Exclusive prefix reduction: rank r > 0 gets x₀ ⊕ … ⊕ x_{r−1}; rank 0's `recvbuf` is left as it was. In place: `sendbuf` = `FC_IN_PLACE`.
+/// Exclusive prefix reduction: rank r > 0 gets x₀ ⊕ … ⊕ x_{r−1}; rank 0's `recvbuf` is left as it was. In place:
+/// `sendbuf` = `FC_IN_PLACE`.
 ///
 /// # Safety
 /// `comm` is a live communicator; buffers and arrays hold what the call reads and writes.
