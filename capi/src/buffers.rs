@@ -99,10 +99,10 @@ pub(crate) unsafe fn array<'a>(ptr: *const usize, n: usize, what: &str) -> Resul
     Ok(unsafe { std::slice::from_raw_parts(ptr, n) })
 }
 
-/// [`array`] where NULL means "none" (packed displacements).
+/// [`array()`] where NULL means "none" (packed displacements).
 ///
 /// # Safety
-/// As [`array`].
+/// As [`array()`].
 pub(crate) unsafe fn optional_array<'a>(ptr: *const usize, n: usize, what: &str) -> Result<Option<&'a [usize]>> {
     if ptr.is_null() {
         return Ok(None);

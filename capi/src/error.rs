@@ -1,6 +1,6 @@
 //! Error codes: every function returns `FC_SUCCESS` or one of the `FC_ERR_*` codes, mapped from
 //! [`fabcoll::Error`]; the message of the last failure on the calling thread is kept for
-//! `fc_last_error_message`. [`guard`] runs a function body with panics caught, so no panic
+//! `fc_last_error_message`. `guard` runs a function body with panics caught, so no panic
 //! crosses the C boundary.
 
 use std::cell::RefCell;

@@ -2,7 +2,7 @@
 //! `fc_request` in `*request`; the engine's progress thread moves it while the program computes.
 //! MPI's rule holds: the buffers stay valid and untouched until the request has finished
 //! (`fc_test` set `*done`, `fc_wait` returned, or `fc_request_free` returned). Built on
-//! [`RawCalls`](fabcoll::RawCalls); the arguments are those of the blocking calls.
+//! [`RawCalls`]; the arguments are those of the blocking calls.
 
 use std::ffi::{c_int, c_void};
 

@@ -1,7 +1,7 @@
 //! Datatypes and reduction ops as C integer handles: `fc_datatype` codes name fabcoll's
 //! [`Datatype`]s (MPI's names), `fc_op` codes name the built-in [`ReduceOp`]s, and user ops made
 //! by `fc_op_create` from a C callback get codes of their own in a process-wide table.
-//! [`with_element!`] turns a datatype into the Rust element type the typed API takes.
+//! `with_element!` turns a datatype into the Rust element type the typed API takes.
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
