@@ -125,3 +125,38 @@ pub(crate) fn extent(counts: &[usize], displs: Option<&[usize]>, what: &str) -> 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(r: Result<Region>) -> String {
+        r.err().expect("an error").msg
+    }
+
+    #[test]
+    fn bad_buffers_are_errors() {
+        let x = [0.0f64; 4];
+        let p = x.as_ptr().cast::<c_void>();
+        assert!(err(Region::new::<f64>(std::ptr::null(), 3, "sendbuf")).contains("sendbuf is NULL"));
+        assert!(Region::new::<f64>(std::ptr::null(), 0, "sendbuf").is_ok());
+        let odd = p.cast::<u8>().wrapping_add(1).cast::<c_void>();
+        assert!(err(Region::new::<f64>(odd, 1, "recvbuf")).contains("not aligned"));
+        assert!(err(Region::new::<f64>(usize::MAX as *const c_void, 1, "recvbuf")).contains("FC_IN_PLACE"));
+        assert!(err(Region::new::<f64>(p, usize::MAX / 4, "sendbuf")).contains("overflow"));
+        let (a, b) = (
+            Region::new::<f64>(p, 2, "sendbuf").unwrap(),
+            Region::new::<f64>(p.wrapping_byte_add(8), 2, "recvbuf").unwrap(),
+        );
+        assert!(a.disjoint(&b).expect_err("overlap").msg.contains("overlap"));
+        let c = Region::new::<f64>(p.wrapping_byte_add(16), 2, "recvbuf").unwrap();
+        assert!(a.disjoint(&c).is_ok());
+    }
+
+    #[test]
+    fn extents_of_packed_and_displaced_blocks() {
+        assert_eq!(extent(&[1, 2, 3], None, "x").unwrap(), 6);
+        assert_eq!(extent(&[1, 2, 3], Some(&[10, 0, 3]), "x").unwrap(), 11);
+        assert!(extent(&[usize::MAX, 1], None, "x").is_err());
+    }
+}

@@ -119,3 +119,43 @@ pub extern "C" fn fc_error_string(code: c_int) -> *const c_char {
 pub extern "C" fn fc_last_error_message() -> *const c_char {
     LAST.with(|l| l.borrow().as_ptr())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last() -> String {
+        // SAFETY: `fc_last_error_message` never returns NULL and its string lives until the next failure.
+        unsafe { CStr::from_ptr(fc_last_error_message()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn a_panic_is_an_internal_error_with_its_message() {
+        let code = guard(|| panic!("boom at the boundary"));
+        assert_eq!(code, FC_ERR_INTERNAL);
+        assert!(last().contains("boom at the boundary"), "{}", last());
+    }
+
+    #[test]
+    fn a_failure_keeps_its_code_and_message_and_success_keeps_the_last_message() {
+        assert_eq!(guard(|| Err(Failure::arg("count is odd"))), FC_ERR_ARG);
+        assert_eq!(guard(|| Ok(())), FC_SUCCESS);
+        assert_eq!(last(), "count is odd");
+        let timeout = fabcoll::Error::Mismatch("rank 1 called bcast".into());
+        assert_eq!(guard(|| Err(timeout.into())), FC_ERR_MISMATCH);
+        assert_eq!(last(), "checked mode: rank 1 called bcast");
+    }
+
+    #[test]
+    fn every_code_has_its_own_description() {
+        let all: Vec<String> = (FC_SUCCESS..=FC_ERR_INTERNAL + 1)
+            // SAFETY: `fc_error_string` returns a static C string.
+            .map(|c| unsafe { CStr::from_ptr(fc_error_string(c)) }.to_string_lossy().into_owned())
+            .collect();
+        let mut distinct = all.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), all.len(), "{all:?}");
+        assert_eq!(all.last().map(String::as_str), Some("unknown error code"));
+    }
+}
