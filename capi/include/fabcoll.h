@@ -328,6 +328,21 @@ int fc_exscan(const void *sendbuf,
 // `comm` points to writable memory.
 int fc_init(struct fc_comm **comm);
 
+// Sets one of fabcoll's settings (`name` as in `docs/settings.md`, e.g. `"FABCOLL_FABRIC"`) for
+// this process, over the environment's; an empty `value` unsets it. Set them before `fc_init`.
+//
+// # Safety
+// `name` and `value` are NUL-terminated strings.
+int fc_set_setting(const char *name, const char *value);
+
+// Joins a job through the store at `store` (`"tcp://host:port"`, `"file:///shared/dir"`, as
+// `FABCOLL_STORE`) as rank `rank` of `size`, instead of the launcher's environment; the other
+// settings still come from the environment and `fc_set_setting`.
+//
+// # Safety
+// `store` is a NUL-terminated string; `comm` points to writable memory.
+int fc_init_store(const char *store, int rank, int size, struct fc_comm **comm);
+
 // This rank's number in `comm` (0 … size − 1).
 //
 // # Safety

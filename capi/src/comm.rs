@@ -1,11 +1,13 @@
 //! Communicators: `fc_init` joins the job the environment describes (fabrun, torchrun, Slurm,
-//! `FABCOLL_*`), then rank, size, split, dup and free, as in MPI. A `fc_comm` owns a shared
+//! `FABCOLL_*`), `fc_init_store` the one a store address names (settings from code through
+//! `fc_set_setting`); then rank, size, split, dup and free, as in MPI. A `fc_comm` owns a shared
 //! handle to its [`Communicator`], so requests still in flight keep it alive after
 //! `fc_comm_free`.
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int, CStr};
 use std::sync::Arc;
 
+use fabcoll::settings::Settings;
 use fabcoll::Communicator;
 
 use crate::error::{guard, Failure, Result};
@@ -72,6 +74,72 @@ pub unsafe extern "C" fn fc_init(comm: *mut *mut fc_comm) -> c_int {
     guard(|| {
         // SAFETY: the caller's contract.
         unsafe { clear_out(comm, "comm")? };
+        let c = Communicator::from_env()?;
+        // SAFETY: checked by `clear_out`.
+        unsafe { *comm = boxed(c) };
+        Ok(())
+    })
+}
+
+/// A C string argument.
+///
+/// # Safety
+/// `s` is NULL or a NUL-terminated string.
+unsafe fn text<'a>(s: *const c_char, what: &str) -> Result<&'a str> {
+    if s.is_null() {
+        return Err(Failure::arg(format!("{what} is NULL")));
+    }
+    // SAFETY: non-NULL and NUL-terminated by the caller's contract.
+    unsafe { CStr::from_ptr(s) }.to_str().map_err(|_| Failure::arg(format!("{what} is not UTF-8")))
+}
+
+/// Sets one of fabcoll's settings (`name` as in `docs/settings.md`, e.g. `"FABCOLL_FABRIC"`) for
+/// this process, over the environment's; an empty `value` unsets it. Set them before `fc_init`.
+///
+/// # Safety
+/// `name` and `value` are NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn fc_set_setting(name: *const c_char, value: *const c_char) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (name, value) = unsafe { (text(name, "name")?, text(value, "value")?) };
+        let mut s = Settings::installed();
+        s.set(name, value).map_err(|e| Failure::arg(e.to_string()))?;
+        s.install();
+        Ok(())
+    })
+}
+
+/// Joins a job through the store at `store` (`"tcp://host:port"`, `"file:///shared/dir"`, as
+/// `FABCOLL_STORE`) as rank `rank` of `size`, instead of the launcher's environment; the other
+/// settings still come from the environment and `fc_set_setting`.
+///
+/// # Safety
+/// `store` is a NUL-terminated string; `comm` points to writable memory.
+#[no_mangle]
+pub unsafe extern "C" fn fc_init_store(
+    store: *const c_char,
+    rank: c_int,
+    size: c_int,
+    comm: *mut *mut fc_comm,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        unsafe { clear_out(comm, "comm")? };
+        // SAFETY: the caller's contract.
+        let store = unsafe { text(store, "store")? };
+        if rank < 0 || size <= 0 || rank >= size {
+            return Err(Failure::arg(format!("fc_init_store: rank {rank} of size {size}")));
+        }
+        let mut s = Settings::installed();
+        for (name, value) in [
+            ("FABCOLL_STORE", store.to_owned()),
+            ("FABCOLL_RANK", rank.to_string()),
+            ("FABCOLL_SIZE", size.to_string()),
+        ] {
+            s.set(name, &value).map_err(|e| Failure::arg(e.to_string()))?;
+        }
+        s.install();
         let c = Communicator::from_env()?;
         // SAFETY: checked by `clear_out`.
         unsafe { *comm = boxed(c) };

@@ -2,7 +2,9 @@
  * nonblocking with fc_wait and nonblocking with an fc_test loop, the in-place forms, half-precision
  * types, user ops (commutative with a context, and non-commutative), split and dup, several
  * requests in flight, and error paths (codes and messages). Any failure prints the call, the code
- * and fabcoll's message, and exits 1. */
+ * and fabcoll's message, and exits 1. Even ranks join through fc_init (the environment fabrun
+ * set), odd ones through fc_init_store with the store, rank and size taken out of it. */
+#define _POSIX_C_SOURCE 200809L
 #include "fabcoll.h"
 
 #include <stdio.h>
@@ -342,6 +344,8 @@ static void test_errors(fc_comm *c) {
     fc_op sum = FC_SUM;
     EXPECT_ERR(FC_ERR_ARG, fc_op_free(&sum), "not a user op");
     EXPECT_ERR(FC_ERR_ARG, fc_comm_split(c, -5, 0, NULL), "NULL");
+    EXPECT_ERR(FC_ERR_ARG, fc_set_setting("FABCOLL_NO_SUCH_KNOB", "1"), "not a fabcoll setting");
+    EXPECT_ERR(FC_ERR_ARG, fc_set_setting("FABCOLL_TIMEOUT", "soon"), "FABCOLL_TIMEOUT");
     EXPECT(strcmp(fc_error_string(FC_ERR_TIMEOUT), "timed out waiting for a peer") == 0);
     EXPECT(strcmp(fc_error_string(4242), "unknown error code") == 0);
     /* The communicator is still fine after argument errors. */
@@ -350,9 +354,33 @@ static void test_errors(fc_comm *c) {
     EXPECT(y[0] == size);
 }
 
-int main(void) {
+/* Joins the job: fc_init on even ranks, fc_init_store on odd ones (the environment's store,
+ * rank and size removed first, so they can only come from the arguments). */
+static fc_comm *join(void) {
     fc_comm *world = NULL;
-    CHECK(fc_init(&world));
+    const char *r = getenv("FABCOLL_RANK"), *n = getenv("FABCOLL_SIZE"), *store = getenv("FABCOLL_STORE");
+    if (r == NULL || n == NULL || store == NULL) {
+        fprintf(stderr, "smoke: run it under fabrun\n");
+        exit(1);
+    }
+    CHECK(fc_set_setting("FABCOLL_TIMEOUT", "60"));
+    rank = atoi(r);
+    if (rank % 2 == 0) {
+        CHECK(fc_init(&world));
+        return world;
+    }
+    char addr[512];
+    snprintf(addr, sizeof addr, "%s", store);
+    int size_arg = atoi(n);
+    unsetenv("FABCOLL_RANK");
+    unsetenv("FABCOLL_SIZE");
+    unsetenv("FABCOLL_STORE");
+    CHECK(fc_init_store(addr, rank, size_arg, &world));
+    return world;
+}
+
+int main(void) {
+    fc_comm *world = join();
     CHECK(fc_comm_rank(world, &rank));
     CHECK(fc_comm_size(world, &size));
     if (size > 8) {
