@@ -7,9 +7,10 @@
 #include <stdint.h>
 /* The send buffer of a call that works in place (see each call). */
 #define FC_IN_PLACE ((void *) -1)
-
-// The `color` of `fc_comm_split` that takes part but gets no communicator.
-#define FC_UNDEFINED -1
+/* The color of fc_comm_split that takes part but gets no communicator. */
+#define FC_UNDEFINED (-1)
+/* No op: what fc_op_free leaves behind. */
+#define FC_OP_NULL (-1)
 
 // Success.
 #define FC_SUCCESS 0
@@ -99,9 +100,6 @@ typedef void (*fc_user_function)(const void *input, void *inout, size_t count, v
 
 // Raw bytes (reductions treat them as `FC_UINT8`).
 #define FC_BYTE 16
-
-// No op: what `fc_op_free` leaves behind.
-#define FC_OP_NULL -1
 
 #define FC_SUM 0
 

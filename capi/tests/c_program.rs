@@ -2,6 +2,8 @@
 //! cdylib this test build made, and run under `fabrun -n 3` (shm, then tcp) with a wall-clock
 //! limit. `fabrun` is the one `cargo test --workspace` builds into the same target directory;
 //! when it is not there (this package tested alone), it is built into a directory of its own.
+//! Testing this package alone after changing the library: `cargo build -p fabcoll-cli --bin fabrun`
+//! (same profile) first, so that the launcher and the library speak the same bootstrap protocol.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -26,6 +26,11 @@ fn the_checked_in_header_is_what_cbindgen_generates() {
         checked_in == generated,
         "include/fabcoll.h is out of date: run FABCOLL_CAPI_WRITE_HEADER=1 cargo test -p fabcoll-capi --test header"
     );
+    // The constants written by hand in cbindgen.toml agree with the library's.
+    for (name, value) in [("FC_UNDEFINED", fabcoll_capi::FC_UNDEFINED), ("FC_OP_NULL", fabcoll_capi::FC_OP_NULL)] {
+        let line = format!("#define {name} ({value})");
+        assert!(generated.contains(&line), "{line} missing from the header");
+    }
     // Every function of the API is in it.
     for f in ["fc_init(", "fc_comm_split(", "fc_allreduce(", "fc_ialltoallv(", "fc_test(", "fc_op_create("] {
         assert!(generated.contains(f), "{f} missing from the header");
