@@ -7,7 +7,7 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::Arc;
 
-use fabcoll::settings::Settings;
+use fabcoll::settings::{self, Settings};
 use fabcoll::Communicator;
 
 use crate::error::{guard, Failure, Result};
@@ -93,7 +93,7 @@ unsafe fn text<'a>(s: *const c_char, what: &str) -> Result<&'a str> {
     unsafe { CStr::from_ptr(s) }.to_str().map_err(|_| Failure::arg(format!("{what} is not UTF-8")))
 }
 
-/// Sets one of fabcoll's settings (`name` as in `docs/settings.md`, e.g. `"FABCOLL_FABRIC"`) for
+/// Sets one of fabcoll's settings (`name` as in `docs/settings.md`, e.g. `FABCOLL_FABRIC`) for
 /// this process, over the environment's; an empty `value` unsets it. Set them before `fc_init`.
 ///
 /// # Safety
@@ -133,9 +133,9 @@ pub unsafe extern "C" fn fc_init_store(
         }
         let mut s = Settings::installed();
         for (name, value) in [
-            ("FABCOLL_STORE", store.to_owned()),
-            ("FABCOLL_RANK", rank.to_string()),
-            ("FABCOLL_SIZE", size.to_string()),
+            (settings::FABCOLL_STORE.name, store.to_owned()),
+            (settings::FABCOLL_RANK.name, rank.to_string()),
+            (settings::FABCOLL_SIZE.name, size.to_string()),
         ] {
             s.set(name, &value).map_err(|e| Failure::arg(e.to_string()))?;
         }

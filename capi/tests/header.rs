@@ -1,6 +1,6 @@
 //! `include/fabcoll.h` is what cbindgen makes from `src/` with `cbindgen.toml`: the header is
 //! checked in (so building the library needs no cbindgen) and this test regenerates it and
-//! compares. After changing the C API, `FABCOLL_CAPI_WRITE_HEADER=1 cargo test -p fabcoll-capi
+//! compares. After changing the C API, `FC_WRITE_HEADER=1 cargo test -p fabcoll-capi
 //! --test header` writes the new header.
 
 use std::path::Path;
@@ -18,13 +18,13 @@ fn the_checked_in_header_is_what_cbindgen_generates() {
     bindings.write(&mut generated);
     let generated = String::from_utf8(generated).expect("UTF-8 header");
     let path = dir.join("include/fabcoll.h");
-    if std::env::var_os("FABCOLL_CAPI_WRITE_HEADER").is_some() {
+    if std::env::var_os("FC_WRITE_HEADER").is_some() {
         std::fs::write(&path, &generated).expect("write include/fabcoll.h");
     }
     let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         checked_in == generated,
-        "include/fabcoll.h is out of date: run FABCOLL_CAPI_WRITE_HEADER=1 cargo test -p fabcoll-capi --test header"
+        "include/fabcoll.h is out of date: run FC_WRITE_HEADER=1 cargo test -p fabcoll-capi --test header"
     );
     // The constants written by hand in cbindgen.toml agree with the library's.
     for (name, value) in [("FC_UNDEFINED", fabcoll_capi::FC_UNDEFINED), ("FC_OP_NULL", fabcoll_capi::FC_OP_NULL)] {

@@ -344,7 +344,7 @@ static void test_errors(fc_comm *c) {
     fc_op sum = FC_SUM;
     EXPECT_ERR(FC_ERR_ARG, fc_op_free(&sum), "not a user op");
     EXPECT_ERR(FC_ERR_ARG, fc_comm_split(c, -5, 0, NULL), "NULL");
-    EXPECT_ERR(FC_ERR_ARG, fc_set_setting("FABCOLL_NO_SUCH_KNOB", "1"), "not a fabcoll setting");
+    EXPECT_ERR(FC_ERR_ARG, fc_set_setting("NO_SUCH_KNOB", "1"), "not a fabcoll setting");
     EXPECT_ERR(FC_ERR_ARG, fc_set_setting("FABCOLL_TIMEOUT", "soon"), "FABCOLL_TIMEOUT");
     EXPECT(strcmp(fc_error_string(FC_ERR_TIMEOUT), "timed out waiting for a peer") == 0);
     EXPECT(strcmp(fc_error_string(4242), "unknown error code") == 0);
