@@ -50,7 +50,9 @@ pub use collectives::datatype::{Datatype, Element, ValueIndex};
 pub use collectives::half;
 pub use collectives::op::{ReduceOp, UserOp};
 pub use collectives::{Params, Topology};
-pub use comm::{Call, Collectives, Communicator, Options, Pinned, Registered, Request, Scope, WithOptions};
+pub use comm::{
+    Call, Collectives, Communicator, Options, Pinned, RawCalls, RawRequest, Registered, Request, Scope, WithOptions,
+};
 pub use error::{Error, Result};
 pub use exec::{ExecConfig, Stats};
 /// Every knob (`FABCOLL_*`) in one table, from the environment or from code (`fabric::settings`).

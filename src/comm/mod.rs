@@ -15,6 +15,7 @@ mod memo;
 mod model;
 mod nodes;
 mod pinned;
+mod raw;
 mod request;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -31,6 +32,7 @@ use fabcoll_fabric::{Access, Backend, Config, Endpoint, LocalFabric};
 
 pub use call::{Call, Collectives, WithOptions};
 pub use pinned::{Pinned, Registered};
+pub use raw::{RawCalls, RawRequest};
 pub use request::{Request, Scope};
 
 use mailboxes::{CallsRegistry, Remembered, SharedCalls, SharedRegistry};
