@@ -10,9 +10,9 @@
 use std::sync::Arc;
 
 use super::call::{Call, Collectives};
+use super::request::InFlight;
 use super::{Communicator, Options};
-use crate::error::{Error, Result};
-use crate::exec::{OpKey, Started};
+use crate::error::Result;
 
 /// The collectives of one communicator, started without waiting and without a scope; see
 /// [`Communicator::raw_calls`] for the contract its calls rely on.
@@ -25,12 +25,8 @@ pub struct RawCalls {
 /// buffers until then).
 pub struct RawRequest {
     comm: Arc<Communicator>,
-    /// The op to wait for; `None` when the call ran to its end as it started.
-    key: Option<OpKey>,
+    call: InFlight,
     alg: &'static str,
-    /// `None` while in flight; once finished, its outcome (`Some(None)`: it succeeded,
-    /// `Some(Some(why))`: it failed) for the tests and the wait that come after.
-    outcome: Option<Option<String>>,
 }
 
 impl Communicator {
@@ -65,60 +61,28 @@ impl<'b> Collectives<'b> for RawCalls {
     }
 
     fn submit(&self, call: &Call<'b>) -> Result<RawRequest> {
-        let (started, alg) = self.comm.start(call, &Options::default(), false)?;
-        let key = match started {
-            Started::Done => None,
-            Started::Pending(key) => {
-                self.comm.left_in_flight();
-                Some(key)
-            }
-        };
-        Ok(RawRequest { comm: self.comm.clone(), key, alg, outcome: None })
+        let (call, alg) = self.comm.start_nonblocking(call, &Options::default())?;
+        Ok(RawRequest { comm: self.comm.clone(), call, alg })
     }
 }
 
 impl RawRequest {
     /// Polls progress once; `Some(result)` when the collective has finished. Once it has
     /// finished, every later test (and the wait) reports the same outcome: `Ok`, or the failure
-    /// again (as [`Error::Protocol`] naming it).
+    /// again (as [`Error::Protocol`](crate::Error::Protocol) naming it).
     pub fn test(&mut self) -> Option<Result<()>> {
-        if let Some(outcome) = &self.outcome {
-            return Some(again(outcome));
-        }
-        let Some(key) = self.key else {
-            self.outcome = Some(None);
-            return Some(Ok(()));
-        };
-        let mut eng = self.comm.lock();
-        if let Err(e) = eng.progress(None) {
-            return Some(Err(e));
-        }
-        eng.check_deadline(key);
-        if !eng.is_finished(key) {
-            return None;
-        }
-        let r = eng.take(key);
-        self.outcome = Some(r.as_ref().err().map(ToString::to_string));
-        Some(r)
+        self.call.poll(&self.comm, None)
     }
 
     /// Waits until the collective has finished (or failed, or timed out naming the missing
     /// ranks). Like [`RawRequest::test`], it reports the same outcome when called again.
     pub fn wait(&mut self) -> Result<()> {
-        if let Some(outcome) = &self.outcome {
-            return again(outcome);
-        }
-        let r = match self.key {
-            Some(key) => self.comm.wait_key(key),
-            None => Ok(()),
-        };
-        self.outcome = Some(r.as_ref().err().map(ToString::to_string));
-        r
+        self.call.wait(&self.comm)
     }
 
     /// Whether the collective has finished (a test or the wait saw its end).
     pub fn is_finished(&self) -> bool {
-        self.outcome.is_some()
+        self.call.is_finished()
     }
 
     /// The algorithm the collective runs.
@@ -127,18 +91,10 @@ impl RawRequest {
     }
 }
 
-/// The outcome of a request that finished before.
-fn again(outcome: &Option<String>) -> Result<()> {
-    match outcome {
-        None => Ok(()),
-        Some(why) => Err(Error::Protocol(format!("the collective failed earlier: {why}"))),
-    }
-}
-
 impl Drop for RawRequest {
     fn drop(&mut self) {
         // The buffers stay lent until the op has finished: an abandoned request is finished here.
-        if self.outcome.is_none() {
+        if !self.call.is_finished() {
             let _ = self.wait();
         }
     }

@@ -32,12 +32,93 @@ pub struct Scope<'scope, 'env: 'scope> {
 /// the scope finishes it.
 pub struct Request<'scope> {
     comm: &'scope Communicator,
+    call: InFlight,
+    alg: &'static str,
+}
+
+/// A started call as its request sees it (shared with `raw::RawRequest`): the op to wait for,
+/// and once finished its outcome, which every later test and the wait report again.
+pub(super) struct InFlight {
     /// The op to wait for; `None` when the call ran to its end as it started.
     key: Option<OpKey>,
-    alg: &'static str,
-    /// `None` while in flight; once finished, its outcome (`Some(None)`: it succeeded;
-    /// `Some(Some(why))`: it failed) for the tests and the wait that come after.
+    /// `None` while in flight; once finished, `Some(None)`: it succeeded, `Some(Some(why))`: it
+    /// failed.
     outcome: Option<Option<String>>,
+}
+
+impl Communicator {
+    /// Starts a nonblocking call; an op left in flight goes to the progress thread. Returns it (if
+    /// one is left) and the algorithm.
+    pub(super) fn start_nonblocking(&self, call: &Call<'_>, opts: &Options) -> Result<(InFlight, &'static str)> {
+        let (started, alg) = self.start(call, opts, false)?;
+        let key = match started {
+            Started::Done => None,
+            Started::Pending(key) => {
+                self.left_in_flight();
+                Some(key)
+            }
+        };
+        Ok((InFlight { key, outcome: None }, alg))
+    }
+}
+
+impl InFlight {
+    /// The op left in flight, if any.
+    pub fn key(&self) -> Option<OpKey> {
+        self.key
+    }
+
+    /// Whether a test or the wait saw the call's end.
+    pub fn is_finished(&self) -> bool {
+        self.outcome.is_some()
+    }
+
+    /// Polls progress once; `Some(result)` when the call has finished. Unfinished, `waker` (if
+    /// any) is left with the engine for the progress thread to wake.
+    pub fn poll(&mut self, comm: &Communicator, waker: Option<&Waker>) -> Option<Result<()>> {
+        if let Some(outcome) = &self.outcome {
+            return Some(again(outcome));
+        }
+        let Some(key) = self.key else {
+            self.outcome = Some(None);
+            return Some(Ok(()));
+        };
+        let mut eng = comm.lock();
+        if let Err(e) = eng.progress(None) {
+            return Some(Err(e));
+        }
+        eng.check_deadline(key);
+        if !eng.is_finished(key) {
+            if let Some(w) = waker {
+                eng.set_waker(key, w);
+            }
+            return None;
+        }
+        let r = eng.take(key);
+        self.outcome = Some(r.as_ref().err().map(ToString::to_string));
+        Some(r)
+    }
+
+    /// Waits until the call has finished (or failed, or timed out naming the missing ranks).
+    pub fn wait(&mut self, comm: &Communicator) -> Result<()> {
+        if let Some(outcome) = &self.outcome {
+            return again(outcome);
+        }
+        let r = match self.key {
+            Some(key) => comm.wait_key(key),
+            None => Ok(()),
+        };
+        self.outcome = Some(r.as_ref().err().map(ToString::to_string));
+        r
+    }
+}
+
+/// The outcome of a call that finished before.
+fn again(outcome: &Option<String>) -> Result<()> {
+    match outcome {
+        None => Ok(()),
+        Some(why) => Err(Error::Protocol(format!("the collective failed earlier: {why}"))),
+    }
 }
 
 impl<'scope, 'env> Scope<'scope, 'env> {
@@ -60,16 +141,9 @@ impl<'scope> Collectives<'scope> for Scope<'scope, '_> {
     }
 
     fn submit(&self, call: &Call<'scope>) -> Result<Request<'scope>> {
-        let (started, alg) = self.comm.start(call, &self.opts.borrow(), false)?;
-        let key = match started {
-            Started::Done => None,
-            Started::Pending(key) => {
-                self.keys.borrow_mut().push(key);
-                self.comm.left_in_flight();
-                Some(key)
-            }
-        };
-        Ok(Request { comm: self.comm, key, alg, outcome: None })
+        let (call, alg) = self.comm.start_nonblocking(call, &self.opts.borrow())?;
+        self.keys.borrow_mut().extend(call.key());
+        Ok(Request { comm: self.comm, call, alg })
     }
 }
 
@@ -78,57 +152,12 @@ impl Request<'_> {
     /// Once it has finished, every later test (and the wait) reports the same outcome: `Ok`, or
     /// the failure again (as [`Error::Protocol`] naming it).
     pub fn test(&mut self) -> Option<Result<()>> {
-        self.poll_with(None)
-    }
-
-    /// [`Request::test`], leaving `waker` with the engine when the collective is not finished.
-    fn poll_with(&mut self, waker: Option<&Waker>) -> Option<Result<()>> {
-        if let Some(outcome) = &self.outcome {
-            return Some(Request::again(outcome));
-        }
-        let Some(key) = self.key else {
-            self.outcome = Some(None);
-            return Some(Ok(()));
-        };
-        let mut eng = self.comm.lock();
-        if let Err(e) = eng.progress(None) {
-            return Some(Err(e));
-        }
-        eng.check_deadline(key);
-        if !eng.is_finished(key) {
-            if let Some(w) = waker {
-                eng.set_waker(key, w);
-            }
-            return None;
-        }
-        let r = eng.take(key);
-        self.outcome = Some(r.as_ref().err().map(ToString::to_string));
-        Some(r)
-    }
-
-    /// The outcome of a request that finished before.
-    fn again(outcome: &Option<String>) -> Result<()> {
-        match outcome {
-            None => Ok(()),
-            Some(why) => Err(Error::Protocol(format!("the collective failed earlier: {why}"))),
-        }
+        self.call.poll(self.comm, None)
     }
 
     /// Waits until the collective has finished (or failed, or timed out naming the missing ranks).
     pub fn wait(mut self) -> Result<()> {
-        self.finish_blocking()
-    }
-
-    fn finish_blocking(&mut self) -> Result<()> {
-        if let Some(outcome) = &self.outcome {
-            return Request::again(outcome);
-        }
-        let r = match self.key {
-            Some(key) => self.comm.wait_key(key),
-            None => Ok(()),
-        };
-        self.outcome = Some(r.as_ref().err().map(ToString::to_string));
-        r
+        self.call.wait(self.comm)
     }
 }
 
@@ -138,7 +167,7 @@ impl Future for Request<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
         let thread = this.comm.progress.is_on();
-        match this.poll_with(thread.then_some(cx.waker())) {
+        match this.call.poll(this.comm, thread.then_some(cx.waker())) {
             Some(r) => Poll::Ready(r),
             None if thread => Poll::Pending,
             None => {
