@@ -15,6 +15,9 @@
 #                        run, alternating, and write OUT/vs-baseline.md: per transport, op and p the
 #                        geometric mean over sizes of this build / the baseline (per size: the median of
 #                        the per-run ratios) and the sizes where this build was slower in every run
+#     --build DIR        measure the fabrun and fabcoll in DIR instead of building this tree (with
+#                        --baseline naming a copy of the same build: an A/A check of how far the
+#                        per-cell geomeans stray from 1 by noise alone)
 #
 # Sizes are mpibench's: the whole per-rank buffer, also for allgather and alltoall (fabcoll runs
 # those with a per-rank / per-pair block of size/p, and rows are reported at the mpibench size).
@@ -31,7 +34,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 peers="" ops="allreduce bcast allgather alltoall" procs="2 4" fabrics="shm tcp ofi:tcp"
-min=8 max=16777216 runs=3 out="$root/target/bench-vs-openmpi" base=""
+min=8 max=16777216 runs=3 out="$root/target/bench-vs-openmpi" base="" prebuilt=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --peers) peers=$2; shift 2 ;;
@@ -43,7 +46,8 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --baseline) base=$2; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    --build) prebuilt=$2; shift 2 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "bench-vs-openmpi: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done

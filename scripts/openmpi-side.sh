@@ -4,7 +4,8 @@
 
 # openmpi_side NAME PEERS OUT: finds mpibench.c (in PEERS, else ../shared/peers or
 # ../../shared/peers), installs Open MPI if missing, installs fabcoll's system packages, builds
-# fabrun and fabcoll, compiles mpibench into OUT. Sets `bin` (fabcoll's release binaries).
+# fabrun and fabcoll (unless `prebuilt` names a directory holding them), compiles mpibench into OUT.
+# Sets `bin` (fabcoll's release binaries).
 openmpi_side() {
   local name=$1 peers=$2 out=$3 d
   if [ -z "$peers" ]; then
@@ -24,8 +25,13 @@ openmpi_side() {
       libopenmpi-dev >/dev/null
   fi
   bash scripts/install-deps.sh
-  cargo build --release --bin fabrun --bin fabcoll
-  bin="${CARGO_TARGET_DIR:-$(pwd)/target}/release"
+  if [ -n "${prebuilt:-}" ]; then
+    # A given build (e.g. an A/A check of the method: the same build on both sides).
+    bin=$prebuilt
+  else
+    cargo build --release --bin fabrun --bin fabcoll
+    bin="${CARGO_TARGET_DIR:-$(pwd)/target}/release"
+  fi
   mkdir -p "$out"
   mpicc.openmpi -O2 "$peers/mpibench.c" -o "$out/mpibench"
 }
