@@ -189,3 +189,18 @@ fn node_csv_and_errors() {
     let (ok, _, err) = sim(&two_sizes);
     assert!(!ok && err.contains("single value"), "{err}");
 }
+
+/// At p = 65,536 an algorithm that no symmetry shortens is refused with the memory its full
+/// replay would take, and the others are still simulated (the default set was killed by the
+/// kernel for want of memory before).
+#[test]
+fn too_large_to_replay_is_skipped_with_its_memory_and_the_rest_runs() {
+    let args = ["--op", "allreduce", "--algos", "allgather_reduce,recursive_doubling", "--ps", "65536", "--sizes", "8"];
+    let (ok, out, err) = sim(&args);
+    assert!(ok, "{err}");
+    assert!(err.contains("allreduce:allgather_reduce on 65536 ranks") && err.contains("GiB"), "{err}");
+    assert!(err.contains("1 not simulated"), "{err}");
+    let rows: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "{out}");
+    assert!(rows[0].starts_with("allreduce,65536,8,recursive_doubling,"), "{out}");
+}

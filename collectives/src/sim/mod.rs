@@ -130,6 +130,10 @@ use crate::topology::Topology;
 /// the replay would take gigabytes and minutes, and it refuses with an error instead.
 pub const FULL_REPLAY_STEPS: u64 = 1 << 25;
 
+/// Memory a step of a full replay takes, about: the step and its dependencies in the schedule,
+/// and the simulator's state for it (the estimate a refusal gives).
+pub const REPLAY_BYTES_PER_STEP: u64 = std::mem::size_of::<crate::schedule::Step>() as u64 + 48;
+
 /// What the error of a job refused above [`FULL_REPLAY_STEPS`] says (for callers that skip it).
 pub const TOO_LARGE_TO_REPLAY: &str = "too large to replay in full";
 
@@ -374,9 +378,10 @@ pub fn simulate_alg_sampled_within(
 fn simulate_alg_checked(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams, full_ranks: u32) -> Result<SimResult> {
     let steps = alg.schedule(&args.for_rank(0))?.len() as u64 * u64::from(args.size);
     if steps > FULL_REPLAY_STEPS || args.size > full_ranks {
+        let gib = steps as f64 * REPLAY_BYTES_PER_STEP as f64 / f64::from(1u32 << 30);
         return Err(Error::Simulate(format!(
-            "{}:{} on {} ranks is not symmetric and {TOO_LARGE_TO_REPLAY} (≈ {steps} steps, limits {} steps, \
-             {full_ranks} ranks)",
+            "{}:{} on {} ranks is not symmetric and {TOO_LARGE_TO_REPLAY} (≈ {steps} steps, about {gib:.1} GiB \
+             to build and replay; limits {} steps, {full_ranks} ranks)",
             alg.coll, alg.name, args.size, FULL_REPLAY_STEPS
         )));
     }
