@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The test command: installs the system packages the build needs, then checks the habits and runs the whole
-# test suite. Extra arguments go to the final `cargo test --workspace --release`.
+# test suite. Extra arguments go to the final `cargo test --workspace --profile ci`.
 #   1. formatting (rustfmt.toml), 2. clippy on every target with warnings as errors (incl. clippy's
 #   `incompatible_msrv`: nothing newer than the workspace's `rust-version`), 3. rustdoc with warnings as errors,
-#   4. the lean-library check (scripts/check-lean.sh) and `cargo package` of every crate, 5. the core crates'
-#   tests in the test profile (debug assertions and overflow checks on), 6. the loom models, 7. the whole suite
-#   in release.
+#   4. the lean-library check (scripts/check-lean.sh) and `cargo package` of every crate, 5. the loom models,
+#   6. the whole suite in the `ci` profile (release's optimisation with debug assertions and overflow checks on,
+#   so every `debug_assert!` runs: Cargo.toml), also without libfabric for fabcoll-fabric.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -15,8 +15,7 @@ step() { echo "== scripts/test.sh: $* ($(date +%T))" >&2; }
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-# Dev profile, not release: the dependencies' metadata it builds is what `cargo doc` reuses, and its build
-# scripts and proc macros are those of the debug-profile tests below.
+# Dev profile: the dependencies' metadata it builds is what `cargo doc` reuses.
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 # Without libfabric: the `ofi` feature off compiles and stays warning-free too.
@@ -32,13 +31,12 @@ bash scripts/check-lean.sh
 # `cargo package --workspace --exclude fabcoll-cli --offline` does it.
 cargo package --workspace --no-verify --offline --allow-dirty --quiet
 
-step "core crates, debug assertions on"
-# Unit and integration tests (the doc tests and examples run in release below).
-cargo test -p fabcoll-collectives -p fabcoll-fabric --lib --tests
-cargo test -p fabcoll-fabric --no-default-features --lib
-
 step "loom models"
 bash scripts/loom.sh
 
-step "cargo test --workspace --release"
-cargo test --workspace --release "$@"
+step "cargo test --workspace --profile ci"
+# The verifier's full matrix and case count, which a build with debug assertions would otherwise shrink to the
+# unoptimized build's.
+export VERIFY_MAX_P="${VERIFY_MAX_P:-64}" VERIFY_CASES="${VERIFY_CASES:-400}"
+cargo test -p fabcoll-fabric --no-default-features --lib --profile ci
+cargo test --workspace --profile ci "$@"

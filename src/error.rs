@@ -1,5 +1,5 @@
 //! Errors of the communicator and executor: bad arguments, algorithm and fabric failures, timeouts
-//! that name the ranks still awaited, and checked-mode mismatches. Nothing in `src/` panics on bad input.
+//! that name the ranks still awaited, and mismatched calls. Nothing in `src/` panics on bad input.
 
 use std::time::Duration;
 
@@ -33,9 +33,9 @@ pub enum Error {
     /// A peer violated the protocol (malformed control message, unknown grant, …).
     #[error("protocol error: {0}")]
     Protocol(String),
-    /// Checked mode (`FABCOLL_CHECK=1`): ranks called different collectives or with different
-    /// arguments.
-    #[error("checked mode: {0}")]
+    /// Ranks called different collectives or with different arguments: found by the call
+    /// signature every message carries, or in full by checked mode (`FABCOLL_CHECK=1`).
+    #[error("collective mismatch: {0}")]
     Mismatch(String),
     /// An earlier error left the communicator unusable (peers may be in an unknown state).
     #[error("communicator is broken by an earlier error: {0}")]

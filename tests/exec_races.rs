@@ -59,10 +59,11 @@ mod format {
         it.imm().is_some_and(|i| i >> 63 == 1)
     }
 
-    /// The collective's sequence number of a control message or an eager write.
+    /// The collective's sequence number of a control message (`kind | ctx | sig | seq mod 2^24`)
+    /// or an eager write (`0 | slot | ctx | seq mod 2^16 | sig (8) | idx (17)`).
     pub fn seq(it: &Item) -> Option<u64> {
         match (it.tag(), it.imm()) {
-            (Some(t), _) => Some(t & 0xffff_ffff),
+            (Some(t), _) => Some(t & 0xff_ffff),
             (None, Some(i)) if i >> 63 == 0 => Some((i >> 25) & 0xffff),
             _ => None,
         }
@@ -70,7 +71,7 @@ mod format {
 
     /// The message index of an eager write (k-th message of its pair in its collective).
     pub fn idx(it: &Item) -> Option<u64> {
-        it.imm().filter(|i| i >> 63 == 0).map(|i| i & ((1 << 25) - 1))
+        it.imm().filter(|i| i >> 63 == 0).map(|i| i & ((1 << 17) - 1))
     }
 }
 

@@ -143,7 +143,7 @@ mod tests {
         assert_eq!(last(), "count is odd");
         let timeout = fabcoll::Error::Mismatch("rank 1 called bcast".into());
         assert_eq!(guard(|| Err(timeout.into())), FC_ERR_MISMATCH);
-        assert_eq!(last(), "checked mode: rank 1 called bcast");
+        assert_eq!(last(), "collective mismatch: rank 1 called bcast");
     }
 
     #[test]

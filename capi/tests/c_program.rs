@@ -37,17 +37,16 @@ fn fabrun() -> PathBuf {
     if here.is_file() {
         return here;
     }
-    let release = dir.file_name().is_some_and(|n| n == "release");
+    // target/debug is the dev and test profiles' directory; any other is named after its profile.
+    let profile = dir.file_name().and_then(|n| n.to_str()).expect("profile directory name");
+    let profile = if profile == "debug" { "dev" } else { profile };
     let target = dir.parent().expect("target dir").join("capi-fabrun");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-p", "fabcoll-cli", "--bin", "fabrun", "--target-dir"]).arg(&target);
-    if release {
-        cmd.arg("--release");
-    }
+    cmd.args(["build", "-p", "fabcoll-cli", "--bin", "fabrun", "--profile", profile, "--target-dir"]).arg(&target);
     let status = cmd.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("run cargo build");
     assert!(status.success(), "building fabrun failed: {status}");
-    target.join(if release { "release" } else { "debug" }).join("fabrun")
+    target.join(dir.file_name().expect("profile directory")).join("fabrun")
 }
 
 /// Runs `cmd` to its end within `limit` (killed and failed after), returning (success, stdout,

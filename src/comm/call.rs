@@ -13,8 +13,10 @@ use fabcoll_collectives::datatype::{Datatype, Element};
 use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::{CollArgs, Collective};
 
+use super::memo::Prepared;
 use super::{Communicator, Options};
 use crate::error::{Error, Result};
+use crate::exec::proto::CallSig;
 
 /// One collective call on this rank, checked and ready to start. Holds raw views of the lent
 /// buffers for the lifetime `'b`.
@@ -117,6 +119,16 @@ impl<'b> Call<'b> {
             self.expect("send buffer", self.send.1, send)?;
         }
         self.expect("receive buffer", self.recv.1, recv)
+    }
+
+    /// The call's signature, sent with its messages: the prepared call's agreed hash with the
+    /// element type and the reduction (which calls that share a prepared call may differ in).
+    #[inline]
+    pub(crate) fn sig(&self, p: &Prepared) -> CallSig {
+        const PRIME: u64 = 0x100_0000_01b3;
+        let op =
+            self.op.as_ref().map_or(0, |o| o.name().bytes().fold(1, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME)));
+        CallSig::of(p.agreed ^ (self.dtype as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ op.rotate_left(17))
     }
 
     /// What checked mode compares across ranks.

@@ -230,7 +230,14 @@ impl Communicator {
         let (coll, rank, this_seq, timeout) = (call.args.coll, self.rank, *seq, *timeout);
         let mut last_liveness: Option<Instant> = None;
         let mut check = |peer: u32, t0: Instant| -> Result<()> {
-            self.lock().progress_others();
+            {
+                let mut eng = self.lock();
+                eng.progress_others();
+                // A peer's mismatch notice that reached the engine (an earlier call did not match).
+                if let Some(why) = eng.broken(self.ctx) {
+                    return Err(Error::Broken(why));
+                }
+            }
             let waited = t0.elapsed();
             if waited >= LIVENESS_EVERY && last_liveness.is_none_or(|t| t.elapsed() >= LIVENESS_EVERY) {
                 last_liveness = Some(Instant::now());
@@ -250,7 +257,7 @@ impl Communicator {
             }
             Ok(())
         };
-        let r = mailboxes::run(&c, mb, this_seq, fused, *patience, stats, &mut check);
+        let r = mailboxes::run(&c, (coll, p.alg), call.sig(p), mb, this_seq, fused, *patience, stats, &mut check);
         *seq += 1;
         r.map_err(|e| match e {
             Error::Timeout { coll, seq, rank, after, waiting_for } => {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use fabcoll_collectives::{CollArgs, Collective, Params, Topology};
 
+use super::call::fnv;
 use crate::exec::mailboxes;
 use crate::exec::plan::Plan;
 
@@ -111,6 +112,8 @@ pub(crate) struct Lanes {
 #[derive(Debug)]
 pub(crate) struct Prepared {
     pub alg: &'static str,
+    /// A hash of what every rank's call must agree on (see [`agreed_hash`]).
+    pub agreed: u64,
     pub args: Arc<CollArgs>,
     pub plan: Arc<Plan>,
     /// A blocking call may run on the mailboxes.
@@ -128,7 +131,8 @@ impl Prepared {
         let straight = lanes.straight && bytes <= lanes.eager_limit as u64;
         let straight_nonblocking = straight && plan.sends_only && bytes <= lanes.inline_completion as u64;
         let mailbox = fits_mailboxes(&args, lanes.mailbox_limit) && mailboxes::fits(&args, alg);
-        Prepared { alg, args: Arc::new(args), plan: Arc::new(plan), mailbox, straight, straight_nonblocking }
+        let agreed = agreed_hash(alg, &args);
+        Prepared { alg, agreed, args: Arc::new(args), plan: Arc::new(plan), mailbox, straight, straight_nonblocking }
     }
 
     /// How this call runs: `blocking` or not, in checked mode or not (checked calls exchange
@@ -143,6 +147,18 @@ impl Prepared {
             _ => Path::Engine,
         }
     }
+}
+
+/// A hash of what every rank's call must agree on: the operation, the communicator's size, the
+/// root of a rooted one, the count or counts, the element size, the algorithm and its parameters
+/// (not this rank's own: its rank, displacements, whether it is in place). The call's signature
+/// (`Call::sig`) adds the element type and the reduction.
+fn agreed_hash(alg: &str, args: &CollArgs) -> u64 {
+    let root = if args.coll.is_rooted() { args.root } else { 0 };
+    let counts = args.counts.iter().flat_map(|c| c.iter().copied());
+    let params = args.params.iter().flat_map(|(k, v)| k.bytes().map(u64::from).chain([v]));
+    let head = [args.coll as u64, u64::from(args.size), u64::from(root), args.count, u64::from(args.elem_size)];
+    fnv(head.into_iter().chain(counts).chain(alg.bytes().map(u64::from)).chain(params))
 }
 
 /// Elements of the largest buffer any rank passes to this call, for the operations whose buffer

@@ -381,8 +381,14 @@ impl Communicator {
 
     /// Starts a prepared call on the engine, straight over the rings or as an op (`path`).
     fn start_prepared(&self, call: &Call<'_>, p: &Prepared, path: Path) -> Result<Started> {
-        let spec =
-            CallSpec { coll: call.args.coll, alg: p.alg, plan: &p.plan, dtype: call.dtype, rop: call.op.as_ref() };
+        let spec = CallSpec {
+            coll: call.args.coll,
+            alg: p.alg,
+            sig: call.sig(p),
+            plan: &p.plan,
+            dtype: call.dtype,
+            rop: call.op.as_ref(),
+        };
         let mut eng = self.lock();
         let check = self.check.then(|| {
             // The executor settings every rank must share (they decide eager vs zero-copy per

@@ -6,7 +6,7 @@ use fabcoll_fabric::{Access, Caps, Completion, Endpoint, Mr, RemoteRange, SILENT
 use super::eager::Eager;
 use super::fasthash::FastMap;
 use super::mrcache::MrCache;
-use super::proto::{self, ImmLayout, Kind};
+use super::proto::{self, CallSig, ImmLayout, Kind};
 use super::wait::retry_busy;
 use super::{ExecConfig, OpKey, Stats};
 use crate::error::Result;
@@ -67,6 +67,7 @@ impl Core {
     pub fn send_eager(
         &mut self,
         key: OpKey,
+        sig: CallSig,
         step: u32,
         peer: usize,
         idx: u32,
@@ -83,7 +84,7 @@ impl Core {
             taken = self.eager.take_slot(peer, bytes);
         }
         let Some((slot, dst)) = taken else { return Ok(EagerSent::NoSlot) };
-        let Some(imm) = self.layout.encode_eager(slot, key.ctx, key.seq, idx) else {
+        let Some(imm) = self.layout.encode_eager(slot, key.ctx, key.seq, sig, idx) else {
             self.eager.on_credit(peer, 1u64 << slot)?;
             return Ok(EagerSent::NoSlot);
         };
@@ -158,7 +159,7 @@ impl Core {
         if let Some(mask) = self.eager.release(peer, slot) {
             // Credits are independent of other control messages: send at once (no allocation);
             // if that fails, queue them so that `flush_ctrl` retries or reports as for any other.
-            let tag = proto::tag(Kind::Credit, 0, 0);
+            let tag = proto::tag(Kind::Credit, 0, 0, CallSig::default());
             if self.ep.send_ctrl(peer, tag, &mask.to_le_bytes()).is_err() {
                 self.ctrl(peer, tag, mask.to_le_bytes().to_vec());
             }
@@ -193,7 +194,7 @@ impl Core {
         let mut i = before;
         while i < self.backlog.len() {
             match &self.backlog[i] {
-                Completion::Ctrl { peer, tag, data } if proto::untag(*tag).is_ok_and(|(k, ..)| k == Kind::Credit) => {
+                Completion::Ctrl { peer, tag, data } if proto::untag(*tag).is_ok_and(|t| t.kind == Kind::Credit) => {
                     let mask = proto::credit_mask(*peer, data)?;
                     self.eager.on_credit(*peer, mask)?;
                     self.backlog.remove(i);

@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use super::proto::Kind;
+use super::proto::{CallSig, Kind};
 use super::{seq_match, OpKey};
 
 /// A message for a collective not started yet.
@@ -25,8 +25,17 @@ pub(super) struct Early {
 }
 
 pub(super) enum EarlyWhat {
-    Eager { idx: u32, slot: u32 },
-    Ctrl { kind: Kind, data: Vec<u8> },
+    /// `sig`: the sender's call signature, when the immediate carries one.
+    Eager {
+        idx: u32,
+        slot: u32,
+        sig: Option<CallSig>,
+    },
+    Ctrl {
+        kind: Kind,
+        data: Vec<u8>,
+        sig: CallSig,
+    },
 }
 
 impl Early {
@@ -118,7 +127,7 @@ mod tests {
     use super::*;
 
     fn eager(ctx: u32, seq: u64, idx: u32) -> Early {
-        Early { ctx, seq_low: seq & 0xff, mask: 0xff, peer: 1, what: EarlyWhat::Eager { idx, slot: idx } }
+        Early { ctx, seq_low: seq & 0xff, mask: 0xff, peer: 1, what: EarlyWhat::Eager { idx, slot: idx, sig: None } }
     }
 
     fn ctrl(ctx: u32, seq: u64) -> Early {
@@ -127,7 +136,7 @@ mod tests {
             seq_low: seq & 0xff,
             mask: 0xff,
             peer: 1,
-            what: EarlyWhat::Ctrl { kind: Kind::Grant, data: vec![] },
+            what: EarlyWhat::Ctrl { kind: Kind::Grant, data: vec![], sig: CallSig::default() },
         }
     }
 
@@ -176,7 +185,7 @@ mod tests {
             seq_low: seq & 0xfff,
             mask: 0xfff,
             peer: 0,
-            what: EarlyWhat::Eager { idx, slot: 0 },
+            what: EarlyWhat::Eager { idx, slot: 0, sig: None },
         };
         for e in [wide(64, 0), wide(1, 0), wide(2, 0), wide(0, 0), wide(65, 0), wide(0, 1)] {
             q.push(e);

@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use fabcoll_collectives::registry;
 use fabcoll_collectives::schedule::{Region, StepId, StepKind};
-use fabcoll_collectives::CollArgs;
+use fabcoll_collectives::{CollArgs, Collective};
 
 use super::bufs::{Bound, Bufs};
 use super::fasthash::FastMap;
+use super::proto::CallSig;
 use super::runner::{self, Fused, Lane, Stop};
 use super::straight;
 use super::wait::{Backoff, Patience, Pause};
@@ -69,6 +70,10 @@ pub(crate) fn fits(args: &CollArgs, alg: &str) -> bool {
 struct MailboxLane<'a> {
     mb: &'a mut Mailbox,
     seq: u64,
+    /// The call's signature, stored with every record (`proto::CallSig`), and what the call is
+    /// (for a mismatch's message).
+    sig: CallSig,
+    what: (Collective, &'static str),
     stats: &'a mut Stats,
     fused: &'a mut Vec<Fused>,
     patience: Patience,
@@ -79,12 +84,14 @@ struct MailboxLane<'a> {
     check: &'a mut dyn FnMut(u32, Instant) -> Result<()>,
 }
 
-/// Runs `c` on the mailboxes as the communicator's mailbox call number `seq`; its counters go to
-/// `stats`. On `Err`, records of this call may still arrive: the communicator must not run
-/// mailbox calls again.
+/// Runs `c` (collective and algorithm `what`, signature `sig`) on the mailboxes as the
+/// communicator's mailbox call number `seq`; its counters go to `stats`. On `Err`, records of this
+/// call may still arrive: the communicator must not run mailbox calls again.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     c: &runner::Call<'_>,
+    what: (Collective, &'static str),
+    sig: CallSig,
     mb: &mut Mailbox,
     seq: u64,
     fused: &mut Vec<Fused>,
@@ -93,7 +100,7 @@ pub(crate) fn run(
     check: &mut dyn FnMut(u32, Instant) -> Result<()>,
 ) -> Result<()> {
     fused.clear();
-    let mut lane = MailboxLane { mb, seq, stats, fused, patience, w: Backoff::default(), check };
+    let mut lane = MailboxLane { mb, seq, sig, what, stats, fused, patience, w: Backoff::default(), check };
     match runner::run(&mut lane, c, &mut 0) {
         Ok(()) => Ok(()),
         Err(Stop::Failed(e)) => Err(e),
@@ -111,7 +118,8 @@ impl Lane for MailboxLane<'_> {
             return Err(Error::Protocol(format!("mailbox message of {n} bytes exceeds {}", MAX_MESSAGE)).into());
         }
         // SAFETY: `sp` is a region of this call's buffers, `n` bytes, at most MAX_MESSAGE.
-        let sent = unsafe { self.mb.send(peer as usize, mailbox::tag(self.seq, idx), sp, n)? };
+        let tag = mailbox::with_sig(mailbox::tag(self.seq, idx), self.sig.0);
+        let sent = unsafe { self.mb.send(peer as usize, tag, sp, n)? };
         if sent {
             self.stats.mailbox_msgs += 1;
             self.stats.mailbox_bytes += n as u64;
@@ -126,6 +134,12 @@ impl Lane for MailboxLane<'_> {
             return Ok(true);
         }
         let Some(f) = self.mb.find(peer as usize, mailbox::tag(self.seq, idx))? else { return Ok(false) };
+        if f.sig != self.sig.0 {
+            return Err(self.mismatch(peer, format!("a record of another call (signature {:#04x})", f.sig)).into());
+        }
+        if !f.first {
+            self.orphans(peer)?;
+        }
         if f.len != n {
             return Err(Error::Protocol(format!(
                 "rank {peer} sent a {}-byte message for a {n}-byte receive (message {idx} of mailbox call {})",
@@ -151,6 +165,8 @@ impl Lane for MailboxLane<'_> {
         let pause = self.w.fruitless(&self.patience, || false);
         if self.w.idle.is_multiple_of(CHECK_EVERY) {
             (self.check)(peer, self.w.since.unwrap_or_else(Instant::now))?;
+            self.mismatch_notices()?;
+            self.orphans(peer)?;
         }
         match pause {
             Pause::Poll => std::hint::spin_loop(),
@@ -178,7 +194,66 @@ impl Lane for MailboxLane<'_> {
 }
 
 /// Message index of abort notices (no schedule has that many messages to one peer).
-const NOTICE: u32 = 0x7fff_ffff;
+const NOTICE: u32 = 0x7f_ffff;
+/// Message index of mismatch notices: a peer found a record of another call than its own.
+const MISMATCH: u32 = NOTICE - 1;
+
+impl MailboxLane<'_> {
+    /// Rank `peer` sent `what` (a record of another call): tells every peer (so that each
+    /// reports the mismatch rather than a timeout) and returns the error.
+    fn mismatch(&mut self, peer: u32, what: String) -> Error {
+        let (coll, alg) = self.what;
+        let msg = format!(
+            "mailbox call #{}: rank {peer} made a different call than rank {}'s {coll} ({alg}, signature {:#04x}): it \
+             sent {what}; ranks called different collectives or passed different roots, counts, types, operations or \
+             algorithms (FABCOLL_CHECK=1 names the difference)",
+            self.seq,
+            self.mb.rank(),
+            self.sig.0
+        );
+        let text = &msg.as_bytes()[..msg.len().min(MAX_MESSAGE)];
+        let tag = mailbox::tag(self.seq, MISMATCH);
+        let me = self.mb.rank();
+        for q in (0..self.mb.size()).filter(|&q| q != me) {
+            // SAFETY: `text` is readable for its length, at most MAX_MESSAGE bytes. A full inbox
+            // drops the notice: that peer reports a timeout instead.
+            let _ = unsafe { self.mb.send(q, tag, text.as_ptr(), text.len()) };
+        }
+        Error::Mismatch(msg)
+    }
+
+    /// A record of an earlier call that this rank finished without it, left by `peer`: the peer
+    /// made another call then.
+    fn orphans(&mut self, peer: u32) -> Result<()> {
+        let Some(t) = self.mb.oldest(peer as usize) else { return Ok(()) };
+        let (seq, k) = Mailbox::parts(t);
+        let behind = (self.seq as u32).wrapping_sub(seq as u32);
+        if k == NOTICE || k == MISMATCH || behind == 0 || behind > u32::MAX / 2 {
+            return Ok(());
+        }
+        Err(self.mismatch(peer, format!("a message for mailbox call #{seq}, which this rank finished without it")))
+    }
+
+    /// A peer's mismatch notice for this call or the one before (which this rank may have
+    /// finished before the peer found it), as this rank's error.
+    fn mismatch_notices(&mut self) -> Result<()> {
+        let me = self.mb.rank();
+        let seqs = [Some(self.seq), self.seq.checked_sub(1)];
+        for (q, tag) in (0..self.mb.size())
+            .filter(|&q| q != me)
+            .flat_map(|q| seqs.into_iter().flatten().map(move |seq| (q, mailbox::tag(seq, MISMATCH))))
+        {
+            if let Ok(Some(f)) = self.mb.find(q, tag) {
+                // SAFETY: a published record's payload, readable until consumed.
+                let text =
+                    String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(f.payload, f.len) }).into_owned();
+                self.mb.consume(q, f.pos);
+                return Err(Error::Mismatch(format!("rank {q} reports: {text}")));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// After a timeout of mailbox call `seq`: tells every peer whom this rank waits for (`waiting`)
 /// and listens for their notices for `grace` or until every peer spoke, as the engine does

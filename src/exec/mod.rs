@@ -48,7 +48,7 @@ use fasthash::FastMap;
 use mrcache::MrCache;
 use op::{CallSpec, Op, Parts};
 use plan::Plan;
-use proto::{GrantEntry, Imm, ImmLayout, Kind, Setup};
+use proto::{CallSig, GrantEntry, Imm, ImmLayout, Kind, Setup};
 use ring::RingState;
 use wait::{yield_core, Backoff, Patience, Pause, CLOCK_EVERY};
 
@@ -119,6 +119,8 @@ pub(crate) struct Engine {
     /// Reused state of straight calls on the rings (`ring`), boxed so that taking it for a call
     /// and putting it back moves a pointer.
     ring: Option<Box<RingState>>,
+    /// The straight call running (its messages are not orphans, see `route`).
+    straight: Option<OpKey>,
     pub next_ctx: u32,
     comp: Vec<Completion>,
     /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
@@ -153,7 +155,7 @@ pub(crate) fn grace(timeout: Duration) -> Duration {
 fn queue_notices(core: &mut Core, op: &Op) {
     let waits: Vec<u8> =
         op.waiting_for().iter().take(core.caps.max_ctrl.min(4096) / 4).flat_map(|r| r.to_le_bytes()).collect();
-    let tag = proto::tag(Kind::Abort, op.key.ctx, op.key.seq);
+    let tag = proto::tag(Kind::Abort, op.key.ctx, op.key.seq, CallSig::default());
     for peer in (0..op.members.len() as u32).filter(|&p| p != op.rank) {
         core.ctrl(op.ep(peer), tag, waits.clone());
     }
@@ -166,6 +168,63 @@ fn same_mr(a: &Mr, b: &Mr) -> bool {
 
 fn seq_match(seq: u64, low: u64, mask: u64) -> bool {
     seq & mask == low
+}
+
+/// Whether a message for the call whose sequence number's low bits are `low` is for a call
+/// before `next` (one this rank has finished), rather than a later one: peers run at most half
+/// the sequence space ahead or behind.
+fn is_past(next: u64, low: u64, mask: u64) -> bool {
+    let behind = next.wrapping_sub(low) & mask;
+    behind > 0 && behind <= mask / 2
+}
+
+/// A message of communicator rank `peer` carried another call's signature than `op`'s: tells
+/// every peer of the op (so that each reports the mismatch, not a timeout) and returns the error.
+fn signature_mismatch(core: &mut Core, op: &Op, peer: u32) -> Error {
+    let rop = op.rop().map_or(String::new(), |o| format!(", {}", o.name()));
+    let msg = format!(
+        "collective #{}: rank {peer} made a different call than rank {}'s {} ({}, {}{rop}): ranks called different \
+         collectives or passed different roots, counts, types, operations or algorithms (FABCOLL_CHECK=1 names the \
+         difference)",
+        op.key.seq,
+        op.rank,
+        op.coll,
+        op.dtype(),
+        op.alg,
+    );
+    let tag = proto::tag(Kind::Mismatch, op.key.ctx, op.key.seq, CallSig::default());
+    for q in (0..op.members.len() as u32).filter(|&q| q != op.rank) {
+        core.ctrl(op.ep(q), tag, msg.clone().into_bytes());
+    }
+    Error::Mismatch(msg)
+}
+
+impl Engine {
+    /// Endpoint rank `peer` (communicator rank `from`) sent data for call `seq_low` of context
+    /// `ctx`, which this rank finished without it: tells the context's other members and returns
+    /// what happened.
+    fn orphan(&mut self, ctx: u32, seq_low: u64, from: Option<u32>) -> String {
+        let Some(c) = self.ctxs.get(&ctx) else { return String::new() };
+        let me = c.ep_to_comm.get(self.core.ep.rank()).copied().unwrap_or(NOT_A_MEMBER);
+        let from = from.map_or_else(|| "a peer".to_owned(), |p| format!("rank {p}"));
+        let msg = format!(
+            "{from} sent data for a call that rank {me} finished without it: ranks made a different call (different \
+             collectives, roots, counts or algorithms; FABCOLL_CHECK=1 names the difference)"
+        );
+        let tag = proto::tag(Kind::Mismatch, ctx, seq_low, CallSig::default());
+        let eps: Vec<usize> =
+            (0..c.ep_to_comm.len()).filter(|&e| c.ep_to_comm[e] != NOT_A_MEMBER && e != self.core.ep.rank()).collect();
+        for e in eps {
+            self.core.ctrl(e, tag, msg.clone().into_bytes());
+        }
+        msg
+    }
+}
+
+/// What a peer's mismatch notice (`Kind::Mismatch`, its text in `data`) tells this rank.
+fn mismatch_notice(peer: Option<u32>, data: &[u8]) -> String {
+    let from = peer.map_or_else(|| "a peer".to_owned(), |p| format!("rank {p}"));
+    format!("{from} reports: {}", String::from_utf8_lossy(data))
 }
 
 impl Engine {
@@ -215,6 +274,7 @@ impl Engine {
             early_mine: Vec::new(),
             spare: Vec::new(),
             ring: Some(Box::default()),
+            straight: None,
             next_ctx: 1,
             comp: Vec::new(),
             pinned: Vec::new(),
@@ -227,7 +287,7 @@ impl Engine {
             lock_waiters: Arc::default(),
         };
         for (q, s) in setups {
-            e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0), s.to_bytes());
+            e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0, CallSig::default()), s.to_bytes());
         }
         e.core.flush_ctrl()?;
         Ok(e)
@@ -426,7 +486,7 @@ impl Engine {
             for peer in 0..op.members.len() as u32 {
                 if peer != op.rank {
                     let ep = op.ep(peer);
-                    self.core.ctrl(ep, proto::tag(Kind::Check, ctx, key.seq), c.mine.clone());
+                    self.core.ctrl(ep, proto::tag(Kind::Check, ctx, key.seq, CallSig::default()), c.mine.clone());
                 }
             }
             op.check = Some(c);
@@ -533,13 +593,29 @@ impl Engine {
         if op.error.is_some() {
             return Ok(());
         }
+        let theirs = match &what {
+            EarlyWhat::Eager { sig, .. } => *sig,
+            EarlyWhat::Ctrl { kind: Kind::Grant | Kind::Rts, sig, .. } => Some(*sig),
+            EarlyWhat::Ctrl { .. } => None,
+        };
+        if theirs.is_some_and(|s| s != op.sig) {
+            if let EarlyWhat::Eager { slot, .. } = what {
+                self.core.release_slot(peer_ep, slot)?;
+            }
+            return Err(signature_mismatch(&mut self.core, op, peer));
+        }
         match what {
-            EarlyWhat::Eager { idx, slot } => op.on_eager(&mut self.core, peer, idx, slot),
-            EarlyWhat::Ctrl { kind: Kind::Grant, data } => {
+            EarlyWhat::Eager { idx, slot, .. } => op.on_eager(&mut self.core, peer, idx, slot),
+            EarlyWhat::Ctrl { kind: Kind::Mismatch, data, .. } => {
+                Err(Error::Mismatch(mismatch_notice(Some(peer), &data)))
+            }
+            EarlyWhat::Ctrl { kind: Kind::Grant, data, .. } => {
                 op.on_grant(&mut self.core, peer, GrantEntry::parse_all(&data)?)
             }
-            EarlyWhat::Ctrl { kind: Kind::Rts, data } => op.on_rts(&mut self.core, peer, &proto::parse_u32s(&data)?),
-            EarlyWhat::Ctrl { kind: Kind::Abort, data } => {
+            EarlyWhat::Ctrl { kind: Kind::Rts, data, .. } => {
+                op.on_rts(&mut self.core, peer, &proto::parse_u32s(&data)?)
+            }
+            EarlyWhat::Ctrl { kind: Kind::Abort, data, .. } => {
                 // A peer gave up on this collective: report whom we wait for at once, so that
                 // every live rank is heard within the grace period and only silent ranks are
                 // blamed. The op may still finish normally if it does not need the lost rank.
@@ -550,7 +626,7 @@ impl Engine {
                 }
                 Ok(())
             }
-            EarlyWhat::Ctrl { kind: Kind::Check, data } => {
+            EarlyWhat::Ctrl { kind: Kind::Check, data, .. } => {
                 if let Some(c) = op.check.as_mut() {
                     if c.got[peer as usize].replace(data).is_none() {
                         c.missing -= 1;
@@ -583,6 +659,32 @@ impl Engine {
                 EarlyWhat::Ctrl { .. } => Ok(()),
             },
             None => {
+                let running = self.straight.is_some_and(|k| k.ctx == ctx && seq_match(k.seq, seq_low, mask));
+                let past = self.ctxs.get(&ctx).filter(|c| !running && is_past(c.next_seq, seq_low, mask));
+                if let Some(c) = past {
+                    let from = c.ep_to_comm.get(peer).copied();
+                    let why = match &what {
+                        EarlyWhat::Ctrl { kind: Kind::Mismatch, data, .. } => Some(mismatch_notice(from, data)),
+                        // Data for a call this rank finished without it: the peer made another call.
+                        EarlyWhat::Eager { .. } | EarlyWhat::Ctrl { kind: Kind::Grant | Kind::Rts, .. } => {
+                            Some(self.orphan(ctx, seq_low, from))
+                        }
+                        EarlyWhat::Ctrl { .. } => None,
+                    };
+                    if let Some(why) = why {
+                        if let EarlyWhat::Eager { slot, .. } = what {
+                            self.core.release_slot(peer, slot)?;
+                        }
+                        // The peers are in an unknown state: the communicator is broken, and the
+                        // calls this rank made since fail with the mismatch.
+                        let later = self.ctxs.get(&ctx).map(|c| c.outstanding.clone()).unwrap_or_default();
+                        self.break_ctx(ctx, format!("collective mismatch: {why}"));
+                        for seq in later {
+                            self.fail(OpKey { ctx, seq }, Error::Mismatch(why.clone()));
+                        }
+                        return Ok(());
+                    }
+                }
                 self.early.push(Early { ctx, seq_low, mask, peer, what });
                 Ok(())
             }
@@ -631,22 +733,22 @@ impl Engine {
                         }
                     }
                 }
-                Imm::Eager { slot, ctx, seq_low, idx } => {
+                Imm::Eager { slot, ctx, seq_low, sig, idx } => {
                     let mask = self.core.layout.seq_mask();
-                    self.route(ctx, seq_low, mask, peer, EarlyWhat::Eager { idx, slot })?;
+                    self.route(ctx, seq_low, mask, peer, EarlyWhat::Eager { idx, slot, sig })?;
                 }
             },
             Completion::Ctrl { peer, tag, data } => {
-                let (kind, ctx, seq_low) = proto::untag(tag)?;
+                let proto::Tag { kind, ctx, sig, seq_low } = proto::untag(tag)?;
                 match kind {
                     Kind::Setup => self.core.eager.on_setup(peer, Setup::from_bytes(&data)?)?,
                     Kind::Credit => {
                         let mask = proto::credit_mask(peer, &data)?;
                         self.core.eager.on_credit(peer, mask)?;
                     }
-                    Kind::Grant | Kind::Rts | Kind::Check | Kind::Abort => {
+                    Kind::Grant | Kind::Rts | Kind::Check | Kind::Abort | Kind::Mismatch => {
                         let mask = (1u64 << proto::TAG_SEQ_BITS) - 1;
-                        self.route(ctx, seq_low, mask, peer, EarlyWhat::Ctrl { kind, data })?;
+                        self.route(ctx, seq_low, mask, peer, EarlyWhat::Ctrl { kind, data, sig })?;
                     }
                 }
             }
@@ -659,7 +761,11 @@ impl Engine {
     /// left (the peer we failed to reach may itself only have given up because of it).
     fn fail(&mut self, key: OpKey, e: Error) {
         let Some(op) = self.ops.get_mut(&key) else { return };
-        if op.error.is_some() || op.lost.is_some() {
+        if op.error.is_some() {
+            return;
+        }
+        // A mismatch explains a peer that left the call (it gave up on it): it is what to report.
+        if op.lost.is_some() && !matches!(e, Error::Mismatch(_)) {
             return;
         }
         let ep_peer = match &e {
@@ -708,7 +814,7 @@ impl Engine {
             for peer in 0..op.grant_out.len() {
                 if !op.grant_out[peer].is_empty() {
                     let ep = op.ep(peer as u32);
-                    let tag = proto::tag(Kind::Grant, op.key.ctx, op.key.seq);
+                    let tag = proto::tag(Kind::Grant, op.key.ctx, op.key.seq, op.sig);
                     let entries = std::mem::take(&mut op.grant_out[peer]);
                     for chunk in entries.chunks(max / GrantEntry::LEN) {
                         let mut b = Vec::with_capacity(chunk.len() * GrantEntry::LEN);
@@ -718,7 +824,7 @@ impl Engine {
                 }
                 if !op.rts_out[peer].is_empty() {
                     let ep = op.ep(peer as u32);
-                    let tag = proto::tag(Kind::Rts, op.key.ctx, op.key.seq);
+                    let tag = proto::tag(Kind::Rts, op.key.ctx, op.key.seq, op.sig);
                     let idxs = std::mem::take(&mut op.rts_out[peer]);
                     for chunk in idxs.chunks(max / 4) {
                         self.core.ctrl(ep, tag, chunk.iter().flat_map(|i| i.to_le_bytes()).collect());
@@ -883,7 +989,8 @@ impl Engine {
                 self.time_out(key);
                 return true;
             }
-            if in_grace || now >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
+            let probe_due = now >= t0 + timeout / 4 && self.ops.get(&key).is_some_and(|o| !o.probed);
+            if probe_due || in_grace || now >= deadline || self.ops.get(&key).is_some_and(|o| o.grace_until.is_some()) {
                 self.check_deadline(key);
             }
         }
@@ -934,7 +1041,21 @@ impl Engine {
             return;
         }
         // A `test` loop waits too: the deadline starts at the first check.
-        if op.wait_began().elapsed() < timeout && op.grace_until.is_none() {
+        let waited = op.wait_began().elapsed();
+        if !op.probed && waited >= timeout / 4 && op.started {
+            // A quarter of the timeout waiting to send: an empty RTS with the call's signature
+            // asks each such peer whether it makes this call. One that makes another (or has
+            // finished it: orphaned data) reports a mismatch to every rank instead of letting
+            // them time out; one that makes it ignores it.
+            op.probed = true;
+            let tag = proto::tag(Kind::Rts, key.ctx, key.seq, op.sig);
+            for peer in op.send_waits() {
+                self.core.ctrl(op.ep(peer), tag, Vec::new());
+            }
+            self.flush_ctrl_lossy();
+            return;
+        }
+        if waited < timeout && op.grace_until.is_none() {
             return;
         }
         match op.grace_until {

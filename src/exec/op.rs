@@ -24,7 +24,7 @@ use super::bufs::{local_step, Bound, Bufs};
 use super::core::EagerSent;
 use super::fasthash::{FastMap, FastSet};
 use super::plan::{Plan, NOT_FUSED};
-use super::proto::GrantEntry;
+use super::proto::{CallSig, GrantEntry};
 use super::runner::Fused;
 use super::wait::Backoff;
 use super::{Core, OpKey};
@@ -51,6 +51,7 @@ pub(crate) struct Op {
     pub key: OpKey,
     pub coll: Collective,
     pub alg: &'static str,
+    pub sig: CallSig,
     pub rank: u32,
     plan: Arc<Plan>,
     elem: usize,
@@ -86,6 +87,9 @@ pub(crate) struct Op {
     pub polled: Backoff,
     /// Set when the deadline passed: abort notices were sent, waiting for peers' notices until then.
     pub grace_until: Option<Instant>,
+    /// The peers it waits to send to were asked, with the call's signature, whether they make
+    /// the same call (`Engine::check_deadline`).
+    pub probed: bool,
     /// Peers' abort notices: who timed out here, and whom they were waiting for.
     pub notices: FastMap<u32, Vec<u32>>,
     /// A peer a write to failed (communicator rank) and the fabric's text: the op is in its grace
@@ -111,6 +115,8 @@ pub(crate) struct Parts {
 pub(crate) struct OpSpec {
     pub coll: Collective,
     pub alg: &'static str,
+    /// The call's signature, carried by its eager messages, grants and RTS (`proto::CallSig`).
+    pub sig: CallSig,
     pub plan: Arc<Plan>,
     pub dtype: Datatype,
     pub rop: Option<ReduceOp>,
@@ -122,6 +128,7 @@ pub(crate) struct OpSpec {
 pub(crate) struct CallSpec<'a> {
     pub coll: Collective,
     pub alg: &'static str,
+    pub sig: CallSig,
     pub plan: &'a Arc<Plan>,
     pub dtype: Datatype,
     pub rop: Option<&'a ReduceOp>,
@@ -130,7 +137,14 @@ pub(crate) struct CallSpec<'a> {
 impl CallSpec<'_> {
     /// The op's copy.
     pub fn to_op(self) -> OpSpec {
-        OpSpec { coll: self.coll, alg: self.alg, plan: self.plan.clone(), dtype: self.dtype, rop: self.rop.cloned() }
+        OpSpec {
+            coll: self.coll,
+            alg: self.alg,
+            sig: self.sig,
+            plan: self.plan.clone(),
+            dtype: self.dtype,
+            rop: self.rop.cloned(),
+        }
     }
 }
 
@@ -142,6 +156,7 @@ impl Op {
             key,
             coll: spec.coll,
             alg: spec.alg,
+            sig: spec.sig,
             rank: spec.plan.sched.rank,
             elem: spec.dtype.size(),
             dtype: spec.dtype,
@@ -169,6 +184,7 @@ impl Op {
             t0: None,
             polled: Backoff::default(),
             grace_until: None,
+            probed: false,
             notices: FastMap::default(),
             lost: None,
         }
@@ -191,6 +207,7 @@ impl Op {
         self.key = key;
         self.coll = spec.coll;
         self.alg = spec.alg;
+        self.sig = spec.sig;
         self.rank = spec.plan.sched.rank;
         self.elem = spec.dtype.size();
         self.dtype = spec.dtype;
@@ -224,6 +241,7 @@ impl Op {
         self.t0 = None;
         self.polled = Backoff::default();
         self.grace_until = None;
+        self.probed = false;
         self.notices.clear();
         self.lost = None;
     }
@@ -248,6 +266,16 @@ impl Op {
 
     pub fn finished(&self) -> bool {
         self.error.is_some() || (self.started && self.done == self.st.len())
+    }
+
+    /// The element type of the call.
+    pub fn dtype(&self) -> Datatype {
+        self.dtype
+    }
+
+    /// The call's reduction operation, if it has one.
+    pub fn rop(&self) -> Option<&ReduceOp> {
+        self.rop.as_ref()
     }
 
     pub fn ep(&self, peer: u32) -> usize {
@@ -371,7 +399,7 @@ impl Op {
         let ep = self.ep(peer);
         let idx = self.plan.idx[s as usize];
         let (mr, off) = self.bufs().mr(src)?;
-        match core.send_eager(self.key, s, ep, idx, mr, off, bytes, false)? {
+        match core.send_eager(self.key, self.sig, s, ep, idx, mr, off, bytes, false)? {
             EagerSent::Done => self.complete(s),
             EagerSent::InFlight => self.pending[s as usize] = 1,
             EagerSent::NoSlot => {
@@ -548,6 +576,21 @@ impl Op {
     }
 
     /// Communicator ranks this op is waiting for (for timeout errors).
+    /// The peers a Send of this op still waits for (for a grant or a slot): a peer that makes
+    /// the same call cannot have finished it.
+    pub fn send_waits(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = (0..self.st.len())
+            .filter(|&i| self.st[i] == St::Waiting)
+            .filter_map(|i| match *self.plan.sched.step(i as StepId) {
+                StepKind::Send { peer, .. } => Some(peer),
+                _ => None,
+            })
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     pub fn waiting_for(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self.lost.iter().map(|l| l.0).collect();
         if let Some(c) = &self.check {

@@ -5,16 +5,25 @@
 //! - top bit 1 — **zero-copy**: the low B−1 bits are a grant id the receiver chose when it granted
 //!   the destination; the receiver maps (sender, grant id) back to (communicator, collective,
 //!   step), so the immediate needs no collective identity at all.
-//! - top bit 0 — **eager**: `slot | ctx | seq | idx` (B = 64: 6 | 16 | 16 | 25 bits; 48 ≤ B < 64:
-//!   6 | 12 | 12 | rest; B = 32: 6 | 5 | 6 | 14 bits): the slot of the sender's ring at the receiver, the communicator's context
-//!   id, the collective's sequence number modulo 2^seq and the message index (k-th message of that
+//! - top bit 0 — **eager**: `slot | ctx | seq | sig | idx` (B = 64: 6 | 16 | 16 | 8 | 17 bits;
+//!   48 ≤ B < 64: 6 | 12 | 12 | 8 | rest; 32 ≤ B < 48: 6 | 5 | 6 | 0 | rest): the slot of the
+//!   sender's ring at the receiver, the communicator's context id, the collective's sequence number
+//!   modulo 2^seq, the call's signature ([`CallSig`]) and the message index (k-th message of that
 //!   sender to this receiver in that collective). A message whose context or index does not fit
 //!   goes by rendezvous (RTS, then grant) instead, which needs no field in the immediate.
 //!   The receiver resolves `seq` to the one outstanding collective of that communicator with those
 //!   low bits (at most 2^(seq−1) may be outstanding; an eager message can only be ahead of the
 //!   receiver by as many collectives as the sender's credits allow, ≤ 64 here).
 //!
-//! # Control tag (64 bits): `kind (8) | ctx (24) | seq mod 2^32 (32)`.
+//! # Control tag (64 bits): `kind (8) | ctx (24) | sig (8) | seq mod 2^24 (24)`.
+//!
+//! # Call signature
+//! Ranks that call different collectives, or the same one with a different root, count, type,
+//! operation or algorithm, would otherwise exchange messages that fit nobody's schedule: some
+//! ranks time out, others return. So every eager immediate (B ≥ 48), grant and RTS carries 8 bits
+//! of a hash of the call ([`CallSig`]), and the receiver compares them with its own call's: a
+//! difference is a mismatch, reported at once (a 1-in-256 chance per message of missing it; a
+//! mismatched call sends many). Checked mode (`FABCOLL_CHECK=1`) still compares the full calls.
 
 use fabcoll_fabric::RemoteMr;
 
@@ -31,13 +40,28 @@ pub(crate) struct ImmLayout {
     pub bits: u32,
     pub ctx_bits: u32,
     pub seq_bits: u32,
+    pub sig_bits: u32,
     pub idx_bits: u32,
+}
+
+/// The 8-bit signature of a call (see the module doc): equal on every rank that makes the same
+/// call, and different, with odds 255 to 1, between ranks that do not.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub(crate) struct CallSig(pub u8);
+
+impl CallSig {
+    /// Folds a 64-bit hash of the call into its signature.
+    pub fn of(hash: u64) -> CallSig {
+        let h = hash ^ (hash >> 32);
+        let h = h ^ (h >> 16);
+        CallSig((h ^ (h >> 8)) as u8)
+    }
 }
 
 /// A decoded immediate.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Imm {
-    Eager { slot: u32, ctx: u32, seq_low: u64, idx: u32 },
+    Eager { slot: u32, ctx: u32, seq_low: u64, sig: Option<CallSig>, idx: u32 },
     Zcopy { gid: u64 },
 }
 
@@ -51,21 +75,22 @@ fn mask(bits: u32) -> u64 {
 
 impl ImmLayout {
     /// The layout for a backend carrying `bits` bits (ofi carries 64 minus the bits it uses for
-    /// the sender's rank, e.g. 61): 64 → 16/16/25 bits of ctx/seq/idx; 48..63 → 12/12/rest;
-    /// 32..47 → 5/6/rest; below 32 no eager identity (every small message goes by rendezvous).
+    /// the sender's rank, e.g. 61): 64 → 16/16/8/17 bits of ctx/seq/sig/idx; 48..63 →
+    /// 12/12/8/rest; 32..47 → 5/6/0/rest (no signature); below 32 no eager identity (every small
+    /// message goes by rendezvous).
     pub fn new(bits: u32) -> ImmLayout {
         let bits = bits.min(64);
         let avail = bits.saturating_sub(1 + SLOT_BITS);
-        let (ctx_bits, seq_bits, idx_bits) = if bits == 64 {
-            (16, 16, 25)
+        let (ctx_bits, seq_bits, sig_bits, idx_bits) = if bits == 64 {
+            (16, 16, 8, 17)
         } else if bits >= 48 {
-            (12, 12, avail - 24)
+            (12, 12, 8, avail - 32)
         } else if bits >= 32 {
-            (5, 6, avail - 11)
+            (5, 6, 0, avail - 11)
         } else {
-            (0, 0, 0)
+            (0, 0, 0, 0)
         };
-        ImmLayout { bits: bits.max(2), ctx_bits, seq_bits, idx_bits }
+        ImmLayout { bits: bits.max(2), ctx_bits, seq_bits, sig_bits, idx_bits }
     }
 
     /// Whether eager messages can be identified at all.
@@ -84,7 +109,7 @@ impl ImmLayout {
         mask(self.seq_bits)
     }
 
-    pub fn encode_eager(&self, slot: u32, ctx: u32, seq: u64, idx: u32) -> Option<u64> {
+    pub fn encode_eager(&self, slot: u32, ctx: u32, seq: u64, sig: CallSig, idx: u32) -> Option<u64> {
         if !self.eager_possible()
             || u64::from(slot) > mask(SLOT_BITS)
             || u64::from(ctx) > mask(self.ctx_bits)
@@ -95,6 +120,7 @@ impl ImmLayout {
         let mut v = u64::from(slot);
         v = (v << self.ctx_bits) | u64::from(ctx);
         v = (v << self.seq_bits) | (seq & mask(self.seq_bits));
+        v = (v << self.sig_bits) | (u64::from(sig.0) & mask(self.sig_bits));
         v = (v << self.idx_bits) | u64::from(idx);
         Some(v)
     }
@@ -114,11 +140,13 @@ impl ImmLayout {
         }
         let idx = (imm & mask(self.idx_bits)) as u32;
         let v = imm >> self.idx_bits;
+        let sig = (self.sig_bits > 0).then(|| CallSig((v & mask(self.sig_bits)) as u8));
+        let v = v >> self.sig_bits;
         let seq_low = v & mask(self.seq_bits);
         let v = v >> self.seq_bits;
         let ctx = (v & mask(self.ctx_bits)) as u32;
         let slot = ((v >> self.ctx_bits) & mask(SLOT_BITS)) as u32;
-        Imm::Eager { slot, ctx, seq_low, idx }
+        Imm::Eager { slot, ctx, seq_low, sig, idx }
     }
 }
 
@@ -138,6 +166,8 @@ pub(crate) enum Kind {
     Check = 5,
     /// The sender timed out in this collective; payload: the ranks it was waiting for (u32s).
     Abort = 6,
+    /// A rank found a call signature that is not its own: the text says which call.
+    Mismatch = 7,
 }
 
 impl Kind {
@@ -149,22 +179,42 @@ impl Kind {
             4 => Kind::Rts,
             5 => Kind::Check,
             6 => Kind::Abort,
+            7 => Kind::Mismatch,
             _ => return None,
         })
     }
 }
 
 /// Sequence bits carried by a control tag.
-pub(crate) const TAG_SEQ_BITS: u32 = 32;
+pub(crate) const TAG_SEQ_BITS: u32 = 24;
 
-pub(crate) fn tag(kind: Kind, ctx: u32, seq: u64) -> u64 {
-    (u64::from(kind as u8) << 56) | ((u64::from(ctx) & mask(24)) << 32) | (seq & mask(TAG_SEQ_BITS))
+/// A control message's tag: its kind, the call's context, signature and sequence number (the
+/// signature is 0 on messages that do not belong to a call's data: setup, credits, checks, aborts).
+pub(crate) fn tag(kind: Kind, ctx: u32, seq: u64, sig: CallSig) -> u64 {
+    (u64::from(kind as u8) << 56)
+        | ((u64::from(ctx) & mask(24)) << 32)
+        | (u64::from(sig.0) << TAG_SEQ_BITS)
+        | (seq & mask(TAG_SEQ_BITS))
 }
 
-pub(crate) fn untag(tag: u64) -> Result<(Kind, u32, u64)> {
+/// A decoded control tag.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Tag {
+    pub kind: Kind,
+    pub ctx: u32,
+    pub sig: CallSig,
+    pub seq_low: u64,
+}
+
+pub(crate) fn untag(tag: u64) -> Result<Tag> {
     let kind = Kind::from_u8((tag >> 56) as u8)
         .ok_or_else(|| Error::Protocol(format!("control message with unknown kind in tag {tag:#018x}")))?;
-    Ok((kind, ((tag >> 32) & mask(24)) as u32, tag & mask(TAG_SEQ_BITS)))
+    Ok(Tag {
+        kind,
+        ctx: ((tag >> 32) & mask(24)) as u32,
+        sig: CallSig((tag >> TAG_SEQ_BITS) as u8),
+        seq_low: tag & mask(TAG_SEQ_BITS),
+    })
 }
 
 /// The slot mask a [`Kind::Credit`] message from `peer` carries.
@@ -276,17 +326,20 @@ mod tests {
     fn imm_round_trips_in_both_widths() {
         for bits in [64, 61, 48, 32] {
             let l = ImmLayout::new(bits);
-            assert_eq!(1 + SLOT_BITS + l.ctx_bits + l.seq_bits + l.idx_bits, bits);
+            assert_eq!(1 + SLOT_BITS + l.ctx_bits + l.seq_bits + l.sig_bits + l.idx_bits, bits);
+            assert_eq!(l.sig_bits, if bits >= 48 { 8 } else { 0 });
             let max_ctx = (1u32 << l.ctx_bits) - 1;
             let max_idx = (1u32 << l.idx_bits) - 1;
-            for (slot, ctx, seq, idx) in [(0, 0, 0, 0), (63, max_ctx, 12345, max_idx), (5, 1, 7, 3)] {
-                let v = l.encode_eager(slot, ctx, seq, idx).unwrap();
+            for (slot, ctx, seq, sig, idx) in [(0, 0, 0, 0, 0), (63, max_ctx, 12345, 255, max_idx), (5, 1, 7, 0x5a, 3)]
+            {
+                let v = l.encode_eager(slot, ctx, seq, CallSig(sig), idx).unwrap();
                 assert!(bits == 64 || v < 1 << bits);
-                let want = Imm::Eager { slot, ctx, seq_low: seq & l.seq_mask(), idx };
+                let sig = (l.sig_bits > 0).then_some(CallSig(sig));
+                let want = Imm::Eager { slot, ctx, seq_low: seq & l.seq_mask(), sig, idx };
                 assert_eq!(l.decode(v), want);
             }
-            assert!(l.encode_eager(0, max_ctx + 1, 0, 0).is_none());
-            assert!(l.encode_eager(0, 0, 0, max_idx + 1).is_none());
+            assert!(l.encode_eager(0, max_ctx + 1, 0, CallSig(0), 0).is_none());
+            assert!(l.encode_eager(0, 0, 0, CallSig(0), max_idx + 1).is_none());
             let z = l.encode_zcopy(l.gid_mask() + 5);
             assert!(bits == 64 || z < 1 << bits);
             assert_eq!(l.decode(z), Imm::Zcopy { gid: 4 });
@@ -295,8 +348,9 @@ mod tests {
 
     #[test]
     fn tags_and_payloads_round_trip() {
-        let t = tag(Kind::Grant, 77, (1 << 40) + 9);
-        assert_eq!(untag(t).unwrap(), (Kind::Grant, 77, 9));
+        let t = tag(Kind::Grant, 77, (1 << 40) + 9, CallSig(0xc3));
+        assert_eq!(untag(t).unwrap(), Tag { kind: Kind::Grant, ctx: 77, sig: CallSig(0xc3), seq_low: 9 });
+        assert_eq!(untag(tag(Kind::Rts, MAX_CTX, u64::MAX, CallSig(1))).unwrap().ctx, MAX_CTX);
         assert!(untag(0).is_err());
         let mr = RemoteMr { addr: 1 << 33, len: 4096, key: 42, access: Access::REMOTE_WRITE, node: None };
         let s = Setup { mr, off: 128, slots: 16, slot_size: 8192 };
@@ -307,5 +361,12 @@ mod tests {
         g.put(&mut b);
         assert_eq!(GrantEntry::parse_all(&b).unwrap(), vec![g, g]);
         assert!(GrantEntry::parse_all(&b[1..]).is_err());
+    }
+
+    #[test]
+    fn signatures_fold_every_byte_of_the_hash() {
+        for shift in (0..64).step_by(8) {
+            assert_ne!(CallSig::of(0), CallSig::of(0x5a << shift), "byte at bit {shift}");
+        }
     }
 }

@@ -28,7 +28,7 @@ use super::core::EagerSent;
 use super::early::{Early, EarlyWhat};
 use super::op::{CallSpec, Parts};
 use super::plan::Plan;
-use super::proto::Imm;
+use super::proto::{CallSig, Imm};
 use super::runner::{self, Fused, Lane, Stop};
 use super::wait::{yield_core, Backoff, Pause};
 use super::{seq_match, Engine, OpKey, Started, Stats};
@@ -53,14 +53,21 @@ pub(crate) struct RingState {
 unsafe impl Send for RingState {}
 
 /// Collects a straight call's early messages as arrivals (they are all eager: a control message
-/// for the call keeps it off the straight line).
-struct EagerArrivals<'a>(&'a mut Vec<(usize, u32, u32)>);
+/// for the call keeps it off the straight line); those with another call's signature go to
+/// `wrong`, for the op that reports them.
+struct EagerArrivals<'a> {
+    arrived: &'a mut Vec<(usize, u32, u32)>,
+    sig: CallSig,
+    wrong: Vec<Early>,
+}
 
 impl Extend<Early> for EagerArrivals<'_> {
     fn extend<I: IntoIterator<Item = Early>>(&mut self, iter: I) {
         for e in iter {
-            if let EarlyWhat::Eager { idx, slot } = e.what {
-                self.0.push((e.peer, idx, slot));
+            match e.what {
+                EarlyWhat::Eager { sig, .. } if sig.is_some_and(|s| s != self.sig) => self.wrong.push(e),
+                EarlyWhat::Eager { idx, slot, .. } => self.arrived.push((e.peer, idx, slot)),
+                EarlyWhat::Ctrl { .. } => {}
             }
         }
     }
@@ -70,6 +77,7 @@ impl Extend<Early> for EagerArrivals<'_> {
 struct RingLane<'a> {
     eng: &'a mut Engine,
     key: OpKey,
+    sig: CallSig,
     members: &'a [u32],
     st: &'a mut RingState,
     w: Backoff,
@@ -108,13 +116,25 @@ impl Engine {
         st.fused.clear();
         st.sending.clear();
         // The call's eager messages that came before it started (nothing else did: checked).
-        self.early.take_for(key, &mut EagerArrivals(&mut st.arrived));
+        let mut early = EagerArrivals { arrived: &mut st.arrived, sig: spec.sig, wrong: Vec::new() };
+        self.early.take_for(key, &mut early);
         let mut ran = 0;
-        let bufs = Bufs { send: &send, recv: &recv, scratch: &scratch, elem: spec.dtype.size() };
-        let c = runner::Call { plan: spec.plan, bufs, dtype: spec.dtype, rop: spec.rop };
-        let mut lane = RingLane { eng: self, key, members, st: &mut st, w: Backoff::default() };
-        let r = runner::run(&mut lane, &c, &mut ran);
-        let w = lane.w;
+        let (r, w) = if early.wrong.is_empty() {
+            let bufs = Bufs { send: &send, recv: &recv, scratch: &scratch, elem: spec.dtype.size() };
+            let c = runner::Call { plan: spec.plan, bufs, dtype: spec.dtype, rop: spec.rop };
+            self.straight = Some(key);
+            let mut lane = RingLane { eng: self, key, sig: spec.sig, members, st: &mut st, w: Backoff::default() };
+            let r = runner::run(&mut lane, &c, &mut ran);
+            let w = lane.w;
+            self.straight = None;
+            (r, w)
+        } else {
+            // A peer made another call: the op reports it (and tells the peers).
+            for e in early.wrong {
+                self.early.push(e);
+            }
+            (Err(Stop::HandOver), Backoff::default())
+        };
         let err = match r {
             Ok(()) if st.arrived.is_empty() => {
                 if !scratch.is_empty() {
@@ -165,7 +185,8 @@ impl Engine {
         op.polled = *w;
         let mask = self.core.layout.seq_mask();
         for &(peer, idx, slot) in &st.arrived {
-            let what = EarlyWhat::Eager { idx, slot };
+            // Their signatures were checked when they arrived.
+            let what = EarlyWhat::Eager { idx, slot, sig: None };
             self.early.push(Early { ctx: key.ctx, seq_low: key.seq & mask, mask, peer, what });
         }
         self.ops.insert(key, op);
@@ -204,8 +225,9 @@ impl RingLane<'_> {
         while let Some(c) = it.next() {
             match c {
                 Completion::WriteArrived { peer, imm } => {
-                    if let Imm::Eager { slot, ctx, seq_low, idx } = eng.core.layout.decode(imm) {
-                        if ctx == key.ctx && seq_match(key.seq, seq_low, mask) {
+                    if let Imm::Eager { slot, ctx, seq_low, sig, idx } = eng.core.layout.decode(imm) {
+                        // Another call's signature: dispatched (kept for the op, which reports it).
+                        if ctx == key.ctx && seq_match(key.seq, seq_low, mask) && sig.is_none_or(|s| s == self.sig) {
                             self.st.arrived.push((peer, idx, slot));
                             continue;
                         }
@@ -245,6 +267,10 @@ impl RingLane<'_> {
         }
         if others {
             eng.flush()?;
+            // A peer's notice broke the communicator (a mismatch found after our call started).
+            if let Some(why) = eng.ctxs.get(&key.ctx).and_then(|c| c.broken.clone()) {
+                return Err(Stop::Failed(Error::Broken(why)));
+            }
             // A control message for the call (RTS, grant, abort notice) is the op's to handle.
             if eng.early.any_for_since(early_before, key) {
                 return Err(Stop::HandOver);
@@ -284,7 +310,7 @@ impl Lane for RingLane<'_> {
         }
         let (mr, off) = bufs.mr(src)?;
         let ep = self.members[peer as usize] as usize;
-        match core.send_eager(self.key, s, ep, idx, mr, off, bytes, true)? {
+        match core.send_eager(self.key, self.sig, s, ep, idx, mr, off, bytes, true)? {
             EagerSent::Done => {}
             EagerSent::InFlight => self.st.sending.push(s),
             EagerSent::NoSlot => return Err(Stop::HandOver),

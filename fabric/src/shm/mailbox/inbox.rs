@@ -173,6 +173,8 @@ pub(super) struct Record {
     pub off: usize,
     pub len: usize,
     pub pos: u64,
+    /// The record's whole tag.
+    pub tag: u64,
 }
 
 /// One inbox: the protocol over memory `M` with a ring of `RING` bytes whose owner publishes its
@@ -274,10 +276,11 @@ impl<M: InboxMemory, const RING: usize, const PUBLISH: u64> Inbox<M, RING, PUBLI
         (off + size <= RING).then_some((len, size))
     }
 
-    /// Owner: the record with `tag`, if it has arrived (other records are skipped, not consumed).
-    /// `Err(off)`: the record at ring offset `off` has a length that does not fit the ring.
+    /// Owner: the record whose tag equals `tag` in the bits of `mask`, if it has arrived (other
+    /// records are skipped, not consumed). `Err(off)`: the record at ring offset `off` has a
+    /// length that does not fit the ring.
     #[inline]
-    pub(super) fn find(&self, st: &OwnerState, tag: u64) -> Result<Option<Record>, usize> {
+    pub(super) fn find(&self, st: &OwnerState, tag: u64, mask: u64) -> Result<Option<Record>, usize> {
         let ord = self.orderings();
         let head = st.head;
         let mut pos = head;
@@ -292,12 +295,22 @@ impl<M: InboxMemory, const RING: usize, const PUBLISH: u64> Inbox<M, RING, PUBLI
                 continue;
             }
             let (len, size) = self.record_at(off).ok_or(off)?;
-            if t == tag {
-                return Ok(Some(Record { off, len, pos }));
+            if (t ^ tag) & mask == 0 {
+                return Ok(Some(Record { off, len, pos, tag: t }));
             }
             pos += size as u64;
         }
         Ok(None)
+    }
+
+    /// Owner: the tag of the oldest record not consumed yet (0 if none has arrived).
+    pub(super) fn oldest(&self, st: &OwnerState) -> u64 {
+        let ord = self.orderings();
+        let off = Self::ring_offset(st.head);
+        match self.mem.load_line(off, ord.tag_load) {
+            WRAP => self.mem.load_line(0, ord.tag_load),
+            t => t,
+        }
     }
 
     /// Owner: gives back the record at `pos` (from [`Inbox::find`]), moves the head past the

@@ -45,9 +45,21 @@ const PUBLISH: u64 = (RING / 8) as u64;
 /// The inbox protocol on mapped memory with the production ring.
 type SharedInbox = Inbox<RawInbox, RING, PUBLISH>;
 
-/// The tag of message `k` of a communicator's direct call `seq`.
+/// The tag of message `k` (below 2^23) of a communicator's direct call `seq`: `seq mod 2^32 (32) |
+/// sig (8) | k (23) | 1`. The signature bits ([`with_sig`]) are not part of a record's identity:
+/// [`Mailbox::find`] ignores them and reports them in [`Found::sig`].
 pub fn tag(seq: u64, k: u32) -> u64 {
-    1 | u64::from(k & 0x7fff_ffff) << 1 | (seq & 0xffff_ffff) << 32
+    1 | u64::from(k & 0x7f_ffff) << 1 | (seq & 0xffff_ffff) << 32
+}
+
+/// Bits of a tag that carry the sender's call signature.
+const SIG_SHIFT: u32 = 24;
+const SIG_MASK: u64 = 0xff << SIG_SHIFT;
+
+/// `tag` carrying the sender's call signature `sig` (8 bits of a hash of the call, so that a
+/// receiver can tell that its peer made another call).
+pub fn with_sig(tag: u64, sig: u8) -> u64 {
+    (tag & !SIG_MASK) | u64::from(sig) << SIG_SHIFT
 }
 
 /// Bytes a message of `payload` bytes takes in an inbox (header and padding included).
@@ -62,6 +74,11 @@ pub struct Found {
     pub payload: *const u8,
     /// Payload bytes.
     pub len: usize,
+    /// The call signature the sender stored with it ([`with_sig`]).
+    pub sig: u8,
+    /// Whether it is the oldest record of its inbox not consumed yet (else
+    /// [`Mailbox::oldest`] tells what is older).
+    pub first: bool,
     /// The record's position, for [`Mailbox::consume`].
     pub pos: u64,
 }
@@ -97,6 +114,16 @@ impl Mailbox {
             sending: vec![SenderState::default(); p],
             owning: vec![OwnerState::default(); p],
         })
+    }
+
+    /// This rank's communicator rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The communicator's size.
+    pub fn size(&self) -> usize {
+        self.sending.len()
     }
 
     /// This rank's region, for its peers' [`Mailbox::connect`].
@@ -162,18 +189,36 @@ impl Mailbox {
         Ok(unsafe { inbox.send(&mut self.sending[peer], tag, src, len) })
     }
 
-    /// The record with `tag` from `sender`, if it has arrived (records of later calls and other
-    /// messages are skipped, not consumed). A record whose length does not fit the ring is an
-    /// error, never read.
+    /// The record with `tag` from `sender`, whatever signature it carries, if it has arrived
+    /// (records of later calls and other messages are skipped, not consumed). A record whose
+    /// length does not fit the ring is an error, never read.
     pub fn find(&self, sender: usize, tag: u64) -> Result<Option<Found>> {
         let inbox = self.inbox(self.rank, sender);
-        match inbox.find(&self.owning[sender], tag) {
-            Ok(found) => Ok(found.map(|r| Found { payload: inbox.memory().payload(r.off), len: r.len, pos: r.pos })),
+        match inbox.find(&self.owning[sender], tag & !SIG_MASK, !SIG_MASK) {
+            Ok(found) => Ok(found.map(|r| Found {
+                payload: inbox.memory().payload(r.off),
+                len: r.len,
+                sig: ((r.tag & SIG_MASK) >> SIG_SHIFT) as u8,
+                first: r.pos == self.owning[sender].head,
+                pos: r.pos,
+            })),
             Err(off) => Err(Error::Peer {
                 peer: self.eps.get(sender).map_or(sender, |&e| e as usize),
                 msg: format!("left a malformed record at offset {off} in our mailbox"),
             }),
         }
+    }
+
+    /// The tag (signature bits cleared) of the oldest record from `sender` not consumed yet, if
+    /// one has arrived.
+    pub fn oldest(&self, sender: usize) -> Option<u64> {
+        let t = self.inbox(self.rank, sender).oldest(&self.owning[sender]);
+        (t & 1 == 1).then_some(t & !SIG_MASK)
+    }
+
+    /// The call number (mod 2^32) and message index of a tag.
+    pub fn parts(tag: u64) -> (u64, u32) {
+        (tag >> 32, ((tag >> 1) & 0x7f_ffff) as u32)
     }
 
     /// Gives back a record [`Mailbox::find`] returned (its payload must not be used after this).

@@ -147,7 +147,7 @@ fn exchange(orderings: Orderings, messages: &'static [(u32, usize)], take: &'sta
             let (k, len) = messages[i];
             let (t, payload) = message(k, len);
             let rec = loop {
-                match inbox.find(&st, t).expect("no malformed record") {
+                match inbox.find(&st, t, u64::MAX).expect("no malformed record") {
                     Some(rec) => break rec,
                     None => loom::thread::yield_now(),
                 }
@@ -155,7 +155,7 @@ fn exchange(orderings: Orderings, messages: &'static [(u32, usize)], take: &'sta
             assert_eq!(rec.len, len, "message {k}'s length");
             assert_eq!(inbox.memory().read_bytes(rec.off + HEADER, len), payload, "message {k}");
             inbox.consume(&mut st, rec.pos);
-            assert!(inbox.find(&st, t).unwrap().is_none(), "message {k} found again after it was consumed");
+            assert!(inbox.find(&st, t, u64::MAX).unwrap().is_none(), "message {k} found again after it was consumed");
         }
         let tail = sender.join().unwrap();
         assert_eq!(st.head, tail, "the owner's head stops short of the sender's tail");
