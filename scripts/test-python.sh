@@ -11,6 +11,7 @@ t1=$(date +%s)
 cargo build --release -q --bin fabrun
 target=${CARGO_TARGET_DIR:-target}
 export FABRUN="$target/release/fabrun"
-timeout "${FABCOLL_PYTEST_TIMEOUT:-600}" "$venv/bin/python" -m pytest -q python/tests "$@"
 t2=$(date +%s)
-echo "== test-python: env and build $((t1 - t0)) s, tests $((t2 - t1)) s" >&2
+timeout "${FABCOLL_PYTEST_TIMEOUT:-600}" "$venv/bin/python" -m pytest -q python/tests "$@"
+t3=$(date +%s)
+echo "== test-python: venv and package $((t1 - t0)) s, fabrun $((t2 - t1)) s, pytest $((t3 - t2)) s" >&2

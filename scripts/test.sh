@@ -42,3 +42,4 @@ bash scripts/loom.sh
 
 step "cargo test --workspace --release"
 cargo test --workspace --release "$@"
+step "python package and torch backend (scripts/test-python.sh)"; bash scripts/test-python.sh

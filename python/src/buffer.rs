@@ -134,7 +134,9 @@ impl Buffer {
         }
         let b = Buffer { view, what };
         if !b.is_c_contiguous() {
-            return Err(fail(format!("{what} is not contiguous (pass a contiguous copy, e.g. numpy.ascontiguousarray)")));
+            return Err(fail(format!(
+                "{what} is not contiguous (pass a contiguous copy, e.g. numpy.ascontiguousarray)"
+            )));
         }
         if write && b.view.readonly != 0 {
             return Err(fail(format!("{what} is read-only, and this call writes it")));

@@ -40,7 +40,11 @@ impl Kind {
     ];
 
     pub fn named(name: &str) -> PyResult<Kind> {
-        Kind::ALL.iter().find(|(n, _)| *n == name).map(|&(_, k)| k).ok_or_else(|| fail(format!("unknown collective {name:?}")))
+        Kind::ALL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, k)| k)
+            .ok_or_else(|| fail(format!("unknown collective {name:?}")))
     }
 
     /// Whether it reduces (takes an op).
@@ -67,11 +71,7 @@ pub fn reduce_op(name: &str) -> PyResult<ReduceOp> {
         "land" => ReduceOp::Land,
         "lor" => ReduceOp::Lor,
         "lxor" => ReduceOp::Lxor,
-        _ => {
-            return Err(fail(format!(
-                "unknown op {name:?} (sum, prod, min, max, band, bor, bxor, land, lor, lxor)"
-            )))
-        }
+        _ => return Err(fail(format!("unknown op {name:?} (sum, prod, min, max, band, bor, bxor, land, lor, lxor)"))),
     })
 }
 
@@ -90,18 +90,54 @@ pub struct Spec {
 macro_rules! with_element {
     ($dt:expr, $T:ident => $body:expr) => {
         match $dt {
-            Datatype::I8 => { type $T = i8; $body }
-            Datatype::I16 => { type $T = i16; $body }
-            Datatype::I32 => { type $T = i32; $body }
-            Datatype::I64 => { type $T = i64; $body }
-            Datatype::U8 => { type $T = u8; $body }
-            Datatype::U16 => { type $T = u16; $body }
-            Datatype::U32 => { type $T = u32; $body }
-            Datatype::U64 => { type $T = u64; $body }
-            Datatype::F16 => { type $T = f16; $body }
-            Datatype::BF16 => { type $T = bf16; $body }
-            Datatype::F32 => { type $T = f32; $body }
-            Datatype::F64 => { type $T = f64; $body }
+            Datatype::I8 => {
+                type $T = i8;
+                $body
+            }
+            Datatype::I16 => {
+                type $T = i16;
+                $body
+            }
+            Datatype::I32 => {
+                type $T = i32;
+                $body
+            }
+            Datatype::I64 => {
+                type $T = i64;
+                $body
+            }
+            Datatype::U8 => {
+                type $T = u8;
+                $body
+            }
+            Datatype::U16 => {
+                type $T = u16;
+                $body
+            }
+            Datatype::U32 => {
+                type $T = u32;
+                $body
+            }
+            Datatype::U64 => {
+                type $T = u64;
+                $body
+            }
+            Datatype::F16 => {
+                type $T = f16;
+                $body
+            }
+            Datatype::BF16 => {
+                type $T = bf16;
+                $body
+            }
+            Datatype::F32 => {
+                type $T = f32;
+                $body
+            }
+            Datatype::F64 => {
+                type $T = f64;
+                $body
+            }
             other => {
                 let msg = format!("datatype {other:?} is not offered to Python");
                 return Err(fabcoll::Error::InvalidArgument { coll: "python", msg });

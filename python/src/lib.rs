@@ -1,7 +1,7 @@
 //! fabcoll for Python: the native module `fabcoll._native` of the `fabcoll` package
 //! (`python/fabcoll/`, built with maturin). It offers one communicator type whose collectives
 //! take any C-contiguous buffer-protocol object (numpy arrays, bytearray, memoryview, torch CPU
-//! tensors through `.numpy()`) without copying, blocking or as a [`request::Request`], and the
+//! tensors through `.numpy()`) without copying, blocking or as a `Request`, and the
 //! `fabcoll.Error` exception. It calls the public API of the `fabcoll` crate only; the
 //! `torch.distributed` backend is pure Python on top (`fabcoll/torch.py`).
 

@@ -55,14 +55,9 @@ def test_under_fabrun():
 torch = pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("p", [2, 3])
-def test_torch_backend_operations(p):
-    for out in run_job("torch_ops.py", p, torch_env=True):
-        assert "torch ok" in out, out
-
-
-def test_torch_backend_on_tcp():
-    for out in run_job("torch_ops.py", 2, torch_env=True, env={"FABCOLL_FABRIC": "tcp"}):
+@pytest.mark.parametrize("p,fabric", [(2, "shm"), (3, "tcp")])
+def test_torch_backend_operations(p, fabric):
+    for out in run_job("torch_ops.py", p, torch_env=True, env={"FABCOLL_FABRIC": fabric}):
         assert "torch ok" in out, out
 
 
