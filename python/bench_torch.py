@@ -11,12 +11,17 @@ gloo / fabcoll (paired: both measured in the same round). Set FABCOLL_FABRIC=tcp
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
-import torch
-import torch.distributed as dist
+# This file's folder holds the package's sources (without the built module): import the installed package.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import fabcoll.torch  # noqa: F401: registers the backend
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import fabcoll.torch  # noqa: E402, F401: registers the backend
 
 
 def round_time(t, group, iters):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Python package's tests: makes sure the virtualenv is there and the package built into it
 # (scripts/python-env.sh: reused between runs and clones), builds `fabrun` for the launcher test, then runs
-# python/tests with pytest. Every multi-process job there has a hard timeout (FABCOLL_TEST_TIMEOUT, default
-# 120 s), and the whole pytest run one more (FABCOLL_PYTEST_TIMEOUT, default 600 s). Extra arguments go to pytest.
+# python/tests with pytest. Every multi-process job there has a hard timeout (120 s, python/tests/conftest.py),
+# and the whole pytest run one more (600 s). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -12,6 +12,6 @@ cargo build --release -q --bin fabrun
 target=${CARGO_TARGET_DIR:-target}
 export FABRUN="$target/release/fabrun"
 t2=$(date +%s)
-timeout "${FABCOLL_PYTEST_TIMEOUT:-600}" "$venv/bin/python" -m pytest -q python/tests "$@"
+timeout 600 "$venv/bin/python" -m pytest -q python/tests "$@"
 t3=$(date +%s)
 echo "== test-python: venv and package $((t1 - t0)) s, fabrun $((t2 - t1)) s, pytest $((t3 - t2)) s" >&2
