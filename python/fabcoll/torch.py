@@ -104,7 +104,7 @@ class Work(dist._Work):
         self._result = result
         self._post = post
         self._future = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a future callback may wait on its own work
         self._done = False
         self._error = None
 
