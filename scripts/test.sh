@@ -5,7 +5,8 @@
 #   `incompatible_msrv`: nothing newer than the workspace's `rust-version`), 3. rustdoc with warnings as errors,
 #   4. the lean-library check (scripts/check-lean.sh) and `cargo package` of every crate, 5. the loom models,
 #   6. the whole suite in the `ci` profile (release's optimisation with debug assertions and overflow checks on,
-#   so every `debug_assert!` runs: Cargo.toml), also without libfabric for fabcoll-fabric.
+#   so every `debug_assert!` runs: Cargo.toml), also without libfabric for fabcoll-fabric, 7. the Python package
+#   and its torch backend (scripts/test-python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -40,3 +41,7 @@ step "cargo test --workspace --profile ci"
 export VERIFY_MAX_P="${VERIFY_MAX_P:-64}" VERIFY_CASES="${VERIFY_CASES:-400}"
 cargo test -p fabcoll-fabric --no-default-features --lib --profile ci
 cargo test --workspace --profile ci "$@"
+
+# The Python package and the torch backend, built in the same profile (it reuses the library built above).
+step "python package and torch backend (scripts/test-python.sh)"
+CARGO_PROFILE=ci bash scripts/test-python.sh

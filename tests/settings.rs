@@ -21,6 +21,7 @@ const NOT_SETTINGS: &[(&str, &str)] = &[
     ("FABCOLL_BENCH", "tests/shm_bench.rs: runs the measurement, skipped otherwise"),
     ("FABCOLL_EXPLAIN", "collectives/tests/formulas.rs: the case whose critical path is printed"),
     ("FABCOLL_LEAN_MAX", "scripts/check-lean.sh: the most crates a program on the library alone may pull"),
+    ("FABCOLL_VENV", "scripts/python-env.sh: the virtualenv of the Python package and its tests"),
 ];
 
 /// Prefixes of names that are not settings.

@@ -1,0 +1,147 @@
+"""fabcoll: MPI-style collectives without MPI, over shared memory and TCP (and libfabric).
+
+Launch ranks with ``fabrun -n 4 python prog.py`` (or torchrun, Slurm, the ``FABCOLL_*`` variables), then::
+
+    import numpy as np, fabcoll
+    comm = fabcoll.Communicator.from_env()
+    x = np.full(1000, comm.rank, dtype=np.float32)
+    comm.allreduce(x)                      # in place: every rank now holds the sum
+    req = comm.iallreduce(x, op="max")     # nonblocking: overlaps with what runs before wait()
+    req.wait()
+
+Buffers are any C-contiguous object with the buffer protocol (numpy arrays, bytearray, memoryview, torch CPU
+tensors through ``.numpy()``); nothing is copied. The datatype comes from the buffer's format, or from
+``dtype=`` ("bfloat16", …), which reinterprets the buffer's bytes. Every failure — a wrong length, a read-only,
+non-contiguous or misaligned buffer, an unknown op or dtype, a peer that died — raises :class:`Error`.
+Nonblocking calls return a :class:`Request` that holds its buffers until it has finished; as in MPI, do not touch
+them until ``wait()`` returns (or ``test()`` says True). The PyTorch backend is :mod:`fabcoll.torch`.
+"""
+
+from ._native import DATATYPES, Error, Request
+from ._native import Communicator as _Native
+
+__all__ = ["Communicator", "Error", "Request", "DATATYPES", "OPS"]
+
+#: The reductions, by name (torch's "product" is accepted for "prod").
+OPS = ("sum", "prod", "min", "max", "band", "bor", "bxor", "land", "lor", "lxor")
+
+
+class Communicator:
+    """A group of ranks that run collectives together (MPI's communicator).
+
+    Each collective ``x`` blocks (the GIL is released while it runs); ``ix`` starts it and returns a
+    :class:`Request`. Block-structured calls (allgather, gather, scatter, alltoall, reduce_scatter) cut their
+    p-times-larger buffer into ``size`` equal blocks, block i for rank i.
+    """
+
+    __slots__ = ("_c",)
+
+    def __init__(self, native):
+        self._c = native
+
+    @staticmethod
+    def from_env():
+        """Joins the job the environment describes (fabrun, torchrun, Slurm or ``FABCOLL_*``)."""
+        return Communicator(_Native.from_env())
+
+    @property
+    def rank(self):
+        """This process's rank, 0 … size-1."""
+        return self._c.rank
+
+    @property
+    def size(self):
+        """The number of ranks."""
+        return self._c.size
+
+    @property
+    def fabric(self):
+        """The fabric the ranks use (shm, tcp, ofi:…)."""
+        return self._c.fabric
+
+    def dup(self):
+        """A communicator over the same ranks whose traffic never mixes with this one's (collective)."""
+        return Communicator(self._c.dup())
+
+    def split(self, color, key=0):
+        """Ranks with equal ``color`` form a new communicator, ordered by ``key`` then rank; ``color=None``
+        takes part but joins none and gets ``None`` (collective)."""
+        c = self._c.split(color, key)
+        return None if c is None else Communicator(c)
+
+    def __repr__(self):
+        return repr(self._c)
+
+    # Blocking collectives.
+
+    def barrier(self):
+        """Returns once every rank has entered it."""
+        self._c._call("barrier", None, None)
+
+    def bcast(self, buf, root=0, *, dtype=None):
+        """Root's ``buf`` into every rank's ``buf``."""
+        self._c._call("bcast", None, buf, root=root, dtype=dtype)
+
+    def allreduce(self, buf, op="sum", *, out=None, dtype=None):
+        """Reduces ``buf`` over the ranks: in place, or into ``out`` when given."""
+        self._call_reduction("allreduce", buf, out, op, 0, dtype, True)
+
+    def reduce(self, buf, op="sum", root=0, *, out=None, dtype=None):
+        """Reduces ``buf`` over the ranks into root's ``buf`` (or root's ``out``); other ranks only send."""
+        self._call_reduction("reduce", buf, out, op, root, dtype, True)
+
+    def allgather(self, send, recv, *, dtype=None):
+        """Every rank's ``send`` into block i (of rank i) of every rank's ``recv`` (size × len(send))."""
+        self._c._call("allgather", send, recv, dtype=dtype)
+
+    def gather(self, send, recv=None, root=0, *, dtype=None):
+        """Every rank's ``send`` into block i of root's ``recv``; ``recv`` is ignored off the root."""
+        self._c._call("gather", send, recv, root=root, dtype=dtype)
+
+    def scatter(self, send, recv, root=0, *, dtype=None):
+        """Block i of root's ``send`` into rank i's ``recv``; ``send`` is ignored off the root."""
+        self._c._call("scatter", send, recv, root=root, dtype=dtype)
+
+    def alltoall(self, send, recv, *, dtype=None):
+        """Block j of rank i's ``send`` into block i of rank j's ``recv``."""
+        self._c._call("alltoall", send, recv, dtype=dtype)
+
+    def reduce_scatter(self, send, recv, op="sum", *, dtype=None):
+        """Reduces ``send`` (size blocks) over the ranks; rank i gets block i in ``recv``."""
+        self._c._call("reduce_scatter", send, recv, op=op, dtype=dtype)
+
+    # Nonblocking collectives: the same arguments, a Request back.
+
+    def ibarrier(self):
+        return self._c._call("barrier", None, None, blocking=False)
+
+    def ibcast(self, buf, root=0, *, dtype=None):
+        return self._c._call("bcast", None, buf, root=root, dtype=dtype, blocking=False)
+
+    def iallreduce(self, buf, op="sum", *, out=None, dtype=None):
+        return self._call_reduction("allreduce", buf, out, op, 0, dtype, False)
+
+    def ireduce(self, buf, op="sum", root=0, *, out=None, dtype=None):
+        return self._call_reduction("reduce", buf, out, op, root, dtype, False)
+
+    def iallgather(self, send, recv, *, dtype=None):
+        return self._c._call("allgather", send, recv, dtype=dtype, blocking=False)
+
+    def igather(self, send, recv=None, root=0, *, dtype=None):
+        return self._c._call("gather", send, recv, root=root, dtype=dtype, blocking=False)
+
+    def iscatter(self, send, recv, root=0, *, dtype=None):
+        return self._c._call("scatter", send, recv, root=root, dtype=dtype, blocking=False)
+
+    def ialltoall(self, send, recv, *, dtype=None):
+        return self._c._call("alltoall", send, recv, dtype=dtype, blocking=False)
+
+    def ireduce_scatter(self, send, recv, op="sum", *, dtype=None):
+        return self._c._call("reduce_scatter", send, recv, op=op, dtype=dtype, blocking=False)
+
+    def _call_reduction(self, kind, buf, out, op, root, dtype, blocking):
+        if not isinstance(op, str):
+            raise Error(f"op must be a name ({', '.join(OPS)}), not {type(op).__name__}")
+        if out is None:
+            return self._c._call(kind, None, buf, op=op, root=root, dtype=dtype, blocking=blocking)
+        return self._c._call(kind, buf, out, op=op, root=root, dtype=dtype, blocking=blocking)

@@ -1,0 +1,396 @@
+"""A ``torch.distributed`` backend named "fabcoll" for CPU tensors.
+
+    import torch.distributed as dist
+    import fabcoll.torch  # registers the backend
+    dist.init_process_group("fabcoll")  # under torchrun, or with init_method="env://", "tcp://…", "file://…"
+
+Rendezvous: through the store torch hands to the backend, so no launcher of fabcoll's is needed. Rank 0 of each
+group picks a free port for fabcoll's own bootstrap store (served by that rank) and a fresh job token, and
+publishes both under the group's prefix in torch's store; the other ranks read them, and every rank joins with
+``fabcoll.Communicator.from_env`` under those values (its address: the one that routes to torch's MASTER_ADDR).
+A ``FABCOLL_TOKEN`` already in the environment is used instead of a fresh one and never enters torch's store,
+which has no authentication: export one on every rank where strangers can reach torch's store.
+
+Work: each operation starts fabcoll's nonblocking collective on views of the tensors (no copy where the tensors
+are contiguous and the layouts match) and returns a :class:`Work`. The library's progress thread moves it while
+Python computes. ``wait()`` finishes it on the calling thread; ``get_future()`` (what DDP uses) hands it to one
+completion thread per group, which waits with the GIL released and completes the future in issue order.
+"""
+
+import os
+import queue
+import secrets
+import socket
+import threading
+
+import torch
+import torch.distributed as dist
+from torch.futures import Future
+
+from . import Communicator, Error
+
+__all__ = ["ProcessGroupFabcoll", "Work", "BACKEND"]
+
+BACKEND = "fabcoll"
+
+# torch dtypes that numpy views directly; bfloat16 travels as int16 bytes with dtype="bfloat16".
+_NUMPY_DTYPES = {
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+}
+_UNSIGNED_EXTRA = ("uint16", "uint32", "uint64")
+for _name in _UNSIGNED_EXTRA:
+    if hasattr(torch, _name):
+        _NUMPY_DTYPES.add(getattr(torch, _name))
+
+
+def _buffer(t, what):
+    """A tensor as (buffer, dtype name or None): a view of its memory, never a copy."""
+    if not isinstance(t, torch.Tensor):
+        raise Error(f"fabcoll backend: {what} is a {type(t).__name__}, not a tensor")
+    if t.device.type != "cpu":
+        raise Error(f"fabcoll backend: {what} is on {t.device}; this backend moves CPU tensors only")
+    if t.is_sparse or not t.is_contiguous():
+        raise Error(f"fabcoll backend: {what} is not a dense contiguous tensor (call .contiguous() first)")
+    d = t.detach()
+    if d.dtype == torch.bfloat16:
+        return d.view(torch.int16).numpy(), "bfloat16"
+    if d.dtype == torch.bool:
+        return d.view(torch.uint8).numpy(), None
+    if d.dtype not in _NUMPY_DTYPES:
+        raise Error(f"fabcoll backend: {what} has dtype {t.dtype}, which fabcoll does not reduce or move")
+    return d.numpy(), None
+
+
+def _op_name(op, dtype):
+    """torch's ReduceOp as fabcoll's op name, plus whether the result is divided by the size (AVG)."""
+    R = dist.ReduceOp
+    for torch_op, name in ((R.SUM, "sum"), (R.PRODUCT, "prod"), (R.MIN, "min"), (R.MAX, "max")):
+        if op == torch_op:
+            return name, False
+    for torch_op, name in ((R.BAND, "band"), (R.BOR, "bor"), (R.BXOR, "bxor")):
+        if op == torch_op:
+            return name, False
+    if op == R.AVG:
+        if not dtype.is_floating_point:
+            raise Error(f"fabcoll backend: ReduceOp.AVG needs a floating-point tensor, not {dtype}")
+        return "sum", True
+    raise Error(f"fabcoll backend: reduce op {op} is not supported (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)")
+
+
+def _flat(tensors, what):
+    """One contiguous tensor holding ``tensors`` one after the other (a copy), checked equal in shape and dtype."""
+    first = tensors[0]
+    for t in tensors:
+        if t.dtype != first.dtype or t.numel() != first.numel():
+            raise Error(f"fabcoll backend: the tensors of {what} differ in dtype or size; fabcoll needs equal blocks")
+    return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+
+class Work(dist._Work):
+    """A collective in flight: ``wait()`` finishes it, ``get_future()`` gives a future completed by the group's
+    completion thread. ``post`` (copies out, AVG's division) runs once after the requests finish."""
+
+    def __init__(self, pg, requests, result, post=None):
+        super().__init__()
+        self._pg = pg
+        self._requests = requests
+        self._result = result
+        self._post = post
+        self._future = None
+        self._lock = threading.RLock()  # a future callback may wait on its own work
+        self._done = False
+        self._error = None
+
+    def _finish(self):
+        with self._lock:
+            if self._done:
+                return
+            try:
+                for r in self._requests:
+                    r.wait()
+                if self._post is not None:
+                    self._post()
+            except BaseException as e:  # noqa: BLE001: handed to the waiter and the future
+                self._error = e
+            self._requests = ()
+            self._done = True
+            fut = self._future
+        if fut is not None:
+            self._complete(fut)
+
+    def _complete(self, fut):
+        if fut.done():
+            return
+        if self._error is not None:
+            fut.set_exception(self._error)
+        else:
+            fut.set_result(self._result)
+
+    def wait(self, timeout=None):
+        self._finish()
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self):
+        return self._done
+
+    def is_success(self):
+        return self._done and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def get_future(self):
+        with self._lock:
+            if self._future is None:
+                self._future = Future()
+                if self._done:
+                    self._complete(self._future)
+                else:
+                    self._pg._completer.put(self)
+            return self._future
+
+
+class _Completer:
+    """One daemon thread per group that finishes works in issue order, for their futures."""
+
+    def __init__(self):
+        self._queue = queue.SimpleQueue()
+        self._thread = None
+
+    def put(self, work):
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="fabcoll-torch-completion", daemon=True)
+            self._thread.start()
+        self._queue.put(work)
+
+    def _run(self):
+        while True:
+            work = self._queue.get()
+            if work is None:
+                return
+            work._finish()
+
+    def stop(self):
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+
+_ENV_LOCK = threading.Lock()
+
+
+def _local_address():
+    """This host's address on the route to torch's MASTER_ADDR (where the other ranks reach it), else loopback."""
+    master = os.environ.get("MASTER_ADDR")
+    if not master or master in ("localhost", "127.0.0.1"):
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((master, int(os.environ.get("MASTER_PORT", "29500"))))
+        return s.getsockname()[0]
+
+
+def _free_port(host):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _join(store, rank, size, timeout):
+    """fabcoll's communicator for one torch group, bootstrapped through torch's (prefixed) store."""
+    env = {"FABCOLL_RANK": str(rank), "FABCOLL_SIZE": str(size), "FABCOLL_STORE_SERVER": "rank0"}
+    own_token = os.environ.get("FABCOLL_TOKEN")
+    if rank == 0:
+        host = _local_address()
+        store.set("fabcoll/store", f"tcp://{host}:{_free_port(host)}")
+        store.set("fabcoll/token", "" if own_token else secrets.token_hex(16))
+    address = store.get("fabcoll/store").decode()
+    token = own_token or store.get("fabcoll/token").decode()
+    if not token:
+        raise Error("fabcoll backend: rank 0 has FABCOLL_TOKEN set but this rank has not; set it on every rank")
+    env.update(FABCOLL_STORE=address, FABCOLL_TOKEN=token)
+    # from_env reads the process environment: set the values for the call only, one group at a time.
+    with _ENV_LOCK:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            return Communicator.from_env()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+class ProcessGroupFabcoll(dist.ProcessGroup):
+    """torch's ProcessGroup over a fabcoll communicator (CPU tensors only)."""
+
+    def __init__(self, store, rank, size, timeout=None):
+        super().__init__(rank, size)
+        self._comm = _join(store, rank, size, timeout)
+        self._completer = _Completer()
+
+    def getBackendName(self):
+        return BACKEND
+
+    def __repr__(self):
+        return f"ProcessGroupFabcoll(rank={self.rank()}, size={self.size()}, fabric={self._comm.fabric})"
+
+    @property
+    def communicator(self):
+        """The fabcoll communicator underneath."""
+        return self._comm
+
+    def _start(self, kind, send, recv, op="sum", root=0):
+        """fabcoll's nonblocking ``kind`` on tensors ``send`` (None: in place) and ``recv``."""
+        dtype = None
+        s = None
+        if send is not None:
+            s, dtype = _buffer(send, "the input tensor")
+        r = None
+        if recv is not None:
+            r, dtype = _buffer(recv, "the output tensor")
+        c = self._comm._c
+        return c._call(kind, s, r, op=op, root=root, dtype=dtype, blocking=False)
+
+    def _single(self, kind, send, recv, op="sum", root=0, post=None, result=None):
+        req = self._start(kind, send, recv, op=op, root=root)
+        return Work(self, [req], result if result is not None else [recv], post)
+
+    # Reductions.
+
+    def allreduce(self, tensors, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        reqs, divide = [], []
+        for t in tensors:
+            name, avg = _op_name(op, t.dtype)
+            reqs.append(self._start("allreduce", None, t, op=name))
+            if avg:
+                divide.append(t)
+        size = self.size()
+
+        def post():
+            for t in divide:
+                t.div_(size)
+
+        return Work(self, reqs, tensors, post if divide else None)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def reduce(self, tensors, opts=None):
+        (t,) = tensors
+        name, avg = _op_name(opts.reduceOp, t.dtype)
+        root = opts.rootRank
+        post = (lambda: t.div_(self.size())) if avg and self.rank() == root else None
+        return self._single("reduce", None, t, op=name, root=root, post=post, result=tensors)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        name, avg = _op_name(op, output.dtype)
+        post = (lambda: output.div_(self.size())) if avg else None
+        return self._single("reduce_scatter", input, output, op=name, post=post)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        (out,) = outputs
+        (inputs,) = input_lists
+        return self.reduce_scatter_single(out, _flat(inputs, "reduce_scatter"), opts)
+
+    # Data movement.
+
+    def broadcast(self, tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        reqs = [self._start("bcast", None, t, root=root) for t in tensors]
+        return Work(self, reqs, tensors)
+
+    def all_gather_single(self, output, input, opts=None):
+        return self._single("allgather", input, output)
+
+    _allgather_base = all_gather_single
+
+    def allgather(self, output_lists, inputs, opts=None):
+        (outs,) = output_lists
+        (inp,) = inputs
+        flat = torch.empty(inp.numel() * len(outs), dtype=inp.dtype)
+
+        def post():
+            for o, chunk in zip(outs, flat.chunk(len(outs))):
+                o.copy_(chunk.view_as(o))
+
+        return self._single("allgather", inp, flat, post=post, result=output_lists)
+
+    def gather(self, output_lists, inputs, opts=None):
+        (inp,) = inputs
+        root = opts.rootRank
+        if self.rank() != root:
+            return self._single("gather", inp, None, root=root, result=output_lists)
+        (outs,) = output_lists
+        flat = torch.empty(inp.numel() * self.size(), dtype=inp.dtype)
+
+        def post():
+            for o, chunk in zip(outs, flat.chunk(self.size())):
+                o.copy_(chunk.view_as(o))
+
+        return self._single("gather", inp, flat, root=root, post=post, result=output_lists)
+
+    def scatter(self, outputs, input_lists, opts=None):
+        (out,) = outputs
+        root = opts.rootRank
+        send = _flat(input_lists[0], "scatter") if self.rank() == root else None
+        return self._single("scatter", send, out, root=root, result=outputs)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        p = self.size()
+        for splits, t in ((output_split_sizes, output), (input_split_sizes, input)):
+            if splits and (len(set(splits)) != 1 or splits[0] * p != t.shape[0]):
+                raise Error(f"fabcoll backend: all_to_all_single with unequal splits {list(splits)} is not supported")
+        return self._single("alltoall", input, output)
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, outputs, inputs, opts=None):
+        send = _flat(inputs, "alltoall")
+        recv = torch.empty_like(send)
+
+        def post():
+            for o, chunk in zip(outputs, recv.chunk(len(outputs))):
+                o.copy_(chunk.view_as(o))
+
+        return self._single("alltoall", send, recv, post=post, result=outputs)
+
+    def barrier(self, opts=None):
+        return Work(self, [self._comm.ibarrier()], [])
+
+    # Point to point is not in fabcoll's Python API yet.
+
+    def send(self, tensors, dst, tag):
+        raise Error("fabcoll backend: send/recv are not supported yet")
+
+    def recv(self, tensors, src, tag):
+        raise Error("fabcoll backend: send/recv are not supported yet")
+
+    def recv_anysource(self, tensors, tag):
+        raise Error("fabcoll backend: send/recv are not supported yet")
+
+    def shutdown(self):
+        self._completer.stop()
+
+
+def _create(store, rank, size, timeout):
+    return ProcessGroupFabcoll(store, rank, size, timeout)
+
+
+if BACKEND not in dist.Backend.backend_list:
+    dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])

@@ -1,0 +1,200 @@
+//! One collective call from Python, checked and typed: the operation, the datatype, the regions
+//! of its buffers and its op and root ([`Spec`]), started on any [`Collectives`] — blocking on a
+//! `Communicator`, nonblocking on `RawCalls`. Mirrors the C ABI's choices (`capi/src/coll.rs`):
+//! a missing send buffer picks the `_in_place` form where the Rust API has one, and buffers a
+//! rank does not use (gather's receive buffer off the root, scatter's send buffer off the root)
+//! may be missing.
+
+use fabcoll::half::{bf16, f16};
+use fabcoll::{Collectives, Datatype, ReduceOp};
+use pyo3::PyResult;
+
+use crate::buffer::Region;
+use crate::error::fail;
+
+/// The collectives the binding offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Barrier,
+    Bcast,
+    Reduce,
+    Allreduce,
+    Gather,
+    Scatter,
+    Allgather,
+    Alltoall,
+    ReduceScatter,
+}
+
+impl Kind {
+    const ALL: [(&'static str, Kind); 9] = [
+        ("barrier", Kind::Barrier),
+        ("bcast", Kind::Bcast),
+        ("reduce", Kind::Reduce),
+        ("allreduce", Kind::Allreduce),
+        ("gather", Kind::Gather),
+        ("scatter", Kind::Scatter),
+        ("allgather", Kind::Allgather),
+        ("alltoall", Kind::Alltoall),
+        ("reduce_scatter", Kind::ReduceScatter),
+    ];
+
+    pub fn named(name: &str) -> PyResult<Kind> {
+        Kind::ALL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, k)| k)
+            .ok_or_else(|| fail(format!("unknown collective {name:?}")))
+    }
+
+    /// Whether it reduces (takes an op).
+    pub fn reduces(self) -> bool {
+        matches!(self, Kind::Reduce | Kind::Allreduce | Kind::ReduceScatter)
+    }
+
+    /// Whether a missing send buffer means in place (the receive buffer is the input too).
+    pub fn has_in_place(self) -> bool {
+        matches!(self, Kind::Reduce | Kind::Allreduce | Kind::Bcast)
+    }
+}
+
+/// The reduction named `name`, as MPI and torch spell them (`"sum"`, `"prod"`/`"product"`, …).
+pub fn reduce_op(name: &str) -> PyResult<ReduceOp> {
+    Ok(match name {
+        "sum" => ReduceOp::Sum,
+        "prod" | "product" => ReduceOp::Prod,
+        "min" => ReduceOp::Min,
+        "max" => ReduceOp::Max,
+        "band" => ReduceOp::Band,
+        "bor" => ReduceOp::Bor,
+        "bxor" => ReduceOp::Bxor,
+        "land" => ReduceOp::Land,
+        "lor" => ReduceOp::Lor,
+        "lxor" => ReduceOp::Lxor,
+        _ => return Err(fail(format!("unknown op {name:?} (sum, prod, min, max, band, bor, bxor, land, lor, lxor)"))),
+    })
+}
+
+/// A checked call: its regions hold whole elements of `dt`, aligned, and do not overlap.
+pub struct Spec {
+    pub kind: Kind,
+    pub dt: Datatype,
+    /// `None`: the in-place form (see [`Kind::has_in_place`]) or, for scatter off the root, no buffer.
+    pub send: Option<Region>,
+    pub recv: Region,
+    pub op: ReduceOp,
+    pub root: u32,
+}
+
+/// Runs `$body` with `$T` the element type of `$dt` (the datatypes `buffer::NAMES` lists).
+macro_rules! with_element {
+    ($dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            Datatype::I8 => {
+                type $T = i8;
+                $body
+            }
+            Datatype::I16 => {
+                type $T = i16;
+                $body
+            }
+            Datatype::I32 => {
+                type $T = i32;
+                $body
+            }
+            Datatype::I64 => {
+                type $T = i64;
+                $body
+            }
+            Datatype::U8 => {
+                type $T = u8;
+                $body
+            }
+            Datatype::U16 => {
+                type $T = u16;
+                $body
+            }
+            Datatype::U32 => {
+                type $T = u32;
+                $body
+            }
+            Datatype::U64 => {
+                type $T = u64;
+                $body
+            }
+            Datatype::F16 => {
+                type $T = f16;
+                $body
+            }
+            Datatype::BF16 => {
+                type $T = bf16;
+                $body
+            }
+            Datatype::F32 => {
+                type $T = f32;
+                $body
+            }
+            Datatype::F64 => {
+                type $T = f64;
+                $body
+            }
+            other => {
+                let msg = format!("datatype {other:?} is not offered to Python");
+                return Err(fabcoll::Error::InvalidArgument { coll: "python", msg });
+            }
+        }
+    };
+}
+
+/// The region as a shared slice of `T`.
+///
+/// # Safety
+/// The region holds initialised `T`s, aligned (checked by `Buffer::region`), that stay valid and
+/// unwritten by others than fabcoll for `'b`.
+unsafe fn input<'b, T>(r: &Region) -> &'b [T] {
+    if r.bytes == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's contract; non-NULL since a buffer of nonzero length has an address.
+    unsafe { std::slice::from_raw_parts(r.addr as *const T, r.bytes / std::mem::size_of::<T>()) }
+}
+
+/// The region as an exclusive slice of `T`.
+///
+/// # Safety
+/// As [`input`], and nothing else reads or writes it for `'b`.
+unsafe fn output<'b, T>(r: &Region) -> &'b mut [T] {
+    if r.bytes == 0 {
+        return &mut [];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(r.addr as *mut T, r.bytes / std::mem::size_of::<T>()) }
+}
+
+/// Starts the call on `s` (blocking: runs it).
+///
+/// # Safety
+/// The regions stay valid for `'b` and, while the call runs, the program neither writes the
+/// send region nor reads or writes the receive region (MPI's rule; the binding holds the
+/// buffers' exports and the GIL-free wait in between).
+pub unsafe fn start<'b, S: Collectives<'b>>(s: &S, c: &Spec) -> fabcoll::Result<S::Out> {
+    with_element!(c.dt, T => {
+        // SAFETY: the caller's contract; `Spec`'s regions do not overlap.
+        let recv = unsafe { output::<T>(&c.recv) };
+        // SAFETY: the caller's contract.
+        let send = c.send.as_ref().map(|r| unsafe { input::<T>(r) });
+        match (c.kind, send) {
+            (Kind::Barrier, _) => s.barrier(),
+            (Kind::Bcast, _) => s.bcast(recv, c.root),
+            (Kind::Reduce, None) => s.reduce_in_place(recv, &c.op, c.root),
+            (Kind::Reduce, Some(x)) => s.reduce(x, recv, &c.op, c.root),
+            (Kind::Allreduce, None) => s.allreduce_in_place(recv, &c.op),
+            (Kind::Allreduce, Some(x)) => s.allreduce(x, recv, &c.op),
+            (Kind::Gather, x) => s.gather(x.unwrap_or(&[]), recv, c.root),
+            (Kind::Scatter, x) => s.scatter(x.unwrap_or(&[]), recv, c.root),
+            (Kind::Allgather, x) => s.allgather(x.unwrap_or(&[]), recv),
+            (Kind::Alltoall, x) => s.alltoall(x.unwrap_or(&[]), recv),
+            (Kind::ReduceScatter, x) => s.reduce_scatter_block(x.unwrap_or(&[]), recv, &c.op),
+        }
+    })
+}

@@ -1,0 +1,151 @@
+//! `fabcoll._native.Communicator`: a communicator shared with the requests it starts. Every
+//! collective goes through one entry, `_call`, which the Python package wraps in mpi4py-like
+//! methods (`fabcoll/__init__.py`): it exports and checks the buffers, resolves the datatype and
+//! the op, then runs the call with the GIL released (blocking) or starts it and returns a
+//! [`Request`] that holds the buffers until it has finished.
+
+use std::sync::Arc;
+
+use fabcoll::Datatype;
+use pyo3::prelude::*;
+
+use crate::buffer::{datatype_name, datatype_named, Buffer, Region};
+use crate::call::{reduce_op, start, Kind, Spec};
+use crate::error::{fail, lib};
+use crate::request::Request;
+
+/// A group of ranks that run collectives together (MPI's communicator).
+#[pyclass(module = "fabcoll._native", frozen)]
+pub struct Communicator {
+    inner: Arc<fabcoll::Communicator>,
+}
+
+/// The datatype of a call: `dtype` when given, else the buffers' format (which must agree).
+fn resolve_datatype(dtype: Option<&str>, bufs: &[&Buffer]) -> PyResult<Datatype> {
+    if let Some(name) = dtype {
+        return datatype_named(name);
+    }
+    let mut found: Option<(Datatype, &Buffer)> = None;
+    for b in bufs {
+        let Some(dt) = b.format_datatype() else {
+            return Err(fail(format!(
+                "{} has buffer format {:?}, which fabcoll has no datatype for (pass dtype=... to reinterpret its bytes)",
+                b.what(),
+                b.format()
+            )));
+        };
+        match found {
+            Some((first, fb)) if first != dt => {
+                return Err(fail(format!(
+                    "{} holds {} but {} holds {}",
+                    fb.what(),
+                    datatype_name(first),
+                    b.what(),
+                    datatype_name(dt)
+                )))
+            }
+            _ => found = Some((dt, b)),
+        }
+    }
+    Ok(found.map_or(Datatype::U8, |(dt, _)| dt))
+}
+
+#[pymethods]
+impl Communicator {
+    /// Joins the job the environment describes: `fabrun -n 4 python prog.py`, torchrun, Slurm or
+    /// the `FABCOLL_*` variables (the library's `Communicator::from_env`).
+    #[staticmethod]
+    fn from_env(py: Python<'_>) -> PyResult<Communicator> {
+        let c = py.detach(fabcoll::Communicator::from_env).map_err(lib)?;
+        Ok(Communicator { inner: Arc::new(c) })
+    }
+
+    /// This process's rank.
+    #[getter]
+    fn rank(&self) -> u32 {
+        self.inner.rank()
+    }
+
+    /// The number of ranks.
+    #[getter]
+    fn size(&self) -> u32 {
+        self.inner.size()
+    }
+
+    /// The fabric this communicator runs over (`shm`, `tcp`, …).
+    #[getter]
+    fn fabric(&self) -> String {
+        self.inner.fabric_name()
+    }
+
+    /// A communicator over the same ranks with its own traffic (collective).
+    fn dup(&self, py: Python<'_>) -> PyResult<Communicator> {
+        let c = py.detach(|| self.inner.dup()).map_err(lib)?;
+        Ok(Communicator { inner: Arc::new(c) })
+    }
+
+    /// Splits by `color` (ranks with equal colors form a communicator, ordered by `key` then
+    /// rank); `color=None` takes part without joining any: it returns `None` (collective).
+    #[pyo3(signature = (color, key = 0))]
+    fn split(&self, py: Python<'_>, color: Option<u32>, key: i32) -> PyResult<Option<Communicator>> {
+        let c = py.detach(|| self.inner.split(color, key)).map_err(lib)?;
+        Ok(c.map(|c| Communicator { inner: Arc::new(c) }))
+    }
+
+    /// One collective: `kind` names it, `send`/`recv` are buffer-protocol objects (`send=None`:
+    /// in place for allreduce, reduce and bcast; missing buffers the rank does not use), `op` a
+    /// reduction name, `dtype` a datatype name that overrides the buffers' format. Blocking
+    /// returns `None`; otherwise a `Request`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (kind, send, recv, op = "sum", root = 0, dtype = None, blocking = true))]
+    fn _call(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        send: Option<&Bound<'_, PyAny>>,
+        recv: Option<&Bound<'_, PyAny>>,
+        op: &str,
+        root: u32,
+        dtype: Option<&str>,
+        blocking: bool,
+    ) -> PyResult<Option<Request>> {
+        let kind = Kind::named(kind)?;
+        let op = if kind.reduces() { reduce_op(op)? } else { fabcoll::ReduceOp::Sum };
+        if kind == Kind::Bcast && send.is_some() {
+            return Err(fail("bcast takes one buffer"));
+        }
+        // In place, off the root of reduce, the buffer is only read.
+        let in_place = kind.has_in_place() && send.is_none();
+        let reads_only = in_place && kind == Kind::Reduce && self.inner.rank() != root;
+        let send = send.map(|b| Buffer::get(b, "send buffer", false)).transpose()?;
+        let recv_what = if in_place { "buffer" } else { "receive buffer" };
+        let recv = recv.map(|b| Buffer::get(b, recv_what, !reads_only)).transpose()?;
+        let bufs: Vec<&Buffer> = send.iter().chain(recv.iter()).collect();
+        let dt = resolve_datatype(dtype, &bufs)?;
+        let send_region = send.as_ref().map(|b| b.region(dt)).transpose()?;
+        let recv_region = recv.as_ref().map(|b| b.region(dt)).transpose()?.unwrap_or(Region::EMPTY);
+        if let Some(s) = &send_region {
+            s.disjoint(&recv_region)?;
+        }
+        let spec = Spec { kind, dt, send: send_region, recv: recv_region, op, root };
+        let held: Vec<Buffer> = send.into_iter().chain(recv).collect();
+        if blocking {
+            let comm = &*self.inner;
+            // SAFETY: `held` keeps the buffers exported (in place, unmoved) until the call has
+            // returned; Python code that writes them from another thread meanwhile breaks MPI's
+            // rule, as with mpi4py.
+            py.detach(|| unsafe { start(comm, &spec) }).map_err(lib)?;
+            drop(held);
+            return Ok(None);
+        }
+        // SAFETY: the request holds the exported buffers until it has finished (`Request`).
+        let calls = unsafe { self.inner.raw_calls() };
+        // SAFETY: as above: `held` moves into the request with the raw request.
+        let raw = unsafe { start(&calls, &spec) }.map_err(lib)?;
+        Ok(Some(Request::new(raw, held)))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<fabcoll.Communicator rank {} of {} over {}>", self.inner.rank(), self.inner.size(), self.fabric())
+    }
+}

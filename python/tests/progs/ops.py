@@ -1,0 +1,155 @@
+"""One rank of the collectives test: every operation, blocking and nonblocking, against numpy references computed
+from every rank's input (each rank's input is a function of its rank). Prints "ops ok" at the end."""
+
+import numpy as np
+
+import fabcoll
+
+comm = fabcoll.Communicator.from_env()
+me, p = comm.rank, comm.size
+N = 37  # not a multiple of p: the block ops use N * p elements
+
+
+def data(rank, n, dtype):
+    """Rank `rank`'s input: small integers, exact in every dtype (float16 and bfloat16 included)."""
+    return ((np.arange(n) * 3 + rank * 5) % 11 + 1).astype(dtype)
+
+
+def check(got, want, what):
+    if not np.array_equal(np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)):
+        raise AssertionError(f"rank {me}: {what}: got {got[:8]}…, want {want[:8]}…")
+
+
+REDUCE = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
+
+for dtype in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.int8, np.float16, np.uint16):
+    for op, fn in REDUCE.items():
+        if op == "prod" and np.dtype(dtype).itemsize == 1:
+            continue
+        want = data(0, N, dtype)
+        for r in range(1, p):
+            want = fn(want, data(r, N, dtype))
+        x = data(me, N, dtype)
+        comm.allreduce(x, op)
+        check(x, want, f"allreduce {op} {np.dtype(dtype).name}")
+        # Out of place.
+        y = np.zeros(N, dtype=dtype)
+        comm.allreduce(data(me, N, dtype), op, out=y)
+        check(y, want, f"allreduce {op} out= {np.dtype(dtype).name}")
+
+# bfloat16: no numpy type; its bit patterns travel in an int16 array named dtype="bfloat16".
+def to_bf16(a):
+    return (a.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+
+
+def from_bf16(b):
+    return (b.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+x = to_bf16(data(me, N, np.float32))
+comm.allreduce(x, "sum", dtype="bfloat16")
+check(from_bf16(x), sum(data(r, N, np.float32) for r in range(p)), "allreduce bfloat16")
+
+for root in range(p):
+    b = data(me, N, np.float64)
+    comm.bcast(b, root)
+    check(b, data(root, N, np.float64), f"bcast root {root}")
+
+    x = data(me, N, np.int64)
+    comm.reduce(x, "sum", root)
+    if me == root:
+        check(x, sum(data(r, N, np.int64) for r in range(p)), f"reduce root {root}")
+
+    g = np.zeros(N * p, dtype=np.float32) if me == root else None
+    comm.gather(data(me, N, np.float32), g, root)
+    if me == root:
+        check(g, np.concatenate([data(r, N, np.float32) for r in range(p)]), f"gather root {root}")
+
+    s = np.concatenate([data(root * 10 + r, N, np.int32) for r in range(p)]) if me == root else None
+    out = np.zeros(N, dtype=np.int32)
+    comm.scatter(s, out, root)
+    check(out, data(root * 10 + me, N, np.int32), f"scatter root {root}")
+
+ag = np.zeros(N * p, dtype=np.float64)
+comm.allgather(data(me, N, np.float64), ag)
+check(ag, np.concatenate([data(r, N, np.float64) for r in range(p)]), "allgather")
+
+# alltoall: rank i's block j is data(10 * i + j); rank j receives block i = data(10 * i + j).
+send = np.concatenate([data(10 * me + j, N, np.int64) for j in range(p)])
+recv = np.zeros_like(send)
+comm.alltoall(send, recv)
+check(recv, np.concatenate([data(10 * i + me, N, np.int64) for i in range(p)]), "alltoall")
+
+send = data(me, N * p, np.float32)
+rs = np.zeros(N, dtype=np.float32)
+comm.reduce_scatter(send, rs, "max")
+full = np.maximum.reduce([data(r, N * p, np.float32) for r in range(p)])
+check(rs, full[me * N:(me + 1) * N], "reduce_scatter max")
+
+comm.barrier()
+
+# Nonblocking: several in flight at once, finished by test() polling or wait(), results checked after.
+big = data(me, 1 << 16, np.float32)
+small = data(me, N, np.int32)
+r1 = comm.iallreduce(big)
+r2 = comm.iallreduce(small, "max")
+r3 = comm.ibarrier()
+while not r1.test():
+    pass
+r2.wait()
+r3.wait()
+assert r1.test() and r2.test(), "test() after completion must stay True"
+r1.wait()  # wait after a successful test is fine
+check(big, sum(data(r, 1 << 16, np.float32) for r in range(p)), "iallreduce")
+check(small, np.maximum.reduce([data(r, N, np.int32) for r in range(p)]), "iallreduce max")
+
+ag = np.zeros(N * p, dtype=np.int16)
+reqs = [comm.iallgather(data(me, N, np.int16), ag), comm.ibcast(b, 0)]
+for q in reqs:
+    q.wait()
+check(ag, np.concatenate([data(r, N, np.int16) for r in range(p)]), "iallgather")
+out = np.zeros(N, dtype=np.float64)
+comm.ireduce_scatter(data(me, N * p, np.float64), out).wait()
+check(out, sum(data(r, N * p, np.float64) for r in range(p))[me * N:(me + 1) * N], "ireduce_scatter")
+send = np.concatenate([data(10 * me + j, N, np.int32) for j in range(p)])
+recv = np.zeros_like(send)
+comm.ialltoall(send, recv).wait()
+check(recv, np.concatenate([data(10 * i + me, N, np.int32) for i in range(p)]), "ialltoall")
+g = np.zeros(N * p, dtype=np.uint8) if me == 0 else None
+comm.igather(data(me, N, np.uint8), g, 0).wait()
+if me == 0:
+    check(g, np.concatenate([data(r, N, np.uint8) for r in range(p)]), "igather")
+x = data(me, N, np.float64)
+comm.ireduce(x, "min", 0).wait()
+if me == 0:
+    check(x, np.minimum.reduce([data(r, N, np.float64) for r in range(p)]), "ireduce")
+out = np.zeros(N, dtype=np.int64)
+comm.iscatter(np.concatenate([data(r, N, np.int64) for r in range(p)]) if me == 0 else None, out, 0).wait()
+check(out, data(me, N, np.int64), "iscatter")
+
+# A request dropped unfinished is finished first (its buffers stay lent until then).
+x = data(me, 1 << 15, np.float64)
+del_req = comm.iallreduce(x)
+del del_req
+check(x, sum(data(r, 1 << 15, np.float64) for r in range(p)), "dropped request")
+
+# Other buffer types: bytearray and memoryview (bytes are uint8).
+ba = bytearray([me + 1] * 16)
+comm.allreduce(ba)
+assert list(ba) == [sum(range(1, p + 1))] * 16, list(ba)
+comm.allreduce(memoryview(ba), "max")
+
+# dup and split.
+d = comm.dup()
+x = np.ones(4, dtype=np.int32)
+d.allreduce(x)
+check(x, np.full(4, p), "dup allreduce")
+half = comm.split(me % 2, key=-me)
+x = np.ones(3, dtype=np.int64)
+half.allreduce(x)
+check(x, np.full(3, half.size), "split allreduce")
+assert half.size == len(range(me % 2, p, 2)), (half.size, p)
+none = comm.split(None if me == 0 else 1)
+assert (none is None) == (me == 0)
+
+print("ops ok", comm.fabric, flush=True)

@@ -1,0 +1,105 @@
+"""One rank of the torch backend test: init_process_group("fabcoll") over env:// (the torchrun environment), then
+every supported operation against references computed from every rank's input. Prints "torch ok" at the end."""
+
+import torch
+import torch.distributed as dist
+
+import fabcoll
+import fabcoll.torch  # noqa: F401: registers the backend
+
+dist.init_process_group("fabcoll", init_method="env://")
+me, p = dist.get_rank(), dist.get_world_size()
+assert dist.get_backend() == "fabcoll", dist.get_backend()
+N = 13
+
+
+def data(rank, n=N, dtype=torch.float32):
+    return ((torch.arange(n) * 3 + rank * 5) % 11 + 1).to(dtype)
+
+
+def check(got, want, what):
+    if not torch.equal(got, want):
+        raise AssertionError(f"rank {me}: {what}: got {got}, want {want}")
+
+
+everyone = [data(r) for r in range(p)]
+R = dist.ReduceOp
+for op, want in ((R.SUM, sum(everyone)), (R.MIN, torch.stack(everyone).min(0).values),
+                 (R.MAX, torch.stack(everyone).max(0).values), (R.PRODUCT, torch.stack(everyone).prod(0)),
+                 (R.AVG, sum(everyone) / p)):
+    t = data(me)
+    dist.all_reduce(t, op=op)
+    if op == R.AVG:
+        torch.testing.assert_close(t, want)
+    else:
+        check(t, want, f"all_reduce {op}")
+
+for dtype in (torch.float64, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.uint8):
+    t = data(me, dtype=dtype)
+    dist.all_reduce(t)
+    check(t, sum(data(r, dtype=dtype) for r in range(p)), f"all_reduce {dtype}")
+
+work = dist.all_reduce(t := data(me, 1 << 16), async_op=True)
+fut = work.get_future()
+fut.wait()
+check(t, sum(data(r, 1 << 16) for r in range(p)), "async all_reduce")
+assert work.is_completed()
+
+for root in range(p):
+    t = data(me)
+    dist.broadcast(t, src=root)
+    check(t, data(root), f"broadcast {root}")
+
+outs = [torch.zeros(N) for _ in range(p)]
+dist.all_gather(outs, data(me))
+for r in range(p):
+    check(outs[r], data(r), "all_gather")
+flat = torch.zeros(N * p)
+dist.all_gather_into_tensor(flat, data(me))
+check(flat, torch.cat(everyone), "all_gather_into_tensor")
+
+out = torch.zeros(N)
+dist.reduce_scatter_tensor(out, data(me, N * p))
+check(out, sum(data(r, N * p) for r in range(p))[me * N:(me + 1) * N], "reduce_scatter_tensor")
+out = torch.zeros(N)
+dist.reduce_scatter(out, [data(me * 10 + j) for j in range(p)])
+check(out, sum(data(r * 10 + me) for r in range(p)), "reduce_scatter")
+
+out = torch.zeros(N * p)
+dist.all_to_all_single(out, torch.cat([data(me * 10 + j) for j in range(p)]))
+check(out, torch.cat([data(i * 10 + me) for i in range(p)]), "all_to_all_single")
+outs = [torch.zeros(N) for _ in range(p)]
+dist.all_to_all(outs, [data(me * 10 + j) for j in range(p)])
+for i in range(p):
+    check(outs[i], data(i * 10 + me), "all_to_all")
+
+t = data(me)
+dist.reduce(t, dst=p - 1)
+if me == p - 1:
+    check(t, sum(everyone), "reduce")
+g = [torch.zeros(N) for _ in range(p)] if me == 0 else None
+dist.gather(data(me), g, dst=0)
+if me == 0:
+    for r in range(p):
+        check(g[r], data(r), "gather")
+out = torch.zeros(N)
+dist.scatter(out, [data(r + 20) for r in range(p)] if me == 0 else None, src=0)
+check(out, data(me + 20), "scatter")
+dist.barrier()
+
+# Unsupported cases raise a clear error.
+for what, f in (("unequal splits", lambda: dist.all_to_all_single(torch.zeros(p + 1), torch.zeros(p + 1),
+                                                                  [1] * (p - 1) + [2], [1] * (p - 1) + [2])),
+                ("not a dense contiguous", lambda: dist.all_reduce(torch.zeros(4, 4)[:, 0])),
+                ("allreduce", lambda: dist.all_reduce(torch.zeros(4), op=dist.ReduceOp.BAND)),
+                ("send/recv", lambda: dist.send(torch.zeros(1), dst=(me + 1) % p))):
+    try:
+        f()
+    except RuntimeError as e:
+        if what not in str(e):
+            raise AssertionError(f"{what}: {e}") from e
+    else:
+        raise AssertionError(f"no error for {what}")
+dist.barrier()
+dist.destroy_process_group()
+print("torch ok", flush=True)
