@@ -91,7 +91,8 @@ pub fn store_response(data: &[u8]) {
     let mut rest = data;
     while !rest.is_empty() {
         let before = rest;
-        let Ok((status, payload)) = store::read_response(&mut rest, |e| crate::bootstrap::BootstrapError::io("fuzz")(e))
+        let Ok((status, payload)) =
+            store::read_response(&mut rest, |e| crate::bootstrap::BootstrapError::io("fuzz")(e))
         else {
             return;
         };

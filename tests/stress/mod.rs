@@ -124,7 +124,8 @@ impl Spec {
     fn draw(r: &mut Rng, index: usize, p: u32) -> Spec {
         let coll = Collective::ALL[r.below(Collective::ALL.len())];
         let dtype = ["i32", "i64", "u8", "f64"][r.below(4)];
-        let ops: &[Op] = if dtype == "f64" { &[Op::Sum, Op::Max, Op::Min] } else { &[Op::Sum, Op::Max, Op::Min, Op::Bor, Op::Bxor] };
+        let ops: &[Op] =
+            if dtype == "f64" { &[Op::Sum, Op::Max, Op::Min] } else { &[Op::Sum, Op::Max, Op::Min, Op::Bor, Op::Bxor] };
         let op = ops[r.below(ops.len())];
         let mut count = draw_count(r);
         let pu = p as usize;
@@ -133,7 +134,9 @@ impl Spec {
             count = count.min(20_001);
         }
         let counts = match coll {
-            Collective::Alltoallv => (0..pu * pu).map(|_| if r.below(4) == 0 { 0 } else { r.below(count + 1) }).collect(),
+            Collective::Alltoallv => {
+                (0..pu * pu).map(|_| if r.below(4) == 0 { 0 } else { r.below(count + 1) }).collect()
+            }
             c if c.is_vector() || c == Collective::ReduceScatter => {
                 (0..pu).map(|_| if r.below(4) == 0 { 0 } else { r.below(count + 1) }).collect()
             }
@@ -144,10 +147,8 @@ impl Spec {
         let mut spec = Spec { index, coll, dtype, count, root, op, counts, gap, algorithm: None };
         if r.below(2) == 0 {
             let args = spec.args(p);
-            let algs: Vec<&'static str> = registry::for_op(coll)
-                .filter(|a| a.restrictions.violated(&args).is_none())
-                .map(|a| a.name)
-                .collect();
+            let algs: Vec<&'static str> =
+                registry::for_op(coll).filter(|a| a.restrictions.violated(&args).is_none()).map(|a| a.name).collect();
             if !algs.is_empty() {
                 spec.algorithm = Some(algs[r.below(algs.len())]);
             }
@@ -207,8 +208,12 @@ fn bufs<T: Num>(s: &Spec, r: u32, p: u32) -> Bufs<T> {
             recv: sentinel(n),
             want: if r == root { (0..n).map(|i| fold(0..p, i)).collect() } else { sentinel(n) },
         },
-        Collective::Allreduce => Bufs { send: mine(n), recv: sentinel(n), want: (0..n).map(|i| fold(0..p, i)).collect() },
-        Collective::Scan => Bufs { send: mine(n), recv: sentinel(n), want: (0..n).map(|i| fold(0..r + 1, i)).collect() },
+        Collective::Allreduce => {
+            Bufs { send: mine(n), recv: sentinel(n), want: (0..n).map(|i| fold(0..p, i)).collect() }
+        }
+        Collective::Scan => {
+            Bufs { send: mine(n), recv: sentinel(n), want: (0..n).map(|i| fold(0..r + 1, i)).collect() }
+        }
         Collective::Exscan => Bufs {
             send: mine(n),
             recv: sentinel(n),
@@ -234,11 +239,9 @@ fn bufs<T: Num>(s: &Spec, r: u32, p: u32) -> Bufs<T> {
             recv: sentinel(pu * n),
             want: (0..p).flat_map(|q| (0..n).map(move |i| v(q, ru * n + i))).collect(),
         },
-        Collective::ReduceScatterBlock => Bufs {
-            send: mine(pu * n),
-            recv: sentinel(n),
-            want: (0..n).map(|i| fold(0..p, ru * n + i)).collect(),
-        },
+        Collective::ReduceScatterBlock => {
+            Bufs { send: mine(pu * n), recv: sentinel(n), want: (0..n).map(|i| fold(0..p, ru * n + i)).collect() }
+        }
         Collective::ReduceScatter => {
             let start: usize = s.counts[..ru].iter().sum();
             let total: usize = s.counts.iter().sum();
@@ -384,14 +387,17 @@ pub fn run(c: &Communicator, seed: u64, calls: usize) -> Result<usize, String> {
                 let mut reqs = Vec::new();
                 for (s, b) in specs.iter().zip(bs.iter_mut()) {
                     sc.set_options(s.options());
-                    reqs.push(each!(b, b => start(sc, s, r, p, b)).map_err(|e| fabcoll::Error::Protocol(fail(s, e.to_string())))?);
+                    reqs.push(
+                        each!(b, b => start(sc, s, r, p, b))
+                            .map_err(|e| fabcoll::Error::Protocol(fail(s, e.to_string())))?,
+                    );
                 }
                 // Finish in a rank-dependent order, some by polling.
                 let mut order: Vec<_> = reqs.into_iter().enumerate().collect();
                 let turn = r as usize % order.len();
                 order.rotate_left(turn);
                 for (k, mut q) in order {
-                    if (k + r as usize) % 2 == 0 {
+                    if (k + r as usize).is_multiple_of(2) {
                         q.wait()?;
                     } else {
                         loop {

@@ -386,7 +386,9 @@ impl TcpStore {
 
     fn request(&self, req: &Request, read_timeout: Duration) -> Result<(u8, Vec<u8>)> {
         let key = match req {
-            Request::Set { key, .. } | Request::Get { key } | Request::Wait { key, .. } | Request::Add { key, .. } => key,
+            Request::Set { key, .. } | Request::Get { key } | Request::Wait { key, .. } | Request::Add { key, .. } => {
+                key
+            }
         };
         if key.len() > MAX_KEY_LEN {
             return Err(BootstrapError::Config(format!("key longer than {MAX_KEY_LEN} bytes")));

@@ -195,7 +195,11 @@ fn admit(mut s: TcpStream, from: SocketAddr, me: Hello, keys: &[PairKey]) -> Opt
 /// The acceptor's side of a connection's opening, on any stream: reads the opener's hello,
 /// which must name a higher rank of this job, and runs the handshake keyed by that rank's pair
 /// key. The rank it proved, or why it was refused.
-pub(crate) fn prove_opener<S: Read + Write>(s: &mut S, me: Hello, keys: &[PairKey]) -> std::result::Result<usize, String> {
+pub(crate) fn prove_opener<S: Read + Write>(
+    s: &mut S,
+    me: Hello,
+    keys: &[PairKey],
+) -> std::result::Result<usize, String> {
     let mut b = [0u8; HELLO];
     s.read_exact(&mut b).map_err(|e| format!("no hello: {e}"))?;
     let h = match Hello::decode(&b) {

@@ -31,7 +31,8 @@ impl Rng {
 }
 
 const INTERESTING: [u64; 10] = [0, 1, 0x7f, 0x80, 0xff, 0xffff, 0x7fff_ffff, 0xffff_ffff, 1 << 32, u64::MAX];
-const TOKENS: [&str; 12] = ["{", "}", "[", "]", ",", ":", "\"", "null", "-1", "1e999", "18446744073709551616", "\\u0000"];
+const TOKENS: [&str; 12] =
+    ["{", "}", "[", "]", ",", ":", "\"", "null", "-1", "1e999", "18446744073709551616", "\\u0000"];
 
 /// One mutation of `b` (`pool` supplies splices).
 fn mutate_once(r: &mut Rng, b: &mut Vec<u8>, pool: &[Vec<u8>]) {
