@@ -561,6 +561,28 @@ mod tests {
         assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
     }
 
+    /// The decoders alone (what `crate::fuzz` drives): lengths above the limits, unknown ops and
+    /// statuses are protocol errors before anything is allocated or read for them.
+    #[test]
+    fn malformed_requests_and_responses_are_protocol_errors() {
+        let io = |e| BootstrapError::io("test")(e);
+        let mut huge = vec![ST_OK];
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        for bad in [huge, vec![9, 0, 0, 0, 0]] {
+            let e = read_response(&mut bad.as_slice(), io).unwrap_err();
+            assert!(matches!(e, BootstrapError::Protocol(_)), "{e}");
+        }
+        let mut set = Vec::new();
+        set.extend_from_slice(&(MAX_KEY_LEN as u32 + 1).to_le_bytes());
+        let e = read_request(&mut set.as_slice(), OP_SET).unwrap_err();
+        assert!(e.to_string().contains("exceeds the limit"), "{e}");
+        let e = read_request(&mut &b"\x01\0\0\0k"[..], 99).unwrap_err();
+        assert!(e.to_string().contains("unknown store op 99"), "{e}");
+        let req = Request::Add { key: "n".into(), delta: -2 };
+        let bytes = req.encode();
+        assert_eq!(read_request(&mut &bytes[1..], bytes[0]).unwrap(), req);
+    }
+
     #[test]
     fn wait_times_out_naming_the_key() {
         let srv = server();
