@@ -158,10 +158,7 @@ impl Spec {
 
     fn args(&self, p: u32) -> CollArgs {
         let mut a = CollArgs::new(self.coll, 0, p, self.count as u64).with_root(self.root);
-        if !self.counts.is_empty() && self.coll != Collective::ReduceScatter {
-            a.counts = Some(self.counts.iter().map(|&c| c as u64).collect());
-        }
-        if self.coll == Collective::ReduceScatter {
+        if !self.counts.is_empty() {
             a.counts = Some(self.counts.iter().map(|&c| c as u64).collect());
         }
         a
