@@ -32,6 +32,8 @@ pub use fabcoll_fabric as fabric;
 mod comm;
 pub mod error;
 mod exec;
+#[doc(hidden)]
+pub mod fuzz;
 mod job;
 mod probe;
 pub mod select;

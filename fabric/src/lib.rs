@@ -15,6 +15,8 @@ pub mod congestion;
 pub mod copy;
 pub mod endpoint;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod keymap;
 pub mod local;
 pub mod mr;

@@ -12,7 +12,7 @@ mod env;
 mod error;
 mod file;
 mod node;
-mod tcp;
+pub(crate) mod tcp;
 
 use std::time::{Duration, Instant};
 

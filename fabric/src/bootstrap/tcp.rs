@@ -47,7 +47,7 @@ const ST_TIMEOUT: u8 = 2;
 const ST_ERROR: u8 = 3;
 
 #[derive(Default)]
-struct Table {
+pub(crate) struct Table {
     map: Mutex<HashMap<String, Vec<u8>>>,
     changed: Condvar,
 }
@@ -131,13 +131,7 @@ fn serve(mut s: TcpStream, peer: SocketAddr, table: &Table, token: &[u8], stop: 
     s.set_nonblocking(false).map_err(BootstrapError::io("store connection"))?;
     s.set_nodelay(true).map_err(BootstrapError::io("store connection"))?;
     s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(BootstrapError::io("store connection"))?;
-    let mut magic = [0u8; 8];
-    let refused = match read_exact(&mut s, &mut magic) {
-        Err(e) => Some(e.to_string()),
-        Ok(()) if &magic != MAGIC => Some(format!("it opened with {magic:?}, not the store's {MAGIC:?}")),
-        Ok(()) => auth::accept(&mut s, token, AUTH_CONTEXT).err().map(|e| e.to_string()),
-    };
-    if let Some(why) = refused {
+    if let Err(why) = admit_client(&mut s, token) {
         tracing::warn!(%peer, %why, "store: refused a client that did not prove the job's token");
         let _ = s.write_all(&[1]);
         let _ = s.shutdown(Shutdown::Both);
@@ -160,65 +154,157 @@ fn serve(mut s: TcpStream, peer: SocketAddr, table: &Table, token: &[u8], stop: 
             Err(e) => return Err(BootstrapError::io("store request")(e)),
         }
         s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(BootstrapError::io("store connection"))?;
-        let key = read_bytes(&mut s, MAX_KEY_LEN, "key")?;
-        let key = String::from_utf8(key).map_err(|_| BootstrapError::Protocol("key is not UTF-8".into()))?;
-        let (status, payload) = match op[0] {
-            OP_SET => {
-                let v = read_bytes(&mut s, MAX_VALUE_LEN, "value")?;
-                table.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, v);
-                table.changed.notify_all();
-                (ST_OK, Vec::new())
-            }
-            OP_GET => match table.map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-                Some(v) => (ST_OK, v.clone()),
-                None => (ST_NOT_FOUND, Vec::new()),
-            },
-            OP_WAIT => {
-                let ms = read_u64(&mut s)?;
-                let deadline = Instant::now() + Duration::from_millis(ms.min(24 * 3600 * 1000));
-                let mut map = table.map.lock().unwrap_or_else(|e| e.into_inner());
-                loop {
-                    if let Some(v) = map.get(&key) {
-                        break (ST_OK, v.clone());
-                    }
-                    let now = Instant::now();
-                    if now >= deadline || stop.load(Ordering::Acquire) {
-                        break (ST_TIMEOUT, Vec::new());
-                    }
-                    let step = (deadline - now).min(Duration::from_millis(500));
-                    map = table.changed.wait_timeout(map, step).unwrap_or_else(|e| e.into_inner()).0;
-                }
-            }
-            OP_ADD => {
-                let delta = read_u64(&mut s)? as i64;
-                let mut map = table.map.lock().unwrap_or_else(|e| e.into_inner());
-                let cur = match map.get(&key) {
-                    None => Ok(0i64),
-                    Some(v) => std::str::from_utf8(v).ok().and_then(|t| t.parse::<i64>().ok()).ok_or(()),
-                };
-                match cur {
-                    Ok(c) => {
-                        let n = c.wrapping_add(delta);
-                        map.insert(key, n.to_string().into_bytes());
-                        drop(map);
-                        table.changed.notify_all();
-                        (ST_OK, n.to_le_bytes().to_vec())
-                    }
-                    Err(()) => (ST_ERROR, format!("value of {key:?} is not an integer").into_bytes()),
-                }
-            }
-            other => return Err(BootstrapError::Protocol(format!("unknown store op {other} from {peer}"))),
-        };
-        let mut resp = Vec::with_capacity(5 + payload.len());
-        resp.push(status);
-        resp.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        resp.extend_from_slice(&payload);
-        s.write_all(&resp).map_err(BootstrapError::io("store response"))?;
+        let req = read_request(&mut s, op[0]).map_err(|e| match e {
+            BootstrapError::Protocol(m) => BootstrapError::Protocol(format!("{m} (from {peer})")),
+            e => e,
+        })?;
+        let (status, payload) = answer(table, req, stop);
+        s.write_all(&encode_response(status, &payload)).map_err(BootstrapError::io("store response"))?;
         s.set_read_timeout(Some(Duration::from_secs(1))).map_err(BootstrapError::io("store connection"))?;
     }
 }
 
-fn read_exact(s: &mut TcpStream, buf: &mut [u8]) -> Result<()> {
+/// The server's side of the handshake, after which the caller sends the status byte: the
+/// magic, then the token's proof (`crate::auth`). `Err` says why the client was refused.
+pub(crate) fn admit_client<S: Read + Write>(s: &mut S, token: &[u8]) -> std::result::Result<(), String> {
+    let mut magic = [0u8; 8];
+    match read_exact(s, &mut magic) {
+        Err(e) => Err(e.to_string()),
+        Ok(()) if &magic != MAGIC => Err(format!("it opened with {magic:?}, not the store's {MAGIC:?}")),
+        Ok(()) => auth::accept(s, token, AUTH_CONTEXT).map_err(|e| e.to_string()),
+    }
+}
+
+/// One request, as the server decodes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Request {
+    Set { key: String, value: Vec<u8> },
+    Get { key: String },
+    Wait { key: String, ms: u64 },
+    Add { key: String, delta: i64 },
+}
+
+impl Request {
+    /// The request's bytes on the wire, op byte first (what [`TcpStore`] sends).
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let (op, key, extra) = match self {
+            Request::Set { key, value } => {
+                let mut extra = Vec::with_capacity(4 + value.len());
+                extra.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                extra.extend_from_slice(value);
+                (OP_SET, key, extra)
+            }
+            Request::Get { key } => (OP_GET, key, Vec::new()),
+            Request::Wait { key, ms } => (OP_WAIT, key, ms.to_le_bytes().to_vec()),
+            Request::Add { key, delta } => (OP_ADD, key, delta.to_le_bytes().to_vec()),
+        };
+        let mut req = Vec::with_capacity(5 + key.len() + extra.len());
+        req.push(op);
+        req.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        req.extend_from_slice(key.as_bytes());
+        req.extend_from_slice(&extra);
+        req
+    }
+}
+
+/// Reads the rest of a request whose op byte was `op`: an unknown op, a length above its limit
+/// (checked before anything is allocated) or a key that is not UTF-8 is a protocol error.
+pub(crate) fn read_request<R: Read>(s: &mut R, op: u8) -> Result<Request> {
+    if !matches!(op, OP_SET | OP_GET | OP_WAIT | OP_ADD) {
+        return Err(BootstrapError::Protocol(format!("unknown store op {op}")));
+    }
+    let key = read_bytes(s, MAX_KEY_LEN, "key")?;
+    let key = String::from_utf8(key).map_err(|_| BootstrapError::Protocol("key is not UTF-8".into()))?;
+    Ok(match op {
+        OP_SET => Request::Set { key, value: read_bytes(s, MAX_VALUE_LEN, "value")? },
+        OP_GET => Request::Get { key },
+        OP_WAIT => Request::Wait { key, ms: read_u64(s)? },
+        _ => Request::Add { key, delta: read_u64(s)? as i64 },
+    })
+}
+
+/// Carries out one request on the table: the response's status and payload. A wait blocks until
+/// the key is set, its timeout (at most a day) passes, or the server stops.
+pub(crate) fn answer(table: &Table, req: Request, stop: &AtomicBool) -> (u8, Vec<u8>) {
+    match req {
+        Request::Set { key, value } => {
+            table.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, value);
+            table.changed.notify_all();
+            (ST_OK, Vec::new())
+        }
+        Request::Get { key } => match table.map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            Some(v) => (ST_OK, v.clone()),
+            None => (ST_NOT_FOUND, Vec::new()),
+        },
+        Request::Wait { key, ms } => {
+            let deadline = Instant::now() + Duration::from_millis(ms.min(24 * 3600 * 1000));
+            let mut map = table.map.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                if let Some(v) = map.get(&key) {
+                    break (ST_OK, v.clone());
+                }
+                let now = Instant::now();
+                if now >= deadline || stop.load(Ordering::Acquire) {
+                    break (ST_TIMEOUT, Vec::new());
+                }
+                let step = (deadline - now).min(Duration::from_millis(500));
+                map = table.changed.wait_timeout(map, step).unwrap_or_else(|e| e.into_inner()).0;
+            }
+        }
+        Request::Add { key, delta } => {
+            let mut map = table.map.lock().unwrap_or_else(|e| e.into_inner());
+            let cur = match map.get(&key) {
+                None => Ok(0i64),
+                Some(v) => std::str::from_utf8(v).ok().and_then(|t| t.parse::<i64>().ok()).ok_or(()),
+            };
+            match cur {
+                Ok(c) => {
+                    let n = c.wrapping_add(delta);
+                    map.insert(key, n.to_string().into_bytes());
+                    drop(map);
+                    table.changed.notify_all();
+                    (ST_OK, n.to_le_bytes().to_vec())
+                }
+                Err(()) => (ST_ERROR, format!("value of {key:?} is not an integer").into_bytes()),
+            }
+        }
+    }
+}
+
+/// A response's bytes: status, payload length (u32), payload.
+pub(crate) fn encode_response(status: u8, payload: &[u8]) -> Vec<u8> {
+    let mut resp = Vec::with_capacity(5 + payload.len());
+    resp.push(status);
+    resp.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    resp.extend_from_slice(payload);
+    resp
+}
+
+/// Reads one response (the client's side): an unknown status or a payload above
+/// [`MAX_VALUE_LEN`] (checked before allocating) is a protocol error, a status of "error" is an
+/// error carrying the server's message. `io` names a failed read.
+pub(crate) fn read_response<R: Read>(
+    s: &mut R,
+    io: impl Fn(std::io::Error) -> BootstrapError,
+) -> Result<(u8, Vec<u8>)> {
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head).map_err(&io)?;
+    if head[0] > ST_ERROR {
+        return Err(BootstrapError::Protocol(format!("store answered with unknown status {}", head[0])));
+    }
+    let n = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if n > MAX_VALUE_LEN {
+        return Err(BootstrapError::Protocol(format!("store answered with {n} bytes, above the limit")));
+    }
+    let mut payload = vec![0u8; n];
+    s.read_exact(&mut payload).map_err(io)?;
+    if head[0] == ST_ERROR {
+        return Err(BootstrapError::Protocol(String::from_utf8_lossy(&payload).into_owned()));
+    }
+    Ok((head[0], payload))
+}
+
+fn read_exact<R: Read>(s: &mut R, buf: &mut [u8]) -> Result<()> {
     s.read_exact(buf).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
             BootstrapError::Timeout { what: "the store's peer to send".into(), after: HANDSHAKE_TIMEOUT }
@@ -227,20 +313,20 @@ fn read_exact(s: &mut TcpStream, buf: &mut [u8]) -> Result<()> {
     })
 }
 
-fn read_u32(s: &mut TcpStream) -> Result<u32> {
+fn read_u32<R: Read>(s: &mut R) -> Result<u32> {
     let mut b = [0u8; 4];
     read_exact(s, &mut b)?;
     Ok(u32::from_le_bytes(b))
 }
 
-fn read_u64(s: &mut TcpStream) -> Result<u64> {
+fn read_u64<R: Read>(s: &mut R) -> Result<u64> {
     let mut b = [0u8; 8];
     read_exact(s, &mut b)?;
     Ok(u64::from_le_bytes(b))
 }
 
 /// Reads a length-prefixed byte string, refusing lengths above `max` before allocating.
-fn read_bytes(s: &mut TcpStream, max: usize, what: &str) -> Result<Vec<u8>> {
+fn read_bytes<R: Read>(s: &mut R, max: usize, what: &str) -> Result<Vec<u8>> {
     let n = read_u32(s)? as usize;
     if n > max {
         return Err(BootstrapError::Protocol(format!("{what} of {n} bytes exceeds the limit of {max}")));
@@ -289,22 +375,8 @@ impl TcpStore {
         s.set_nodelay(true).map_err(BootstrapError::io("store connection"))?;
         s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(BootstrapError::io("store connection"))?;
         s.set_write_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(BootstrapError::io("store connection"))?;
-        match auth::open(&mut s, token.as_bytes(), AUTH_CONTEXT, MAGIC) {
-            Ok(()) => {}
-            Err(AuthError::BadProof) => {
-                return Err(BootstrapError::Auth(format!(
-                    "the server at {addr} does not hold our token: FABCOLL_TOKEN differs from the store's, or it is \
-                     not the job's store"
-                )))
-            }
-            Err(e) => return Err(BootstrapError::Auth(format!("the store at {addr} refused us ({e})"))),
-        }
+        prove_to_store(&mut s, token.as_bytes(), addr)?;
         s.set_write_timeout(None).map_err(BootstrapError::io("store connection"))?;
-        let mut st = [0u8; 1];
-        match s.read(&mut st) {
-            Ok(1) if st[0] == 0 => {}
-            _ => return Err(BootstrapError::Auth(format!("the store at {addr} refused our token"))),
-        }
         Ok(TcpStore { addr, conn: Mutex::new(s) })
     }
 
@@ -312,35 +384,44 @@ impl TcpStore {
         self.addr
     }
 
-    fn request(&self, op: u8, key: &str, extra: &[u8], read_timeout: Duration) -> Result<(u8, Vec<u8>)> {
+    fn request(&self, req: &Request, read_timeout: Duration) -> Result<(u8, Vec<u8>)> {
+        let key = match req {
+            Request::Set { key, .. } | Request::Get { key } | Request::Wait { key, .. } | Request::Add { key, .. } => {
+                key
+            }
+        };
         if key.len() > MAX_KEY_LEN {
             return Err(BootstrapError::Config(format!("key longer than {MAX_KEY_LEN} bytes")));
         }
-        let mut req = Vec::with_capacity(5 + key.len() + extra.len());
-        req.push(op);
-        req.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        req.extend_from_slice(key.as_bytes());
-        req.extend_from_slice(extra);
         let mut s = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         s.set_read_timeout(Some(read_timeout)).map_err(BootstrapError::io("store connection"))?;
-        s.write_all(&req).map_err(BootstrapError::io(format!("sending to the store at {}", self.addr)))?;
-        let mut head = [0u8; 5];
-        s.read_exact(&mut head).map_err(|e| match e.kind() {
+        s.write_all(&req.encode()).map_err(BootstrapError::io(format!("sending to the store at {}", self.addr)))?;
+        read_response(&mut *s, |e| match e.kind() {
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
                 BootstrapError::Timeout { what: format!("the store at {} to answer", self.addr), after: read_timeout }
             }
             _ => BootstrapError::io(format!("reading from the store at {}", self.addr))(e),
-        })?;
-        let n = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        if n > MAX_VALUE_LEN {
-            return Err(BootstrapError::Protocol(format!("store answered with {n} bytes, above the limit")));
+        })
+    }
+}
+
+/// The client's side of the handshake: the magic and the token's proof (`crate::auth`), then the
+/// server's status byte. A server without the token, or one that refuses ours, is an error.
+pub(crate) fn prove_to_store<S: Read + Write>(s: &mut S, token: &[u8], addr: SocketAddr) -> Result<()> {
+    match auth::open(s, token, AUTH_CONTEXT, MAGIC) {
+        Ok(()) => {}
+        Err(AuthError::BadProof) => {
+            return Err(BootstrapError::Auth(format!(
+                "the server at {addr} does not hold our token: FABCOLL_TOKEN differs from the store's, or it is \
+                 not the job's store"
+            )))
         }
-        let mut payload = vec![0u8; n];
-        s.read_exact(&mut payload).map_err(BootstrapError::io("reading from the store"))?;
-        if head[0] == ST_ERROR {
-            return Err(BootstrapError::Protocol(String::from_utf8_lossy(&payload).into_owned()));
-        }
-        Ok((head[0], payload))
+        Err(e) => return Err(BootstrapError::Auth(format!("the store at {addr} refused us ({e})"))),
+    }
+    let mut st = [0u8; 1];
+    match s.read(&mut st) {
+        Ok(1) if st[0] == 0 => Ok(()),
+        _ => Err(BootstrapError::Auth(format!("the store at {addr} refused our token"))),
     }
 }
 
@@ -351,14 +432,11 @@ impl Store for TcpStore {
         if value.len() > MAX_VALUE_LEN {
             return Err(BootstrapError::Config(format!("value longer than {MAX_VALUE_LEN} bytes")));
         }
-        let mut extra = Vec::with_capacity(4 + value.len());
-        extra.extend_from_slice(&(value.len() as u32).to_le_bytes());
-        extra.extend_from_slice(value);
-        self.request(OP_SET, key, &extra, ANSWER_TIMEOUT).map(|_| ())
+        self.request(&Request::Set { key: key.to_owned(), value: value.to_vec() }, ANSWER_TIMEOUT).map(|_| ())
     }
 
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        match self.request(OP_GET, key, &[], ANSWER_TIMEOUT)? {
+        match self.request(&Request::Get { key: key.to_owned() }, ANSWER_TIMEOUT)? {
             (ST_OK, v) => Ok(Some(v)),
             (ST_NOT_FOUND, _) => Ok(None),
             (st, _) => Err(BootstrapError::Protocol(format!("unexpected status {st} for get"))),
@@ -367,7 +445,7 @@ impl Store for TcpStore {
 
     fn wait(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        match self.request(OP_WAIT, key, &ms.to_le_bytes(), timeout + ANSWER_TIMEOUT)? {
+        match self.request(&Request::Wait { key: key.to_owned(), ms }, timeout + ANSWER_TIMEOUT)? {
             (ST_OK, v) => Ok(v),
             (ST_TIMEOUT, _) => Err(BootstrapError::Timeout { what: format!("key {key:?}"), after: timeout }),
             (st, _) => Err(BootstrapError::Protocol(format!("unexpected status {st} for wait"))),
@@ -375,7 +453,7 @@ impl Store for TcpStore {
     }
 
     fn add(&self, key: &str, delta: i64) -> Result<i64> {
-        match self.request(OP_ADD, key, &delta.to_le_bytes(), ANSWER_TIMEOUT)? {
+        match self.request(&Request::Add { key: key.to_owned(), delta }, ANSWER_TIMEOUT)? {
             (ST_OK, v) if v.len() == 8 => Ok(i64::from_le_bytes(v.try_into().expect("8 bytes"))),
             (st, v) => {
                 Err(BootstrapError::Protocol(format!("unexpected answer to add: status {st}, {} bytes", v.len())))
@@ -481,6 +559,28 @@ mod tests {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut buf = [0u8; 8];
         assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
+    }
+
+    /// The decoders alone (what `crate::fuzz` drives): lengths above the limits, unknown ops and
+    /// statuses are protocol errors before anything is allocated or read for them.
+    #[test]
+    fn malformed_requests_and_responses_are_protocol_errors() {
+        let io = |e| BootstrapError::io("test")(e);
+        let mut huge = vec![ST_OK];
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        for bad in [huge, vec![9, 0, 0, 0, 0]] {
+            let e = read_response(&mut bad.as_slice(), io).unwrap_err();
+            assert!(matches!(e, BootstrapError::Protocol(_)), "{e}");
+        }
+        let mut set = Vec::new();
+        set.extend_from_slice(&(MAX_KEY_LEN as u32 + 1).to_le_bytes());
+        let e = read_request(&mut set.as_slice(), OP_SET).unwrap_err();
+        assert!(e.to_string().contains("exceeds the limit"), "{e}");
+        let e = read_request(&mut &b"\x01\0\0\0k"[..], 99).unwrap_err();
+        assert!(e.to_string().contains("unknown store op 99"), "{e}");
+        let req = Request::Add { key: "n".into(), delta: -2 };
+        let bytes = req.encode();
+        assert_eq!(read_request(&mut &bytes[1..], bytes[0]).unwrap(), req);
     }
 
     #[test]

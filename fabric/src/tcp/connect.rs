@@ -9,7 +9,7 @@
 //! A connection that fails is logged and closed. The acceptor runs each handshake on a thread of
 //! its own whose reads time out after [`HANDSHAKE_TIMEOUT`], so a silent stranger delays no one.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -43,18 +43,18 @@ fn context(me: Hello, opener: u64, acceptor: u64) -> [u8; 32] {
 
 const HELLO_MAGIC: &[u8; 8] = b"fabtcph1";
 /// Bytes of a [`Hello`] (also the start of a tcp endpoint's address blob).
-pub(super) const HELLO: usize = 32;
+pub(crate) const HELLO: usize = 32;
 
 /// Who opens a connection: what its first 32 bytes say (and what a rank's address blob starts with).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Hello {
+pub(crate) struct Hello {
     pub job: u64,
     pub rank: u64,
     pub size: u64,
 }
 
 impl Hello {
-    pub(super) fn encode(&self) -> [u8; HELLO] {
+    pub(crate) fn encode(&self) -> [u8; HELLO] {
         let mut b = [0u8; HELLO];
         b[..8].copy_from_slice(HELLO_MAGIC);
         b[8..16].copy_from_slice(&self.job.to_le_bytes());
@@ -63,7 +63,7 @@ impl Hello {
         b
     }
 
-    pub(super) fn decode(b: &[u8; HELLO]) -> Option<Hello> {
+    pub(crate) fn decode(b: &[u8; HELLO]) -> Option<Hello> {
         let u = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         (&b[..8] == HELLO_MAGIC).then(|| Hello { job: u(8), rank: u(16), size: u(24) })
     }
@@ -182,28 +182,39 @@ fn admit(mut s: TcpStream, from: SocketAddr, me: Hello, keys: &[PairKey]) -> Opt
     if let Err(e) = setup {
         return refuse(format!("socket set-up: {e}"));
     }
-    let mut b = [0u8; HELLO];
-    if let Err(e) = s.read_exact(&mut b) {
-        return refuse(format!("no hello: {e}"));
-    }
-    let h = match Hello::decode(&b) {
-        Some(h) if h.job == me.job && h.size == me.size && h.rank > me.rank && h.rank < me.size => h,
-        other => return refuse(format!("its hello {other:?} names no higher rank of this job")),
+    let r = match prove_opener(&mut s, me, keys) {
+        Ok(r) => r,
+        Err(why) => return refuse(why),
     };
-    let r = h.rank as usize;
-    if let Err(e) = auth::accept(&mut s, &keys[r], &context(me, h.rank, me.rank)) {
-        return refuse(format!("it claims rank {r}: {e}"));
-    }
     match s.set_read_timeout(None).and_then(|()| s.set_write_timeout(None)) {
         Ok(()) => Some((r, s)),
         Err(e) => refuse(format!("socket set-up: {e}")),
     }
 }
 
+/// The acceptor's side of a connection's opening, on any stream: reads the opener's hello,
+/// which must name a higher rank of this job, and runs the handshake keyed by that rank's pair
+/// key. The rank it proved, or why it was refused.
+pub(crate) fn prove_opener<S: Read + Write>(
+    s: &mut S,
+    me: Hello,
+    keys: &[PairKey],
+) -> std::result::Result<usize, String> {
+    let mut b = [0u8; HELLO];
+    s.read_exact(&mut b).map_err(|e| format!("no hello: {e}"))?;
+    let h = match Hello::decode(&b) {
+        Some(h) if h.job == me.job && h.size == me.size && h.rank > me.rank && h.rank < me.size => h,
+        other => return Err(format!("its hello {other:?} names no higher rank of this job")),
+    };
+    let r = usize::try_from(h.rank).map_err(|_| format!("rank {} does not fit", h.rank))?;
+    let key = keys.get(r).ok_or_else(|| format!("it claims rank {r}, beyond the {} keys", keys.len()))?;
+    auth::accept(s, key, &context(me, h.rank, me.rank)).map_err(|e| format!("it claims rank {r}: {e}"))?;
+    Ok(r)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
     /// The same key for every pair (what `pair_key` gives when all ranks agree).
     fn keys(n: usize) -> Arc<Vec<PairKey>> {

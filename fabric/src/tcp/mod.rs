@@ -45,7 +45,7 @@
 
 mod addr;
 mod conn;
-mod connect;
+pub(crate) mod connect;
 mod endpoint;
 pub(crate) mod wire;
 

@@ -130,10 +130,14 @@ pub fn load(path: &Path) -> Result<Option<ModelFile>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(model_err(format!("reading {}: {e}", path.display()))),
     };
-    let f: ModelFile =
-        serde_json::from_str(&text).map_err(|e| model_err(format!("{}: not a model file: {e}", path.display())))?;
-    f.validate().map_err(|e| model_err(format!("{}: {e}", path.display())))?;
-    Ok(Some(f))
+    parse(&text).map(Some).map_err(|e| model_err(format!("{}: {}", path.display(), strip(&e))))
+}
+
+/// A parameter file's text, parsed and validated.
+pub fn parse(text: &str) -> Result<ModelFile> {
+    let f: ModelFile = serde_json::from_str(text).map_err(|e| model_err(format!("not a model file: {e}")))?;
+    f.validate()?;
+    Ok(f)
 }
 
 /// Parameters from an explicit file (`FABCOLL_MODEL`, `fabcoll model --model-file`): a
@@ -141,14 +145,27 @@ pub fn load(path: &Path) -> Result<Option<ModelFile>> {
 pub fn load_params(path: &Path) -> Result<ModelParams> {
     let text =
         std::fs::read_to_string(path).map_err(|e| model_err(format!("FABCOLL_MODEL {}: {e}", path.display())))?;
-    if let Ok(f) = serde_json::from_str::<ModelFile>(&text) {
-        f.validate().map_err(|e| model_err(format!("{}: {e}", path.display())))?;
+    parse_params(&text).map_err(|e| model_err(format!("{}: {}", path.display(), strip(&e))))
+}
+
+/// [`load_params`] on a file's text.
+pub fn parse_params(text: &str) -> Result<ModelParams> {
+    if let Ok(f) = serde_json::from_str::<ModelFile>(text) {
+        f.validate()?;
         return Ok(f.model());
     }
-    let p: ModelParams = serde_json::from_str(&text)
-        .map_err(|e| model_err(format!("{}: neither a model file nor a parameter object: {e}", path.display())))?;
+    let p: ModelParams = serde_json::from_str(text)
+        .map_err(|e| model_err(format!("neither a model file nor a parameter object: {e}")))?;
     p.validate()?;
     Ok(p)
+}
+
+/// An error's message without the "cost model:" its kind adds (a path goes in front of it).
+fn strip(e: &crate::Error) -> String {
+    match e {
+        crate::Error::InvalidArgument { msg, .. } => msg.clone(),
+        e => e.to_string(),
+    }
 }
 
 /// The parameters stored for a job of `p` ranks on `fabric`: `FABCOLL_MODEL`, else this
