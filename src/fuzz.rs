@@ -9,7 +9,7 @@ use fabcoll_collectives::{CollArgs, Collective};
 use fabcoll_fabric::fuzz::Target;
 use fabcoll_fabric::{Access, NodeKey, RemoteMr};
 
-use crate::exec::proto::{self, GrantEntry, Imm, ImmLayout, Kind, Setup};
+use crate::exec::proto::{self, CallSig, GrantEntry, Imm, ImmLayout, Kind, Setup};
 use crate::select::model::{cache, compare, predict};
 use crate::select::Decisions;
 
@@ -30,15 +30,17 @@ pub fn exec_control(data: &[u8]) {
         let l = ImmLayout::new(bits);
         let imm = l.decode(word);
         let again = match imm {
-            Imm::Eager { slot, ctx, seq_low, idx } => l.encode_eager(slot, ctx, seq_low, idx).map(|v| l.decode(v)),
+            Imm::Eager { slot, ctx, seq_low, sig, idx } => {
+                l.encode_eager(slot, ctx, seq_low, sig.unwrap_or_default(), idx).map(|v| l.decode(v))
+            }
             Imm::Zcopy { gid } => Some(l.decode(l.encode_zcopy(gid))),
         };
         // Below 32 bits no eager identity fits: such an immediate is never sent.
         assert!(again.is_none_or(|a| a == imm) && (again.is_some() || !l.eager_possible()), "{imm:?} at {bits}");
     }
-    let Ok((kind, ctx, seq)) = proto::untag(word) else { return };
-    assert_eq!(proto::untag(proto::tag(kind, ctx, seq)).ok(), Some((kind, ctx, seq)));
-    match kind {
+    let Ok(t) = proto::untag(word) else { return };
+    assert_eq!(proto::untag(proto::tag(t.kind, t.ctx, t.seq_low, t.sig)).ok(), Some(t));
+    match t.kind {
         Kind::Setup => {
             if let Ok(s) = Setup::from_bytes(payload) {
                 assert_eq!(s.to_bytes(), payload);
@@ -60,6 +62,9 @@ pub fn exec_control(data: &[u8]) {
             }
         }
         Kind::Check => {}
+        Kind::Mismatch => {
+            let _ = String::from_utf8_lossy(payload);
+        }
     }
 }
 
@@ -101,7 +106,7 @@ fn control_seeds() -> Vec<Vec<u8>> {
     let mr = RemoteMr { addr: 1 << 33, len: 4096, key: 42, access: Access::REMOTE_WRITE, node: None };
     let routed = RemoteMr { node: Some(NodeKey { addr: 64, key: 7 }), ..mr };
     let msg = |kind: Kind, payload: Vec<u8>| {
-        let mut b = proto::tag(kind, 3, 17).to_le_bytes().to_vec();
+        let mut b = proto::tag(kind, 3, 17, CallSig(0x5a)).to_le_bytes().to_vec();
         b.extend_from_slice(&payload);
         b
     };
@@ -116,7 +121,8 @@ fn control_seeds() -> Vec<Vec<u8>> {
         msg(Kind::Rts, [0u32, 1, 2].iter().flat_map(|v| v.to_le_bytes()).collect()),
         msg(Kind::Abort, 3u32.to_le_bytes().to_vec()),
         msg(Kind::Check, b"allreduce:ring count=4".to_vec()),
-        l.encode_eager(5, 1, 7, 3).expect("fits").to_le_bytes().to_vec(),
+        msg(Kind::Mismatch, b"collective #3: rank 1 made a different call".to_vec()),
+        l.encode_eager(5, 1, 7, CallSig(0x5a), 3).expect("fits").to_le_bytes().to_vec(),
         l.encode_zcopy(12345).to_le_bytes().to_vec(),
     ]
 }
