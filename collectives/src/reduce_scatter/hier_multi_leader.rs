@@ -144,11 +144,8 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let count = a.block_count(me);
     let own = place.iter().find(|e| e.0 == me).map_or(0, |e| e.1);
     let result = Region::new(Buf::Recv, 0, count);
-    let mut last: Vec<StepId> = if count > 0 {
-        vec![b.copy(Region::new(partial, own, count), result, &ready)]
-    } else {
-        Vec::new()
-    };
+    let mut last: Vec<StepId> =
+        if count > 0 { vec![b.copy(Region::new(partial, own, count), result, &ready)] } else { Vec::new() };
     // Each node's holder of this rank's block: its local rank j mod k_a.
     let tmp = (count > 0).then(|| b.scratch(count * u64::from(n - 1)));
     for dist in 1..n {
