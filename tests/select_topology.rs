@@ -2,7 +2,10 @@
 //! hierarchical algorithms on ranks spread over several nodes with several ranks each, where the
 //! two-level simulator (the reference machine of docs/measurements/2026-11-28-hier-exchanges-sim.md)
 //! says they win, and never on a flat placement (no topology, one node, a node per rank), where
-//! every choice is the one the rules without topology conditions make.
+//! every choice is the one the rules without topology conditions make. The new hierarchical
+//! exchanges also run through the executor (local ranks as threads, 20 s timeout per call).
+
+mod common;
 
 use std::sync::Arc;
 
@@ -145,4 +148,69 @@ fn the_cost_model_weighs_hierarchical_algorithms_on_two_levels_only() {
     let flat = CollArgs { topology: Some(Arc::new(Topology::flat(16))), ..a.clone() };
     let est = predict(&flat, &m).unwrap();
     assert!(est.iter().all(|e| !e.algorithm.starts_with("hier")), "{est:?}");
+}
+
+/// Runs `f` on `p` local ranks (threads) placed by `t`; every call has the executor's timeout.
+fn on_local_ranks(t: &Topology, f: impl Fn(&fabcoll::Communicator) + Sync) {
+    let comms = fabcoll::Communicator::local_with(t.size() as usize, common::cfg()).unwrap();
+    std::thread::scope(|s| {
+        for mut c in comms {
+            let (f, t) = (&f, t.clone());
+            s.spawn(move || {
+                c.set_topology(t).unwrap();
+                f(&c)
+            });
+        }
+    });
+}
+
+/// The new hierarchical exchanges forced by name run through the executor on an irregular,
+/// non-contiguous placement and give the reference results (alltoall also in place; alltoallv
+/// and reduce_scatter with uneven counts).
+#[test]
+fn hierarchical_exchanges_run_on_the_executor() {
+    use fabcoll::{Collectives, Options, ReduceOp};
+    let t = Topology::from_nodes(&[0, 1, 1, 0, 2, 2, 0]).unwrap();
+    let p = t.size() as usize;
+    on_local_ranks(&t, |c| {
+        let r = c.rank() as usize;
+        for name in ["hier_leader", "hier_multi_leader"] {
+            let o = Options::algorithm(name);
+            let send: Vec<i64> = (0..p * 3).map(|i| (r * 100 + i) as i64).collect();
+            let want: Vec<i64> = (0..p * 3).map(|i| ((i / 3) * 100 + r * 3 + i % 3) as i64).collect();
+            let mut recv = vec![0i64; p * 3];
+            c.with(&o).alltoall(&send, &mut recv).unwrap();
+            assert_eq!(recv, want, "alltoall:{name} rank {r}");
+            let mut buf = send.clone();
+            c.with(&o).alltoall_in_place(&mut buf).unwrap();
+            assert_eq!(buf, want, "alltoall:{name} in place rank {r}");
+            // Rank i sends (i + j) % 3 elements to rank j.
+            let sc: Vec<usize> = (0..p).map(|j| (r + j) % 3).collect();
+            let rc: Vec<usize> = (0..p).map(|i| (i + r) % 3).collect();
+            let send: Vec<i64> = (0..sc.iter().sum::<usize>()).map(|i| (r * 1000 + i) as i64).collect();
+            let mut recv = vec![0i64; rc.iter().sum()];
+            c.with(&o).alltoallv(&send, &sc, None, &mut recv, &rc, None).unwrap();
+            let want: Vec<i64> = (0..p)
+                .flat_map(|i| {
+                    let off: usize = (0..r).map(|j| (i + j) % 3).sum();
+                    (0..rc[i]).map(move |e| (i * 1000 + off + e) as i64)
+                })
+                .collect();
+            assert_eq!(recv, want, "alltoallv:{name} rank {r}");
+        }
+        let o = Options::algorithm("hier_multi_leader");
+        let counts: Vec<usize> = (0..p).map(|i| (i * 5) % 4).collect();
+        let total: usize = counts.iter().sum();
+        let send: Vec<i64> = (0..total).map(|i| (r * 7 + i) as i64).collect();
+        let mut recv = vec![0i64; counts[r]];
+        c.with(&o).reduce_scatter(&send, &mut recv, &counts, &ReduceOp::Sum).unwrap();
+        let off: usize = counts[..r].iter().sum();
+        let want: Vec<i64> = (0..counts[r]).map(|e| (0..p).map(|q| (q * 7 + off + e) as i64).sum()).collect();
+        assert_eq!(recv, want, "reduce_scatter rank {r}");
+        let send: Vec<i64> = (0..p * 4).map(|i| (r + i) as i64).collect();
+        let mut recv = vec![0i64; 4];
+        c.with(&o).reduce_scatter_block(&send, &mut recv, &ReduceOp::Sum).unwrap();
+        let want: Vec<i64> = (0..4).map(|e| (0..p).map(|q| (q + r * 4 + e) as i64).sum()).collect();
+        assert_eq!(recv, want, "reduce_scatter_block rank {r}");
+    });
 }
