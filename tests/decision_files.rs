@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use fabcoll::collectives::args::SEGMENT;
 use fabcoll::collectives::registry::{self, Restrictions};
-use fabcoll::collectives::{CollArgs, Collective, Params};
+use fabcoll::collectives::{CollArgs, Collective, Params, Topology};
 use fabcoll::select::file::{DecisionFile, Provenance, RuleSpec, FORMAT_NAME, FORMAT_VERSION};
 use fabcoll::select::{Decisions, FabricClass, Features};
 use fabcoll::{Collectives, Communicator, Options, ReduceOp};
@@ -20,10 +20,17 @@ use proptest::prelude::*;
 // A direct reading of the file format's semantics (src/select/file.rs module doc), independent of
 // the compiled `Decisions`.
 
-fn holds(r: &RuleSpec, f: &Features) -> bool {
+fn holds(r: &RuleSpec, f: &Features, args: &CollArgs) -> bool {
     let within = |range: Option<[u64; 2]>, v: u64| range.is_none_or(|[lo, hi]| lo <= v && v <= hi);
+    // Without a topology every rank is a node of its own.
+    let (nodes, per_node) = match args.topology.as_deref() {
+        Some(t) => (t.nodes(), (0..t.nodes()).map(|n| t.ranks_on(n).len() as u32).max().unwrap()),
+        None => (args.size, 1),
+    };
     r.fabric.is_none_or(|c| c == f.fabric)
         && within(r.p, u64::from(f.p))
+        && within(r.nodes, u64::from(nodes))
+        && within(r.per_node, u64::from(per_node))
         && within(r.bytes, f.msg)
         && within(r.total, f.total)
         && r.commutative.is_none_or(|c| c == f.commutative)
@@ -35,7 +42,7 @@ fn holds(r: &RuleSpec, f: &Features) -> bool {
 fn reference(rules: &[RuleSpec], args: &CollArgs, fabric: FabricClass) -> (String, Params) {
     let f = Features::of(args).unwrap().on(fabric);
     let ok = |name: &str| registry::find(args.coll, name).unwrap().restrictions.violated(args).is_none();
-    for r in rules.iter().filter(|r| r.op == args.coll.name() && holds(r, &f)) {
+    for r in rules.iter().filter(|r| r.op == args.coll.name() && holds(r, &f, args)) {
         if ok(&r.algorithm) {
             let mut p = Params::new();
             for (k, &v) in &r.params {
@@ -61,7 +68,8 @@ fn call(coll: Collective, p: u32, count: u64, elem_size: u32, commutative: bool)
     a
 }
 
-/// Every (op, p, count, element size, commutativity) of the grid.
+/// Every (op, p, count, element size, commutativity) of the grid, without a topology and, at
+/// even p ≥ 4, on two nodes of p/2 ranks and on p/2 nodes of two ranks.
 fn grid() -> impl Iterator<Item = CollArgs> {
     Collective::ALL.into_iter().flat_map(|coll| {
         [1u32, 2, 3, 4, 5, 7, 8, 12, 16].into_iter().flat_map(move |p| {
@@ -69,7 +77,16 @@ fn grid() -> impl Iterator<Item = CollArgs> {
                 [(4u32, true), (8, true), (4, false)]
                     .into_iter()
                     .filter(move |&(_, c)| c || coll.is_reduction())
-                    .map(move |(es, c)| call(coll, p, count, es, c))
+                    .flat_map(move |(es, c)| {
+                        let a = call(coll, p, count, es, c);
+                        let placed = (p >= 4 && p % 2 == 0)
+                            .then(|| [Topology::regular(2, p / 2).unwrap(), Topology::regular(p / 2, 2).unwrap()])
+                            .into_iter()
+                            .flatten()
+                            .map(|t| a.clone().with_topology(t))
+                            .collect::<Vec<_>>();
+                        std::iter::once(a).chain(placed)
+                    })
             })
         })
     })
@@ -106,6 +123,11 @@ fn range(max: u64) -> impl Strategy<Value = Option<[u64; 2]>> {
     prop_oneof![Just(None), (0..=max, 0..=max).prop_map(|(a, b)| Some([a.min(b), a.max(b)]))]
 }
 
+/// A node-count range: nodes and ranks per node are at least 1.
+fn at_least_1(r: Option<[u64; 2]>) -> Option<[u64; 2]> {
+    r.map(|[lo, hi]| [lo.max(1), hi.max(1)])
+}
+
 /// A rule for `coll` with at least one condition (conditional rules never make later ones
 /// unreachable).
 fn conditional_rule(coll: Collective) -> impl Strategy<Value = RuleSpec> {
@@ -121,22 +143,34 @@ fn conditional_rule(coll: Collective) -> impl Strategy<Value = RuleSpec> {
         proptest::option::of(0u64..100_000),
         proptest::collection::vec(proptest::sample::select(algs), 0..3),
         proptest::option::of(prop_oneof![Just(FabricClass::Node), Just(FabricClass::Network)]),
+        (range(16).prop_map(at_least_1), range(8).prop_map(at_least_1)),
     )
-        .prop_filter("needs a condition", |(p, b, t, c, w, .., f)| {
-            p.is_some() || b.is_some() || t.is_some() || c.is_some() || w.is_some() || f.is_some()
+        .prop_filter("needs a condition", |(p, b, t, c, w, .., f, (n, k))| {
+            p.is_some()
+                || b.is_some()
+                || t.is_some()
+                || c.is_some()
+                || w.is_some()
+                || f.is_some()
+                || n.is_some()
+                || k.is_some()
         })
-        .prop_map(move |(p, bytes, total, commutative, pow2, alg, segment, fallbacks, fabric)| RuleSpec {
-            op: coll.name().into(),
-            fabric,
-            p,
-            bytes,
-            total,
-            commutative,
-            pow2,
-            algorithm: alg.into(),
-            params: segment.map(|s| (SEGMENT.to_owned(), s)).into_iter().collect(),
-            fallbacks: fallbacks.into_iter().map(String::from).collect(),
-        })
+        .prop_map(
+            move |(p, bytes, total, commutative, pow2, alg, segment, fallbacks, fabric, (nodes, per_node))| RuleSpec {
+                op: coll.name().into(),
+                fabric,
+                p,
+                nodes,
+                per_node,
+                bytes,
+                total,
+                commutative,
+                pow2,
+                algorithm: alg.into(),
+                params: segment.map(|s| (SEGMENT.to_owned(), s)).into_iter().collect(),
+                fallbacks: fallbacks.into_iter().map(String::from).collect(),
+            },
+        )
 }
 
 fn final_rule(coll: Collective) -> impl Strategy<Value = RuleSpec> {
@@ -147,6 +181,8 @@ fn final_rule(coll: Collective) -> impl Strategy<Value = RuleSpec> {
         op: coll.name().into(),
         fabric: None,
         p: None,
+        nodes: None,
+        per_node: None,
         bytes: None,
         total: None,
         commutative: None,

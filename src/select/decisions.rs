@@ -36,6 +36,8 @@ type Range = Option<(u64, u64)>;
 struct Rule {
     fabric: Option<FabricClass>,
     p: Range,
+    nodes: Range,
+    per_node: Range,
     bytes: Range,
     total: Range,
     commutative: Option<bool>,
@@ -50,19 +52,44 @@ fn within(r: Range, v: u64) -> bool {
     r.is_none_or(|(lo, hi)| lo <= v && v <= hi)
 }
 
+/// Where a call's ranks sit, as the `nodes` and `per_node` conditions see it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Placement {
+    nodes: u64,
+    /// The most ranks on one node.
+    per_node: u64,
+}
+
+impl Placement {
+    /// From the call's topology; without one every rank is a node of its own.
+    fn of(args: &CollArgs) -> Placement {
+        match args.topology.as_deref() {
+            Some(t) => Placement {
+                nodes: u64::from(t.nodes()),
+                per_node: (0..t.nodes()).map(|n| t.ranks_on(n).len() as u64).max().unwrap_or(1),
+            },
+            None => Placement { nodes: u64::from(args.size), per_node: 1 },
+        }
+    }
+}
+
 impl Rule {
     fn unconditional(&self) -> bool {
         self.fabric.is_none()
             && self.p.is_none()
+            && self.nodes.is_none()
+            && self.per_node.is_none()
             && self.bytes.is_none()
             && self.total.is_none()
             && self.commutative.is_none()
             && self.pow2.is_none()
     }
 
-    fn holds(&self, f: &Features) -> bool {
+    fn holds(&self, f: &Features, at: Placement) -> bool {
         self.fabric.is_none_or(|c| c == f.fabric)
             && within(self.p, u64::from(f.p))
+            && within(self.nodes, at.nodes)
+            && within(self.per_node, at.per_node)
             && within(self.bytes, f.msg)
             && within(self.total, f.total)
             && self.commutative.is_none_or(|c| c == f.commutative)
@@ -131,7 +158,9 @@ fn range(name: &str, r: Option<[u64; 2]>) -> std::result::Result<Range, String> 
     match r {
         None => Ok(None),
         Some([lo, hi]) if lo > hi => Err(format!("{name} range [{lo}, {hi}] is inverted (min > max)")),
-        Some([_, 0]) if name == "p" => Err("p range [0, 0] is empty (a communicator has p >= 1 ranks)".into()),
+        Some([_, 0]) if matches!(name, "p" | "nodes" | "per_node") => {
+            Err(format!("{name} range [0, 0] is empty (a communicator has at least one rank on one node)"))
+        }
         Some([lo, hi]) => Ok(Some((lo, hi))),
     }
 }
@@ -165,6 +194,8 @@ fn compile(spec: &RuleSpec) -> std::result::Result<(Collective, Rule), String> {
     let rule = Rule {
         fabric: spec.fabric,
         p: range("p", spec.p)?,
+        nodes: range("nodes", spec.nodes)?,
+        per_node: range("per_node", spec.per_node)?,
         bytes: range("bytes", spec.bytes)?,
         total: range("total", spec.total)?,
         commutative: spec.commutative,
@@ -272,7 +303,7 @@ impl Decisions {
     }
 
     /// The algorithm and parameters for a call: of `args.coll`'s rules in file order, the first
-    /// whose conditions hold for `f` and whose algorithm's restrictions hold for `args` gives its
+    /// whose conditions hold for `f` (and, for `nodes` and `per_node`, `args.topology`) and whose algorithm's restrictions hold for `args` gives its
     /// algorithm with the rule's parameters (`segment` converted from bytes to elements), else its
     /// first eligible fallback with default parameters. The call's own `args.params` override the
     /// rule's. Operations the file does not cover are answered by the embedded defaults.
@@ -282,7 +313,8 @@ impl Decisions {
             None => Decisions::embedded().ok().and_then(|d| d.rules.get(&args.coll)),
         };
         let eligible = |a: &Algorithm| a.restrictions.violated(args).is_none();
-        for rule in rules.into_iter().flatten().filter(|r| r.holds(f)) {
+        let at = Placement::of(args);
+        for rule in rules.into_iter().flatten().filter(|r| r.holds(f, at)) {
             if eligible(rule.alg) {
                 return Ok((rule.alg, rule.params_for(args)));
             }
@@ -512,6 +544,34 @@ mod tests {
         // and the operation still needs a final unconditional rule.
         let e = error(&[r#"{"op": "bcast", "fabric": "network", "algorithm": "binomial"}"#]);
         assert_has(&e, &["rules[0] (bcast → binomial)", "last rule of bcast must have no conditions"]);
+    }
+
+    #[test]
+    fn placement_conditions_read_the_topology() {
+        use fabcoll_collectives::Topology;
+        let d = Decisions::from_json(&file(&[
+            r#"{"op": "allreduce", "nodes": [2, 8], "per_node": [2, 4], "algorithm": "hier_leader"}"#,
+            LAST,
+        ]))
+        .unwrap();
+        let args = CollArgs::new(Collective::Allreduce, 0, 8, 100);
+        let pick = |t: Option<Topology>| {
+            let a = CollArgs { topology: t.map(std::sync::Arc::new), ..args.clone() };
+            d.choose_for(&a).unwrap().0.name
+        };
+        assert_eq!(pick(Some(Topology::regular(2, 4).unwrap())), "hier_leader");
+        assert_eq!(pick(Some(Topology::from_sizes(&[1, 3, 4]).unwrap())), "hier_leader", "per_node = the most");
+        // Without a topology every rank is a node of its own; one node; too many ranks per node.
+        for t in [None, Some(Topology::regular(1, 8).unwrap()), Some(Topology::from_sizes(&[3, 5]).unwrap())] {
+            assert_eq!(pick(t.clone()), "recursive_doubling", "{t:?}");
+        }
+        let e = error(&[r#"{"op": "allreduce", "nodes": [0, 0], "algorithm": "ring"}"#, LAST]);
+        assert_has(&e, &["rules[0] (allreduce → ring)", "nodes range [0, 0] is empty"]);
+        let e = error(&[r#"{"op": "allreduce", "per_node": [4, 2], "algorithm": "ring"}"#, LAST]);
+        assert_has(&e, &["per_node range [4, 2] is inverted"]);
+        let json = d.to_json().unwrap();
+        assert!(json.contains(r#""nodes": [2, 8], "per_node": [2, 4]"#), "{json}");
+        assert_eq!(Decisions::from_json(&json).unwrap().file(), d.file());
     }
 
     #[test]

@@ -25,8 +25,10 @@
 //! contribution; alltoall/scatter: one peer's block; v-variants: the average block), `total`
 //! the bytes of the whole result, `fabric` the [`FabricClass`] of the communicator's endpoint
 //! (`"node"`: shm, local, libfabric's shm provider; `"network"`: every other libfabric provider
-//! such as tcp, verbs, efa, cxi). A file written before `fabric` existed has no such condition
-//! and loads unchanged. Every operation must end with a rule without conditions (the
+//! such as tcp, verbs, efa, cxi), `nodes` the number of nodes the communicator's ranks sit on and
+//! `per_node` the most ranks on one node (from the call's topology; a call without one counts
+//! every rank as a node of its own: nodes = p, per_node = 1). A file written before `fabric`,
+//! `nodes` or `per_node` existed has no such condition and loads unchanged. Every operation must end with a rule without conditions (the
 //! fallback), so every call gets an answer.
 //!
 //! A file may cover only some operations; the embedded default answers the others. Validation
@@ -139,6 +141,12 @@ pub struct RuleSpec {
     /// Inclusive range of communicator sizes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p: Option<[u64; 2]>,
+    /// Inclusive range of the number of nodes the ranks sit on (see the module doc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<[u64; 2]>,
+    /// Inclusive range of the most ranks on one node (see the module doc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_node: Option<[u64; 2]>,
     /// Inclusive range of the per-block message size in bytes (see the module doc).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<[u64; 2]>,

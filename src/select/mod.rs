@@ -1,8 +1,11 @@
 //! Algorithm choice: decision files (the versioned JSON format of [`file`](mod@file), validated and compiled
 //! into [`Decisions`]), the embedded default (`defaults.json`: thakur-rabenseifner-gropp 2005 §4
-//! and §5.4 cutoffs), a file named by `FABCOLL_TUNING_FILE` that replaces the default for the
-//! operations it covers, and the `FABCOLL_ALGO` override. Per-call options and `FABCOLL_ALGO` win
-//! over the decisions; only registered algorithms whose restrictions hold are chosen.
+//! and §5.4 cutoffs; on ranks spread over several nodes of several ranks, the hierarchical
+//! algorithms where the two-level simulator says they win,
+//! `docs/measurements/2026-11-28-hier-exchanges-sim.md`), a file named by `FABCOLL_TUNING_FILE`
+//! that replaces the default for the operations it covers, and the `FABCOLL_ALGO` override.
+//! Per-call options and `FABCOLL_ALGO` win over the decisions; only registered algorithms whose
+//! restrictions hold are chosen.
 
 mod decisions;
 pub mod file;

@@ -24,6 +24,8 @@ pub fn rules_for(op: &str, p: u32, commutative: Option<bool>, pieces: &[Piece]) 
             op: op.to_owned(),
             fabric: None,
             p: Some([u64::from(p), u64::from(p)]),
+            nodes: None,
+            per_node: None,
             bytes: if i + 1 == n { None } else { Some([pc.lo, pc.hi]) },
             total: None,
             commutative,

@@ -5,6 +5,9 @@
 //! faraj-yuan's γ is contention, which the α–β model leaves out). For alltoallv the terms are a
 //! lock-step estimate from the count matrix (busiest rank per step), not a paper formula.
 //!
+//! The hierarchical rows (`hier_node_pairs`) need a two-level topology; the flat tests (`tests.rs`)
+//! skip them and `two_level::tests` covers them.
+//!
 //! Shared code: `phases` (layout, in-place staging, barriers, the ring/pair phase engine),
 //! `forward` (store-and-forward of (src, dst) items for Bruck and the meshes), `mesh` (the grid).
 //! In place (alltoall only; alltoallv has no in-place form), the pair family replaces block by
@@ -16,6 +19,7 @@ mod mesh;
 mod phases;
 
 mod bruck;
+mod hier_node_pairs;
 mod mesh_2d;
 mod mesh_3d;
 mod pair_full_barrier;
@@ -62,4 +66,8 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     ring_n_barriers::ALLTOALLV,
     pair_n_barriers::ALLTOALL,
     pair_n_barriers::ALLTOALLV,
+    hier_node_pairs::LEADER,
+    hier_node_pairs::LEADER_V,
+    hier_node_pairs::MULTI_LEADER,
+    hier_node_pairs::MULTI_LEADER_V,
 ];

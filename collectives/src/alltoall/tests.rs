@@ -1,7 +1,6 @@
 //! Tests of every alltoall(v) row: the verifier ([`crate::verify::check`]) over small and larger
 //! p, parameters and irregular matrices, plus structural, cost and symmetry checks.
 
-use super::ALGORITHMS;
 use crate::args::{CollArgs, Collective};
 use crate::registry::Algorithm;
 use crate::schedule::StepKind;
@@ -22,6 +21,11 @@ fn matrix(p: u32, seed: u64) -> Vec<u64> {
         .collect()
 }
 
+/// The flat rows: the hierarchical ones need a topology (`two_level::tests` covers them).
+fn rows() -> Vec<&'static Algorithm> {
+    super::ALGORITHMS.iter().filter(|a| !a.restrictions.two_level).collect()
+}
+
 fn applicable(alg: &Algorithm, p: u32) -> bool {
     !alg.restrictions.pow2 || p.is_power_of_two()
 }
@@ -30,7 +34,7 @@ fn applicable(alg: &Algorithm, p: u32) -> bool {
 /// alltoallv matrices); the power-of-two rows refuse other p.
 #[test]
 fn every_row_is_correct() {
-    for alg in ALGORITHMS {
+    for alg in rows() {
         crate::verify::sweep::sweep(alg, 13);
         if alg.restrictions.pow2 {
             let mut args = CollArgs::new(alg.coll, 0, 6, 2);
@@ -45,7 +49,7 @@ fn every_row_is_correct() {
 
 #[test]
 fn n_barriers_parameter_is_checked() {
-    for alg in ALGORITHMS.iter().filter(|a| a.name.ends_with("n_barriers")) {
+    for alg in rows().into_iter().filter(|a| a.name.ends_with("n_barriers")) {
         for n in [1u64, 2, 3, 100] {
             let args = CollArgs::new(alg.coll, 0, 8, 3).with_param("barriers", n);
             let args = if alg.coll == Collective::Alltoallv { args.with_counts(matrix(8, n)) } else { args };
@@ -60,7 +64,7 @@ fn n_barriers_parameter_is_checked() {
 /// notice one whose result reaches `Recv`).
 #[test]
 fn no_reduce_steps() {
-    for alg in ALGORITHMS {
+    for alg in rows() {
         for p in (1..=9u32).filter(|&p| applicable(alg, p)) {
             let args = CollArgs::new(alg.coll, 0, p, 3);
             let args = if alg.coll == Collective::Alltoallv { args.with_counts(matrix(p, 3)) } else { args };
@@ -81,7 +85,7 @@ fn no_reduce_steps() {
 fn message_counts_match_the_cost_alpha_for_uniform_counts() {
     // For alltoall, each rank's messages (data + synchronization) equal the cost's α for the
     // algorithms whose every message is on the critical path.
-    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+    for alg in rows().into_iter().filter(|a| a.coll == Collective::Alltoall) {
         for p in (2..=9u32).filter(|&p| applicable(alg, p)) {
             let args = CollArgs::new(Collective::Alltoall, 0, p, 3);
             let s = alg.schedule(&args).unwrap();
@@ -102,7 +106,7 @@ fn message_counts_match_the_cost_alpha_for_uniform_counts() {
 #[test]
 fn verifier_sweep() {
     use crate::verify::check;
-    for alg in ALGORITHMS {
+    for alg in rows() {
         for p in (1..=20u32).filter(|&p| applicable(alg, p)) {
             let p64 = u64::from(p);
             if alg.coll == Collective::Alltoall {
@@ -152,7 +156,7 @@ fn verifier_sweep() {
 fn alltoall_cost_is_the_simulated_critical_path() {
     use crate::cost::Machine;
     use crate::sim::simulate_alg;
-    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+    for alg in rows().into_iter().filter(|a| a.coll == Collective::Alltoall) {
         for p in [1u32, 2, 3, 5, 6, 8, 9, 12, 16] {
             if !applicable(alg, p) {
                 continue;
@@ -174,7 +178,7 @@ fn alltoall_cost_is_the_simulated_critical_path() {
 /// Schedule generation stays near-linear in p: one rank's schedule at p = 16,384 for every row.
 #[test]
 fn large_p_builds_quickly() {
-    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+    for alg in rows().into_iter().filter(|a| a.coll == Collective::Alltoall) {
         let t = std::time::Instant::now();
         let s = alg.schedule(&CollArgs::new(Collective::Alltoall, 77, 16_384, 2)).unwrap();
         let dt = t.elapsed();
@@ -188,7 +192,7 @@ fn large_p_builds_quickly() {
 /// per signal received).
 #[test]
 fn in_place_scratch() {
-    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+    for alg in rows().into_iter().filter(|a| a.coll == Collective::Alltoall) {
         let mut args = CollArgs::new(Collective::Alltoall, 3, 8, 5);
         args.in_place = true;
         let s = alg.schedule(&args).unwrap();
@@ -205,7 +209,7 @@ fn in_place_scratch() {
 #[test]
 fn verifier_sweep_large_p() {
     use crate::verify::check;
-    for alg in ALGORITHMS {
+    for alg in rows() {
         for p in [21u32, 24, 27, 30, 31, 32, 33, 36, 48, 60, 64].into_iter().filter(|&p| applicable(alg, p)) {
             let args = if alg.coll == Collective::Alltoall {
                 CollArgs::new(Collective::Alltoall, 0, p, 3)
@@ -227,7 +231,7 @@ fn verifier_sweep_large_p() {
 #[test]
 fn schedules_are_symmetric() {
     use crate::sim::{check_symmetry, Symmetry};
-    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+    for alg in rows().into_iter().filter(|a| a.coll == Collective::Alltoall) {
         let sym = match alg.name {
             "simple" | "mesh_2d" | "mesh_3d" => continue,
             _ if alg.restrictions.pow2 => Symmetry::Xor,
@@ -247,7 +251,7 @@ fn schedules_are_symmetric() {
 /// Costs and schedules of huge counts neither overflow nor panic.
 #[test]
 fn huge_counts() {
-    for alg in ALGORITHMS.iter().filter(|a| a.coll == Collective::Alltoall) {
+    for alg in rows().into_iter().filter(|a| a.coll == Collective::Alltoall) {
         let args = CollArgs::new(Collective::Alltoall, 1, 8, u64::MAX / 16);
         let c = alg.cost_of(&args).unwrap();
         assert!(c.beta.is_finite() && c.beta > 0.0, "{}", alg.name);

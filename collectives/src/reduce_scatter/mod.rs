@@ -3,6 +3,7 @@
 
 #[cfg(test)]
 mod cost_tests;
+mod hier_multi_leader;
 mod pairwise;
 pub(crate) mod phases;
 mod recursive_doubling;
@@ -18,6 +19,8 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     recursive_doubling::ALGORITHM_BLOCK,
     pairwise::ALGORITHM,
     pairwise::ALGORITHM_BLOCK,
+    hier_multi_leader::ALGORITHM,
+    hier_multi_leader::ALGORITHM_BLOCK,
 ];
 
 #[cfg(test)]

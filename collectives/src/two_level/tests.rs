@@ -41,9 +41,31 @@ fn roots(coll: Collective, p: u32) -> Vec<u32> {
     }
 }
 
+/// `a` (p ranks, `count`) with the counts its operation needs: the v-variants get `count` per
+/// block (alltoallv: per pair) for `uneven` false, else uneven counts with zeros (alltoallv: an
+/// irregular matrix). Other operations unchanged.
+fn with_counts(a: CollArgs, count: u64, uneven: bool) -> CollArgs {
+    let p = u64::from(a.size);
+    let c = |i: u64| if uneven { (count + i * 7) % (count + 3) } else { count };
+    match a.coll {
+        Collective::Alltoallv => {
+            let m: Vec<u64> = (0..p * p).map(c).collect();
+            a.with_counts(m)
+        }
+        coll if coll.is_vector() => {
+            let v: Vec<u64> = (0..p).map(c).collect();
+            a.with_counts(v)
+        }
+        _ => a,
+    }
+}
+
 /// Whether MPI_IN_PLACE means something for `coll` (at the root only for reduce and gather).
 fn has_in_place(coll: Collective) -> bool {
-    matches!(coll, Collective::Allreduce | Collective::Allgather | Collective::Reduce | Collective::Gather)
+    matches!(
+        coll,
+        Collective::Allreduce | Collective::Allgather | Collective::Reduce | Collective::Gather | Collective::Alltoall
+    )
 }
 
 #[test]
@@ -59,7 +81,8 @@ fn every_hierarchical_algorithm_verifies_and_replays_on_every_placement() {
                     for in_place in [false, true].into_iter().filter(|&i| !i || has_in_place(alg.coll)) {
                         let segs: &[u64] = if count == pc + 1 { &[0, 4] } else { &[0] };
                         for &seg in segs {
-                            let mut a = CollArgs::new(alg.coll, 0, p, count).with_root(root).with_topology(t.clone());
+                            let a = CollArgs::new(alg.coll, 0, p, count).with_root(root).with_topology(t.clone());
+                            let mut a = with_counts(a, count, false);
                             a.in_place = in_place;
                             if seg > 0 {
                                 a = a.with_param(SEGMENT, seg);
@@ -100,6 +123,7 @@ fn non_commutative_reductions_are_refused_by_their_restriction() {
     for alg in hierarchical().into_iter().filter(|a| a.coll.is_reduction()) {
         let a =
             CollArgs::new(alg.coll, 0, 4, 3).with_topology(Topology::regular(2, 2).unwrap()).with_commutative(false);
+        let a = with_counts(a, 3, false);
         match crate::verify::check(alg, &a) {
             Err(Error::Restriction { reason, .. }) => assert!(reason.contains("commutative"), "{reason}"),
             other => panic!("{}:{}: {other:?}", alg.coll, alg.name),
@@ -120,7 +144,7 @@ fn without_two_levels_they_are_refused_and_not_eligible() {
     assert!(e.contains("needs the same number of ranks on every node (placement 0|1,2,3)"), "{e}");
     for alg in hierarchical() {
         for (t, why) in &cases {
-            let mut a = CollArgs::new(alg.coll, 1, 4, 5);
+            let mut a = with_counts(CollArgs::new(alg.coll, 1, 4, 5), 5, false);
             a.topology = t.clone().map(Arc::new);
             match alg.schedule(&a) {
                 Err(Error::Restriction { reason, .. }) => assert!(reason.contains(why), "{reason}"),
@@ -128,7 +152,7 @@ fn without_two_levels_they_are_refused_and_not_eligible() {
             }
             assert!(registry::eligible(&a).all(|e| e.name != alg.name), "{}:{} eligible", alg.coll, alg.name);
         }
-        let a = CollArgs::new(alg.coll, 1, 4, 5).with_topology(Topology::regular(2, 2).unwrap());
+        let a = with_counts(CollArgs::new(alg.coll, 1, 4, 5), 5, false).with_topology(Topology::regular(2, 2).unwrap());
         assert!(registry::eligible(&a).any(|e| e.name == alg.name), "{}:{} not eligible", alg.coll, alg.name);
     }
 }
@@ -176,7 +200,28 @@ fn leader_formula(coll: Collective, v: u32, nodes: u32, k: &dyn Fn(u32) -> u64, 
         Collective::Allgather => ((0..nodes).map(k).sum::<u64>() - k((v + 1) % nodes)) * n,
         Collective::Gather => u64::from(v != 0) * subtree(v) * n,
         Collective::Scatter => (subtree(v) - k(v)) * n,
+        // The leader sends its node's blocks for every other node (hier_node_pairs).
+        Collective::Alltoall | Collective::Alltoallv => k(v) * ((0..nodes).map(k).sum::<u64>() - k(v)) * n,
         c => panic!("no formula for {c}"),
+    }
+}
+
+/// Bytes rank `r` sends across nodes in the multi-leader exchanges, by their module docs (`n` bytes
+/// per block); `None` for the other algorithms.
+fn exchange_formula(alg: &Algorithm, t: &Topology, r: u32, n: u64) -> Option<u64> {
+    let (a, nodes, k_a) = (t.node_of(r), t.nodes(), t.local_size(r));
+    let j = t.local_rank(r);
+    let k = |m: u32| t.ranks_on(m).len() as u64;
+    match (alg.coll, alg.name) {
+        // Node a's local rank (d − 1) mod k_a carries a's blocks for the node d ahead.
+        (Collective::Alltoall | Collective::Alltoallv, "hier_multi_leader") => {
+            Some((1..nodes).filter(|d| (d - 1) % k_a == j).map(|d| u64::from(k_a) * k((a + d) % nodes) * n).sum())
+        }
+        // Rank r sends the blocks it leads (local index ≡ j mod k_a) of the other nodes' ranks.
+        (Collective::ReduceScatter | Collective::ReduceScatterBlock, "hier_multi_leader") => {
+            Some((0..t.size()).filter(|&d| !t.same_node(d, r) && t.local_rank(d) % k_a == j).count() as u64 * n)
+        }
+        _ => None,
     }
 }
 
@@ -189,6 +234,7 @@ fn inter_node_bytes_follow_the_documented_formulas() {
             for root in roots(alg.coll, p) {
                 for count in [0u64, 1, 5] {
                     let a = CollArgs::new(alg.coll, 0, p, count).with_root(root).with_topology(t.clone());
+                    let a = with_counts(a, count, false);
                     let leaders = if alg.coll.is_rooted() { t.leaders_with(root) } else { t.leaders() };
                     let root_node = if alg.coll.is_rooted() { t.node_of(root) } else { 0 };
                     let node_at = |v: u32| (v + root_node) % nodes;
@@ -202,7 +248,9 @@ fn inter_node_bytes_follow_the_documented_formulas() {
                         let got = cross_node_bytes(&s, &t, elem);
                         let node = t.node_of(r);
                         let v = (node + nodes - root_node) % nodes;
-                        let want = if alg.name == "hier_multi_leader" {
+                        let want = if let Some(w) = exchange_formula(alg, &t, r, count * elem) {
+                            w
+                        } else if alg.name == "hier_multi_leader" {
                             // Every rank leads the slice of its local rank.
                             let (k, j) = (u64::from(t.local_size(r)), u64::from(t.local_rank(r)));
                             leader_formula(alg.coll, v, nodes, &k_at, crate::blocks::block(count, k, j).1 * elem, elem)
@@ -225,6 +273,93 @@ fn inter_node_bytes_follow_the_documented_formulas() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Regular placements of 2..=5 nodes × 2..=4 ranks, uneven ones (1+3, 3+1, 2+1+3, 4+1+1+2,
+/// 1+1+2, 5+2) and non-contiguous ones.
+fn many_placements() -> Vec<Arc<Topology>> {
+    let mut v: Vec<Topology> = Vec::new();
+    for nodes in 2..=5 {
+        for k in 2..=4 {
+            v.push(Topology::regular(nodes, k).unwrap());
+        }
+    }
+    for sizes in [&[1, 3][..], &[3, 1], &[2, 1, 3], &[4, 1, 1, 2], &[1, 1, 2], &[5, 2]] {
+        v.push(Topology::from_sizes(sizes).unwrap());
+    }
+    for nodes in [&[0, 1, 0, 1, 1, 2][..], &[2, 0, 1, 0, 2, 1, 0, 0], &[0, 1, 2, 0, 1, 2]] {
+        v.push(Topology::from_nodes(nodes).unwrap());
+    }
+    v.into_iter().map(Arc::new).collect()
+}
+
+/// The hierarchical exchanges (alltoall(v), reduce_scatter(_block)) over many placements, every
+/// count class (0, 1, p + 1, 37), uniform and uneven counts (alltoallv: an irregular matrix with
+/// zeros), in place where defined, pipelined in segments: verified and replayed on the two-level
+/// model (one interface per node).
+#[test]
+fn exchanges_verify_over_many_placements_and_counts() {
+    let colls =
+        [Collective::Alltoall, Collective::Alltoallv, Collective::ReduceScatter, Collective::ReduceScatterBlock];
+    let algs: Vec<_> = hierarchical().into_iter().filter(|a| colls.contains(&a.coll)).collect();
+    assert_eq!(algs.len(), 6);
+    let net = crate::sim::ModelParams::new(Machine::UNIT).with_network(crate::sim::Network { alpha: 4.0, beta: 2.0 });
+    let mut checked = 0;
+    for alg in algs {
+        for t in many_placements() {
+            let p = t.size();
+            for count in [0, 1, u64::from(p) + 1, 37] {
+                for uneven in [false, true].into_iter().filter(|&u| !u || alg.coll.is_vector()) {
+                    for in_place in [false, true].into_iter().filter(|&i| !i || alg.coll == Collective::Alltoall) {
+                        for seg in [0u64, 4].into_iter().filter(|&s| s == 0 || count == 37) {
+                            let a = CollArgs::new(alg.coll, 0, p, count).with_topology(t.clone());
+                            let mut a = with_counts(a, count, uneven);
+                            a.in_place = in_place;
+                            if seg > 0 {
+                                a = a.with_param(SEGMENT, seg);
+                            }
+                            let what =
+                                format!("{}:{} on {t} ({})", alg.coll, alg.name, crate::verify::describe_args(&a));
+                            crate::verify::check(alg, &a).unwrap_or_else(|e| panic!("{what}: {e}"));
+                            crate::sim::simulate_alg_with(alg, &a, &net).unwrap_or_else(|e| panic!("{what}: {e}"));
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked >= 900, "{checked} cases");
+}
+
+/// The node-aggregated alltoall sends one network message per ordered node pair (none empty),
+/// every other rank-to-rank message stays inside a node.
+#[test]
+fn alltoall_sends_one_network_message_per_node_pair() {
+    for name in ["hier_leader", "hier_multi_leader"] {
+        let alg = registry::find(Collective::Alltoall, name).unwrap();
+        for t in many_placements() {
+            let p = t.size();
+            let a = CollArgs::new(Collective::Alltoall, 0, p, 3).with_topology(t.clone());
+            let mut pairs = Vec::new();
+            for r in 0..p {
+                let s = alg.schedule(&a.for_rank(r)).unwrap();
+                for (_, k, _) in s.iter() {
+                    if let StepKind::Send { peer, src } = *k {
+                        if !t.same_node(r, peer) {
+                            assert_eq!(src.len, 3 * t.local_size(r) as u64 * t.local_size(peer) as u64, "{name} {t}");
+                            pairs.push((t.node_of(r), t.node_of(peer)));
+                        }
+                    }
+                }
+            }
+            pairs.sort_unstable();
+            let n = t.nodes();
+            let want: Vec<(u32, u32)> =
+                (0..n).flat_map(|a| (0..n).filter(move |&m| m != a).map(move |m| (a, m))).collect();
+            assert_eq!(pairs, want, "{name} on {t}");
         }
     }
 }
