@@ -22,6 +22,10 @@ const NOT_SETTINGS: &[(&str, &str)] = &[
     ("FABCOLL_EXPLAIN", "collectives/tests/formulas.rs: the case whose critical path is printed"),
     ("FABCOLL_LEAN_MAX", "scripts/check-lean.sh: the most crates a program on the library alone may pull"),
     ("FABCOLL_VENV", "scripts/python-env.sh: the virtualenv of the Python package and its tests"),
+    ("FABCOLL_FUZZ_SEED", "fabric/tests/fuzz_bodies.rs, tests/fuzz_bodies.rs: the mutations' seed"),
+    ("FABCOLL_FUZZ_ITERS", "fabric/tests/fuzz_bodies.rs, tests/fuzz_bodies.rs: mutated inputs per target"),
+    ("FABCOLL_STRESS_SEED", "tests/stress: the seed of the random call sequence"),
+    ("FABCOLL_STRESS_CALLS", "tests/stress: calls per rank (a soak run)"),
 ];
 
 /// Prefixes of names that are not settings.
