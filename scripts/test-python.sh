@@ -9,13 +9,16 @@ cd "$(dirname "$0")/.."
 t0=$(date +%s)
 venv=$(bash scripts/python-env.sh | tail -n 1)
 t1=$(date +%s)
-profile=${CARGO_PROFILE:-release}
-cargo build --profile "$profile" -q --bin fabrun
-target=${CARGO_TARGET_DIR:-target}
-# Cargo's directory of the profile: `dev` builds into target/debug, any other into target/<profile>.
-dir=$profile
-[ "$profile" = dev ] && dir=debug
-export FABRUN="$target/$dir/fabrun"
+# FABRUN, when set, names a launcher already built (scripts/test.sh: the one `cargo test` built).
+if [ -z "${FABRUN:-}" ]; then
+  profile=${CARGO_PROFILE:-release}
+  cargo build --profile "$profile" -q --bin fabrun
+  target=${CARGO_TARGET_DIR:-target}
+  # Cargo's directory of the profile: `dev` builds into target/debug, any other into target/<profile>.
+  dir=$profile
+  [ "$profile" = dev ] && dir=debug
+  export FABRUN="$target/$dir/fabrun"
+fi
 t2=$(date +%s)
 timeout 600 "$venv/bin/python" -m pytest -q python/tests "$@"
 t3=$(date +%s)

@@ -44,4 +44,4 @@ cargo test --workspace --profile ci "$@"
 
 # The Python package and the torch backend, built in the same profile (it reuses the library built above).
 step "python package and torch backend (scripts/test-python.sh)"
-CARGO_PROFILE=ci bash scripts/test-python.sh
+CARGO_PROFILE=ci FABRUN="${CARGO_TARGET_DIR:-target}/ci/fabrun" bash scripts/test-python.sh
