@@ -125,9 +125,7 @@ impl<'b> Call<'b> {
     /// element type and the reduction (which calls that share a prepared call may differ in).
     #[inline]
     pub(crate) fn sig(&self, p: &Prepared) -> CallSig {
-        const PRIME: u64 = 0x100_0000_01b3;
-        let op =
-            self.op.as_ref().map_or(0, |o| o.name().bytes().fold(1, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME)));
+        let op = self.op.as_ref().map_or(0, op_code);
         CallSig::of(p.agreed ^ (self.dtype as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ op.rotate_left(17))
     }
 
@@ -140,6 +138,26 @@ impl<'b> Call<'b> {
         let count = if a.coll.is_vector() { String::new() } else { format!(" count {}", a.count) };
         let params: Vec<String> = args.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!("{}({count}{counts}{root} {}{op} algorithm {alg} {})", a.coll, self.dtype, params.join(","))
+    }
+}
+
+/// A number for each reduction: the built-ins' own, a hash of a user op's name.
+#[inline]
+fn op_code(op: &ReduceOp) -> u64 {
+    match op {
+        ReduceOp::Sum => 1,
+        ReduceOp::Prod => 2,
+        ReduceOp::Min => 3,
+        ReduceOp::Max => 4,
+        ReduceOp::Band => 5,
+        ReduceOp::Bor => 6,
+        ReduceOp::Bxor => 7,
+        ReduceOp::Land => 8,
+        ReduceOp::Lor => 9,
+        ReduceOp::Lxor => 10,
+        ReduceOp::Minloc => 11,
+        ReduceOp::Maxloc => 12,
+        ReduceOp::User(u) => fnv(u.name().bytes().map(u64::from)),
     }
 }
 
