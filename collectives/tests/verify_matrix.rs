@@ -7,6 +7,8 @@
 //!
 //! `VERIFY_MIN_P=17`, `VERIFY_MAX_P=16` and `VERIFY_ALG=allreduce:ring` (substring of `op:name`) narrow the matrix for
 //! debugging; `VERIFY_SEGMENT=7` pipelines every case; `VERIFY_THREADS` sets the worker count (default: available parallelism).
+//! `VERIFY_SAMPLE_ABOVE=32` keeps every p up to 32 and, above, the powers of two, their neighbours, the multiples of 8
+//! and the largest (scripts/test.sh: the debug assertions of its build double the verifier's time).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -138,13 +140,20 @@ fn selected(alg: &Algorithm) -> bool {
     }
 }
 
+/// Whether `p` is in the matrix under `VERIFY_SAMPLE_ABOVE` (see the module doc).
+fn sampled(p: u32, max_p: u32) -> bool {
+    let Some(above) = env_u32("VERIFY_SAMPLE_ABOVE") else { return true };
+    let near_power = [p - 1, p, p + 1].iter().any(|q| q.is_power_of_two());
+    p <= above || near_power || p.is_multiple_of(8) || p == max_p
+}
+
 fn matrix() -> Vec<Case> {
     let max_p = env_u32("VERIFY_MAX_P").unwrap_or(DEFAULT_MAX_P);
     let min_p = env_u32("VERIFY_MIN_P").unwrap_or(1);
     let seg = env_u32("VERIFY_SEGMENT").map(u64::from);
     let mut cases = Vec::new();
     for alg in registry::all().filter(|a| selected(a)) {
-        for p in min_p..=max_p {
+        for p in (min_p..=max_p).filter(|&p| sampled(p, max_p)) {
             for root in roots(alg.coll, p) {
                 for count in counts(p) {
                     for args in variants(alg, p, root, count) {
