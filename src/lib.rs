@@ -30,6 +30,7 @@ pub use fabcoll_collectives as collectives;
 pub use fabcoll_fabric as fabric;
 
 mod comm;
+mod element;
 pub mod error;
 mod exec;
 #[doc(hidden)]

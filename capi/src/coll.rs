@@ -9,11 +9,11 @@
 
 use std::ffi::{c_int, c_void};
 
-use fabcoll::Collectives;
+use fabcoll::{with_element, Collectives};
 
 use crate::buffers::{array, extent, is_in_place, optional_array, Region};
 use crate::error::{Failure, Result};
-use crate::types::{datatype, fc_datatype, fc_op, reduce_op, with_element};
+use crate::types::{datatype, fc_datatype, fc_op, reduce_op};
 
 type SendPtr = *const c_void;
 type RecvPtr = *mut c_void;

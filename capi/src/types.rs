@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
-use fabcoll::{Datatype, ReduceOp, UserOp};
+use fabcoll::{with_element, Datatype, ReduceOp, UserOp};
 
 use crate::error::{guard, Failure, Result};
 
@@ -79,81 +79,6 @@ pub(crate) fn datatype(code: fc_datatype) -> Result<Datatype> {
         c => Err(Failure::arg(format!("unknown datatype code {c} (FC_INT8 = 0 … FC_BYTE = {FC_BYTE})"))),
     }
 }
-
-/// Runs `$body` with `$T` the element type of datatype `$dt` (a [`Datatype`]).
-macro_rules! with_element {
-    ($dt:expr, $T:ident => $body:expr) => {{
-        use fabcoll::half::{bf16, f16};
-        use fabcoll::{Datatype, ValueIndex};
-        match $dt {
-            Datatype::I8 => {
-                type $T = i8;
-                $body
-            }
-            Datatype::I16 => {
-                type $T = i16;
-                $body
-            }
-            Datatype::I32 => {
-                type $T = i32;
-                $body
-            }
-            Datatype::I64 => {
-                type $T = i64;
-                $body
-            }
-            Datatype::U8 => {
-                type $T = u8;
-                $body
-            }
-            Datatype::U16 => {
-                type $T = u16;
-                $body
-            }
-            Datatype::U32 => {
-                type $T = u32;
-                $body
-            }
-            Datatype::U64 => {
-                type $T = u64;
-                $body
-            }
-            Datatype::F16 => {
-                type $T = f16;
-                $body
-            }
-            Datatype::BF16 => {
-                type $T = bf16;
-                $body
-            }
-            Datatype::F32 => {
-                type $T = f32;
-                $body
-            }
-            Datatype::F64 => {
-                type $T = f64;
-                $body
-            }
-            Datatype::F32I32 => {
-                type $T = ValueIndex<f32, i32>;
-                $body
-            }
-            Datatype::F64I32 => {
-                type $T = ValueIndex<f64, i32>;
-                $body
-            }
-            Datatype::I32I32 => {
-                type $T = ValueIndex<i32, i32>;
-                $body
-            }
-            Datatype::I64I64 => {
-                type $T = ValueIndex<i64, i64>;
-                $body
-            }
-        }
-    }};
-}
-pub(crate) use with_element;
 
 /// The user ops made by `fc_op_create`, by code, and the next code to hand out.
 struct UserOps {

@@ -5,8 +5,7 @@
 //! rank does not use (gather's receive buffer off the root, scatter's send buffer off the root)
 //! may be missing.
 
-use fabcoll::half::{bf16, f16};
-use fabcoll::{Collectives, Datatype, ReduceOp};
+use fabcoll::{with_element, Collectives, Datatype, ReduceOp};
 use pyo3::PyResult;
 
 use crate::buffer::Region;
@@ -84,66 +83,6 @@ pub struct Spec {
     pub recv: Region,
     pub op: ReduceOp,
     pub root: u32,
-}
-
-/// Runs `$body` with `$T` the element type of `$dt` (the datatypes `buffer::NAMES` lists).
-macro_rules! with_element {
-    ($dt:expr, $T:ident => $body:expr) => {
-        match $dt {
-            Datatype::I8 => {
-                type $T = i8;
-                $body
-            }
-            Datatype::I16 => {
-                type $T = i16;
-                $body
-            }
-            Datatype::I32 => {
-                type $T = i32;
-                $body
-            }
-            Datatype::I64 => {
-                type $T = i64;
-                $body
-            }
-            Datatype::U8 => {
-                type $T = u8;
-                $body
-            }
-            Datatype::U16 => {
-                type $T = u16;
-                $body
-            }
-            Datatype::U32 => {
-                type $T = u32;
-                $body
-            }
-            Datatype::U64 => {
-                type $T = u64;
-                $body
-            }
-            Datatype::F16 => {
-                type $T = f16;
-                $body
-            }
-            Datatype::BF16 => {
-                type $T = bf16;
-                $body
-            }
-            Datatype::F32 => {
-                type $T = f32;
-                $body
-            }
-            Datatype::F64 => {
-                type $T = f64;
-                $body
-            }
-            other => {
-                let msg = format!("datatype {other:?} is not offered to Python");
-                return Err(fabcoll::Error::InvalidArgument { coll: "python", msg });
-            }
-        }
-    };
 }
 
 /// The region as a shared slice of `T`.
