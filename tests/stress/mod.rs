@@ -11,24 +11,9 @@ use std::fmt::Debug;
 use fabcoll::collectives::{registry, CollArgs, Collective};
 use fabcoll::{Collectives, Communicator, Element, Options, ReduceOp};
 
-/// splitmix64.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+#[path = "../../fabric/tests/rng/mod.rs"]
+mod rng;
+pub use rng::Rng;
 
 /// The seed: `FABCOLL_STRESS_SEED`, else one from the clock (printed by the caller).
 pub fn seed() -> u64 {
