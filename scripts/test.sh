@@ -38,7 +38,7 @@ bash scripts/loom.sh
 step "cargo test --workspace --profile ci"
 # The verifier's matrix to p = 64 and its case count, which a build with debug assertions would otherwise shrink to
 # the unoptimized build's; above p = 32 the matrix keeps the powers of two, their neighbours and the multiples of 8
-# (the debug assertions double its time; `cargo test --release` runs it whole).
+# (debug assertions slow the verifier; `cargo test --release` runs it whole).
 export VERIFY_MAX_P="${VERIFY_MAX_P:-64}" VERIFY_CASES="${VERIFY_CASES:-400}" VERIFY_SAMPLE_ABOVE="${VERIFY_SAMPLE_ABOVE:-32}"
 cargo test -p fabcoll-fabric --no-default-features --lib --profile ci
 cargo test --workspace --profile ci "$@"

@@ -8,7 +8,7 @@
 //! `VERIFY_MIN_P=17`, `VERIFY_MAX_P=16` and `VERIFY_ALG=allreduce:ring` (substring of `op:name`) narrow the matrix for
 //! debugging; `VERIFY_SEGMENT=7` pipelines every case; `VERIFY_THREADS` sets the worker count (default: available parallelism).
 //! `VERIFY_SAMPLE_ABOVE=32` keeps every p up to 32 and, above, the powers of two, their neighbours, the multiples of 8
-//! and the largest (scripts/test.sh: the debug assertions of its build double the verifier's time).
+//! and the largest (scripts/test.sh, whose build keeps debug assertions on and so runs the verifier slower).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
