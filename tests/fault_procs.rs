@@ -7,27 +7,19 @@
 #[path = "../fabric/tests/support/mod.rs"]
 mod support;
 
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fabcoll::{Collectives, Communicator, Error, ReduceOp};
+use common::procs::connect;
+use fabcoll::{Collectives, Error, ReduceOp};
 
 const LIMIT: Duration = Duration::from_secs(120);
 /// `FABCOLL_TIMEOUT` of these jobs.
 const TIMEOUT_S: u64 = 4;
 /// The timeout, the grace period for abort notices (min(timeout/2, 2 s)) and slack for a loaded machine.
 const NAMED_WITHIN: Duration = Duration::from_secs(TIMEOUT_S + 2 + 4);
-
-fn connect() -> Option<Communicator> {
-    match Communicator::from_env() {
-        Ok(c) => Some(c),
-        Err(Error::Fabric(fabcoll::fabric::Error::Unavailable { reason, .. })) => {
-            eprintln!("skipped: {reason}");
-            None
-        }
-        Err(e) => panic!("communicator: {e}"),
-    }
-}
 
 /// Whether `e` is a timeout or a lost peer that names `rank`.
 fn names(e: &Error, rank: u32) -> bool {

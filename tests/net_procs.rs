@@ -11,22 +11,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::procs;
-use fabcoll::{Collectives, Communicator, Error, Options, ReduceOp};
+use common::procs::{self, connect};
+use fabcoll::{Collectives, Communicator, Options, ReduceOp};
 
 const LIMIT: Duration = Duration::from_secs(300);
-
-/// The communicator, or `None` when this build lacks the fabric (no libfabric for ofi).
-fn connect() -> Option<Communicator> {
-    match Communicator::from_env() {
-        Ok(c) => Some(c),
-        Err(Error::Fabric(fabcoll::fabric::Error::Unavailable { reason, .. })) => {
-            eprintln!("skipped: {reason}");
-            None
-        }
-        Err(e) => panic!("communicator: {e}"),
-    }
-}
 
 /// Runs `body` on `p` ranks over `fabric`; rank 0 reports how many checks it ran, which must be
 /// `want` (no report: the build lacks the fabric, and the ranks said so).

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::procs;
 use fabcoll::settings::Settings;
-use fabcoll::{Collectives, Communicator, Error};
+use fabcoll::{Collectives, Communicator};
 
 const LIMIT: Duration = Duration::from_secs(300);
 
@@ -22,14 +22,7 @@ const LIMIT: Duration = Duration::from_secs(300);
 /// the network fabric (no libfabric for ofi).
 fn connect(r: u32, node_of: fn(u32) -> &'static str) -> Option<Communicator> {
     Settings { node: Some(node_of(r).into()), ..Settings::installed() }.install();
-    match Communicator::from_env() {
-        Ok(c) => Some(c),
-        Err(Error::Fabric(fabcoll::fabric::Error::Unavailable { reason, .. })) => {
-            eprintln!("skipped: {reason}");
-            None
-        }
-        Err(e) => panic!("communicator: {e}"),
-    }
+    procs::connect()
 }
 
 /// The whole matrix on `p` ranks over `fabric` with mixed routes; rank 0 reports the checks it

@@ -9,6 +9,19 @@ use fabcoll::{Collectives, Communicator, Error, Options, ReduceOp};
 
 use super::{algorithms, args_for, in_place_args, run_in_place, run_one, val, IN_PLACE, UNTOUCHED};
 
+/// This rank's communicator from the environment, or `None` (a line says why) when this build lacks
+/// the fabric asked for (no libfabric for ofi).
+pub fn connect() -> Option<Communicator> {
+    match Communicator::from_env() {
+        Ok(c) => Some(c),
+        Err(Error::Fabric(fabcoll::fabric::Error::Unavailable { reason, .. })) => {
+            eprintln!("skipped: {reason}");
+            None
+        }
+        Err(e) => panic!("communicator: {e}"),
+    }
+}
+
 /// The counts of the matrix: empty, one element, p+1 (uneven blocks), and an odd count above
 /// 100,000 (several eager slots, the rendezvous path, odd remainders).
 pub fn counts(p: u32) -> [usize; 4] {
