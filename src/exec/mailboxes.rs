@@ -20,6 +20,7 @@ use fabcoll_collectives::{CollArgs, Collective};
 
 use super::bufs::{Bound, Bufs};
 use super::fasthash::FastMap;
+use super::mismatch::HINT;
 use super::proto::CallSig;
 use super::runner::{self, Fused, Lane, Stop};
 use super::straight;
@@ -205,8 +206,7 @@ impl MailboxLane<'_> {
         let (coll, alg) = self.what;
         let msg = format!(
             "mailbox call #{}: rank {peer} made a different call than rank {}'s {coll} ({alg}, signature {:#04x}): it \
-             sent {what}; ranks called different collectives or passed different roots, counts, types, operations or \
-             algorithms (FABCOLL_CHECK=1 names the difference)",
+             sent {what}; {HINT}",
             self.seq,
             self.mb.rank(),
             self.sig.0

@@ -18,6 +18,7 @@ pub(crate) mod eager;
 mod early;
 pub(crate) mod fasthash;
 pub(crate) mod mailboxes;
+mod mismatch;
 pub(crate) mod mrcache;
 pub(crate) mod op;
 pub(crate) mod plan;
@@ -66,6 +67,18 @@ pub(crate) enum Started {
     Done,
     /// Wait for (then take) this key.
     Pending(OpKey),
+}
+
+/// Where [`Engine::route`] takes a message.
+enum Route {
+    /// To the op of this call.
+    Op(OpKey),
+    /// Nowhere: the communicator is broken.
+    Drop,
+    /// A call this rank has finished.
+    Past,
+    /// The early queue: a call not started yet.
+    Later,
 }
 
 /// A communicator's view inside the engine.
@@ -168,63 +181,6 @@ fn same_mr(a: &Mr, b: &Mr) -> bool {
 
 fn seq_match(seq: u64, low: u64, mask: u64) -> bool {
     seq & mask == low
-}
-
-/// Whether a message for the call whose sequence number's low bits are `low` is for a call
-/// before `next` (one this rank has finished), rather than a later one: peers run at most half
-/// the sequence space ahead or behind.
-fn is_past(next: u64, low: u64, mask: u64) -> bool {
-    let behind = next.wrapping_sub(low) & mask;
-    behind > 0 && behind <= mask / 2
-}
-
-/// A message of communicator rank `peer` carried another call's signature than `op`'s: tells
-/// every peer of the op (so that each reports the mismatch, not a timeout) and returns the error.
-fn signature_mismatch(core: &mut Core, op: &Op, peer: u32) -> Error {
-    let rop = op.rop().map_or(String::new(), |o| format!(", {}", o.name()));
-    let msg = format!(
-        "collective #{}: rank {peer} made a different call than rank {}'s {} ({}, {}{rop}): ranks called different \
-         collectives or passed different roots, counts, types, operations or algorithms (FABCOLL_CHECK=1 names the \
-         difference)",
-        op.key.seq,
-        op.rank,
-        op.coll,
-        op.dtype(),
-        op.alg,
-    );
-    let tag = proto::tag(Kind::Mismatch, op.key.ctx, op.key.seq, CallSig::default());
-    for q in (0..op.members.len() as u32).filter(|&q| q != op.rank) {
-        core.ctrl(op.ep(q), tag, msg.clone().into_bytes());
-    }
-    Error::Mismatch(msg)
-}
-
-impl Engine {
-    /// Endpoint rank `peer` (communicator rank `from`) sent data for call `seq_low` of context
-    /// `ctx`, which this rank finished without it: tells the context's other members and returns
-    /// what happened.
-    fn orphan(&mut self, ctx: u32, seq_low: u64, from: Option<u32>) -> String {
-        let Some(c) = self.ctxs.get(&ctx) else { return String::new() };
-        let me = c.ep_to_comm.get(self.core.ep.rank()).copied().unwrap_or(NOT_A_MEMBER);
-        let from = from.map_or_else(|| "a peer".to_owned(), |p| format!("rank {p}"));
-        let msg = format!(
-            "{from} sent data for a call that rank {me} finished without it: ranks made a different call (different \
-             collectives, roots, counts or algorithms; FABCOLL_CHECK=1 names the difference)"
-        );
-        let tag = proto::tag(Kind::Mismatch, ctx, seq_low, CallSig::default());
-        let eps: Vec<usize> =
-            (0..c.ep_to_comm.len()).filter(|&e| c.ep_to_comm[e] != NOT_A_MEMBER && e != self.core.ep.rank()).collect();
-        for e in eps {
-            self.core.ctrl(e, tag, msg.clone().into_bytes());
-        }
-        msg
-    }
-}
-
-/// What a peer's mismatch notice (`Kind::Mismatch`, its text in `data`) tells this rank.
-fn mismatch_notice(peer: Option<u32>, data: &[u8]) -> String {
-    let from = peer.map_or_else(|| "a peer".to_owned(), |p| format!("rank {p}"));
-    format!("{from} reports: {}", String::from_utf8_lossy(data))
 }
 
 impl Engine {
@@ -602,12 +558,12 @@ impl Engine {
             if let EarlyWhat::Eager { slot, .. } = what {
                 self.core.release_slot(peer_ep, slot)?;
             }
-            return Err(signature_mismatch(&mut self.core, op, peer));
+            return Err(mismatch::signature(&mut self.core, op, peer));
         }
         match what {
             EarlyWhat::Eager { idx, slot, .. } => op.on_eager(&mut self.core, peer, idx, slot),
             EarlyWhat::Ctrl { kind: Kind::Mismatch, data, .. } => {
-                Err(Error::Mismatch(mismatch_notice(Some(peer), &data)))
+                Err(Error::Mismatch(mismatch::notice(Some(peer), &data)))
             }
             EarlyWhat::Ctrl { kind: Kind::Grant, data, .. } => {
                 op.on_grant(&mut self.core, peer, GrantEntry::parse_all(&data)?)
@@ -638,53 +594,41 @@ impl Engine {
         }
     }
 
-    /// Routes a message for (ctx, seq-low) to its op, or keeps it for later.
+    /// Routes a message for (ctx, seq-low) to its op, or keeps it for later; data or a mismatch
+    /// notice for a call this rank has finished is a mismatch (`mismatch::on_past`).
     fn route(&mut self, ctx: u32, seq_low: u64, mask: u64, peer: usize, what: EarlyWhat) -> Result<()> {
-        let target = self.ctxs.get(&ctx).and_then(|c| {
-            if c.broken.is_some() {
-                return Some(None);
-            }
-            c.outstanding.iter().find(|&&s| seq_match(s, seq_low, mask)).map(|&s| Some(OpKey { ctx, seq: s }))
-        });
-        match target {
-            Some(Some(key)) => {
+        let running = |k: OpKey| k.ctx == ctx && seq_match(k.seq, seq_low, mask);
+        let route = match self.ctxs.get(&ctx) {
+            Some(c) if c.broken.is_some() => Route::Drop,
+            Some(c) => match c.outstanding.iter().find(|&&s| seq_match(s, seq_low, mask)) {
+                Some(&seq) => Route::Op(OpKey { ctx, seq }),
+                None if !self.straight.is_some_and(running) && mismatch::is_past(c.next_seq, seq_low, mask) => {
+                    Route::Past
+                }
+                None => Route::Later,
+            },
+            None => Route::Later,
+        };
+        match route {
+            Route::Op(key) => {
                 if let Err(e) = self.deliver(key, peer, what) {
                     self.fail(key, e);
                 }
                 Ok(())
             }
             // Broken communicator: drop the message, give eager slots back.
-            Some(None) => match what {
+            Route::Drop => match what {
                 EarlyWhat::Eager { slot, .. } => self.core.release_slot(peer, slot),
                 EarlyWhat::Ctrl { .. } => Ok(()),
             },
-            None => {
-                let running = self.straight.is_some_and(|k| k.ctx == ctx && seq_match(k.seq, seq_low, mask));
-                let past = self.ctxs.get(&ctx).filter(|c| !running && is_past(c.next_seq, seq_low, mask));
-                if let Some(c) = past {
-                    let from = c.ep_to_comm.get(peer).copied();
-                    let why = match &what {
-                        EarlyWhat::Ctrl { kind: Kind::Mismatch, data, .. } => Some(mismatch_notice(from, data)),
-                        // Data for a call this rank finished without it: the peer made another call.
-                        EarlyWhat::Eager { .. } | EarlyWhat::Ctrl { kind: Kind::Grant | Kind::Rts, .. } => {
-                            Some(self.orphan(ctx, seq_low, from))
-                        }
-                        EarlyWhat::Ctrl { .. } => None,
-                    };
-                    if let Some(why) = why {
-                        if let EarlyWhat::Eager { slot, .. } = what {
-                            self.core.release_slot(peer, slot)?;
-                        }
-                        // The peers are in an unknown state: the communicator is broken, and the
-                        // calls this rank made since fail with the mismatch.
-                        let later = self.ctxs.get(&ctx).map(|c| c.outstanding.clone()).unwrap_or_default();
-                        self.break_ctx(ctx, format!("collective mismatch: {why}"));
-                        for seq in later {
-                            self.fail(OpKey { ctx, seq }, Error::Mismatch(why.clone()));
-                        }
-                        return Ok(());
-                    }
+            Route::Past => match self.on_past(ctx, seq_low, peer, what)? {
+                None => Ok(()),
+                Some(what) => {
+                    self.early.push(Early { ctx, seq_low, mask, peer, what });
+                    Ok(())
                 }
+            },
+            Route::Later => {
                 self.early.push(Early { ctx, seq_low, mask, peer, what });
                 Ok(())
             }

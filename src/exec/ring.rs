@@ -267,9 +267,12 @@ impl RingLane<'_> {
         }
         if others {
             eng.flush()?;
-            // A peer's notice broke the communicator (a mismatch found after our call started).
-            if let Some(why) = eng.ctxs.get(&key.ctx).and_then(|c| c.broken.clone()) {
-                return Err(Stop::Failed(Error::Broken(why)));
+            // A peer's notice broke the communicator (a mismatch found after our call started);
+            // the count of broken contexts answers without a lookup while none is.
+            if eng.breaks.load(Ordering::Relaxed) > 0 {
+                if let Some(why) = eng.ctxs.get(&key.ctx).and_then(|c| c.broken.clone()) {
+                    return Err(Stop::Failed(Error::Broken(why)));
+                }
             }
             // A control message for the call (RTS, grant, abort notice) is the op's to handle.
             if eng.early.any_for_since(early_before, key) {

@@ -1,0 +1,102 @@
+//! Ranks that made different calls, found without checked mode (see `proto`'s call signature): a
+//! message with another call's signature, data for a call this rank finished without it (an
+//! orphan), or a peer's notice becomes `Error::Mismatch` naming the peer; the rank that finds it
+//! tells every peer (`Kind::Mismatch`), so that each reports the mismatch rather than a timeout.
+
+use super::early::EarlyWhat;
+use super::op::Op;
+use super::proto::{self, CallSig, Kind};
+use super::{Core, Engine, OpKey, NOT_A_MEMBER};
+use crate::error::{Error, Result};
+
+/// What every mismatch message ends with.
+pub(crate) const HINT: &str = "ranks called different collectives or passed different roots, counts, types, \
+                               operations or algorithms (FABCOLL_CHECK=1 names the difference)";
+
+/// Whether a message for the call whose sequence number's low bits are `low` is for a call
+/// before `next` (one this rank has finished), rather than a later one: peers run at most half
+/// the sequence space ahead or behind.
+pub(super) fn is_past(next: u64, low: u64, mask: u64) -> bool {
+    let behind = next.wrapping_sub(low) & mask;
+    behind > 0 && behind <= mask / 2
+}
+
+/// "rank r", or "a peer" when the sender is not a member.
+fn rank_name(rank: Option<u32>) -> String {
+    rank.map_or_else(|| "a peer".to_owned(), |r| format!("rank {r}"))
+}
+
+/// Queues a mismatch notice `msg` for call `seq` of context `ctx` to each endpoint of `eps`.
+fn tell(core: &mut Core, ctx: u32, seq: u64, eps: impl IntoIterator<Item = usize>, msg: &str) {
+    let tag = proto::tag(Kind::Mismatch, ctx, seq, CallSig::default());
+    for ep in eps {
+        core.ctrl(ep, tag, msg.as_bytes().to_vec());
+    }
+}
+
+/// A message of communicator rank `peer` carried another call's signature than `op`'s: tells
+/// every peer of the op and returns the error.
+pub(super) fn signature(core: &mut Core, op: &Op, peer: u32) -> Error {
+    let rop = op.rop().map_or(String::new(), |o| format!(", {}", o.name()));
+    let msg = format!(
+        "collective #{}: rank {peer} made a different call than rank {}'s {} ({}, {}{rop}): {HINT}",
+        op.key.seq,
+        op.rank,
+        op.coll,
+        op.dtype(),
+        op.alg,
+    );
+    let eps: Vec<usize> = (0..op.members.len() as u32).filter(|&q| q != op.rank).map(|q| op.ep(q)).collect();
+    tell(core, op.key.ctx, op.key.seq, eps, &msg);
+    Error::Mismatch(msg)
+}
+
+/// What a peer's mismatch notice (`Kind::Mismatch`, its text in `data`) tells this rank.
+pub(super) fn notice(peer: Option<u32>, data: &[u8]) -> String {
+    format!("{} reports: {}", rank_name(peer), String::from_utf8_lossy(data))
+}
+
+impl Engine {
+    /// A message from endpoint rank `peer` for call `seq_low` of context `ctx`, which this rank
+    /// has finished. Data (an eager message, a grant, an RTS: the peer made another call) or a
+    /// peer's mismatch notice breaks the communicator and fails the calls this rank made since;
+    /// data is also told to the context's other members. Anything else is given back, for the
+    /// early queue.
+    pub(super) fn on_past(
+        &mut self,
+        ctx: u32,
+        seq_low: u64,
+        peer: usize,
+        what: EarlyWhat,
+    ) -> Result<Option<EarlyWhat>> {
+        let Some(c) = self.ctxs.get(&ctx) else { return Ok(Some(what)) };
+        let from = c.ep_to_comm.get(peer).copied().filter(|&r| r != NOT_A_MEMBER);
+        let why = match &what {
+            EarlyWhat::Ctrl { kind: Kind::Mismatch, data, .. } => notice(from, data),
+            EarlyWhat::Eager { .. } | EarlyWhat::Ctrl { kind: Kind::Grant | Kind::Rts, .. } => {
+                let me = c.ep_to_comm.get(self.core.ep.rank()).copied().unwrap_or(NOT_A_MEMBER);
+                let msg = format!(
+                    "{} made a different call: it sent data for a call that rank {me} finished without it; {HINT}",
+                    rank_name(from)
+                );
+                let me_ep = self.core.ep.rank();
+                let eps: Vec<usize> =
+                    (0..c.ep_to_comm.len()).filter(|&e| c.ep_to_comm[e] != NOT_A_MEMBER && e != me_ep).collect();
+                tell(&mut self.core, ctx, seq_low, eps, &msg);
+                msg
+            }
+            EarlyWhat::Ctrl { .. } => return Ok(Some(what)),
+        };
+        if let EarlyWhat::Eager { slot, .. } = what {
+            self.core.release_slot(peer, slot)?;
+        }
+        // The peers are in an unknown state: the communicator is broken, and the calls this rank
+        // made since fail with the mismatch.
+        let later = self.ctxs.get(&ctx).map(|c| c.outstanding.clone()).unwrap_or_default();
+        self.break_ctx(ctx, format!("collective mismatch: {why}"));
+        for seq in later {
+            self.fail(OpKey { ctx, seq }, Error::Mismatch(why.clone()));
+        }
+        Ok(None)
+    }
+}
