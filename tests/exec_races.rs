@@ -123,6 +123,20 @@ fn job(wire_cfg: WireConfig, cfgs: Vec<ExecConfig>) -> (Wire, Vec<Communicator>)
     (wire, comms)
 }
 
+/// Issue 37.3: an engine with a core per rank of its node tells its endpoint never to yield (a
+/// yield hands an unrelated busy process a whole time slice); one whose node's ranks outnumber the
+/// cores keeps yielding, so the rank it waits for can run.
+#[test]
+fn an_engine_with_a_core_per_rank_tells_its_endpoint_never_to_yield() {
+    watchdog(Duration::from_secs(30), || {
+        let own_cores = ExecConfig { local_ranks: Some(2), local_cpus: Some(2), ..cfg() };
+        let shared_core = ExecConfig { local_ranks: Some(2), local_cpus: Some(1), ..cfg() };
+        let (wire, _comms) = job(WireConfig::default(), vec![own_cores, shared_core]);
+        assert!(wire.never_yields(0), "2 ranks on 2 cores: no yields");
+        assert!(!wire.never_yields(1), "2 ranks on 1 core: yields");
+    });
+}
+
 /// The item in flight that `pred` picks; panics with the wire's contents if there is none.
 fn find(wire: &Wire, what: &str, pred: impl Fn(&Item) -> bool) -> Item {
     let items = wire.in_flight();

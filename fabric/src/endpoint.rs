@@ -296,6 +296,14 @@ pub trait Endpoint: Send {
         Ok(())
     }
 
+    /// The executor found that this node's ranks do not outnumber its cores: from now on `wait`
+    /// polls without yielding the core (the [`crate::WaitPolicy`]'s yield rounds are dropped, and
+    /// so are the yields of a backend's own idle phase). A yield helps only a rank of ours that
+    /// shares the core; to an unrelated busy process on it, a yield under the kernel's EEVDF
+    /// scheduler hands a whole time slice, which the peer waiting for us then waits too.
+    /// Default: nothing (a backend that never yields).
+    fn never_yield(&mut self) {}
+
     /// Announces that this rank gives up its CPU (`true`: it yields or sleeps waiting for
     /// peers) or runs again (`false`), so that node-local peers can tell whether waiting for it
     /// by spinning is worth it ([`Endpoint::peer_busy_elsewhere`]). Default: ignored.

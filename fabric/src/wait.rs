@@ -1,5 +1,8 @@
 //! Waiting without burning the machine: spin a little, then `yield_now`, then block (futex,
-//! condvar) or sleep. Shared by the backends so 8 ranks on 2 cores don't collapse.
+//! condvar) or sleep. Shared by the backends so 8 ranks on 2 cores don't collapse. The yields are
+//! for ranks that share cores: an executor that finds its node's cores not oversubscribed drops
+//! them ([`crate::Endpoint::never_yield`]), since a yield to an unrelated busy process costs the
+//! waiter a whole time slice.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +14,7 @@ use crate::error::{Error, Result};
 pub struct WaitPolicy {
     /// Busy polls before the first yield.
     pub spin: u32,
-    /// `yield_now` rounds (each followed by a poll) before blocking.
+    /// `yield_now` rounds (each followed by a poll) before blocking; 0: the waiter never yields.
     pub yields: u32,
     /// Longest single block/sleep; the backend re-polls after it (bounds lost-wakeup cost and lets
     /// a manual-progress backend make progress).

@@ -44,8 +44,9 @@ pub struct ExecConfig {
     pub spin: Duration,
     /// Ranks of the job on this node (`None`: every rank of an shm/local endpoint, else 1). When
     /// they outnumber the cores, waiting ranks yield the core almost at once (after 2 polls in a
-    /// row that brought nothing instead of 32), like Open MPI's `mpi_yield_when_idle` — unless
-    /// every rank they wait for runs on another CPU (then they spin up to 64 polls).
+    /// row that brought nothing), like Open MPI's `mpi_yield_when_idle` — unless every rank they
+    /// wait for runs on another CPU (then they spin up to 64 polls). Otherwise a waiting rank
+    /// never yields (`exec::wait`).
     pub local_ranks: Option<usize>,
     /// Forces that oversubscribed wait policy on or off (`FABCOLL_YIELD=1`/`0`); `None` = decide
     /// from `local_ranks` and `local_cpus`.

@@ -32,10 +32,6 @@ use fabcoll_fabric::shm::mailbox::{self, record_len, Mailbox, MAX_MESSAGE, RING}
 /// Fruitless polls between two looks at the rest of the world (`check` of [`run`]).
 pub(crate) const CHECK_EVERY: u32 = 64;
 
-/// Mailbox polls that cost about one engine progress round: a mailbox poll reads one line, a
-/// round polls the endpoint's queues and the ops. The engine's patience is in rounds.
-pub(crate) const POLLS_PER_ROUND: u32 = 32;
-
 /// A waiting call that has spun its budget naps this long at each look ([`CHECK_EVERY`]).
 const NAP: Duration = Duration::from_micros(50);
 
@@ -171,9 +167,11 @@ impl Lane for MailboxLane<'_> {
         }
         match pause {
             Pause::Poll => std::hint::spin_loop(),
-            // The spin spent, a nap at each look at the world, yields between them: a yield lets
-            // a rank that shares our core run, and comes back as soon as it waits in turn.
+            // The spin spent, a nap at each look at the world, and between them yields where
+            // ranks share cores (a yield lets a rank that shares our core run, and comes back as
+            // soon as it waits in turn), else polls.
             Pause::Stop if self.w.idle.is_multiple_of(CHECK_EVERY) => std::thread::sleep(NAP),
+            Pause::Stop if !self.patience.oversubscribed => std::hint::spin_loop(),
             Pause::Yield | Pause::Stop => std::thread::yield_now(),
         }
         Ok(())

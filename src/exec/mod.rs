@@ -204,6 +204,9 @@ impl Engine {
             let cpus = cfg.local_cpus.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             local > cpus
         });
+        if !oversubscribed {
+            ep.never_yield();
+        }
         let mrs = MrCache::new(cfg.mr_cache > 0 && mrcache::cache_safe(&caps), cfg.mr_cache);
         let core = Core {
             ep,
@@ -287,10 +290,9 @@ impl Engine {
         }
     }
 
-    /// How a mailbox call waits: the engine's patience counted in mailbox polls, and the
-    /// deadline.
+    /// How a mailbox call waits: the engine's patience, and the deadline.
     pub fn mailbox_patience(&self) -> (Patience, Duration) {
-        (self.patience.scaled(mailboxes::POLLS_PER_ROUND), self.core.cfg.timeout)
+        (self.patience, self.core.cfg.timeout)
     }
 
     /// One progress round for the collectives in flight on the engine while this thread runs a
@@ -885,9 +887,9 @@ impl Engine {
     /// names the ranks still missing). Returns whether the op has finished. Callers that share the
     /// engine with other threads release it between rounds.
     ///
-    /// Polling follows the engine's patience (`wait`): without blocking, yielding the core once
-    /// polls bring nothing, then, the spin spent, each round blocks up to 1 ms on the fabric's
-    /// doorbell (a peer's write wakes it). The clock is read every few rounds only.
+    /// Polling follows the engine's patience (`wait`): without blocking (yielding the core once
+    /// polls bring nothing where ranks share cores), then, the spin spent, each round blocks up to
+    /// 1 ms on the fabric's doorbell (a peer's write wakes it). The clock is read every few rounds only.
     pub fn wait_step(&mut self, key: OpKey, w: &mut Waiter) -> bool {
         let Some(op) = self.ops.get_mut(&key) else { return true };
         if op.finished() {

@@ -2,14 +2,17 @@
 //! op's wait, a straight-line call's wait for its next message, a mailbox call's wait), and one
 //! retry for a fabric queue that is full.
 //!
-//! A waiter polls without pause while polls bring news; after `yield_after` fruitless polls in a
-//! row it yields its core before each poll (a message on its way arrives within a few polls;
-//! yielding earlier hands the core away with work left). Once it has waited `spin` and polled
+//! A waiter polls without pause while polls bring news. Once it has waited `spin` and polled
 //! `min_polls` times, it stops spinning: the caller blocks on the fabric, naps, or hands the call
-//! to the engine. When this node's ranks outnumber its cores, it yields after 2 fruitless polls,
-//! unless every rank it waits for runs on another CPU (their message can come any moment, and a
-//! yield would give the core to a co-located rank that usually waits for us): then after
-//! [`BUSY_PEER_SPIN`]. The clock is read every [`CLOCK_EVERY`] polls only.
+//! to the engine. It yields its core only when this node's ranks outnumber its cores (the rank it
+//! waits for may need that core): then after 2 fruitless polls in a row, unless every rank it
+//! waits for runs on another CPU (their message can come any moment, and a yield would give the
+//! core to a co-located rank that usually waits for us): then after [`BUSY_PEER_SPIN`]. With a
+//! core of its own a waiter never yields: the only taker would be an unrelated busy process, and
+//! under the kernel's EEVDF scheduler a yield hands it a whole time slice (milliseconds) that
+//! the waiter, and every rank waiting for it, then lose (issue 37.3: allreduce at 64 KiB took
+//! 20–30× its quiet time beside one busy loop; `docs/measurements/2026-11-28-contention.md`).
+//! The clock is read every [`CLOCK_EVERY`] polls only.
 
 use std::time::{Duration, Instant};
 
@@ -19,10 +22,7 @@ use crate::error::{Error, Result};
 
 /// Fruitless polls in a row before a waiter yields, when this node's ranks outnumber its cores.
 const YIELD_AFTER_OVERSUBSCRIBED: u32 = 2;
-/// ... on a load/store fabric otherwise (a poll reads a few cache lines).
-const YIELD_AFTER: u32 = 32;
-/// Polls before a waiter may stop spinning, whatever the spin budget (and, on fabrics whose
-/// blocking wait beats spinning through their progress engine, before it yields).
+/// Polls before a waiter may stop spinning, whatever the spin budget.
 const MIN_POLLS: u32 = 64;
 /// Fruitless polls an oversubscribed waiter spins while every rank it waits for runs elsewhere.
 pub(crate) const BUSY_PEER_SPIN: u32 = 64;
@@ -32,6 +32,7 @@ pub(crate) const CLOCK_EVERY: u32 = 16;
 /// When a waiter yields and when it stops spinning (per engine, from its settings).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Patience {
+    /// `u32::MAX` (never) unless `oversubscribed`.
     pub yield_after: u32,
     pub min_polls: u32,
     pub spin: Duration,
@@ -43,25 +44,11 @@ impl Patience {
     /// in their own wait, driven by the provider's file descriptors).
     pub fn new(oversubscribed: bool, load_store: bool, spin: Duration) -> Patience {
         Patience {
-            yield_after: match (oversubscribed, load_store) {
-                (true, _) => YIELD_AFTER_OVERSUBSCRIBED,
-                (false, true) => YIELD_AFTER,
-                (false, false) => MIN_POLLS,
-            },
+            yield_after: if oversubscribed { YIELD_AFTER_OVERSUBSCRIBED } else { u32::MAX },
             min_polls: if oversubscribed { CLOCK_EVERY } else { MIN_POLLS },
             spin: if load_store { spin } else { Duration::ZERO },
             oversubscribed,
         }
-    }
-
-    /// The same patience counted in polls that each cost `per_round`-th of an engine round (a
-    /// mailbox poll reads one line); an oversubscribed waiter still yields after as many polls,
-    /// since the rank it waits for may need its core.
-    pub fn scaled(self, per_round: u32) -> Patience {
-        if self.oversubscribed {
-            return self;
-        }
-        Patience { yield_after: self.yield_after.saturating_mul(per_round), ..self }
     }
 }
 
@@ -173,17 +160,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_waiter_spins_then_yields_then_stops_once_its_budget_is_spent() {
-        let p = Patience::new(false, true, Duration::ZERO);
-        let mut b = Backoff::default();
-        let pauses: Vec<Pause> = (0..MIN_POLLS + CLOCK_EVERY).map(|_| b.fruitless(&p, || false)).collect();
-        assert!(pauses[..YIELD_AFTER as usize - 1].iter().all(|&x| x == Pause::Poll), "{pauses:?}");
-        assert_eq!(pauses[YIELD_AFTER as usize - 1], Pause::Yield);
-        let first_stop = pauses.iter().position(|&x| x == Pause::Stop).expect("stops");
-        assert!(first_stop as u32 >= MIN_POLLS, "never before min_polls: {first_stop}");
-        b.news();
-        assert_eq!(b.idle, 0);
-        assert_eq!(b.fruitless(&p, || false), Pause::Poll, "news restarts the count before a yield");
+    fn a_waiter_with_a_core_of_its_own_spins_without_yielding_then_stops_once_its_budget_is_spent() {
+        for load_store in [true, false] {
+            let p = Patience::new(false, load_store, Duration::ZERO);
+            let mut b = Backoff::default();
+            let pauses: Vec<Pause> = (0..MIN_POLLS + CLOCK_EVERY).map(|_| b.fruitless(&p, || false)).collect();
+            let first_stop = pauses.iter().position(|&x| x == Pause::Stop).expect("stops");
+            assert!(pauses[..first_stop].iter().all(|&x| x == Pause::Poll), "never a yield: {pauses:?}");
+            assert!(first_stop as u32 >= MIN_POLLS, "never before min_polls: {first_stop}");
+        }
     }
 
     #[test]
@@ -195,8 +180,8 @@ mod tests {
         assert_eq!(b.fruitless(&p, || true), Pause::Poll, "peers busy elsewhere: spin");
         b.idle = BUSY_PEER_SPIN;
         assert_eq!(b.fruitless(&p, || true), Pause::Yield, "but not forever");
-        let scaled = Patience::new(false, true, Duration::ZERO).scaled(32);
-        assert_eq!(scaled.yield_after, YIELD_AFTER * 32);
-        assert_eq!(p.scaled(32).yield_after, YIELD_AFTER_OVERSUBSCRIBED);
+        b.news();
+        assert_eq!(b.idle, 0);
+        assert_eq!(b.fruitless(&p, || false), Pause::Poll, "news restarts the count before a yield");
     }
 }

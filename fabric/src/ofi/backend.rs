@@ -21,10 +21,10 @@
 //! (`Caps::inline_completion`), and one with ctx [`SILENT_WRITE`] reports nothing. A dead peer is named by the
 //! failed inject or by the probes.
 //!
-//! Waiting (`Endpoint::wait`): after the spin and yield rounds of the [`WaitPolicy`], the endpoint keeps polling and
-//! yielding for `FABCOLL_OFI_BUSY_US` (default 10 ms) after its last event, and as long as its own writes or control
-//! sends are in flight, before it sleeps 200 µs between polls: with manual progress nothing moves while a rank
-//! sleeps. There is no fi_wait object: a tcp CQ opened with `FI_WAIT_FD` woke a waiting rank sooner but halved
+//! Waiting (`Endpoint::wait`): after the spin and yield rounds of the [`WaitPolicy`], the endpoint keeps polling (and
+//! yielding, where the policy yields) for `FABCOLL_OFI_BUSY_US` (default 10 ms) after its last event, and as long as
+//! its own writes or control sends are in flight, before it sleeps 200 µs between polls: with manual progress
+//! nothing moves while a rank sleeps. There is no fi_wait object: a tcp CQ opened with `FI_WAIT_FD` woke a waiting rank sooner but halved
 //! streaming bandwidth and slowed small exchanges, because every completion then signals the wait fd.
 //!
 //! net costs more per message than plain sockets: every socket it reads sits in its progress epoll set, so each
@@ -278,14 +278,19 @@ impl MrBackend for OfiMrBackend {
 
 impl OfiBackend {
     /// Idle in `wait`. Manual progress: a sleeping rank moves no bytes (its writes nor its
-    /// peers'), so keep polling, yielding the core to whoever needs it, for `busy_wait` after the
-    /// last event, and always while our own operations are in flight; then sleep briefly between
-    /// polls (no fi_wait object: a CQ opened with FI_WAIT_FD halved tcp's streaming bandwidth;
-    /// see the module doc).
+    /// peers'), so keep polling for `busy_wait` after the last event, and always while our own
+    /// operations are in flight — yielding the core between polls only where the policy yields
+    /// (our ranks share cores, [`Endpoint::never_yield`]); then sleep briefly between polls (no
+    /// fi_wait object: a CQ opened with FI_WAIT_FD halved tcp's streaming bandwidth; see the
+    /// module doc).
     fn idle(&mut self, d: Duration) -> Result<()> {
         let idle = *self.idle_since.get_or_insert_with(Instant::now);
         if idle.elapsed() < self.busy_wait || !self.ep.may_sleep() {
-            std::thread::yield_now();
+            if self.wait.yields > 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         } else {
             std::thread::sleep(d.min(Duration::from_micros(200)));
         }
@@ -408,6 +413,10 @@ impl Endpoint for OfiBackend {
             self.idle_since = None;
         }
         Ok(n)
+    }
+
+    fn never_yield(&mut self) {
+        self.wait.yields = 0;
     }
 
     fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {

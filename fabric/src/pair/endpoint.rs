@@ -199,6 +199,10 @@ impl Endpoint for PairEndpoint {
         self.drain(out)
     }
 
+    fn never_yield(&mut self) {
+        self.shared.lock().ranks[self.rank].never_yields = true;
+    }
+
     fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut st = self.shared.lock();

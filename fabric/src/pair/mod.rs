@@ -162,6 +162,8 @@ struct RankState {
     next_key: u64,
     claimed: bool,
     dead: bool,
+    /// The executor told this rank's endpoint never to yield ([`crate::Endpoint::never_yield`]).
+    never_yields: bool,
 }
 
 struct State {
@@ -496,5 +498,10 @@ impl Wire {
     /// Whether `rank` was killed.
     pub fn is_dead(&self, rank: usize) -> bool {
         self.shared.lock().ranks.get(rank).is_some_and(|r| r.dead)
+    }
+
+    /// Whether `rank`'s endpoint was told never to yield its core while it waits.
+    pub fn never_yields(&self, rank: usize) -> bool {
+        self.shared.lock().ranks.get(rank).is_some_and(|r| r.never_yields)
     }
 }

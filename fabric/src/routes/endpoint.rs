@@ -332,6 +332,12 @@ impl Endpoint for RoutedEndpoint {
         self.network.connected()
     }
 
+    fn never_yield(&mut self) {
+        self.wait.yields = 0;
+        self.node.never_yield();
+        self.network.never_yield();
+    }
+
     fn set_idle(&self, idle: bool) {
         self.node.set_idle(idle);
         self.network.set_idle(idle);

@@ -338,6 +338,10 @@ impl Endpoint for TcpEndpoint {
         Ok(0)
     }
 
+    fn never_yield(&mut self) {
+        self.wait.yields = 0;
+    }
+
     fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
         poll_until(self, self.wait, timeout, out, Self::poll, Self::sleep_on_sockets, |ep, after| Error::Timeout {
             after,
