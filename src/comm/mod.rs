@@ -298,6 +298,13 @@ impl Communicator {
         s
     }
 
+    /// How many transfers the engine still tracks (writes not yet reported complete, grants
+    /// whose writes have not all arrived): 0 when the communicator is idle. For leak tests.
+    #[doc(hidden)]
+    pub fn transfers_tracked(&self) -> usize {
+        self.lock().transfers_tracked()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Engine> {
         // A panic while holding the lock leaves consistent-enough state to report errors.
         match self.engine.try_lock() {

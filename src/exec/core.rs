@@ -20,7 +20,9 @@ pub(crate) struct Core {
     pub eager: Eager,
     pub writes: FastMap<u64, (OpKey, u32)>,
     pub next_write: u64,
-    pub grants_in: FastMap<(usize, u64), (OpKey, u32)>,
+    /// The grants this rank gave and whose writes have not all arrived: per (peer, grant id),
+    /// the op and step they fill and the segments still to come.
+    pub grants_in: FastMap<(usize, u64), (OpKey, u32, u32)>,
     pub next_gid: Vec<u64>,
     pub backlog: Vec<Completion>,
     pub ctrl_out: Vec<(usize, u64, Vec<u8>)>,
@@ -50,11 +52,24 @@ impl Core {
         self.next_write
     }
 
-    pub fn new_grant(&mut self, peer: usize, key: OpKey, step: u32) -> u64 {
+    /// A grant to `peer` for step `step` of `key`, filled by `segments` writes.
+    pub fn new_grant(&mut self, peer: usize, key: OpKey, step: u32, segments: u32) -> u64 {
         let gid = self.next_gid[peer] & self.layout.gid_mask();
         self.next_gid[peer] = self.next_gid[peer].wrapping_add(1);
-        self.grants_in.insert((peer, gid), (key, step));
+        self.grants_in.insert((peer, gid), (key, step, segments));
         gid
+    }
+
+    /// A write arrived from `peer` under grant `gid`: the op and step it fills (`None`: the grant
+    /// was withdrawn, its op failed here). The grant is forgotten with its last segment.
+    pub fn grant_arrived(&mut self, peer: usize, gid: u64) -> Option<(OpKey, u32)> {
+        let e = self.grants_in.get_mut(&(peer, gid))?;
+        let hit = (e.0, e.1);
+        e.2 = e.2.saturating_sub(1);
+        if e.2 == 0 {
+            self.grants_in.remove(&(peer, gid));
+        }
+        Some(hit)
     }
 
     /// Sends message `idx` of step `step` of collective `key` eagerly: `bytes` at `off` of `mr`

@@ -263,6 +263,13 @@ impl Engine {
         s
     }
 
+    /// Entries of the tables of transfers in flight: writes whose completion has not come, and
+    /// grants whose writes have not all arrived. 0 once every call has finished and its writes
+    /// are reported complete; what a leak check watches.
+    pub fn transfers_tracked(&self) -> usize {
+        self.core.writes.len() + self.core.grants_in.len()
+    }
+
     /// Messages up to this many bytes go eager (the executor's setting, capped by the slot size).
     pub fn eager_limit(&self) -> usize {
         self.core.cfg.eager_threshold
@@ -667,7 +674,7 @@ impl Engine {
             }
             Completion::WriteArrived { peer, imm } => match self.core.layout.decode(imm) {
                 Imm::Zcopy { gid } => {
-                    let Some(&(key, s)) = self.core.grants_in.get(&(peer, gid)) else {
+                    let Some((key, s)) = self.core.grant_arrived(peer, gid) else {
                         // A write for a collective that was aborted here: nothing to do.
                         return Ok(());
                     };
@@ -877,7 +884,7 @@ impl Engine {
             }
         }
         self.core.writes.retain(|_, (k, _)| *k != key);
-        self.core.grants_in.retain(|_, (k, _)| *k != key);
+        self.core.grants_in.retain(|_, (k, _, _)| *k != key);
         if self.core.flush_ctrl().is_err() {
             self.core.ctrl_out.clear();
         }

@@ -461,7 +461,7 @@ impl Op {
         };
         let seg = core.ep.write_segment(ep).clamp(1, core.caps.max_write.max(1));
         let segs = bytes.div_ceil(seg) as u32;
-        let gid = core.new_grant(ep, self.key, s);
+        let gid = core.new_grant(ep, self.key, s, segs);
         self.pending[s as usize] = segs;
         core.stats.grants += 1;
         core.ctrl_queued = true;

@@ -19,6 +19,8 @@ mod overlap;
 mod report;
 #[path = "fabcoll/sim.rs"]
 mod sim;
+#[path = "fabcoll/soak.rs"]
+mod soak;
 #[path = "fabcoll/tune.rs"]
 mod tune;
 #[path = "fabcoll/tune_compare.rs"]
@@ -74,6 +76,9 @@ enum Cmd {
     /// Whether a nonblocking allreduce moves while the program computes: the allreduce alone,
     /// a computation alone, and both overlapped, per round (run under `fabrun -n N`).
     Overlap(overlap::OverlapArgs),
+    /// Many allreduces in a row (10⁶ small, 10⁴ large by default) with every rank's resident
+    /// memory and open descriptors watched; fails when they grow (run under `fabrun -n N`).
+    Soak(soak::SoakArgs),
 }
 
 const BENCH_HELP: &str = "\
@@ -341,6 +346,17 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("fabcoll overlap: error: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Cmd::Soak(a) => match Communicator::from_env().map_err(|e| e.to_string()).and_then(|c| soak::run(&c, &a)) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => {
+                eprintln!("fabcoll soak: memory or descriptors grew, or a result was wrong (see the table)");
+                ExitCode::from(1)
+            }
+            Err(e) => {
+                eprintln!("fabcoll soak: error: {e}");
                 ExitCode::from(1)
             }
         },
