@@ -1,8 +1,12 @@
-//! Faults in the middle of work, per fabric (shm, tcp, ofi:tcp where libfabric is built): a rank
-//! that dies inside a stream of collectives (small ones on the eager path, large ones on the
-//! zero-copy path), and a rank stopped (SIGSTOP) for longer than the timeout. Every survivor must
-//! get an error naming that rank within the timeout plus a stated slack. A rank killed between
-//! collectives is covered by `shm_procs.rs`, `net_procs.rs` and `routes_procs.rs`.
+//! Faults in the middle of work, per fabric (shm, tcp, and ofi:tcp and ofi:shm where libfabric is
+//! built): a rank that dies inside a stream of collectives (small ones on the eager path, small
+//! ones starved of eager slots so that most go by rendezvous, large ones on the zero-copy path),
+//! and a rank stopped (SIGSTOP) for longer than the timeout. Every survivor must get an error
+//! naming that rank within the timeout plus a stated slack, and once it has dropped its
+//! communicator hold no more file descriptors than before it opened it (shared-memory segments
+//! are memfds, so this counts them too) and no libfabric shm region of its own in `/dev/shm`. A
+//! rank killed between collectives is covered by `shm_procs.rs`, `net_procs.rs` and
+//! `routes_procs.rs`.
 
 #[path = "../fabric/tests/support/mod.rs"]
 mod support;
@@ -13,7 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::procs::connect;
-use fabcoll::{Collectives, Error, ReduceOp};
+use fabcoll::{Collectives, Communicator, Error, Options, ReduceOp};
 
 const LIMIT: Duration = Duration::from_secs(120);
 /// `FABCOLL_TIMEOUT` of these jobs.
@@ -34,10 +38,53 @@ fn env(fabric: &str) -> [(&str, &str); 2] {
     [("FABCOLL_FABRIC", fabric), ("FABCOLL_TIMEOUT", "4")]
 }
 
-/// Rank 2 of 3 exits `after` into a stream of allreduces of `count` u64s; ranks 0 and 1 keep
-/// calling until one fails, which must name rank 2 within [`NAMED_WITHIN`].
-fn dies_mid_stream(name: &str, fabric: &str, count: usize) {
-    support::ranks(name, 3, LIMIT, &env(fabric), |job| {
+/// This process's open file descriptors.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// The regions of libfabric's shm provider named after this process (`<pid>:<uid>:<index>`).
+fn own_shm_regions() -> Vec<String> {
+    let prefix = format!("{}:", std::process::id());
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    dir.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(&prefix)).collect()
+}
+
+/// A survivor's leak check: after `c` is dropped, as many descriptors as `before` (taken before
+/// the communicator was opened) and no shm region of this process left.
+fn leaves_nothing(c: Communicator, before: usize, r: u32) {
+    drop(c);
+    let after = open_fds();
+    assert_eq!(after, before, "rank {r}: file descriptors before the communicator and after dropping it");
+    let regions = own_shm_regions();
+    assert!(regions.is_empty(), "rank {r}: shm regions left in /dev/shm: {regions:?}");
+}
+
+/// How the stream's calls move their data.
+#[derive(Clone, Copy)]
+enum Path {
+    /// 1,000 u64s: eager messages.
+    Eager,
+    /// The same with one eager slot per peer (`FABCOLL_SLOTS=1`, no mailboxes) and the ring algorithm (four
+    /// messages per call to the same neighbour): most messages find no free slot and go by
+    /// rendezvous (request, grant, write).
+    Rendezvous,
+    /// 1 Mi u64s: zero-copy writes into granted buffers.
+    ZeroCopy,
+}
+
+/// Rank 2 of 3 exits 30 ms into a stream of allreduces moving their data by `path`; ranks 0 and
+/// 1 keep calling until one fails, which must name rank 2 within [`NAMED_WITHIN`].
+fn dies_mid_stream(name: &str, fabric: &str, path: Path) {
+    let mut env = env(fabric).to_vec();
+    if let Path::Rendezvous = path {
+        // Off the node-local mailboxes too, which carry small calls on shm without slots.
+        env.extend([("FABCOLL_SLOTS", "1"), ("FABCOLL_MAILBOX", "0")]);
+    }
+    let count = if let Path::ZeroCopy = path { 1 << 20 } else { 1000 };
+    let opts = if let Path::Rendezvous = path { Options::algorithm("ring") } else { Options::default() };
+    support::ranks(name, 3, LIMIT, &env, |job| {
+        let fds = open_fds();
         let Some(c) = connect() else { return };
         let (r, p) = (c.rank(), c.size());
         let mut x = vec![1u64; count];
@@ -54,7 +101,7 @@ fn dies_mid_stream(name: &str, fabric: &str, count: usize) {
         let e = loop {
             let t0 = Instant::now();
             x.fill(1);
-            match c.allreduce_in_place(&mut x, &ReduceOp::Sum) {
+            match c.with(&opts).allreduce_in_place(&mut x, &ReduceOp::Sum) {
                 Ok(()) => {
                     assert!(x.iter().all(|&v| v == u64::from(p)), "rank {r}: call {calls} wrong");
                     calls += 1;
@@ -64,9 +111,14 @@ fn dies_mid_stream(name: &str, fabric: &str, count: usize) {
             assert!(start.elapsed() < Duration::from_secs(60), "rank {r}: no error after {calls} calls");
         };
         let (e, took) = e;
-        eprintln!("rank {r} after {calls} calls, {took:.1?} into the failing one: {e}");
+        let rts = c.stats().rts_msgs;
+        eprintln!("rank {r} after {calls} calls ({rts} rendezvous requests), {took:.1?} into the failing one: {e}");
         assert!(names(&e, 2), "rank {r}: the error does not name rank 2: {e}");
         assert!(took < NAMED_WITHIN, "rank {r}: the error took {took:?}: {e}");
+        if let Path::Rendezvous = path {
+            assert!(rts > 0, "rank {r}: no message went by rendezvous");
+        }
+        leaves_nothing(c, fds, r);
     });
 }
 
@@ -74,6 +126,7 @@ fn dies_mid_stream(name: &str, fabric: &str, count: usize) {
 /// [`NAMED_WITHIN`], then rank 0 resumes it (SIGCONT) and it leaves.
 fn stopped_rank(name: &str, fabric: &str) {
     support::ranks(name, 3, LIMIT, &env(fabric), |job| {
+        let fds = open_fds();
         let Some(c) = connect() else { return };
         let r = c.rank();
         let pids = job.exchange("pids", std::process::id().to_string().as_bytes());
@@ -101,18 +154,23 @@ fn stopped_rank(name: &str, fabric: &str) {
         }
         assert!(names(&e, 2), "rank {r}: the error does not name rank 2: {e}");
         assert!(took < NAMED_WITHIN, "rank {r}: the error took {took:?}: {e}");
+        leaves_nothing(c, fds, r);
     });
 }
 
 macro_rules! matrix {
-    ($($fabric:literal => $eager:ident, $zcopy:ident, $stop:ident;)*) => {$(
+    ($($fabric:literal => $eager:ident, $rendezvous:ident, $zcopy:ident, $stop:ident;)*) => {$(
         #[test]
         fn $eager() {
-            dies_mid_stream(stringify!($eager), $fabric, 1000);
+            dies_mid_stream(stringify!($eager), $fabric, Path::Eager);
+        }
+        #[test]
+        fn $rendezvous() {
+            dies_mid_stream(stringify!($rendezvous), $fabric, Path::Rendezvous);
         }
         #[test]
         fn $zcopy() {
-            dies_mid_stream(stringify!($zcopy), $fabric, 1 << 20);
+            dies_mid_stream(stringify!($zcopy), $fabric, Path::ZeroCopy);
         }
         #[test]
         fn $stop() {
@@ -122,7 +180,12 @@ macro_rules! matrix {
 }
 
 matrix! {
-    "shm" => shm_dies_in_eager_calls, shm_dies_in_zero_copy_calls, shm_stopped_rank_is_named;
-    "tcp" => tcp_dies_in_eager_calls, tcp_dies_in_zero_copy_calls, tcp_stopped_rank_is_named;
-    "ofi:tcp" => ofi_tcp_dies_in_eager_calls, ofi_tcp_dies_in_zero_copy_calls, ofi_tcp_stopped_rank_is_named;
+    "shm" => shm_dies_in_eager_calls, shm_dies_in_rendezvous_calls, shm_dies_in_zero_copy_calls,
+        shm_stopped_rank_is_named;
+    "tcp" => tcp_dies_in_eager_calls, tcp_dies_in_rendezvous_calls, tcp_dies_in_zero_copy_calls,
+        tcp_stopped_rank_is_named;
+    "ofi:tcp" => ofi_tcp_dies_in_eager_calls, ofi_tcp_dies_in_rendezvous_calls, ofi_tcp_dies_in_zero_copy_calls,
+        ofi_tcp_stopped_rank_is_named;
+    "ofi:shm" => ofi_shm_dies_in_eager_calls, ofi_shm_dies_in_rendezvous_calls, ofi_shm_dies_in_zero_copy_calls,
+        ofi_shm_stopped_rank_is_named;
 }

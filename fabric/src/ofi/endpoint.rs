@@ -116,6 +116,9 @@ impl OfiConfig {
     }
 }
 
+/// How long a closing endpoint drives its control sends out ([`OfiEndpoint::linger`]).
+const LINGER: Duration = Duration::from_millis(200);
+
 /// Default [`OfiConfig::busy_wait`]: long enough for the largest collectives' steps to stream without a sleep,
 /// short enough that a rank waiting for a straggler stops burning its core soon.
 const DEFAULT_BUSY_WAIT: Duration = Duration::from_millis(10);
@@ -264,6 +267,16 @@ enum Post {
     },
 }
 
+impl Post {
+    /// The peer a write or send goes to; `None` for a receive.
+    fn dest(&self) -> Option<u64> {
+        match *self {
+            Post::Write { dest, .. } | Post::Send { dest, .. } => Some(dest),
+            Post::Recv { .. } => None,
+        }
+    }
+}
+
 /// Bytes in front of every control payload: the sender's rank and its per-destination sequence number
 /// (little endian u32 each).
 const CTRL_HEADER: usize = 8;
@@ -360,6 +373,7 @@ impl Drop for OfiEndpoint {
         if self.probe_interval.is_some() {
             self.say_goodbye();
         }
+        self.linger();
         let posted = Posted {
             _ctrl_buf: std::mem::take(&mut self.ctrl_buf),
             _send_ctx: std::mem::take(&mut self.send_ctx),
@@ -599,14 +613,14 @@ impl OfiEndpoint {
         // SAFETY: bounds checked above; local memory validity is the caller's guarantee.
         let buf = unsafe { local.base.add(local_off) };
         let (desc, addr, key) = (local.mr.desc(), remote.addr + remote_off, remote.key);
-        // Small writes: inject (copied by the provider, no completion), after any deferred posts (their order).
-        // While the provider has no room (or the connection is still being set up), drive progress and retry:
-        // what the caller gets back is complete.
+        // Small writes: inject (copied by the provider, no completion), after any deferred posts to the same peer
+        // (their order). While the provider has no room (or the connection is still being set up), drive progress
+        // and retry: what the caller gets back is complete.
         if len <= self.inject_max {
             let mut start = None;
             let mut spins = 0u32;
             loop {
-                if self.backlog.is_empty() {
+                if !self.deferred_to(Some(dest)) {
                     // SAFETY: the source lies in a registered region the caller keeps valid (only read during
                     // the call).
                     match unsafe { self.ep.inject_write(buf, len, imm, dest, addr, key) } {
@@ -792,6 +806,19 @@ impl OfiEndpoint {
         Ok(())
     }
 
+    /// Before the endpoint closes: drives progress until every control message still queued or in
+    /// flight has left, for at most [`LINGER`]. With manual progress a send posted just before the
+    /// close (the abort notice of a rank that gives up and exits) would otherwise die with the
+    /// endpoint, and the peer waiting for it would blame the wrong rank.
+    fn linger(&mut self) {
+        let t0 = Instant::now();
+        while !(self.backlog.is_empty() && self.free_sends.len() == self.send_ctx.len()) && t0.elapsed() < LINGER {
+            if self.progress().is_err() {
+                break;
+            }
+        }
+    }
+
     /// Whether sleeping now cannot stall our own traffic: no event pending, no deferred post, and no write or
     /// control send of ours in flight (with manual progress the provider pushes a large write into the socket
     /// only while we poll, so a sleeping initiator stalls it and the peer waiting for it).
@@ -838,10 +865,15 @@ impl OfiEndpoint {
         })
     }
 
-    /// Posts `p` now, or queues it behind earlier deferred posts when the provider says `-FI_EAGAIN`
-    /// (e.g. while a connection is being set up, which needs the peer's progress).
+    /// Whether a deferred post to `dest` waits in the backlog (`None`: a receive).
+    fn deferred_to(&self, dest: Option<u64>) -> bool {
+        self.backlog.iter().any(|(_, q)| q.dest() == dest)
+    }
+
+    /// Posts `p` now, or queues it behind earlier deferred posts to the same destination, or when the provider
+    /// says `-FI_EAGAIN` (e.g. while a connection is being set up, which needs the peer's progress).
     fn submit(&mut self, p: Post) -> Result<(), OfiError> {
-        if !self.backlog.is_empty() {
+        if self.deferred_to(p.dest()) {
             self.backlog.push_back((Instant::now(), p));
             return Ok(());
         }
@@ -881,19 +913,30 @@ impl OfiEndpoint {
         }
     }
 
-    /// Retries deferred posts in order; one that stays refused past the timeout fails.
+    /// Retries deferred posts, in order per destination: a destination whose oldest post is refused again keeps
+    /// its later posts waiting, while the others go on (a peer that died with our posts refused must not hold
+    /// back the abort notices to the living). One that stays refused past the timeout fails.
     fn flush_backlog(&mut self) -> Result<(), OfiError> {
-        while let Some((since, p)) = self.backlog.pop_front() {
-            let res = match self.try_post(&p) {
+        let mut blocked: Vec<Option<u64>> = Vec::new();
+        let mut i = 0;
+        while i < self.backlog.len() {
+            let (since, ref p) = self.backlog[i];
+            if blocked.contains(&p.dest()) {
+                i += 1;
+                continue;
+            }
+            let res = match self.try_post(p) {
                 Err(e) if e.is_again() => {
                     if since.elapsed() <= self.timeout {
-                        self.backlog.push_front((since, p));
-                        return Ok(());
+                        blocked.push(p.dest());
+                        i += 1;
+                        continue;
                     }
                     Err(OfiError::Timeout(format!("{e} for {:?} (peer not progressing?)", self.timeout)))
                 }
                 other => other,
             };
+            let (_, p) = self.backlog.remove(i).expect("index within the backlog");
             if let Err(e) = res {
                 match p {
                     Post::Write { slot, .. } => {
