@@ -4,9 +4,9 @@
 //! and a rank stopped (SIGSTOP) for longer than the timeout. Every survivor must get an error
 //! naming that rank within the timeout plus a stated slack, and once it has dropped its
 //! communicator hold no more file descriptors than before it opened it (shared-memory segments
-//! are memfds, so this counts them too) and no libfabric shm region of its own in `/dev/shm`. A
-//! rank killed between collectives is covered by `shm_procs.rs`, `net_procs.rs` and
-//! `routes_procs.rs`.
+//! are memfds, so this counts them too) and no libfabric shm region of its own in `/dev/shm`.
+//! And the store stopped after bootstrap, which the job must not notice. A rank killed between
+//! collectives is covered by `shm_procs.rs`, `net_procs.rs` and `routes_procs.rs`.
 
 #[path = "../fabric/tests/support/mod.rs"]
 mod support;
@@ -158,8 +158,33 @@ fn stopped_rank(name: &str, fabric: &str) {
     });
 }
 
+/// The store goes away after bootstrap (a launcher's store dying): collectives, split and dup
+/// go on, since a communicator needs the store only to start.
+fn store_stopped(name: &str, fabric: &str) {
+    support::ranks_stoppable_store(name, 3, LIMIT, &env(fabric), |job| {
+        let Some(c) = connect() else { return };
+        let (r, p) = (c.rank(), c.size());
+        c.barrier().unwrap();
+        if r == 0 {
+            job.stop_store();
+        }
+        // Rank 0 enters only once the store refuses clients; the others leave only after it.
+        c.barrier().unwrap();
+        assert!(job.env.open_store(Duration::from_millis(200)).is_err(), "rank {r}: the store still answers");
+        let mut x = vec![1u64; 1 << 17];
+        c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+        assert!(x.iter().all(|&v| v == u64::from(p)), "rank {r}: allreduce after the store stopped");
+        let half = c.split(Some(r % 2), 0).unwrap().expect("every rank has a color");
+        let dup = c.dup().unwrap();
+        let mut y = [1u32];
+        half.allreduce_in_place(&mut y, &ReduceOp::Sum).unwrap();
+        assert_eq!(y[0], half.size(), "rank {r}: allreduce on the split");
+        dup.barrier().unwrap();
+    });
+}
+
 macro_rules! matrix {
-    ($($fabric:literal => $eager:ident, $rendezvous:ident, $zcopy:ident, $stop:ident;)*) => {$(
+    ($($fabric:literal => $eager:ident, $rendezvous:ident, $zcopy:ident, $stop:ident, $store:ident;)*) => {$(
         #[test]
         fn $eager() {
             dies_mid_stream(stringify!($eager), $fabric, Path::Eager);
@@ -176,16 +201,20 @@ macro_rules! matrix {
         fn $stop() {
             stopped_rank(stringify!($stop), $fabric);
         }
+        #[test]
+        fn $store() {
+            store_stopped(stringify!($store), $fabric);
+        }
     )*};
 }
 
 matrix! {
     "shm" => shm_dies_in_eager_calls, shm_dies_in_rendezvous_calls, shm_dies_in_zero_copy_calls,
-        shm_stopped_rank_is_named;
+        shm_stopped_rank_is_named, shm_store_stopped_after_bootstrap;
     "tcp" => tcp_dies_in_eager_calls, tcp_dies_in_rendezvous_calls, tcp_dies_in_zero_copy_calls,
-        tcp_stopped_rank_is_named;
+        tcp_stopped_rank_is_named, tcp_store_stopped_after_bootstrap;
     "ofi:tcp" => ofi_tcp_dies_in_eager_calls, ofi_tcp_dies_in_rendezvous_calls, ofi_tcp_dies_in_zero_copy_calls,
-        ofi_tcp_stopped_rank_is_named;
+        ofi_tcp_stopped_rank_is_named, ofi_tcp_store_stopped_after_bootstrap;
     "ofi:shm" => ofi_shm_dies_in_eager_calls, ofi_shm_dies_in_rendezvous_calls, ofi_shm_dies_in_zero_copy_calls,
-        ofi_shm_stopped_rank_is_named;
+        ofi_shm_stopped_rank_is_named, ofi_shm_store_stopped_after_bootstrap;
 }

@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fabcoll_fabric::bootstrap::{JobEnv, Store, TcpStoreServer};
+use fabcoll_fabric::bootstrap::{JobEnv, Store, TcpStore, TcpStoreServer};
 
 /// What a child rank gets.
 pub struct Job {
@@ -46,13 +46,37 @@ impl Job {
     pub fn barrier(&self, name: &str) {
         fabcoll_fabric::bootstrap::barrier(&*self.store, name, self.size(), Duration::from_secs(30)).expect("barrier");
     }
+
+    /// Has the parent stop the store (a job started by [`ranks_stoppable_store`]), and returns once
+    /// it refuses new clients. The store is gone for every rank from then on.
+    pub fn stop_store(&self) {
+        self.store.set(STOP_STORE_KEY, b"1").expect("asking the parent to stop the store");
+        let t0 = Instant::now();
+        while self.env.open_store(Duration::from_millis(200)).is_ok() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "the store still answers 10 s after the request");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
+
+/// The key by which a rank asks the parent to stop the store ([`Job::stop_store`]).
+const STOP_STORE_KEY: &str = "fabcoll-test/stop-store";
 
 const CHILD_VAR: &str = "FABCOLL_TEST_CHILD";
 
 /// Runs `body` on `n` processes (see the module doc). `env` is added to the children's
 /// environment.
 pub fn ranks(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], body: impl FnOnce(Job)) {
+    run(name, n, timeout, env, false, body)
+}
+
+/// [`ranks`] whose store a rank can stop while the job goes on ([`Job::stop_store`]): the parent
+/// watches for the request and drops its store server, as when a launcher's store dies.
+pub fn ranks_stoppable_store(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], body: impl FnOnce(Job)) {
+    run(name, n, timeout, env, true, body)
+}
+
+fn run(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], stoppable: bool, body: impl FnOnce(Job)) {
     if std::env::var(CHILD_VAR).as_deref() == Ok(name) {
         let env = JobEnv::from_env().expect("child environment");
         let (store, _server) = env.open_store(Duration::from_secs(30)).expect("child store");
@@ -64,7 +88,9 @@ pub fn ranks(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], body: 
     static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _serial = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let token = format!("test-{}-{}", std::process::id(), name);
-    let server = TcpStoreServer::start("127.0.0.1:0", &token).expect("test store");
+    let mut server = Some(TcpStoreServer::start("127.0.0.1:0", &token).expect("test store"));
+    let addr = server.as_ref().map(TcpStoreServer::local_addr).expect("started");
+    let watcher = stoppable.then(|| TcpStore::connect(addr, &token, Duration::from_secs(5)).expect("store watcher"));
     let exe = std::env::current_exe().expect("test binary path");
     let mut children: Vec<(Child, Arc<Mutex<Vec<u8>>>)> = Vec::new();
     for r in 0..n {
@@ -75,7 +101,7 @@ pub fn ranks(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], body: 
             .env("FABCOLL_SIZE", n.to_string())
             .env("FABCOLL_LOCAL_RANK", r.to_string())
             .env("FABCOLL_LOCAL_SIZE", n.to_string())
-            .env("FABCOLL_STORE", format!("tcp://{}", server.local_addr()))
+            .env("FABCOLL_STORE", format!("tcp://{addr}"))
             .env("FABCOLL_STORE_SERVER", "launcher")
             .env("FABCOLL_TOKEN", &token)
             .stdin(Stdio::null())
@@ -125,6 +151,11 @@ pub fn ranks(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], body: 
         if Instant::now() >= deadline {
             let running: Vec<usize> = (0..n as usize).filter(|&r| status[r].is_none()).collect();
             break Some(format!("timed out after {timeout:?}; ranks still running: {running:?}"));
+        }
+        if let (Some(w), true) = (&watcher, server.is_some()) {
+            if w.get(STOP_STORE_KEY).ok().flatten().is_some() {
+                server = None;
+            }
         }
         std::thread::sleep(Duration::from_millis(5));
     };
