@@ -287,3 +287,84 @@ fn shm_presence_tells_where_peers_run() {
         job.barrier("done");
     });
 }
+
+/// What another user (uid 65534) gets when it tries to read a file: `true` when `cat` succeeded.
+/// `None` when this test cannot run as another user (not root).
+fn readable_by_another_user(path: &str) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    if std::fs::metadata("/proc/self").map_or(1, |m| m.uid()) != 0 {
+        eprintln!("skipped: switching to another user needs root");
+        return None;
+    }
+    let cat = |path: &str| {
+        let out = std::process::Command::new("cat").arg(path).uid(65534).gid(65534).output().expect("running cat");
+        out.status.success()
+    };
+    // The control: the other user reads a world-readable file (so a refusal below means something).
+    assert!(cat("/proc/version"), "uid 65534 cannot read a world-readable file: the check would prove nothing");
+    Some(cat(path))
+}
+
+/// Shared-memory segments are not readable by other users (issue 37's threat model,
+/// `docs/security.md`): the shm fabric's registrations are memfds reachable only through
+/// `/proc/<pid>/fd`, which the kernel opens only for the same user with ptrace rights; libfabric
+/// shm's regions in `/dev/shm` (where built) carry no group or other permission bits.
+#[test]
+fn shm_segments_are_not_readable_by_other_users() {
+    support::ranks("shm_segments_are_not_readable_by_other_users", 2, LIMIT, &[], |job| {
+        let mut ep = connect(&job, "shm_segments_are_not_readable_by_other_users");
+        let mr = ep.alloc(1 << 16, Access::REMOTE_WRITE).expect("alloc");
+        let pid = std::process::id();
+        let memfds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+            .expect("fd list")
+            .flatten()
+            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:")))
+            .map(|e| format!("/proc/{pid}/fd/{}", e.file_name().to_string_lossy()))
+            .collect();
+        assert!(!memfds.is_empty(), "no memfd among the endpoint's descriptors");
+        for path in &memfds {
+            // The same user (the peers' way in) can open it.
+            assert!(std::fs::File::open(path).is_ok(), "{path}: not readable by its own user");
+            if let Some(readable) = readable_by_another_user(path) {
+                assert!(!readable, "{path}: readable by another user");
+            }
+        }
+        drop(mr);
+        job.barrier("done");
+    });
+}
+
+/// libfabric shm's regions (`/dev/shm/<pid>:<uid>:<index>`) are private to their user.
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_shm_regions_are_private_to_their_user() {
+    use std::os::unix::fs::PermissionsExt;
+    support::ranks("ofi_shm_regions_are_private_to_their_user", 2, LIMIT, &[], |job| {
+        let (r, p) = (job.rank() as usize, job.size() as usize);
+        let cfg = Config::new(Backend::Ofi { provider: "shm".into() }, r, p, "ofi_shm_regions_are_private");
+        let mut ep = match open(&cfg) {
+            Ok(ep) => ep,
+            Err(Error::Unavailable { reason, .. }) => return eprintln!("skipped: {reason}"),
+            Err(e) => panic!("open ofi:shm: {e}"),
+        };
+        let blobs = job.exchange("ofi-shm-addr", &ep.address().expect("address"));
+        ep.insert_peers(&blobs).expect("insert_peers");
+        let prefix = format!("{}:", std::process::id());
+        let regions: Vec<std::path::PathBuf> = std::fs::read_dir("/dev/shm")
+            .expect("/dev/shm")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect();
+        assert!(!regions.is_empty(), "no region of this process in /dev/shm");
+        for path in &regions {
+            let mode = std::fs::metadata(path).expect("region metadata").permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{}: mode {mode:o} lets others in", path.display());
+            if let Some(readable) = readable_by_another_user(&path.to_string_lossy()) {
+                assert!(!readable, "{}: readable by another user", path.display());
+            }
+        }
+        job.barrier("done");
+    });
+}
