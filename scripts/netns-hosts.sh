@@ -9,12 +9,14 @@
 # one node) and each finds its own address by the route to the store (FABCOLL_TCP_ADDR unset).
 # Ranks of one node reach each other over that namespace's loopback, which --rate does not limit.
 #
-#   sudo scripts/netns-hosts.sh [--nodes N] [--per-node K] [--rate RATE] [--timeout S] -- PROG [ARGS...]
+#   sudo scripts/netns-hosts.sh [--nodes N] [--per-node K] [--rate RATE] [--link-down I@S] [--timeout S] -- PROG [ARGS...]
 #     --nodes N, -n N  nodes, one namespace each (default 2; at most 200)
 #     --per-node K     ranks per node (default 1; at most 64)
 #     --rate RATE      each node's link speed, tc tbf syntax (e.g. 10gbit, 1gbit), both directions:
 #                      node to switch (egress of the node's eth0) and switch to node (egress of its
 #                      switch port), as a full-duplex NIC; default: unshaped (veth speed)
+#     --link-down I@S  take node I's link down S seconds (decimals allowed) after the ranks start, as
+#                      a cable pulled or a switch port failing (the fault matrix of issue 37)
 #     --timeout S      kill the job after S seconds (default 300)
 #
 # Needs root (ip netns, ip link, tc from iproute2). Traffic stays inside namespaces this script
@@ -25,15 +27,16 @@
 # (FABCOLL_YIELD=1 unless set), which each rank, seeing only its node's ranks, could not know.
 set -euo pipefail
 
-nodes=2 per=1 rate="" limit=300
+nodes=2 per=1 rate="" limit=300 down=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -n|--nodes) nodes=${2-}; shift 2 ;;
     --per-node) per=${2-}; shift 2 ;;
     --rate) rate=${2-}; shift 2 ;;
+    --link-down) down=${2-}; shift 2 ;;
     --timeout) limit=${2-}; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "netns-hosts: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -46,12 +49,21 @@ number --timeout "$limit"
 [ "$per" -ge 1 ] && [ "$per" -le 64 ] || { echo "netns-hosts: --per-node must be 1..64" >&2; exit 2; }
 command -v ip >/dev/null || { echo "netns-hosts: needs ip (iproute2)" >&2; exit 2; }
 if [ -n "$rate" ]; then command -v tc >/dev/null || { echo "netns-hosts: --rate needs tc (iproute2)" >&2; exit 2; }; fi
+down_node="" down_after=""
+if [ -n "$down" ]; then
+  down_node=${down%@*} down_after=${down#*@}
+  number "--link-down's node" "$down_node"
+  case "$down_after" in ''|*[!0-9.]*) echo "netns-hosts: --link-down needs NODE@SECONDS, not '$down'" >&2; exit 2 ;; esac
+  [ "$down_node" -lt "$nodes" ] || { echo "netns-hosts: --link-down names node $down_node of $nodes" >&2; exit 2; }
+fi
 size=$((nodes * per))
 
 tag="fc$$"          # unique per run: parallel runs do not collide
 sw="$tag-sw"        # the switch: a namespace holding the bridge
 pids=()
+downer=""
 cleanup() {
+  if [ -n "$downer" ]; then kill "$downer" 2>/dev/null || true; fi
   for pid in ${pids[@]+"${pids[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
   for ((i = 0; i < nodes; i++)); do ip netns del "$tag-h$i" 2>/dev/null || true; done
   ip netns del "$sw" 2>/dev/null || true
@@ -91,6 +103,10 @@ for ((i = 0; i < nodes; i++)); do
     pids+=($!)
   done
 done
+if [ -n "$down_node" ]; then
+  (sleep "$down_after" && ip -n "$tag-h$down_node" link set eth0 down && echo "netns-hosts: node $down_node's link down" >&2) &
+  downer=$!
+fi
 status=0
 for pid in "${pids[@]}"; do
   s=0

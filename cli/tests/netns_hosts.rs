@@ -3,7 +3,8 @@
 //! ranks (no fabrun, rank 0 serves the store). The ranks pick the default fabric across hosts (tcp)
 //! and their listen addresses by the route to the store; `fabcoll bench --check` verifies every
 //! result. One rank per host runs five collectives; 2 nodes × 2 ranks, with node links shaped by
-//! tc, run the hierarchical allreduces forced by name. Skipped, with a note, where namespaces
+//! tc, run the hierarchical allreduces forced by name; a node whose link goes down mid-job is named
+//! by the others (tcp, ofi:tcp). Skipped, with a note, where namespaces
 //! cannot be made (not root, no iproute2, or a sandbox without CAP_SYS_ADMIN) or, for the shaped
 //! run, where tc cannot shape a link.
 
@@ -124,5 +125,41 @@ fn hierarchical_allreduce_on_two_nodes_of_two_ranks_checks_out() {
             assert_eq!(r[2], algo, "{algo}: forced by name: {r:?}");
             assert_eq!(r.last().copied(), Some("ok"), "{algo}: result check failed: {r:?}");
         }
+    }
+}
+
+/// A node's link goes down mid-job (issue 37's fault matrix: a cable pulled), per network fabric:
+/// 3 nodes × 1 rank loop on small allreduces (`fabcoll soak`) until node 2's link goes down 1.5 s
+/// in; ranks 0 and 1 must each end with an error naming rank 2, within `FABCOLL_TIMEOUT` (3 s) plus
+/// the grace period (1.5 s) plus slack. No connection breaks (nothing is sent back on a dead
+/// link), so the deadline is the only witness.
+#[test]
+fn a_node_whose_link_goes_down_is_named_by_the_others() {
+    if let Some(why) = no_namespaces(false) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    for fabric in ["tcp", "ofi:tcp"] {
+        let mut cmd = Command::new("bash");
+        cmd.arg(script()).args(["-n", "3", "--link-down", "2@1.5", "--timeout", "60", "--", FABCOLL]);
+        cmd.args(["soak", "--small-calls", "1000000000", "--large-calls", "0"]);
+        cmd.env("FABCOLL_FABRIC", fabric).env("FABCOLL_TIMEOUT", "3");
+        let t0 = std::time::Instant::now();
+        let o = child::run_limited(&mut cmd, Duration::from_secs(90), |_| {});
+        let took = t0.elapsed();
+        if o.stderr.contains("not available in this build") {
+            eprintln!("skipped {fabric}: not built");
+            continue;
+        }
+        let all = format!("{}\n{}", o.stdout, o.stderr);
+        assert!(!o.status.success(), "{fabric}: the job went on after the link went down:\n{all}");
+        assert!(all.contains("node 2's link down"), "{fabric}: the link was not taken down:\n{all}");
+        for r in 0..2 {
+            let line = all.lines().find(|l| l.starts_with(&format!("[{r}] fabcoll soak: error")));
+            let line = line.unwrap_or_else(|| panic!("{fabric}: rank {r} reported no error:\n{all}"));
+            assert!(line.contains("rank(s) [2]"), "{fabric}: rank {r} does not name rank 2: {line}");
+        }
+        // Link down at 1.5 s, then timeout and grace, and slack for namespaces and a loaded machine.
+        assert!(took < Duration::from_secs(20), "{fabric}: the ranks took {took:?} to give up:\n{all}");
     }
 }
