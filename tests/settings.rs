@@ -17,6 +17,7 @@ const NOT_SETTINGS: &[(&str, &str)] = &[
     ("FABCOLL_OFI_MISSING", "build.rs hands why libfabric is missing to the compiler (option_env!)"),
     ("FABCOLL_TEST_CHILD", "test harnesses: marks a child process and names its test"),
     ("FABCOLL_TEST_MARK", "test harnesses: a per-test marker in the children's environment"),
+    ("FABCOLL_TEST_SHOW", "fabric/tests/support: print every rank's output also when a job succeeds"),
     ("FABCOLL_SHM_BENCH_CHILD", "fabric/benches/shm.rs: marks its child process"),
     ("FABCOLL_BENCH", "tests/shm_bench.rs: runs the measurement, skipped otherwise"),
     ("FABCOLL_EXPLAIN", "collectives/tests/formulas.rs: the case whose critical path is printed"),

@@ -161,6 +161,16 @@ fn run(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], stoppable: b
     };
     // Per-job wall time, for the CI budget (shown with --nocapture).
     eprintln!("job {name}: {n} ranks, {:.1} s", started.elapsed().as_secs_f64());
+    // FABCOLL_TEST_SHOW=1: every rank's output also when the job succeeded (figures for a note).
+    if failure.is_none() && std::env::var_os("FABCOLL_TEST_SHOW").is_some() {
+        std::thread::sleep(Duration::from_millis(50));
+        for (r, (_, out)) in children.iter().enumerate() {
+            let text = String::from_utf8_lossy(&out.lock().unwrap()).into_owned();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                eprintln!("[{name} rank {r}] {line}");
+            }
+        }
+    }
     if let Some(why) = failure {
         for (c, _) in children.iter_mut() {
             let _ = c.kill();
