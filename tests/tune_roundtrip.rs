@@ -41,8 +41,10 @@ fn tune_file_load_gives_the_same_choices() {
     let mut file = rules::new_file(Default::default());
     let runs: Vec<(u32, Tuned)> = [4u32, 2].into_iter().map(|p| (p, tuned(p))).collect();
     for (p, t) in &runs {
-        rules::merge(&mut file, "allreduce", *p, rules::rules_for("allreduce", *p, Some(true), &t.pieces), &tail);
-        rules::stamp(&mut file, "test machine", "synthetic", *p, "2026-11-22T14:00:00Z", "round trip");
+        // The calls below carry no topology, which selection reads as p nodes of one rank each.
+        let at = rules::TunedAt { p: *p, nodes: *p, per_node: 1 };
+        rules::merge(&mut file, "allreduce", at, rules::rules_for("allreduce", at, Some(true), &t.pieces), &tail);
+        rules::stamp(&mut file, "test machine", "synthetic", at, "2026-11-22T14:00:00Z", "round trip");
     }
     let json = Decisions::new(file.clone()).unwrap().to_json().unwrap();
     let loaded = Decisions::from_json(&json).unwrap();

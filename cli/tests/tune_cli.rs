@@ -1,7 +1,7 @@
 //! `fabcoll tune` end to end under fabrun over shm (small grid): the decision file loads and
 //! names the tuned p; a rerun with the same log measures nothing again and writes the same rules;
 //! a `--touch` run reuses none of the untouched points; a cut log is completed (only the missing
-//! points are measured); `--merge` combines two p.
+//! points are measured); `--merge` combines two p, and two placements of one p.
 
 use std::io::Read;
 use std::path::Path;
@@ -17,8 +17,14 @@ const LIMIT: Duration = Duration::from_secs(240);
 /// Runs `fabrun -n <n> --fabric shm fabcoll tune <args>` in `dir` with a wall-clock limit;
 /// returns its stdout (panics on failure).
 fn tune(dir: &Path, n: &str, args: &[&str]) -> String {
+    tune_under(dir, &["-n", n, "--fabric", "shm"], args)
+}
+
+/// [`tune`] with fabrun's job options `job`.
+fn tune_under(dir: &Path, job: &[&str], args: &[&str]) -> String {
     let mut cmd = Command::new(FABRUN);
-    cmd.args(["-n", n, "--timeout", "200", "--fabric", "shm", "--no-prefix", FABCOLL, "tune"])
+    cmd.args(job)
+        .args(["--timeout", "200", "--no-prefix", FABCOLL, "tune"])
         .args(["--ops", "bcast", "--max-size", "2K", "--reps", "3", "--rep-us", "100", "--max-iters", "5"])
         .args(args)
         .current_dir(dir)
@@ -125,5 +131,33 @@ fn tune_resumes_from_its_log_and_merges_sizes() {
     assert_eq!(p2(&merged), p2(&first), "the p = 2 block is kept as it was");
     let f = Decisions::from_file(dir.join("m.json")).unwrap();
     assert_eq!(f.file().provenance.as_ref().unwrap().ranks, vec![2, 3]);
+    // Every tuned rule names its placement: one node of p ranks here.
+    for r in merged.iter().filter(|r| r.p.is_some_and(|[a, b]| a == b && a <= 3)) {
+        let p = r.p.unwrap()[0];
+        assert_eq!((r.nodes, r.per_node), (Some([1, 1]), Some([p, p])), "{r:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A run on 2 emulated nodes of 2 ranks (`fabrun --nodes 2`) writes rules for its placement, and
+/// merged into a one-node file of the same p keeps that file's block beside its own.
+#[test]
+fn a_tuning_run_on_two_nodes_writes_rules_for_its_placement() {
+    let dir = std::env::temp_dir().join(format!("fabcoll-tune-nodes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    tune(&dir, "4", &["--out", "one.json", "--log", "one.jsonl"]);
+    tune_under(&dir, &["-n", "4", "--nodes", "2"], &["--merge", "one.json", "--out", "two.json", "--log", "two.jsonl"]);
+    let merged = rules(&dir.join("two.json"));
+    let block = |nodes: u64, per_node: u64| {
+        merged
+            .iter()
+            .filter(|r| r.op == "bcast" && r.p == Some([4, 4]))
+            .filter(|r| r.nodes == Some([nodes, nodes]) && r.per_node == Some([per_node, per_node]))
+            .count()
+    };
+    assert!(block(1, 4) > 0, "the one-node block is kept: {merged:?}");
+    assert!(block(2, 2) > 0, "the two-node block is written: {merged:?}");
+    let notes = Decisions::from_file(dir.join("two.json")).unwrap().file().provenance.clone().unwrap().notes;
+    assert!(notes.contains("p=4: ") && notes.contains("p=4, 2×2: "), "{notes}");
     let _ = std::fs::remove_dir_all(&dir);
 }

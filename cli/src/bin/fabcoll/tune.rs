@@ -46,12 +46,14 @@ Checking a tuned file: `fabcoll tune --compare FILE [--rounds 4]` measures, per 
 defaults' choice and the file's alternately and prints tuned/default (median over rounds) with a
 noise band from the sizes where both choose alike (see scripts/tune-vs-defaults.sh).
 
-Decision file: one run tunes one communicator size p (the job's size) and writes `p: [p, p]` rules
-per operation (the last one without a size condition), followed by the embedded default rules for
-other p. `--merge FILE` starts from FILE and replaces only the `p: [p, p]` rules of the tuned
-operations, so two runs make one file:
+Decision file: one run tunes one placement (the job's size p, its nodes m, the most ranks on one
+node k) and writes rules `p: [p, p]`, `nodes: [m, m]`, `per_node: [k, k]` per operation (the last one
+without a size condition), followed by the embedded default rules for other placements. `--merge
+FILE` starts from FILE and replaces only the tuned operations' rules of this placement, so runs on
+several sizes and placements make one file:
   fabrun -n 2 --fabric shm fabcoll tune --out decisions.json
   fabrun -n 4 --fabric shm fabcoll tune --merge decisions.json --out decisions.json
+  fabrun -n 4 --nodes 2 fabcoll tune --merge decisions.json --out decisions.json
   FABCOLL_TUNING_FILE=decisions.json my-program
 
 Resuming: every measured point is appended (and flushed) to --log as a JSON line (failed points to
@@ -584,6 +586,7 @@ fn summary(op: Collective, p: u32, t: &Tuned) -> String {
 /// One rank's whole run.
 fn rank_main(c: &Communicator, a: &TuneArgs) -> Result<(), String> {
     let p = c.size();
+    let at = rules::TunedAt::of(c.topology());
     let fabric = crate::env_fabric();
     let resume = shared_log(c, a)?;
     let mut file: DecisionFile = match &a.merge {
@@ -631,7 +634,7 @@ fn rank_main(c: &Communicator, a: &TuneArgs) -> Result<(), String> {
         }
         let t = if op.is_reduction() { run.tune_op::<f32>(op)? } else { run.tune_op::<u8>(op)? };
         let comm = op.is_reduction().then_some(true);
-        rules::merge(&mut file, op.name(), p, rules::rules_for(op.name(), p, comm, &t.pieces), &tail);
+        rules::merge(&mut file, op.name(), at, rules::rules_for(op.name(), at, comm, &t.pieces), &tail);
         report += &summary(op, p, &t);
         if let Some(o) = run.out.as_mut() {
             o.bar.set_position(o.op_end);
@@ -652,7 +655,7 @@ fn rank_main(c: &Communicator, a: &TuneArgs) -> Result<(), String> {
         a.prune,
         a.prune_above
     ) + if a.touch { "; receive buffers read after each call (--touch)" } else { "" };
-    rules::stamp(&mut file, &machine(), &fabric, p, &rules::rfc3339(now), &notes);
+    rules::stamp(&mut file, &machine(), &fabric, at, &rules::rfc3339(now), &notes);
     // Validated by the loader (on every rank: all agree on failing) before rank 0 writes it.
     let text = Decisions::new(file).and_then(|d| d.to_json()).map_err(|e| format!("the tuned file is invalid: {e}"))?;
     if let Some(o) = run.out.take() {
