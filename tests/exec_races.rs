@@ -137,6 +137,38 @@ fn an_engine_with_a_core_per_rank_tells_its_endpoint_never_to_yield() {
     });
 }
 
+/// A peer that gave up on a call this rank had finished will not join the next one: its abort
+/// notice arrives for a past call, and the next call blames the rank the peer was waiting for,
+/// not the peer. Rank 2 stays silent; rank 0 waits for it in a linear gather that rank 1 has
+/// left (its part is one send), and rank 1's barrier waits for rank 0.
+#[test]
+fn a_later_call_blames_whom_a_peer_gave_up_on_not_the_peer() {
+    watchdog(Duration::from_secs(60), || {
+        let short = ExecConfig { timeout: Duration::from_secs(1), ..cfg() };
+        let (wire, comms) = job(WireConfig::default(), vec![short.clone(), short.clone(), short]);
+        wire.set_auto(true);
+        let mut comms = comms.into_iter();
+        let (c0, c1, _silent) = (comms.next().unwrap(), comms.next().unwrap(), comms.next().unwrap());
+        let gather = Options::algorithm("linear");
+        let h0 = std::thread::spawn(move || {
+            let mut all = [0u8; 3];
+            c0.with(&gather).gather(&[0u8], &mut all, 0).unwrap_err()
+        });
+        let gather = Options::algorithm("linear");
+        let h1 = std::thread::spawn(move || {
+            c1.with(&gather).gather(&[1u8], &mut [], 0).unwrap();
+            c1.with(&Options::algorithm("dissemination")).barrier().unwrap_err()
+        });
+        let (e0, e1) = (h0.join().unwrap(), h1.join().unwrap());
+        for (r, e) in [(0, &e0), (1, &e1)] {
+            match e {
+                Error::Timeout { waiting_for, .. } => assert_eq!(waiting_for, &[2], "rank {r}: {e}"),
+                other => panic!("rank {r}: not a timeout: {other}"),
+            }
+        }
+    });
+}
+
 /// The item in flight that `pred` picks; panics with the wire's contents if there is none.
 fn find(wire: &Wire, what: &str, pred: impl Fn(&Item) -> bool) -> Item {
     let items = wire.in_flight();

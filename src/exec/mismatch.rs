@@ -60,8 +60,11 @@ impl Engine {
     /// A message from endpoint rank `peer` for call `seq_low` of context `ctx`, which this rank
     /// has finished. Data (an eager message, a grant, an RTS: the peer made another call) or a
     /// peer's mismatch notice breaks the communicator and fails the calls this rank made since;
-    /// data is also told to the context's other members. Anything else is given back, for the
-    /// early queue.
+    /// data is also told to the context's other members. An abort notice (the peer gave up on
+    /// that call, waiting for the ranks it names) is kept for the later calls, which the peer will
+    /// not join: those started begin their grace period with it, and every later timeout blames
+    /// the ranks it names rather than the peer. Anything else is given back, for the early
+    /// queue.
     pub(super) fn on_past(
         &mut self,
         ctx: u32,
@@ -72,6 +75,12 @@ impl Engine {
         let Some(c) = self.ctxs.get(&ctx) else { return Ok(Some(what)) };
         let from = c.ep_to_comm.get(peer).copied().filter(|&r| r != NOT_A_MEMBER);
         let why = match &what {
+            EarlyWhat::Ctrl { kind: Kind::Abort, data, .. } => {
+                if let Some(from) = from {
+                    self.gave_up(ctx, from, proto::parse_u32s(data)?);
+                }
+                return Ok(None);
+            }
             EarlyWhat::Ctrl { kind: Kind::Mismatch, data, .. } => notice(from, data),
             EarlyWhat::Eager { .. } | EarlyWhat::Ctrl { kind: Kind::Grant | Kind::Rts, .. } => {
                 let me = c.ep_to_comm.get(self.core.ep.rank()).copied().unwrap_or(NOT_A_MEMBER);
@@ -98,5 +107,25 @@ impl Engine {
             self.fail(OpKey { ctx, seq }, Error::Mismatch(why.clone()));
         }
         Ok(None)
+    }
+
+    /// Communicator rank `from` gave up on an earlier call of `ctx`, waiting for `waits`.
+    fn gave_up(&mut self, ctx: u32, from: u32, waits: Vec<u32>) {
+        let Some(c) = self.ctxs.get_mut(&ctx) else { return };
+        if c.gave_up.iter().any(|(p, _)| *p == from) {
+            return;
+        }
+        c.gave_up.push((from, waits.clone()));
+        for seq in c.outstanding.clone() {
+            let key = OpKey { ctx, seq };
+            let Some(op) = self.ops.get_mut(&key) else { continue };
+            if op.finished() || !op.started {
+                continue;
+            }
+            op.notices.insert(from, waits.clone());
+            if op.grace_until.is_none() {
+                self.begin_grace(key);
+            }
+        }
     }
 }

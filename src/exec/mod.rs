@@ -89,6 +89,10 @@ pub(crate) struct CtxState {
     /// Sequence numbers of this context's ops in the engine (few: a plain list).
     outstanding: Vec<u64>,
     pub broken: Option<String>,
+    /// Peers (communicator ranks) that gave up on a call this rank had finished, with the ranks
+    /// they were waiting for (their abort notice): they will not join a later call, and a later
+    /// call that waits for them blames those ranks instead (`mismatch::on_past`).
+    gave_up: Vec<(u32, Vec<u32>)>,
 }
 
 /// `CtxState::ep_to_comm` of an endpoint rank outside the context.
@@ -371,7 +375,8 @@ impl Engine {
                 Error::Protocol(format!("context {ctx}: member endpoint {e} >= {}", self.core.ep.size()))
             })? = c as u32;
         }
-        self.ctxs.insert(ctx, CtxState { ep_to_comm, next_seq: 0, outstanding: Vec::new(), broken: None });
+        let state = CtxState { ep_to_comm, next_seq: 0, outstanding: Vec::new(), broken: None, gave_up: Vec::new() };
+        self.ctxs.insert(ctx, state);
         self.next_ctx = self.next_ctx.max(ctx + 1);
         Ok(())
     }
@@ -1060,6 +1065,9 @@ impl Engine {
 
     fn time_out(&mut self, key: OpKey) {
         if let Some(op) = self.ops.get_mut(&key) {
+            for (peer, waits) in self.ctxs.get(&key.ctx).map_or(&[][..], |c| &c.gave_up[..]) {
+                op.notices.entry(*peer).or_insert_with(|| waits.clone());
+            }
             let e = match &op.lost {
                 Some((lost, cause)) => Error::PeerLost {
                     coll: op.coll,
