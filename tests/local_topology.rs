@@ -77,3 +77,23 @@ fn a_topology_must_fit_and_agree() {
         assert!(e.contains("rank 2 set a different topology than rank 0"), "{e}");
     }
 }
+
+/// On a job over several nodes the probe fits two levels (issue 35): the node's parameters and
+/// the network's α and β (from the leaders, one per node), the same on every rank. A single node
+/// has no network level.
+#[test]
+fn the_probe_fits_a_network_level_on_several_nodes() {
+    let two = job(4, |mut c| {
+        c.set_topology(Topology::regular(2, 2).unwrap()).unwrap();
+        let report = c.probe_model().unwrap();
+        (report.params, report.samples.len())
+    });
+    let (params, samples) = two[0];
+    assert!(two.iter().all(|(p, _)| *p == params), "every rank ends with rank 0's fit");
+    let net = params.network.expect("a network level on two nodes");
+    assert!(net.alpha > 0.0 && net.beta >= 0.0, "{net:?}");
+    assert!(params.alpha > 0.0, "the node level is fitted too: {params}");
+    assert!(samples > 0, "rank 0 keeps both levels' samples");
+    let one = job(2, |c| c.probe_model().unwrap().params);
+    assert!(one[0].network.is_none(), "one node, one level: {}", one[0]);
+}

@@ -7,6 +7,11 @@
 //! how it fits): nothing below imports it. The probe measures the engine's executor: it runs on a
 //! duplicate communicator without the mailboxes, whose per-message cost is a fraction of the
 //! engine's and would otherwise set α for the messages of every size. About 0.2–1 s at p ≤ 8.
+//!
+//! On a job over several nodes whose rank 0 shares its node, the model has two levels (issue 35,
+//! `ModelParams::network`): the node's parameters come from the probe on each node's
+//! communicator (`split_by_node`; node 0's fit is kept), the network's α and β from the probe
+//! among the node leaders (`node_leaders`: one rank per node, so its messages all cross nodes).
 
 mod load;
 mod timing;
@@ -14,6 +19,7 @@ mod timing;
 use std::time::Instant;
 
 use fabcoll_collectives::op::ReduceOp;
+use fabcoll_collectives::sim::Network;
 use fabcoll_collectives::Machine;
 
 use crate::comm::{Collectives, Communicator};
@@ -39,9 +45,41 @@ fn share(comm: &Communicator, status: f64, params: &ModelParams) -> Result<(f64,
 /// What a rank without parameters of its own puts on the wire (rank 0's replace it).
 const NO_PARAMS: ModelParams = ModelParams::new(Machine::UNIT);
 
-/// Runs the probe (collective: every rank of `comm` must call it). At p = 1 nothing moves: the
-/// parameters are γ and κ with α = β = 0.
+/// Runs the probe (collective: every rank of `comm` must call it): two levels on a job over
+/// several nodes whose rank 0 shares its node (see the module doc), else one.
 pub(crate) fn run(comm: &Communicator) -> Result<ProbeReport> {
+    let t = comm.topology();
+    if t.nodes() > 1 && t.ranks_on(t.node_of(0)).len() > 1 {
+        run_two_levels(comm)
+    } else {
+        run_one_level(comm)
+    }
+}
+
+/// The node level from each node's probe (rank 0's node's fit), the network's α and β from the
+/// leaders'; rank 0 holds both and gives them to every rank. Samples: rank 0's, node level first.
+fn run_two_levels(comm: &Communicator) -> Result<ProbeReport> {
+    let start = Instant::now();
+    let node = comm.split_by_node()?;
+    let inner = run_one_level(&node)?;
+    let leaders = comm.node_leaders()?;
+    let outer = leaders.as_ref().map(run_one_level).transpose()?;
+    let mut params = inner.params;
+    if let Some(o) = &outer {
+        params.network = Some(Network { alpha: o.params.alpha, beta: o.params.beta });
+    }
+    let (_, params) = share(comm, 1.0, &params)?;
+    let mut samples = inner.samples;
+    samples.extend(outer.into_iter().flat_map(|o| o.samples));
+    if comm.rank() != 0 {
+        samples.clear();
+    }
+    Ok(ProbeReport { params, samples, elapsed: start.elapsed().as_secs_f64() })
+}
+
+/// The probe of one level: every rank of `comm` alike. At p = 1 nothing moves: the parameters
+/// are γ and κ with α = β = 0.
+fn run_one_level(comm: &Communicator) -> Result<ProbeReport> {
     let start = Instant::now();
     let p = comm.size();
     // The endpoint's own limit: network fabrics default to a larger one than node fabrics.
