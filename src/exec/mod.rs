@@ -495,8 +495,8 @@ impl Engine {
 
     /// Hands op `key` (just entered in `ops`) the messages for it that arrived before, then
     /// begins it (`begin`: its schedule from the roots, once checked mode agrees) or runs what is
-    /// ready (an op taking over a straight call, unless that failed), and sends what that queued. A
-    /// failure fails the op.
+    /// ready (an op taking over a straight call, unless that failed: a lost peer is no failure
+    /// yet), and sends what that queued. A failure fails the op.
     fn admit(&mut self, key: OpKey, begin: bool) {
         // Messages that arrived before we started this collective, in arrival order.
         let mut early = std::mem::take(&mut self.early_mine);
@@ -508,7 +508,11 @@ impl Engine {
             }
             if begin {
                 self.maybe_begin(key)?;
-            } else if let Some(op) = self.ops.get_mut(&key).filter(|o| o.error.is_none() && o.lost.is_none()) {
+            } else if let Some(op) = self.ops.get_mut(&key).filter(|o| o.error.is_none()) {
+                // Also with a lost peer (its grace period): the call may still finish without it,
+                // as an op that lost the peer while running does (a peer that had done its part
+                // of the call and closed its endpoint is lost too, and with no running op here
+                // the call waited out the grace for messages it had already been sent).
                 op.run(&mut self.core)?;
             }
             let react =
