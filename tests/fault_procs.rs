@@ -221,9 +221,9 @@ matrix! {
         ofi_tcp_stopped_rank_is_named, ofi_tcp_store_stopped_after_bootstrap;
     // libfabric 1.17's shm provider guards each region with a spinlock in shared memory: a rank
     // that dies inside the provider holding one (this test's rank exits from another thread, at
-    // any point) leaves every later send to it spinning for good, inside `fi_tsend` (seen 1 run in
-    // 10 under load: both survivors' abort notices spun). ofi:shm cannot see the death (no probes
-    // on shm), so nothing keeps the notice from being sent. Run by hand:
+    // any point) leaves every later send to it spinning for good, inside `fi_tsend` (seen under
+    // load: both survivors' abort notices spun; docs/fuzzing.md). ofi:shm cannot see the death (no
+    // probes on shm), so nothing keeps the notice from being sent. Run by hand:
     // `cargo test --release --test fault_procs ofi_shm_dies -- --ignored`.
     #[ignore = "libfabric shm: a rank that dies holding the provider's region lock hangs its senders"]
     "ofi:shm" => ofi_shm_dies_in_eager_calls, ofi_shm_dies_in_rendezvous_calls, ofi_shm_dies_in_zero_copy_calls,

@@ -168,8 +168,8 @@ fn copy_counters_prove_zero_copy_and_single_copy_eager() {
 }
 
 /// The engine forgets a transfer once it is done: after zero-copy and eager calls, nothing is
-/// left in its tables of writes and grants in flight (a grant used to stay for good, some 180
-/// bytes per zero-copy receive; `fabcoll soak` found it).
+/// left in its tables of writes and grants in flight (a grant used to stay for good, one entry
+/// per zero-copy receive; `fabcoll soak` found it, docs/fuzzing.md).
 #[test]
 fn finished_calls_leave_no_transfer_behind() {
     let left = job(3, engine_only(), |c| {

@@ -10,8 +10,8 @@
 //! core to a co-located rank that usually waits for us): then after [`BUSY_PEER_SPIN`]. With a
 //! core of its own a waiter never yields: the only taker would be an unrelated busy process, and
 //! under the kernel's EEVDF scheduler a yield hands it a whole time slice (milliseconds) that
-//! the waiter, and every rank waiting for it, then lose (issue 37.3: allreduce at 64 KiB took
-//! 20–30× its quiet time beside one busy loop; `docs/measurements/2026-11-28-contention.md`).
+//! the waiter, and every rank waiting for it, then lose (issue 37.3; the figures are in
+//! `docs/measurements/2026-11-28-contention.md`).
 //! The clock is read every [`CLOCK_EVERY`] polls only.
 
 use std::time::{Duration, Instant};
