@@ -167,6 +167,11 @@ impl Topology {
         self.ranks_on(self.node_of(r)).len() as u32
     }
 
+    /// The most ranks on one node (what the decision files' `per_node` condition tests).
+    pub fn max_per_node(&self) -> u32 {
+        (0..self.nodes()).map(|n| self.ranks_on(n).len() as u32).max().unwrap_or(1)
+    }
+
     /// Each node's leader (its lowest rank), by node.
     pub fn leaders(&self) -> Vec<u32> {
         (0..self.nodes()).map(|n| self.ranks_on(n)[0]).collect()
@@ -268,6 +273,7 @@ mod tests {
         assert_eq!((t.local_rank(4), t.local_size(4)), (1, 2));
         assert!(t.same_node(1, 4) && !t.same_node(0, 1));
         assert_eq!(t.per_node(), None);
+        assert_eq!(t.max_per_node(), 2);
         assert!(!t.is_blocked());
         assert_eq!(t.to_string(), "0,2|1,4|3");
         assert_eq!(t.leaders_with(4), vec![0, 4, 3]);

@@ -49,7 +49,7 @@ const NO_PARAMS: ModelParams = ModelParams::new(Machine::UNIT);
 /// several nodes whose rank 0 shares its node (see the module doc), else one.
 pub(crate) fn run(comm: &Communicator) -> Result<ProbeReport> {
     let t = comm.topology();
-    if t.nodes() > 1 && t.ranks_on(t.node_of(0)).len() > 1 {
+    if t.nodes() > 1 && t.local_size(0) > 1 {
         run_two_levels(comm)
     } else {
         run_one_level(comm)

@@ -64,10 +64,7 @@ impl Placement {
     /// From the call's topology; without one every rank is a node of its own.
     fn of(args: &CollArgs) -> Placement {
         match args.topology.as_deref() {
-            Some(t) => Placement {
-                nodes: u64::from(t.nodes()),
-                per_node: (0..t.nodes()).map(|n| t.ranks_on(n).len() as u64).max().unwrap_or(1),
-            },
+            Some(t) => Placement { nodes: u64::from(t.nodes()), per_node: u64::from(t.max_per_node()) },
             None => Placement { nodes: u64::from(args.size), per_node: 1 },
         }
     }

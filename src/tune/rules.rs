@@ -26,9 +26,7 @@ pub struct TunedAt {
 impl TunedAt {
     /// The placement of `topology`'s ranks.
     pub fn of(topology: &fabcoll_collectives::topology::Topology) -> TunedAt {
-        let nodes = topology.nodes();
-        let per_node = (0..nodes).map(|n| topology.ranks_on(n).len() as u32).max().unwrap_or(1);
-        TunedAt { p: topology.size(), nodes, per_node }
+        TunedAt { p: topology.size(), nodes: topology.nodes(), per_node: topology.max_per_node() }
     }
 
     /// A single node of `p` ranks.
