@@ -19,7 +19,10 @@
 //! Writes of at most the provider's `inject_size` (net: 128 B, shm: 4 KiB) are injected, except over `ofi_rxm`
 //! (tcp, verbs), whose injects crash libfabric 1.17 when a peer dies (`OfiConfig::inject`): complete on return
 //! (`Caps::inline_completion`), and one with ctx [`SILENT_WRITE`] reports nothing. A dead peer is named by the
-//! failed inject or by the probes.
+//! failed inject or by the probes. On shm, which has no probes, each endpoint watches its peers' processes
+//! (their pids travel in the address blobs): nothing more is posted to a peer that exited without closing its
+//! endpoint (a rank that dies holding a lock of libfabric's shm regions would leave the post spinning), and a
+//! timed-out `wait` names it (`exits.rs`).
 //!
 //! Waiting (`Endpoint::wait`): after the spin and yield rounds of the [`WaitPolicy`], the endpoint keeps polling (and
 //! yielding, where the policy yields) for `FABCOLL_OFI_BUSY_US` (default 10 ms) after its last event, and as long as
@@ -419,10 +422,18 @@ impl Endpoint for OfiBackend {
         self.wait.yields = 0;
     }
 
+    fn peer_gone(&self, peer: usize) -> Option<String> {
+        self.ep.exited(peer).map(|why| format!("ofi:{}: {why}", self.caps.provider))
+    }
+
     fn wait(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
-        poll_until(self, self.wait, timeout, out, Self::poll, Self::idle, |ep, after| Error::Timeout {
-            after,
-            what: format!("a completion on ofi:{} rank {}", ep.caps.provider, ep.rank()),
+        // shm: a peer whose process ended unannounced explains the silence (as on fabcoll's shm).
+        poll_until(self, self.wait, timeout, out, Self::poll, Self::idle, |ep, after| match ep.ep.crashed_peer() {
+            Ok(Some((peer, why))) => Error::Peer { peer, msg: format!("ofi:{}: {why}", ep.caps.provider) },
+            Ok(None) => {
+                Error::Timeout { after, what: format!("a completion on ofi:{} rank {}", ep.caps.provider, ep.rank()) }
+            }
+            Err(e) => ep.err(e),
         })
     }
 
@@ -539,6 +550,10 @@ pub(crate) fn to_error(provider: &str, e: OfiError) -> Error {
         OfiError::Invalid(m) => Error::InvalidArgument(m),
         OfiError::Busy(m) => Error::Busy(m),
         OfiError::Timeout(what) => Error::Timeout { after: Duration::ZERO, what },
+        // Always wrapped in `Peer` by the endpoint; bare, there is no rank to name.
+        OfiError::Exited(text) => {
+            Error::Provider { provider: provider.to_string(), op: "exit watch".into(), code: 0, text }
+        }
         OfiError::Peer { peer, source } => Error::Peer { peer, msg: format!("ofi:{provider}: {source}") },
     }
 }

@@ -12,6 +12,8 @@ use super::raw::{Av, Cq, CqEvent, Domain, Ep, Fabric, Info, Mr, ProviderAttrs};
 use super::sys;
 use crate::settings::{self, SettingError};
 
+#[path = "exits.rs"]
+mod exits;
 #[path = "probe.rs"]
 mod probe;
 #[path = "sockets.rs"]
@@ -338,6 +340,8 @@ pub struct OfiEndpoint {
     probe_unsent: Vec<Option<Instant>>,
     /// Peers' socket addresses, read from their address blobs (`None`: not a socket address, e.g. shm).
     peer_sockets: Vec<Option<std::net::SocketAddr>>,
+    /// shm: peers' process exits ([`exits`]).
+    exit_watch: Option<exits::ExitWatch>,
     /// Events read from the CQ so far; with the count an idle poll last saw and when it saw it changed (the
     /// start of the current quiet spell). A counter, not a clock read per read that found something: the clock
     /// is read only by idle polls, which read it anyway.
@@ -370,7 +374,7 @@ unsafe impl Send for Posted {}
 
 impl Drop for OfiEndpoint {
     fn drop(&mut self) {
-        if self.probe_interval.is_some() {
+        if self.probe_interval.is_some() || self.exit_watch.is_some() {
             self.say_goodbye();
         }
         self.linger();
@@ -466,6 +470,7 @@ impl OfiEndpoint {
             probe_refused: Vec::new(),
             probe_unsent: Vec::new(),
             peer_sockets: Vec::new(),
+            exit_watch: None,
             activity: 0,
             quiet: (0, Instant::now()),
             last_probe: Instant::now(),
@@ -499,15 +504,22 @@ impl OfiEndpoint {
         self.rank
     }
 
-    /// Our address blob (`fi_getname`), for peers' [`OfiEndpoint::insert_peers`].
+    /// Our address blob (`fi_getname`), for peers' [`OfiEndpoint::insert_peers`]; on shm followed by our
+    /// pid, which peers watch ([`exits`]).
     pub fn address(&self) -> Result<Vec<u8>, OfiError> {
-        self.ep.name()
+        let mut name = self.ep.name()?;
+        if self.watches_exits() {
+            name.extend_from_slice(&std::process::id().to_le_bytes());
+        }
+        Ok(name)
     }
 
     /// Inserts peers' address blobs in rank order (index = rank; include our own address at our rank).
     pub fn insert_peers(&mut self, addrs: &[Vec<u8>]) -> Result<(), OfiError> {
+        let (names, pids) = self.split_pids(addrs)?;
         let av = self.ep.av().clone();
-        self.peers = addrs.iter().map(|a| av.insert(a)).collect::<Result<_, _>>()?;
+        self.peers = names.iter().map(|a| av.insert(a)).collect::<Result<_, _>>()?;
+        self.exit_watch = pids.and_then(|p| exits::ExitWatch::start(&p));
         self.alive = vec![false; self.peers.len()];
         self.departed = vec![false; self.peers.len()];
         self.probe_refused = vec![None; self.peers.len()];
@@ -620,6 +632,7 @@ impl OfiEndpoint {
             let mut start = None;
             let mut spins = 0u32;
             loop {
+                self.refuse_exited(peer)?;
                 if !self.deferred_to(Some(dest)) {
                     // SAFETY: the source lies in a registered region the caller keeps valid (only read during
                     // the call).
@@ -887,6 +900,11 @@ impl OfiEndpoint {
 
     fn try_post(&self, p: &Post) -> Result<(), OfiError> {
         match *p {
+            Post::Write { slot, .. } => self.refuse_exited(self.write_peer[slot])?,
+            Post::Send { slot, .. } => self.refuse_exited(self.send_peer[slot])?,
+            Post::Recv { .. } => {}
+        }
+        match *p {
             Post::Write { buf, len, desc, imm, dest, addr, key, slot } => {
                 let ctx = self.writes[slot].as_deref().expect("write context allocated before posting");
                 let ctx = (ctx as *const OpCtx).cast_mut().cast::<c_void>();
@@ -944,7 +962,10 @@ impl OfiEndpoint {
                     }
                     Post::Send { slot, .. } => {
                         self.free_sends.push(slot);
-                        return Err(OfiError::Peer { peer: self.send_peer[slot], source: Box::new(e) });
+                        return Err(match e {
+                            named @ OfiError::Peer { .. } => named,
+                            e => OfiError::Peer { peer: self.send_peer[slot], source: Box::new(e) },
+                        });
                     }
                     Post::Recv { .. } => return Err(e),
                 }

@@ -38,6 +38,8 @@ pub enum OfiError {
     Busy(&'static str),
     /// Waited longer than allowed (peer silent or dead).
     Timeout(String),
+    /// A peer's process ended without closing its endpoint (seen by the exit watch of `shm`).
+    Exited(String),
     /// An operation towards rank `peer` failed (unreachable, dead, connection lost).
     Peer {
         /// The peer's rank.
@@ -82,6 +84,7 @@ impl fmt::Display for OfiError {
             OfiError::Invalid(m) => write!(f, "invalid argument: {m}"),
             OfiError::Busy(m) => write!(f, "resources busy ({m}); poll completions and retry"),
             OfiError::Timeout(m) => write!(f, "libfabric: timed out: {m}"),
+            OfiError::Exited(m) => write!(f, "{m}"),
             OfiError::Peer { peer, source } => write!(f, "to rank {peer}: {source}"),
         }
     }

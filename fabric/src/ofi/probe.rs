@@ -98,30 +98,54 @@ impl OfiEndpoint {
         }
     }
 
-    /// Orderly departure (from `Drop`, with probes on): tells every connected peer to stop probing us, and drives
-    /// progress briefly (at most 200 ms) so that the messages leave before the endpoint closes.
+    /// Orderly departure (from `Drop`, with probes or the exit watch on): tells every connected peer (on shm: every
+    /// peer) to stop probing us and not to take our exit for a death, and drives progress briefly (at most 200 ms)
+    /// so that the messages leave before the endpoint closes; a refused one is retried meanwhile (shm refuses the
+    /// first message to a peer until that peer's progress has set the connection up).
     pub(super) fn say_goodbye(&mut self) {
+        let mut todo: Vec<usize> = (0..self.peers.len())
+            .filter(|&peer| peer as u64 != self.rank && (self.alive[peer] || self.exit_watch.is_some()))
+            .collect();
         let mut sent = Vec::new();
-        for peer in 0..self.peers.len() {
-            if peer as u64 == self.rank || !self.alive[peer] {
-                continue;
-            }
-            let Some(slot) = self.free_sends.pop() else { break };
-            let off = (self.ctrl_recv_slots + slot) * self.ctrl_max;
-            self.send_peer[slot] = peer;
-            self.ctrl_buf[off..off + 4].copy_from_slice(&(self.rank as u32 | PROBE | GOODBYE).to_le_bytes());
-            self.ctrl_buf[off + 4..off + CTRL_HEADER].fill(0);
-            // SAFETY: off + CTRL_HEADER lies within ctrl_buf (slot < ctrl_send_slots).
-            let buf = unsafe { self.ctrl_buf.as_ptr().add(off) };
-            let (desc, dest) = (self.ctrl_mr.desc(), self.peers[peer]);
-            match self.try_post(&Post::Send { buf, len: CTRL_HEADER, desc, dest, tag: 0, slot }) {
-                Ok(()) => sent.push(slot),
-                Err(_) => self.free_sends.push(slot),
-            }
-        }
         let t0 = Instant::now();
-        while !sent.iter().all(|s| self.free_sends.contains(s)) && t0.elapsed() < Duration::from_millis(200) {
+        loop {
+            let mut i = 0;
+            while i < todo.len() {
+                match self.post_goodbye(todo[i]) {
+                    Ok(slot) => {
+                        sent.push(slot);
+                        todo.swap_remove(i);
+                    }
+                    Err(e) if e.is_again() || matches!(e, OfiError::Busy(_)) => i += 1,
+                    Err(_) => {
+                        todo.swap_remove(i);
+                    }
+                }
+            }
+            let done = todo.is_empty() && sent.iter().all(|s| self.free_sends.contains(s));
+            if done || t0.elapsed() >= Duration::from_millis(200) {
+                return;
+            }
             let _ = self.progress();
+        }
+    }
+
+    /// Posts a goodbye to `peer`; the send slot it took.
+    fn post_goodbye(&mut self, peer: usize) -> Result<usize, OfiError> {
+        let slot = self.free_sends.pop().ok_or(OfiError::Busy("all control send buffers in flight"))?;
+        let off = (self.ctrl_recv_slots + slot) * self.ctrl_max;
+        self.send_peer[slot] = peer;
+        self.ctrl_buf[off..off + 4].copy_from_slice(&(self.rank as u32 | PROBE | GOODBYE).to_le_bytes());
+        self.ctrl_buf[off + 4..off + CTRL_HEADER].fill(0);
+        // SAFETY: off + CTRL_HEADER lies within ctrl_buf (slot < ctrl_send_slots).
+        let buf = unsafe { self.ctrl_buf.as_ptr().add(off) };
+        let (desc, dest) = (self.ctrl_mr.desc(), self.peers[peer]);
+        match self.try_post(&Post::Send { buf, len: CTRL_HEADER, desc, dest, tag: 0, slot }) {
+            Ok(()) => Ok(slot),
+            Err(e) => {
+                self.free_sends.push(slot);
+                Err(e)
+            }
         }
     }
 }

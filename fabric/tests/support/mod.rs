@@ -95,7 +95,9 @@ fn run(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], stoppable: b
     let mut children: Vec<(Child, Arc<Mutex<Vec<u8>>>)> = Vec::new();
     for r in 0..n {
         let mut cmd = Command::new(&exe);
-        cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        // `--include-ignored`: the parent runs this test, so its ranks must too (an ignored test
+        // run by hand with `--ignored` would otherwise pass with children that skipped it).
+        cmd.args(["--exact", name, "--nocapture", "--test-threads=1", "--include-ignored"])
             .env(CHILD_VAR, name)
             .env("FABCOLL_RANK", r.to_string())
             .env("FABCOLL_SIZE", n.to_string())
