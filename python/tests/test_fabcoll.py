@@ -62,6 +62,13 @@ def test_torch_backend_operations(p, fabric):
         assert "torch ok" in out, out
 
 
+def test_torch_backend_takes_shared_memory_on_one_machine():
+    """Without FABCOLL_FABRIC, a group whose ranks share a machine runs on shm: the backend starts its groups with
+    FABCOLL_RANK/SIZE and no local size, so the ranks' node identities decide (they once fell back to tcp)."""
+    for out in run_job("torch_ops.py", 2, torch_env=True):
+        assert "fabric shm" in out and "torch ok" in out, out
+
+
 
 def torchrun_losses(backend, p):
     """Rank 0's per-step losses of `progs/ddp_losses.py` on `backend`, launched by torchrun with p ranks."""

@@ -199,17 +199,26 @@ impl Communicator {
         let cfg = ExecConfig::from_env()?;
         let env = JobEnv::from_env()?;
         let (store, server) = env.open_store(cfg.timeout)?;
-        let backend = match fabcoll_fabric::settings::FABCOLL_FABRIC.get()? {
-            Some(b) => b,
-            None if env.local_size == Some(env.size) => Backend::Shm,
-            None => Backend::Tcp,
+        let me = NodeId::of_this_process()?;
+        // Where the launcher does not say how many ranks share this node (FABCOLL_* without
+        // FABCOLL_LOCAL_SIZE, as the torch backend's groups start, or a bare Slurm), the ranks'
+        // node identities do, in one round of the store.
+        let backend = match (fabcoll_fabric::settings::FABCOLL_FABRIC.get()?, env.local_size) {
+            (Some(b), _) => b,
+            (None, Some(n)) if n == env.size => Backend::Shm,
+            (None, Some(_)) => Backend::Tcp,
+            (None, None) => {
+                match bootstrap::all_on_one_node(&*store, "fabcoll/node", env.rank, env.size, &me, cfg.timeout)? {
+                    true => Backend::Shm,
+                    false => Backend::Tcp,
+                }
+            }
         };
         let job = format!("fabcoll-{}", env.store);
         let mut fcfg = Config::new(backend, env.rank as usize, env.size as usize, job);
         fcfg.timeout = cfg.timeout;
         let mut ep = fabcoll_fabric::open(&fcfg)?;
         // Each rank's node identity travels with its address: the placement costs no extra round.
-        let me = NodeId::of_this_process()?;
         let (ids, blobs) = bootstrap::exchange_with_node(
             &*store,
             "fabcoll/addr",
@@ -252,8 +261,9 @@ impl Communicator {
             }
         }
         // The fabric's own defaults (network fabrics: a larger eager limit), under the environment's.
-        let cfg =
-            ExecConfig { local_ranks: env.local_size.map(|n| n as usize), ..ExecConfig::from_env_for(ep.caps())? };
+        // Ranks sharing this node's cores: the launcher's count, else the placement's.
+        let here = env.local_size.map_or_else(|| topology.ranks_on(topology.node_of(env.rank)).len(), |n| n as usize);
+        let cfg = ExecConfig { local_ranks: Some(here), ..ExecConfig::from_env_for(ep.caps())? };
         let mut c = Communicator::from_endpoint(ep, cfg)?;
         c._server = server.map(Arc::new);
         c.topology = topology;

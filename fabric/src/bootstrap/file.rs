@@ -60,7 +60,14 @@ impl FileStore {
     }
 
     fn write(&self, path: &Path, value: &[u8]) -> Result<()> {
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        // A name of its own per write: `with_extension` once gave every key of a process the same
+        // temporary file ("k.tmp<pid>", the key's encoding starts at the dot), so threads writing
+        // two keys at once renamed each other's file.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".tmp{}-{n}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
         let ctx = || format!("writing {}", tmp.display());
         let mut f = File::create(&tmp).map_err(BootstrapError::io(ctx()))?;
         f.write_all(value).map_err(BootstrapError::io(ctx()))?;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 pub use env::{JobEnv, StoreAddr};
 pub use error::BootstrapError;
 pub use file::FileStore;
-pub use node::{exchange_with_node, NodeId};
+pub use node::{all_on_one_node, exchange_with_node, NodeId};
 pub use tcp::{TcpStore, TcpStoreServer, MAX_KEY_LEN, MAX_VALUE_LEN};
 
 pub type Result<T, E = BootstrapError> = std::result::Result<T, E>;

@@ -94,6 +94,20 @@ pub fn exchange_with_node(
     Ok((nodes, blobs))
 }
 
+/// Whether every rank's identity equals `node` (one round of the store under `name`): what
+/// picks the default fabric when the launcher does not say how many ranks share this node.
+pub fn all_on_one_node(
+    store: &dyn Store,
+    name: &str,
+    rank: u32,
+    size: u32,
+    node: &NodeId,
+    timeout: Duration,
+) -> Result<bool> {
+    let (nodes, _) = exchange_with_node(store, name, rank, size, node, &[], timeout)?;
+    Ok(nodes.iter().all(|n| n.name == node.name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +130,27 @@ mod tests {
         {
             let e = NodeId::split(bad, 5).unwrap_err().to_string();
             assert!(e.contains("rank 5's node identity") && e.contains(why), "{e}");
+        }
+    }
+
+    #[test]
+    fn one_node_only_when_every_rank_names_ours() {
+        for (names, want) in [(["n0", "n0", "n0"], true), (["n0", "n1", "n0"], false)] {
+            let dir = std::env::temp_dir().join(format!("fabcoll-one-node-{}-{want}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let store = super::super::FileStore::new(&dir).unwrap();
+            let seen: Vec<bool> = std::thread::scope(|sc| {
+                let ranks: Vec<_> = (0..3)
+                    .map(|r| {
+                        let (store, id) = (&store, NodeId { name: names[r].into(), explicit: true });
+                        sc.spawn(move || all_on_one_node(store, "t/node", r as u32, 3, &id, Duration::from_secs(20)))
+                    })
+                    .collect();
+                ranks.into_iter().map(|t| t.join().unwrap().unwrap()).collect()
+            });
+            // Rank 1 alone is elsewhere: nobody may think the job is on one node.
+            assert_eq!(seen, vec![want; 3], "{names:?}");
+            let _ = std::fs::remove_dir_all(&dir);
         }
     }
 

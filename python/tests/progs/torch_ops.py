@@ -1,5 +1,6 @@
 """One rank of the torch backend test: init_process_group("fabcoll") over env:// (the torchrun environment), then
-every supported operation against references computed from every rank's input. Prints "torch ok" at the end."""
+every supported operation against references computed from every rank's input. Prints the fabric the group chose,
+and "torch ok" at the end."""
 
 import torch
 import torch.distributed as dist
@@ -10,6 +11,7 @@ import fabcoll.torch  # noqa: F401: registers the backend
 dist.init_process_group("fabcoll", init_method="env://")
 me, p = dist.get_rank(), dist.get_world_size()
 assert dist.get_backend() == "fabcoll", dist.get_backend()
+print("fabric", dist.group.WORLD.communicator.fabric, flush=True)
 N = 13
 
 
