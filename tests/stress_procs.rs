@@ -1,4 +1,4 @@
-//! Seeded random stress over processes (see `tests/stress`): shm at p = 2 and 4, tcp at p = 3
+//! Seeded random stress over processes (see `tests/stress`): shm at p = 2, 4 and 5, tcp at p = 3
 //! and 4, each rank a process of the test harness (`fabric/tests/support`) with a time limit.
 //! The parent draws the seed (or takes `FABCOLL_STRESS_SEED`) and passes it to every rank;
 //! `FABCOLL_STRESS_CALLS` makes it a soak run.
@@ -56,6 +56,11 @@ fn stress_shm_p2() {
 #[test]
 fn stress_shm_p4() {
     on_fabric("stress_shm_p4", "shm", 4);
+}
+
+#[test]
+fn stress_shm_p5() {
+    on_fabric("stress_shm_p5", "shm", 5);
 }
 
 #[test]

@@ -286,6 +286,22 @@ mod tests {
         assert!(fits_mailboxes(&seg, 4096), "0 = no segmentation");
     }
 
+    /// A call whose buffers fit the mailboxes but whose schedule sends a larger message (Bruck's
+    /// allgather inside `allgather_reduce` sends two 15 KiB blocks at once at p = 5) goes to the
+    /// engine; it once failed on the mailboxes with "mailbox message of 30544 bytes exceeds 16384"
+    /// (found by `tests/stress_procs.rs` at p = 5).
+    #[test]
+    fn a_schedule_with_a_message_above_a_record_stays_off_the_mailboxes() {
+        let mut a = CollArgs::new(Collective::Allreduce, 0, 5, 1909);
+        a.elem_size = 8;
+        assert!(fits_mailboxes(&a, 16384), "the buffers fit");
+        let alg = registry::find(Collective::Allreduce, "allgather_reduce").unwrap();
+        let ready = alg.prepare(&a).unwrap();
+        assert!(!mailboxes::fits(&ready, alg.name));
+        let plan = Plan::new(alg.schedule(&ready).unwrap());
+        assert_ne!(Prepared::new(alg.name, ready, plan, &LANES).path(true, false), Path::Mailbox);
+    }
+
     /// Every registered algorithm's small calls fit the mailboxes (none falls back to the engine
     /// for a possible deadlock), rooted ones at every root.
     #[test]

@@ -36,9 +36,11 @@ pub(crate) const CHECK_EVERY: u32 = 64;
 const NAP: Duration = Duration::from_micros(50);
 
 /// Whether the plan of `alg` for `args` (the arguments it runs with) may run on the mailboxes:
-/// no rank's schedule sends more than half an inbox to one peer (then no sender waits for inbox
-/// space while its receiver waits for it; the other half holds what earlier calls left), and every
-/// rank's steps can run in their straight-line order without deadlock (`super::straight`).
+/// every message fits a record ([`MAX_MESSAGE`]: a step may send several blocks of scratch at
+/// once, more than the user's buffer holds), no rank's schedule sends more than half an inbox to
+/// one peer (then no sender waits for inbox space while its receiver waits for it; the other half
+/// holds what earlier calls left), and every rank's steps can run in their straight-line order
+/// without deadlock (`super::straight`).
 /// Schedules are a function of the arguments, so every rank decides alike.
 pub(crate) fn fits(args: &CollArgs, alg: &str) -> bool {
     let Ok(a) = registry::find(args.coll, alg) else { return false };
@@ -48,8 +50,12 @@ pub(crate) fn fits(args: &CollArgs, alg: &str) -> bool {
         let mut to = vec![0usize; args.size as usize];
         for (_, k, _) in s.iter() {
             if let StepKind::Send { peer, src } = *k {
-                if src.len > 0 {
-                    to[peer as usize] += record_len(src.len as usize * args.elem_size as usize);
+                let bytes = src.len as usize * args.elem_size as usize;
+                if bytes > MAX_MESSAGE {
+                    return false;
+                }
+                if bytes > 0 {
+                    to[peer as usize] += record_len(bytes);
                 }
             }
         }

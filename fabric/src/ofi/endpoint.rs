@@ -505,7 +505,7 @@ impl OfiEndpoint {
     }
 
     /// Our address blob (`fi_getname`), for peers' [`OfiEndpoint::insert_peers`]; on shm followed by our
-    /// pid, which peers watch ([`exits`]).
+    /// pid, which peers watch (`exits.rs`).
     pub fn address(&self) -> Result<Vec<u8>, OfiError> {
         let mut name = self.ep.name()?;
         if self.watches_exits() {
