@@ -98,7 +98,7 @@ pub(super) const PID_TRAILER: usize = 4;
 /// Peers' exits, as seen by a watcher thread.
 pub(super) struct ExitWatch {
     gone: Arc<[AtomicBool]>,
-    /// Bumped by the watcher at every exit it marks: a cheap "anything new?" for `poll`.
+    /// Bumped by the watcher at every exit it marks: `crashed_peer`'s cheap "any exit yet?".
     exits: Arc<AtomicU32>,
     pids: Vec<u32>,
     stop: OwnedFd,
