@@ -8,8 +8,8 @@ size, each round times `iters` calls on each backend, alternating which goes fir
 figure is the median call time (each call: a barrier-free collective of float32, timed on every rank, the slowest
 rank's time kept). Sizes are per rank: all_reduce's and broadcast's tensor, all_gather_into_tensor's input (its
 output is p times larger); broadcast from rank 0. Rank 0 prints per operation and size the medians over rounds and
-the median of the per-round ratios gloo / fabcoll (paired: both measured in the same round). Set
-FABCOLL_FABRIC=tcp for the network path.
+the median of the per-round ratios gloo / fabcoll (paired: both measured in the same round), and in how many
+rounds fabcoll was ahead. Set FABCOLL_FABRIC=tcp for the network path.
 """
 
 import argparse
@@ -65,7 +65,7 @@ def main():
     me, p = dist.get_rank(), dist.get_world_size()
     if me == 0:
         print(f"p = {p}; medians over {a.rounds} rounds of {a.iters} calls each")
-        print(f"{'op':>22} {'bytes':>10} {'fabcoll us':>11} {'gloo us':>9} {'gloo/fabcoll':>13}")
+        print(f"{'op':>22} {'bytes':>10} {'fabcoll us':>11} {'gloo us':>9} {'gloo/fabcoll':>13} {'ahead':>6}")
     for op in a.ops.split(","):
         for size in (int(s) for s in a.sizes.split(",")):
             call = caller(op, torch.ones(max(size // 4, 1), dtype=torch.float32), p)
@@ -78,8 +78,9 @@ def main():
                     out.append(round_time(call, group, a.iters))
             if me == 0:
                 ratio = statistics.median(g / f for f, g in zip(ours, theirs))
+                ahead = sum(f < g for f, g in zip(ours, theirs))
                 print(f"{op:>22} {size:>10} {statistics.median(ours) * 1e6:>11.1f} "
-                      f"{statistics.median(theirs) * 1e6:>9.1f} {ratio:>13.2f}", flush=True)
+                      f"{statistics.median(theirs) * 1e6:>9.1f} {ratio:>13.2f} {ahead:>3}/{a.rounds}", flush=True)
     dist.destroy_process_group()
 
 
