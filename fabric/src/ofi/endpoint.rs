@@ -681,7 +681,7 @@ impl OfiEndpoint {
         self.write_peer[slot] = peer;
         if let Err(e) = self.submit(Post::Write { buf, len, desc, imm, dest, addr, key, slot }) {
             self.free_writes.push(slot);
-            return Err(e);
+            return Err(towards(peer, e));
         }
         Ok(OpId(slot as u64))
     }
@@ -731,7 +731,7 @@ impl OfiEndpoint {
             Ok(()) => self.send_seq[peer] = seq.wrapping_add(1),
             Err(_) => self.free_sends.push(slot),
         }
-        posted
+        posted.map_err(|e| towards(peer, e))
     }
 
     /// Drives progress and moves up to 16 new events into `out`; returns how many were added.
@@ -1113,6 +1113,15 @@ impl OfiEndpoint {
                 }
             }
         }
+    }
+}
+
+/// A provider call that refused a post to `peer` names the peer (net: `-ENOTCONN` once the peer's
+/// connection is gone, which the executor must blame on that rank); our own refusals stay as they are.
+fn towards(peer: usize, e: OfiError) -> OfiError {
+    match e {
+        call @ OfiError::Call { .. } => OfiError::Peer { peer, source: Box::new(call) },
+        other => other,
     }
 }
 
