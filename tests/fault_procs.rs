@@ -184,8 +184,7 @@ fn store_stopped(name: &str, fabric: &str) {
 }
 
 macro_rules! matrix {
-    ($($fabric:literal => $eager:ident, $rendezvous:ident, $zcopy:ident, $stop:ident, $store:ident;)*)
-    => {$(
+    ($($fabric:literal => $eager:ident, $rendezvous:ident, $zcopy:ident, $stop:ident, $store:ident;)*) => {$(
         #[test]
         fn $eager() {
             dies_mid_stream(stringify!($eager), $fabric, Path::Eager);

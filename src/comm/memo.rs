@@ -287,9 +287,9 @@ mod tests {
     }
 
     /// A call whose buffers fit the mailboxes but whose schedule sends a larger message (Bruck's
-    /// allgather inside `allgather_reduce` sends two 15 KiB blocks at once at p = 5) goes to the
-    /// engine; it once failed on the mailboxes with "mailbox message of 30544 bytes exceeds 16384"
-    /// (found by `tests/stress_procs.rs` at p = 5).
+    /// allgather inside `allgather_reduce` sends two blocks in one message at p = 5) goes to the
+    /// engine; on the mailboxes it failed on every rank with a message above a record (found by
+    /// `tests/stress_procs.rs` at p = 5; docs/fuzzing.md).
     #[test]
     fn a_schedule_with_a_message_above_a_record_stays_off_the_mailboxes() {
         let mut a = CollArgs::new(Collective::Allreduce, 0, 5, 1909);

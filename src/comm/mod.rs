@@ -262,7 +262,7 @@ impl Communicator {
         }
         // The fabric's own defaults (network fabrics: a larger eager limit), under the environment's.
         // Ranks sharing this node's cores: the launcher's count, else the placement's.
-        let here = env.local_size.map_or_else(|| topology.ranks_on(topology.node_of(env.rank)).len(), |n| n as usize);
+        let here = env.local_size.unwrap_or_else(|| topology.local_size(env.rank)) as usize;
         let cfg = ExecConfig { local_ranks: Some(here), ..ExecConfig::from_env_for(ep.caps())? };
         let mut c = Communicator::from_endpoint(ep, cfg)?;
         c._server = server.map(Arc::new);
