@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 35's speed acceptance on the namespace bed: 2 nodes × 2 ranks (scripts/netns-hosts.sh), node
 # links at 1 Gbit/s, the best hierarchical against the best flat algorithm, both forced by name:
-#   allgather 1 MiB per rank        hier_leader              vs ring, recursive_doubling, bruck
+#   allgather 1 MiB per rank        hier_leader, hier_multi_leader
+#                                                            vs ring, recursive_doubling, bruck
 #   allreduce 16 MiB                hier_leader, hier_multi_leader
 #                                                            vs ring, rabenseifner, recursive_doubling,
 #                                                               rsag_pairwise_ring
@@ -24,6 +25,8 @@
 #     --fabrun          no namespaces: `fabrun -n 4 --nodes 2` (emulated nodes, TCP loopback, no
 #                       rate limit, no root needed)
 #     --small-max SIZE  largest of the small sizes (default 4K)
+#     --cases LIST      only these cases (comma-separated: allgather-1M, allreduce-16M,
+#                       allreduce-small, bcast-small; default all)
 #     --iters N         timed iterations per size (bench --iters; default: bench's own)
 #     --bin DIR         where fabcoll and fabrun are (default target/release)
 #     --out DIR         raw CSVs, logs and summary.md (default target/bench-nodes/<mode>-<time>)
@@ -35,18 +38,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-rounds=5 rate=1gbit fabrun=0 small_max=4K iters="" bin="$root/target/release" out="" summarize=""
+rounds=5 rate=1gbit fabrun=0 small_max=4K iters="" only="" bin="$root/target/release" out="" summarize=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=${2-}; shift 2 ;;
     --rate) rate=${2-}; shift 2 ;;
     --fabrun) fabrun=1; shift ;;
     --small-max) small_max=${2-}; shift 2 ;;
+    --cases) only=${2-}; shift 2 ;;
     --iters) iters=${2-}; shift 2 ;;
     --bin) bin=${2-}; shift 2 ;;
     --out) out=${2-}; shift 2 ;;
     --summarize) summarize=${2-}; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "bench-nodes: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -70,7 +74,7 @@ NR == 1 { next }
   if ($3 == "flat" && (!(kr in fbest) || $6 + 0 < fbest[kr])) { fbest[kr] = $6 + 0; falgo[kr] = $4 }
   ka = key SUBSEP $4
   if (!(ka in times)) { algos[key] = algos[key] " " $4; cls[ka] = $3 }
-  times[ka] = times[ka] " " $6
+  times[ka] = times[ka] " " $6; at[ka, $1] = $6 + 0
   if (!((key, $1) in seen)) { seen[key, $1] = 1; rounds[key] = rounds[key] " " $1 }
 }
 END {
@@ -94,6 +98,35 @@ END {
     fm = ""; for (a in fc) if (fm == "" || fc[a] > fc[fm]) fm = a
     ratio = median(rs)
     printf "| %s | %s | %.2f | %.2f | %s | %.3f | %d/%d | %s | %s | %s / %s |\n", kp[1], size(kp[2]), median(hs), median(fs), shown, ratio, ahead, n, goal[key], ratio <= goal[key] + 0 ? "yes" : "no", hm, fm
+  }
+  print ""
+  print "The same rounds, the two algorithms fixed: the hierarchical and the flat one with the lowest median over"
+  print "rounds, their paired ratio per round (no minimum over several algorithms in each round, which favours"
+  print "the side with more algorithms when they are within noise of each other):"
+  print ""
+  print "| case | size | hier | flat | hier/flat per round | median hier/flat | hier ahead | goal ≤ | met |"
+  print "|---|---|---|---|---|---:|---:|---:|---|"
+  for (i = 1; i <= nk; i++) {
+    key = keys[i]; split(key, kp, SUBSEP)
+    hb = fb = ""
+    m = split(algos[key], al, " ")
+    for (j = 1; j <= m; j++) {
+      ka = key SUBSEP al[j]; md = median(times[ka])
+      if (cls[ka] == "hier" && (hb == "" || md < hmd)) { hb = al[j]; hmd = md }
+      if (cls[ka] == "flat" && (fb == "" || md < fmd)) { fb = al[j]; fmd = md }
+    }
+    if (hb == "" || fb == "") continue
+    rs = shown = ""; ahead = n = 0
+    m = split(rounds[key], rl, " ")
+    for (j = 1; j <= m; j++) {
+      h = key SUBSEP hb SUBSEP rl[j]; f = key SUBSEP fb SUBSEP rl[j]
+      if (!(h in at) || !(f in at)) continue
+      n++; rs = rs " " at[h] / at[f]; shown = shown (shown == "" ? "" : " ") sprintf("%.3f", at[h] / at[f])
+      if (at[h] < at[f]) ahead++
+    }
+    if (n == 0) continue
+    ratio = median(rs)
+    printf "| %s | %s | %s | %s | %s | %.3f | %d/%d | %s | %s |\n", kp[1], size(kp[2]), hb, fb, shown, ratio, ahead, n, goal[key], ratio <= goal[key] + 0 ? "yes" : "no"
   }
   print ""
   print "Every algorithm, median us over rounds:"
@@ -168,7 +201,7 @@ grep -q "topology 2 nodes × 2 ranks" "$out/preflight.txt" || {
 } > "$out/about.md"
 
 # case | op | min size | max size | hierarchical algorithms | flat algorithms | goal (best hier / best flat ≤)
-cases="allgather-1M|allgather|1M|1M|hier_leader|ring recursive_doubling bruck|0.714
+cases="allgather-1M|allgather|1M|1M|hier_leader hier_multi_leader|ring recursive_doubling bruck|0.714
 allreduce-16M|allreduce|16M|16M|hier_leader hier_multi_leader|ring rabenseifner recursive_doubling rsag_pairwise_ring|0.714
 allreduce-small|allreduce|8|$small_max|hier_leader hier_multi_leader|recursive_doubling reduce_bcast allgather_reduce ring rabenseifner|1.05
 bcast-small|bcast|8|$small_max|hier_leader|binomial linear scatter_ring_allgather scatter_recursive_doubling_allgather|1.05"
@@ -179,6 +212,7 @@ if [ -n "$iters" ]; then extra=(--iters "$iters" --warmup $(((iters + 9) / 10)))
 printf 'round\tcase\tclass\talgorithm\tbytes\tavg_us\tgoal\n' > "$rows"
 for ((r = 0; r < rounds; r++)); do
   while IFS='|' read -r name op min max hier flat goal; do
+    if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then continue; fi
     runs=()
     for a in $hier; do runs+=("hier:$a"); done
     for a in $flat; do runs+=("flat:$a"); done

@@ -15,6 +15,7 @@ mod bruck;
 mod cost_tests;
 mod gather_bcast;
 mod hier_leader;
+mod hier_multi_leader;
 pub(crate) mod layout;
 mod mesh;
 mod mesh_2d;
@@ -39,6 +40,8 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     mesh_2d::ALLGATHERV,
     mesh_3d::ALLGATHERV,
     hier_leader::ALGORITHM,
+    hier_multi_leader::ALLGATHER,
+    hier_multi_leader::ALLGATHERV,
 ];
 
 /// Block i (rank i's contribution) of every rank's `Recv`.

@@ -217,6 +217,12 @@ fn exchange_formula(alg: &Algorithm, t: &Topology, r: u32, n: u64) -> Option<u64
         (Collective::Alltoall | Collective::Alltoallv, "hier_multi_leader") => {
             Some((1..nodes).filter(|d| (d - 1) % k_a == j).map(|d| u64::from(k_a) * k((a + d) % nodes) * n).sum())
         }
+        // In each lane L it serves (L ≡ j mod k_a), rank r sends every lane block but node a + 1's.
+        (Collective::Allgather | Collective::Allgatherv, "hier_multi_leader") => {
+            let next = (a + 1) % nodes;
+            let lanes = (j..t.max_per_node()).step_by(k_a as usize);
+            Some(lanes.map(|l| (0..nodes).filter(|&v| v != next && u64::from(l) < k(v)).count() as u64 * n).sum())
+        }
         // Rank r sends the blocks it leads (local index ≡ j mod k_a) of the other nodes' ranks.
         (Collective::ReduceScatter | Collective::ReduceScatterBlock, "hier_multi_leader") => {
             Some((0..t.size()).filter(|&d| !t.same_node(d, r) && t.local_rank(d) % k_a == j).count() as u64 * n)
@@ -295,16 +301,23 @@ fn many_placements() -> Vec<Arc<Topology>> {
     v.into_iter().map(Arc::new).collect()
 }
 
-/// The hierarchical exchanges (alltoall(v), reduce_scatter(_block)) over many placements, every
+/// The hierarchical exchanges and allgathers (alltoall(v), reduce_scatter(_block), allgather(v)) over
+/// many placements, every
 /// count class (0, 1, p + 1, 37), uniform and uneven counts (alltoallv: an irregular matrix with
 /// zeros), in place where defined, pipelined in segments: verified and replayed on the two-level
 /// model (one interface per node).
 #[test]
 fn exchanges_verify_over_many_placements_and_counts() {
-    let colls =
-        [Collective::Alltoall, Collective::Alltoallv, Collective::ReduceScatter, Collective::ReduceScatterBlock];
+    let colls = [
+        Collective::Alltoall,
+        Collective::Alltoallv,
+        Collective::ReduceScatter,
+        Collective::ReduceScatterBlock,
+        Collective::Allgather,
+        Collective::Allgatherv,
+    ];
     let algs: Vec<_> = hierarchical().into_iter().filter(|a| colls.contains(&a.coll)).collect();
-    assert_eq!(algs.len(), 6);
+    assert_eq!(algs.len(), 9);
     let net = crate::sim::ModelParams::new(Machine::UNIT).with_network(crate::sim::Network { alpha: 4.0, beta: 2.0 });
     let mut checked = 0;
     for alg in algs {
@@ -312,7 +325,7 @@ fn exchanges_verify_over_many_placements_and_counts() {
             let p = t.size();
             for count in [0, 1, u64::from(p) + 1, 37] {
                 for uneven in [false, true].into_iter().filter(|&u| !u || alg.coll.is_vector()) {
-                    for in_place in [false, true].into_iter().filter(|&i| !i || alg.coll == Collective::Alltoall) {
+                    for in_place in [false, true].into_iter().filter(|&i| !i || has_in_place(alg.coll)) {
                         for seg in [0u64, 4].into_iter().filter(|&s| s == 0 || count == 37) {
                             let a = CollArgs::new(alg.coll, 0, p, count).with_topology(t.clone());
                             let mut a = with_counts(a, count, uneven);
