@@ -105,7 +105,9 @@ const ONE_AND_THREE: &[u32] = &[0, 1, 1, 1];
 fn every_row_covers_its_collective() {
     let t = Arc::new(Topology::from_nodes(TWO_BY_TWO).unwrap());
     let colls: std::collections::BTreeSet<Collective> = cases(&t).iter().map(|k| k.alg.coll).collect();
-    for c in [Collective::Barrier, Collective::Bcast, Collective::Allreduce, Collective::Allgather, Collective::Alltoall] {
+    for c in
+        [Collective::Barrier, Collective::Bcast, Collective::Allreduce, Collective::Allgather, Collective::Alltoall]
+    {
         assert!(colls.contains(&c), "no hierarchical {c} on 2 × 2");
     }
     assert!(cases(&t).iter().any(|k| k.in_place), "no in-place case");

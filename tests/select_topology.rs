@@ -73,23 +73,29 @@ fn seconds(coll: Collective, name: &str, a: &CollArgs, m: &ModelParams) -> f64 {
     simulate_alg_sampled(registry::find(coll, name).unwrap(), a, m).unwrap().time
 }
 
-/// The hierarchical algorithm of each operation the placement rules choose.
-fn hierarchical_of(coll: Collective) -> &'static str {
+/// The hierarchical algorithm of each operation the placement rules choose (allgather: the
+/// leader's below 4 KiB per rank, every rank a leader from there).
+fn hierarchical_of(coll: Collective, bytes: u64) -> &'static str {
     match coll {
-        Collective::Allgather => "hier_leader",
+        Collective::Allgather if bytes < 4096 => "hier_leader",
         _ => "hier_multi_leader",
     }
 }
 
 /// (operation, nodes, ranks per node, bytes per block, whether the rules choose the hierarchical
 /// algorithm): inside each rule's region and just outside it.
-const POINTS: [(Collective, u32, u32, u64, bool); 12] = [
+const POINTS: [(Collective, u32, u32, u64, bool); 17] = [
     (Collective::Allreduce, 4, 4, 4096, true),
     (Collective::Allreduce, 8, 8, 16 << 10, true),
     (Collective::Allreduce, 2, 8, 256, false),
     (Collective::Allreduce, 4, 4, 256 << 10, false),
     (Collective::Allgather, 4, 8, 512, true),
     (Collective::Allgather, 4, 8, 32 << 10, false),
+    (Collective::Allgather, 4, 8, 4096, true),
+    (Collective::Allgather, 2, 4, 16 << 10, true),
+    (Collective::Allgather, 3, 4, 4096, true),
+    (Collective::Allgather, 3, 4, 32 << 10, false),
+    (Collective::Allgather, 3, 5, 32 << 10, false),
     (Collective::Allgather, 8, 4, 8, false),
     (Collective::Alltoall, 4, 4, 8, true),
     (Collective::Alltoall, 2, 4, 4096, false),
@@ -106,7 +112,7 @@ fn placements_choose_hierarchical_algorithms_where_the_two_level_model_says_they
         let a = call(coll, nodes * k, bytes).with_topology(Topology::regular(nodes, k).unwrap());
         let got = choose(d, &a, FabricClass::Network);
         let what = format!("{coll} {nodes}×{k} {bytes} B");
-        let (h, f) = (hierarchical_of(coll), choose(&flat, &a, FabricClass::Network));
+        let (h, f) = (hierarchical_of(coll, bytes), choose(&flat, &a, FabricClass::Network));
         assert_eq!(got, if hier { h } else { f }, "{what}");
         for gbit in [12.5, 25.0] {
             let m = two_level(gbit);
@@ -213,4 +219,38 @@ fn hierarchical_exchanges_run_on_the_executor() {
         let want: Vec<i64> = (0..4).map(|e| (0..p).map(|q| (q + r * 4 + e) as i64).sum()).collect();
         assert_eq!(recv, want, "reduce_scatter_block rank {r}");
     });
+}
+
+/// Inside the allgather rules for several nodes (≥ 2 nodes of ≥ 4 ranks, ≥ 4 KiB per rank, total
+/// up to 512 KiB at power-of-two p, 80 KiB otherwise), the multi-leader allgather beats what the
+/// flat rules would choose at every sampled shape, on both reference networks.
+#[test]
+fn the_multi_leader_allgather_wins_at_every_sampled_shape_of_its_rules() {
+    let (d, flat) = (Decisions::embedded().unwrap(), flat_rules());
+    let mut worst = (f64::MAX, String::new());
+    let mut n = 0;
+    for nodes in [2u32, 3, 4, 5, 6, 7, 8, 12, 16, 32, 64, 128] {
+        for k in [4u32, 5, 6, 7, 8, 12, 16, 32, 64] {
+            for bytes in [4096u64, 5000, 6144, 8192, 12288, 16 << 10, 24 << 10, 32 << 10, 64 << 10, 128 << 10] {
+                let (total, pow2) = (bytes * u64::from(nodes * k), (nodes * k).is_power_of_two());
+                if !(pow2 && total <= 524287 || total <= 81919) || nodes * k > 2048 {
+                    continue;
+                }
+                let a =
+                    call(Collective::Allgather, nodes * k, bytes).with_topology(Topology::regular(nodes, k).unwrap());
+                assert_eq!(choose(d, &a, FabricClass::Network), "hier_multi_leader", "{nodes}×{k} {bytes} B");
+                let cur = choose(&flat, &a, FabricClass::Network);
+                n += 1;
+                for gbit in [12.5, 25.0] {
+                    let m = two_level(gbit);
+                    let r = seconds(Collective::Allgather, cur, &a, &m)
+                        / seconds(Collective::Allgather, "hier_multi_leader", &a, &m);
+                    if r < worst.0 {
+                        worst = (r, format!("{nodes}x{k} {bytes} {gbit} {cur}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(n >= 60 && worst.0 > 1.0, "{n} shapes; the closest: {worst:?}");
 }
