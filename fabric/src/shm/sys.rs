@@ -73,14 +73,33 @@ pub(crate) fn map_shared(fd: RawFd, len: usize) -> Result<Mmap> {
 }
 
 /// Opens another process's descriptor through `/proc/<pid>/fd/<fd>` (same user, ptrace-able).
+/// The error says so when the process has exited (a peer that failed while the job started).
 pub(crate) fn open_proc_fd(pid: u32, fd: u32) -> Result<OwnedFd> {
     let path = format!("/proc/{pid}/fd/{fd}");
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map(OwnedFd::from)
-        .map_err(|source| Error::Os { op: format!("open {path} (peer's shared segment)"), source })
+    std::fs::OpenOptions::new().read(true).write(true).open(&path).map(OwnedFd::from).map_err(|source| {
+        // A process closes its descriptors a moment before it becomes a zombie: give it 100 ms.
+        let exited = source.kind() == std::io::ErrorKind::NotFound
+            && (0..20).any(|_| {
+                let gone = has_exited(pid);
+                if !gone {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                gone
+            });
+        let why = if exited { format!("the peer's process {pid} has exited") } else { "peer's shared segment".into() };
+        Error::Os { op: format!("open {path} ({why})"), source }
+    })
+}
+
+/// Whether process `pid` is gone or a zombie (its descriptors closed, not yet reaped).
+fn has_exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold any byte.
+        Ok(stat) => {
+            stat.rsplit_once(')').is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+        }
+        Err(_) => true,
+    }
 }
 
 /// Size of the file behind `fd`.
@@ -161,4 +180,26 @@ pub(crate) fn current_cpu() -> u64 {
     // SAFETY: no arguments, no memory effects.
     let c = unsafe { libc::sched_getcpu() };
     u32::try_from(c).map_or(0xffff_ffff, u64::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opening_an_exited_process_s_descriptor_says_it_exited() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // A zombie (exited, not yet reaped), then gone.
+        while !has_exited(pid) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let e = open_proc_fd(pid, 0).map(drop).unwrap_err().to_string();
+        assert!(e.contains(&format!("the peer's process {pid} has exited")), "{e}");
+        child.wait().unwrap();
+        let e = open_proc_fd(pid, 0).map(drop).unwrap_err().to_string();
+        assert!(e.contains(&format!("the peer's process {pid} has exited")), "{e}");
+        let e = open_proc_fd(std::process::id(), 999_999).map(drop).unwrap_err().to_string();
+        assert!(e.contains("peer's shared segment") && !e.contains("exited"), "{e}");
+    }
 }
