@@ -78,13 +78,14 @@ fn seconds(coll: Collective, name: &str, a: &CollArgs, m: &ModelParams) -> f64 {
 fn hierarchical_of(coll: Collective, bytes: u64) -> &'static str {
     match coll {
         Collective::Allgather if bytes < 4096 => "hier_leader",
+        Collective::Barrier => "hier_leader",
         _ => "hier_multi_leader",
     }
 }
 
 /// (operation, nodes, ranks per node, bytes per block, whether the rules choose the hierarchical
 /// algorithm): inside each rule's region and just outside it.
-const POINTS: [(Collective, u32, u32, u64, bool); 17] = [
+const POINTS: [(Collective, u32, u32, u64, bool); 19] = [
     (Collective::Allreduce, 4, 4, 4096, true),
     (Collective::Allreduce, 8, 8, 16 << 10, true),
     (Collective::Allreduce, 2, 8, 256, false),
@@ -96,6 +97,8 @@ const POINTS: [(Collective, u32, u32, u64, bool); 17] = [
     (Collective::Allgather, 3, 4, 4096, true),
     (Collective::Allgather, 3, 4, 32 << 10, false),
     (Collective::Allgather, 3, 5, 32 << 10, false),
+    (Collective::Barrier, 2, 2, 0, true),
+    (Collective::Barrier, 64, 16, 0, true),
     (Collective::Allgather, 8, 4, 8, false),
     (Collective::Alltoall, 4, 4, 8, true),
     (Collective::Alltoall, 2, 4, 4096, false),
