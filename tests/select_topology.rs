@@ -74,7 +74,7 @@ fn seconds(coll: Collective, name: &str, a: &CollArgs, m: &ModelParams) -> f64 {
 }
 
 /// The hierarchical algorithm of each operation the placement rules choose (allgather: the
-/// leader's below 4 KiB per rank, every rank a leader from there).
+/// leader's below 4 KiB per rank, every rank a leader from there; barrier: the leader's).
 fn hierarchical_of(coll: Collective, bytes: u64) -> &'static str {
     match coll {
         Collective::Allgather if bytes < 4096 => "hier_leader",

@@ -126,11 +126,11 @@ fn the_leaders_win_where_the_network_dominates() {
     assert!(hier < rd.time && hier < ring, "hier_leader {hier} against recursive doubling {} and ring {ring}", rd.time);
 }
 
-/// Where the network is far slower than a node (the namespace bed's 1 Gbit/s links), the
-/// multi-leader allgather beats the ring by what it saves on the node's interface (2 blocks
-/// through it each way at 2 × 2 where the ring's cut edges carry 3); where the network is about
-/// as fast as the node's memory, the ring's one pass wins (so the embedded rules do not choose
-/// it: that depends on the link, which the model and the tuner see).
+/// Where the network is far slower than a node (as on the namespace bed), the multi-leader
+/// allgather beats the ring by what it saves on the node's interface (2 blocks through it each
+/// way at 2 × 2 where the ring's cut edges carry 3); where the network is about as fast as the
+/// node's memory, the ring's one pass wins (so where the flat rules pick the ring, the embedded
+/// rules keep it: that depends on the link, which the model and the tuner see).
 #[test]
 fn the_multi_leader_allgather_wins_on_a_slow_link_only() {
     let node = Machine { alpha: 0.5e-6, beta: 0.33e-9, gamma: 1e-9, f_alpha: 1.0, f_beta: 1.0 };

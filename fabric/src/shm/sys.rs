@@ -80,7 +80,7 @@ pub(crate) fn open_proc_fd(pid: u32, fd: u32) -> Result<OwnedFd> {
         // A process closes its descriptors a moment before it becomes a zombie: give it 100 ms.
         let exited = source.kind() == std::io::ErrorKind::NotFound
             && (0..20).any(|_| {
-                let gone = has_exited(pid);
+                let gone = !pid_alive(pid);
                 if !gone {
                     std::thread::sleep(Duration::from_millis(5));
                 }
@@ -89,17 +89,6 @@ pub(crate) fn open_proc_fd(pid: u32, fd: u32) -> Result<OwnedFd> {
         let why = if exited { format!("the peer's process {pid} has exited") } else { "peer's shared segment".into() };
         Error::Os { op: format!("open {path} ({why})"), source }
     })
-}
-
-/// Whether process `pid` is gone or a zombie (its descriptors closed, not yet reaped).
-fn has_exited(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name, which is in parentheses and may hold any byte.
-        Ok(stat) => {
-            stat.rsplit_once(')').is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
-        }
-        Err(_) => true,
-    }
 }
 
 /// Size of the file behind `fd`.
@@ -191,7 +180,7 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         // A zombie (exited, not yet reaped), then gone.
-        while !has_exited(pid) {
+        while pid_alive(pid) {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         let e = open_proc_fd(pid, 0).map(drop).unwrap_err().to_string();
