@@ -128,7 +128,7 @@ fn known(coll: Collective, name: &str, p: u32) -> Option<Known> {
         (ReduceScatter | ReduceScatterBlock, "recursive_halving") if !pow2 => Known::AlphaExact,
         (Exscan, "linear") => Known::ExscanLinearGamma,
         (Allreduce, "reduce_bcast") if !pow2 => Known::Overlap,
-        (Allreduce, "rsag_pairwise_ring") => Known::Overlap,
+        (Allreduce, "rsag_pairwise_ring" | "shmem_parallel" | "shmem_cyclic") => Known::Overlap,
         (Reduce, "ring") => Known::TimeAtMost,
         (Allreduce | Reduce, "rabenseifner") | (Allreduce, "rsag_halving_ring") if !pow2 => Known::FoldContention,
         (Allreduce | Reduce, "binary_blocks") if !pow2 => Known::Approx,

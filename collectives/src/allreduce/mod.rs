@@ -10,10 +10,15 @@ mod reduce_bcast;
 mod ring;
 mod rsag_halving_ring;
 mod rsag_pairwise_ring;
+mod shmem_cyclic;
+mod shmem_parallel;
 
 use crate::args::CollArgs;
+use crate::cost::Cost;
 use crate::error::Result;
-use crate::reduce_scatter::phases::{copy, even_segs, fold_halves, recv, rs_halving_from, send, Fold};
+use crate::reduce_scatter::phases::{
+    ag_mesh, copy, even_segs, fold_halves, recv, rs_halving_from, rs_pairwise, send, Fold, MeshOrder, PairwiseRs,
+};
 use crate::registry::Algorithm;
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder, StepId};
 
@@ -27,6 +32,8 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     ring::ALGORITHM,
     rsag_halving_ring::ALGORITHM,
     rsag_pairwise_ring::ALGORITHM,
+    shmem_parallel::ALGORITHM,
+    shmem_cyclic::ALGORITHM,
     hier_leader::ALGORITHM,
     hier_multi_leader::ALGORITHM,
 ];
@@ -70,6 +77,48 @@ pub(crate) fn fold_halving_allreduce(
         send(&mut b, pr, acc, &deps);
     }
     Ok(b.finish())
+}
+
+/// The allreduces built as "pairwise reduce-scatter + some allgather" (rsag_pairwise_ring,
+/// shmem_parallel, shmem_cyclic): [`rs_pairwise`] in `order` (each rank writes block j of its
+/// input to rank j, which folds the p contributions in rank order; out of place the result lands
+/// in `Recv` directly), then `allgather(b, segs, per_block)` spreads the reduced blocks of `Recv`
+/// (`per_block[j]`: the steps block j's writers must wait for).
+pub(crate) fn pairwise_rs_allreduce(
+    a: &CollArgs,
+    order: MeshOrder,
+    allgather: impl FnOnce(&mut ScheduleBuilder, &[(u64, u64)], Vec<Vec<StepId>>),
+) -> Result<Schedule> {
+    let mut b = ScheduleBuilder::for_args(a);
+    let n = a.count;
+    if n == 0 {
+        return Ok(b.finish());
+    }
+    let (rank, p) = (a.rank, a.size);
+    let segs = even_segs(n, p);
+    let r = rank as usize;
+    let out = Region::new(Buf::Recv, segs[r].0, segs[r].1);
+    let how = PairwiseRs { order, land_in_out: !a.in_place };
+    let per_block = rs_pairwise(&mut b, rank, p, Buf::Send, &segs, out, how, &[]);
+    allgather(&mut b, &segs, per_block);
+    Ok(b.finish())
+}
+
+/// [`pairwise_rs_allreduce`] with a mesh allgather ([`ag_mesh`]) in the same `order`: every rank
+/// sends its reduced block straight to every other (shmem_parallel, shmem_cyclic).
+pub(crate) fn mesh_allreduce(a: &CollArgs, order: MeshOrder) -> Result<Schedule> {
+    let (rank, p) = (a.rank, a.size);
+    pairwise_rs_allreduce(a, order, |b, segs, per_block| ag_mesh(b, rank, p, segs, Buf::Recv, order, &per_block))
+}
+
+/// Cost of [`pairwise_rs_allreduce`] with a ring or a cyclic mesh allgather: p−1 messages of n/p
+/// per phase through each port (the reduce-scatter's reductions overlap them but the last):
+/// 2(p−1)α + 2(p−1)/p·nβ + (p−1)/p·nγ (thakur §5.3, T_all,ring).
+pub(crate) fn pairwise_rs_cost(a: &CollArgs) -> Cost {
+    let n = (a.count * u64::from(a.elem_size)) as f64;
+    let p = a.p() as f64;
+    let f = (p - 1.0) / p;
+    Cost::new(2.0 * (p - 1.0), 2.0 * f * n, f * n)
 }
 
 #[cfg(test)]

@@ -8,12 +8,12 @@
 //! Paper: thakur §5.3, §4.4; faraj-yuan §3 "Rabenseifner algorithm variation 2" (with the ring
 //! as the allgather and the ring all-to-all as the reduce-scatter's exchange).
 
+use crate::allreduce::{pairwise_rs_allreduce, pairwise_rs_cost};
 use crate::args::{CollArgs, Collective};
-use crate::cost::Cost;
 use crate::error::Result;
-use crate::reduce_scatter::phases::{ag_ring, even_segs, rs_pairwise, seg_region, SegDeps};
+use crate::reduce_scatter::phases::{ag_ring, MeshOrder, SegDeps};
 use crate::registry::{Algorithm, Restrictions};
-use crate::schedule::{Buf, Schedule, ScheduleBuilder};
+use crate::schedule::{Buf, Schedule};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
     coll: Collective::Allreduce,
@@ -21,31 +21,17 @@ pub(crate) const ALGORITHM: Algorithm = Algorithm {
     summary: "pairwise-exchange reduce-scatter + ring allgather (thakur §5.3; faraj-yuan var. 2)",
     restrictions: Restrictions::NONE,
     params: &[],
-    cost,
+    cost: pairwise_rs_cost,
     build,
 };
 
-fn cost(a: &CollArgs) -> Cost {
-    let n = (a.count * u64::from(a.elem_size)) as f64;
-    let p = a.p() as f64;
-    let f = (p - 1.0) / p;
-    Cost::new(2.0 * (p - 1.0), 2.0 * f * n, f * n)
-}
-
 fn build(a: &CollArgs) -> Result<Schedule> {
-    let mut b = ScheduleBuilder::for_args(a);
-    let n = a.count;
-    if n == 0 {
-        return Ok(b.finish());
-    }
-    let (rank, p) = (a.rank, a.size);
-    let segs = even_segs(n, p);
-    let r = rank as usize;
-    let deps = rs_pairwise(&mut b, rank, p, Buf::Send, &segs, seg_region(Buf::Recv, &segs, r, r + 1), &[]);
-    let ring: Vec<u32> = (0..p).collect();
-    let mut sd = SegDeps::from_lists(deps);
-    ag_ring(&mut b, &ring, r, |q| q, &segs, Buf::Recv, &mut sd);
-    Ok(b.finish())
+    let (r, p) = (a.rank as usize, a.size);
+    pairwise_rs_allreduce(a, MeshOrder::Rotated, |b, segs, per_block| {
+        let ring: Vec<u32> = (0..p).collect();
+        let mut sd = SegDeps::from_lists(per_block);
+        ag_ring(b, &ring, r, |q| q, segs, Buf::Recv, &mut sd);
+    })
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::Cost;
 use crate::error::Result;
-use crate::reduce_scatter::phases::{even_segs, recv, rs_pairwise, seg_region, send};
+use crate::reduce_scatter::phases::{even_segs, recv, rs_pairwise, seg_region, send, PairwiseRs};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
 
@@ -44,7 +44,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     } else {
         Region::new(b.scratch(segs[r].1), 0, segs[r].1)
     };
-    let deps = rs_pairwise(&mut b, rank, p, Buf::Send, &segs, out, &[]);
+    let deps = rs_pairwise(&mut b, rank, p, Buf::Send, &segs, out, PairwiseRs::ROTATED, &[]);
     if rank == a.root {
         for j in (0..p).filter(|&j| j != rank) {
             // in place, block j of Recv is the input block this rank sent to j

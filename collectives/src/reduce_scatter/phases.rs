@@ -577,13 +577,75 @@ pub(crate) fn ag_ring(
     }
 }
 
+/// Mesh allgather of the p reduced segments of `acc` (this rank owns segment `rank`, written by
+/// `per_block[rank]`): every rank sends its segment straight to every other in `order` and
+/// receives each peer's segment into place, a receive of segment j waiting for `per_block[j]`
+/// (the steps that still read it). One phase, p−1 concurrent messages per rank.
+pub(crate) fn ag_mesh(
+    b: &mut ScheduleBuilder,
+    rank: u32,
+    p: u32,
+    segs: &[(u64, u64)],
+    acc: Buf,
+    order: MeshOrder,
+    per_block: &[Vec<StepId>],
+) {
+    let r = rank as usize;
+    for (to, from) in order.peers(rank, p) {
+        send(b, to, seg_region(acc, segs, r, r + 1), &per_block[r]);
+        let f = from as usize;
+        recv(b, from, seg_region(acc, segs, f, f + 1), &per_block[f]);
+    }
+}
+
+/// The order in which a rank issues the p−1 direct sends of a mesh phase (every rank sends to every
+/// other at once; the order only says which peer each rank writes to first).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum MeshOrder {
+    /// Rank r sends to r+1, r+2, … (mod p) and expects r−1, r−2, … first: at each position of
+    /// the order every rank writes to a different peer (thakur §4.4's pairwise exchange, Mamidala
+    /// §4.2's cyclic order).
+    Rotated,
+    /// Every rank sends to 0, 1, …, p−1 (skipping itself) and expects the same order: all ranks
+    /// write to the same peer first (Mamidala §4.2's plain shmem-parallel order).
+    Ascending,
+}
+
+impl MeshOrder {
+    /// `(to, from)` pairs, p−1 of them, in this order.
+    pub(crate) fn peers(self, rank: u32, p: u32) -> impl Iterator<Item = (u32, u32)> {
+        let others = move |i: u32| if i < rank { i } else { i + 1 };
+        (1..p).map(move |i| match self {
+            MeshOrder::Rotated => ((rank + i) % p, (rank + p - i) % p),
+            MeshOrder::Ascending => (others(i - 1), others(i - 1)),
+        })
+    }
+}
+
+/// How [`rs_pairwise`] runs.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct PairwiseRs {
+    pub order: MeshOrder,
+    /// `out` may be written from the start (out of place, and nobody reads it during the phase):
+    /// the contribution from distance 1 lands in `out` itself, which then holds the partials and
+    /// the result, with one scratch slot less and no final copy.
+    pub land_in_out: bool,
+}
+
+impl PairwiseRs {
+    /// Rotated order, the result copied to `out` at the end.
+    pub(crate) const ROTATED: PairwiseRs = PairwiseRs { order: MeshOrder::Rotated, land_in_out: false };
+}
+
 /// Pairwise-exchange reduce-scatter (thakur §4.4): in step i = 1..p−1 rank r sends its input block
-/// for rank r+i (block j of `src` is `segs[j]`) and receives block r's input from rank r−i. The
+/// for rank r+i (block j of `src` is `segs[j]`) and receives block r's input from rank r−i (in
+/// `order`; [`MeshOrder::Ascending`] sends to and expects ranks 0, 1, … instead). The
 /// contributions of ranks r−1, r−2, …, 0 arrive in that order and are folded from the left; those
 /// of ranks p−1, …, r+1 likewise into a second partial, so the result `out` = `x_0 ⊕ … ⊕ x_{p−1}`
 /// is in rank order (non-commutative ops are fine). `out` is written by the last step only, after
-/// every read of `src`. Returns, per block j, the steps that read or wrote it (the send of block j,
+/// every read of `src`, unless `how.land_in_out`. Returns, per block j, the steps that read or wrote it (the send of block j,
 /// or for j = rank the final write of `out`), so later phases can depend on exactly those.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn rs_pairwise(
     b: &mut ScheduleBuilder,
     rank: u32,
@@ -591,6 +653,7 @@ pub(crate) fn rs_pairwise(
     src: Buf,
     segs: &[(u64, u64)],
     out: Region,
+    how: PairwiseRs,
     deps: &[StepId],
 ) -> Vec<Vec<StepId>> {
     let r = rank as usize;
@@ -601,17 +664,25 @@ pub(crate) fn rs_pairwise(
         per_block[0] = or_deps(copy(b, own, out, deps).into_iter().collect(), deps);
         return per_block;
     }
-    let tmp = if n > 0 { Some(b.scratch(n * u64::from(p - 1))) } else { None };
-    let slot = |i: u32| Region::new(tmp.unwrap_or(Buf::Recv), u64::from(i - 1) * n, n);
+    let scratch_slots = if how.land_in_out { p - 2 } else { p - 1 };
+    let tmp = if n > 0 && scratch_slots > 0 { Some(b.scratch(n * u64::from(scratch_slots))) } else { None };
+    let first = if how.land_in_out { 2 } else { 1 };
+    let slot = |i: u32| {
+        if i < first {
+            out
+        } else {
+            Region::new(tmp.unwrap_or(Buf::Recv), u64::from(i - first) * n, n)
+        }
+    };
     let mut sends = Vec::new();
     let mut recvs = vec![None; p as usize];
-    for i in 1..p {
-        let to = (rank + i) % p;
-        let from = (rank + p - i) % p;
+    for (to, from) in how.order.peers(rank, p) {
         if let Some(s) = send(b, to, seg_region(src, segs, to as usize, to as usize + 1), deps) {
             sends.push(s);
             per_block[to as usize] = vec![s];
         }
+        // the slot of the contribution from `from` is its distance below this rank
+        let i = (rank + p - from) % p;
         recvs[i as usize] = recv(b, from, slot(i), deps);
     }
     if n == 0 {
@@ -642,12 +713,13 @@ pub(crate) fn rs_pairwise(
         right = last;
     }
     let (res, last) = match (left, right) {
-        (Some(l), Some(rt)) => (slot(rank + 1), b.reduce(slot(1), slot(rank + 1), Order::SrcFirst, &[l, rt])),
+        (Some(l), Some(rt)) => (slot(1), b.reduce(slot(rank + 1), slot(1), Order::DstFirst, &[l, rt])),
         (Some(l), None) => (slot(1), l),
         (None, Some(rt)) => (slot(1), b.reduce(own, slot(1), Order::SrcFirst, &[rt])),
         (None, None) => return per_block,
     };
-    per_block[r] = vec![b.copy(res, out, &union(&[&[last], &sends]))];
+    // landed in `out`: the last reduction wrote it, and the sends read only `src`
+    per_block[r] = if res == out { vec![last] } else { vec![b.copy(res, out, &union(&[&[last], &sends]))] };
     per_block
 }
 
