@@ -25,6 +25,7 @@ mod mesh_3d;
 mod pair_full_barrier;
 mod pair_light_barrier;
 mod pair_n_barriers;
+mod pairwise_matching;
 mod pairwise_ring;
 mod pairwise_xor;
 mod ring_full_barrier;
@@ -54,6 +55,8 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     pairwise_xor::ALLTOALLV,
     pairwise_ring::ALLTOALL,
     pairwise_ring::ALLTOALLV,
+    pairwise_matching::ALLTOALL,
+    pairwise_matching::ALLTOALLV,
     ring_light_barrier::ALLTOALL,
     ring_light_barrier::ALLTOALLV,
     pair_light_barrier::ALLTOALL,
