@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Issue 38's check on a 16-core machine, as one command, from a bundle (that machine has no
+# toolchain and no Open MPI). Here: build the release binaries, then `../shared/device/make-bundle.sh`
+# (it packs fabrun, fabcoll, mpibench, membw, Open MPI and the shared libraries into target/devb).
+# There, from a copy of the project root holding target/devb:
+#
+#   bash scripts/check-16core.sh [--bundle DIR] [--out DIR] [--deadline SECONDS] [--procs "8 16"]
+#                                [--runs N] [--rounds N] [--tcp-fabrics "tcp ofi:tcp"] [--small]
+#
+# Stages, in order of what they decide; one that would start after --deadline seconds is skipped
+# (default 3000) and says so in log.txt:
+#   1. host.txt, membw.txt: the machine and its memcpy bandwidth (the floor of large messages);
+#   2. allreduce.md: forced allreduce algorithms and auto, 64 KiB-64 MiB, at each p (bench-algs.sh);
+#   3. vs-openmpi-shm.md: fabcoll shm against Open MPI vader, all four ops, 8 B-16 MiB;
+#   4. alltoall.md: forced alltoall algorithms and auto at the largest p;
+#   5. vs-openmpi-tcp.md: --tcp-fabrics (default tcp and ofi:tcp) against Open MPI's tcp BTL on lo.
+# raw.csv holds every measurement of stages 2-5 (bench-algs rows, then bench-vs-openmpi's).
+# --small: a trial of the whole path here (p = 2, small sizes, one round).
+set -u
+cd "$(dirname "$0")/.."
+bundle=target/devb out=${OUT:-/tmp/check-16core} deadline=3000 procs="8 16" runs=2 rounds=2 small=0
+tcp_fabrics="tcp ofi:tcp"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) bundle=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --deadline) deadline=$2; shift 2 ;;
+    --procs) procs=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --tcp-fabrics) tcp_fabrics=$2; shift 2 ;;
+    --small) small=1; shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "check-16core: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+D=$(cd "$bundle" && pwd) || { echo "check-16core: no bundle at $bundle" >&2; exit 2; }
+mkdir -p "$out"
+log="$out/log.txt"
+: >"$log"
+say() { echo "[$SECONDS s] $*" | tee -a "$log" >&2; }
+left() { # stage name: is there time for it?
+  if [ "$SECONDS" -ge "$deadline" ]; then say "skipped $1: past the deadline of $deadline s"; return 1; fi
+  say "stage $1"
+}
+ar_min=64K ar_max=64M a2a_min=1K a2a_max=1M vs_max=16777216
+if [ "$small" = 1 ]; then
+  procs=2 runs=1 rounds=1 ar_min=64K ar_max=256K a2a_min=1K a2a_max=4K vs_max=4096
+fi
+largest=${procs##* }
+
+mkdir -p "$D/root" && tar -xzf "$D/libs.tgz" -C "$D/root"
+export LD_LIBRARY_PATH="$D/root/usr/lib/x86_64-linux-gnu:$D/root/lib/x86_64-linux-gnu:$D/root/usr/lib/x86_64-linux-gnu/openmpi/lib"
+export OPAL_PREFIX="$D/root/usr" PATH="$D/root/usr/bin:$PATH"
+# bench-vs-openmpi with its build step (openmpi_side) replaced by the bundle's binaries
+sed -e "s#^\. scripts/openmpi-side.sh\$#openmpi_side() { bin=$D/bin; mkdir -p \"\$3\"; cp $D/bin/mpibench \"\$3/\"; }#" \
+  scripts/bench-vs-openmpi.sh >scripts/.bench-vs-openmpi-bundle.sh
+trap 'rm -f scripts/.bench-vs-openmpi-bundle.sh' EXIT
+
+if left "1 (host, membw)"; then
+  { grep PRETTY /etc/os-release; nproc; lscpu | grep -E 'Model name|NUMA node\(s\)|^CPU\(s\)'; uname -r; } >"$out/host.txt" 2>&1
+  if [ "$small" = 1 ]; then echo "(--small: membw not run)" >"$out/membw.txt"; else "$D/bin/membw" >"$out/membw.txt" 2>&1; fi
+  cat "$out/host.txt" "$out/membw.txt" >>"$log"
+  # the shm fabric works here at all (memfd and /proc/PID/fd across processes)
+  timeout 60 "$D/bin/fabrun" -n 4 --fabric shm --timeout 50 "$D/bin/fabcoll" bench --op allreduce --max-size 64K \
+    --iters 10 --warmup 1 --check >>"$log" 2>&1 || say "shm smoke test failed (see above)"
+fi
+algs() { # op algos procs min max name
+  scripts/bench-algs.sh --op "$1" --algos "$2" --procs "$3" --min "$4" --max "$5" --rounds "$rounds" --bin "$D/bin" \
+    --out "$D/algs-$6" >>"$log" 2>&1 || say "bench-algs $1 failed"
+  cp "$D/algs-$6/summary.md" "$out/$6.md" 2>/dev/null
+  tail -n +2 "$D/algs-$6/raw.csv" 2>/dev/null | sed 's/^/algs,/' >>"$out/raw.csv"
+}
+vs() { # fabrics name
+  bash scripts/.bench-vs-openmpi-bundle.sh --fabrics "$1" --procs "$procs" --runs "$runs" --max "$vs_max" \
+    --out "$D/vs-$2" >>"$log" 2>&1 || say "bench-vs-openmpi $1 failed"
+  cp "$D/vs-$2/summary.md" "$out/vs-openmpi-$2.md" 2>/dev/null
+  tail -n +2 "$D/vs-$2/raw.csv" 2>/dev/null | sed 's/^/vs,/' >>"$out/raw.csv"
+}
+if left "2 (allreduce algorithms)"; then
+  algs allreduce "shmem_cyclic shmem_parallel rabenseifner rsag_pairwise_ring reduce_bcast" "$procs" \
+    "$ar_min" "$ar_max" allreduce
+fi
+if left "3 (shm against Open MPI)"; then vs shm shm; fi
+if left "4 (alltoall algorithms)"; then
+  algs alltoall "simple spreading_simple pairwise_xor pair_light_barrier mesh_2d" "$largest" "$a2a_min" "$a2a_max" alltoall
+fi
+if left "5 (tcp against Open MPI)"; then vs "$tcp_fabrics" tcp; fi
+say "done"
