@@ -156,8 +156,12 @@ mod tests {
         assert_eq!(pick(Collective::Allgather, 7, 1 << 20, true), "ring");
         assert_eq!(pick(Collective::Alltoall, 8, 16, true), "bruck");
         assert_eq!(pick(Collective::Alltoall, 4, 16, true), "simple");
-        assert_eq!(pick(Collective::Alltoall, 8, 1 << 20, true), "pairwise_xor");
-        assert_eq!(pick(Collective::Alltoall, 6, 1 << 20, true), "pairwise_ring");
+        // on a node every large block goes at once (the pairwise steps stay for networks)
+        assert_eq!(pick(Collective::Alltoall, 8, 1 << 20, true), "simple");
+        assert_eq!(pick(Collective::Alltoall, 6, 1 << 16, true), "spreading_simple");
+        assert_eq!(pick(Collective::Alltoall, 2, 1 << 20, true), "pairwise_xor");
+        assert_eq!(pick_on(Collective::Alltoall, 8, 4 << 20, FabricClass::Network), "pairwise_xor");
+        assert_eq!(pick_on(Collective::Alltoall, 6, 4 << 20, FabricClass::Network), "pairwise_ring");
         assert_eq!(pick(Collective::ReduceScatter, 4, 16, false), "recursive_doubling");
         assert_eq!(pick(Collective::ReduceScatterBlock, 4, 16, true), "recursive_halving");
         assert_eq!(pick(Collective::ReduceScatterBlock, 4, 1 << 20, true), "pairwise");
