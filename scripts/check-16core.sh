@@ -9,12 +9,14 @@
 #
 # Stages, in order of what they decide; one that would start after --deadline seconds is skipped
 # (default 3000) and says so in log.txt:
-#   1. host.txt, membw.txt: the machine and its memcpy bandwidth (the floor of large messages);
+#   1. host.txt: the machine and its memcpy bandwidth (membw, the floor of large messages);
 #   2. allreduce.md: forced allreduce algorithms and auto, 64 KiB-64 MiB, at each p (bench-algs.sh);
 #   3. vs-openmpi-shm.md: fabcoll shm against Open MPI vader, all four ops, 8 B-16 MiB;
 #   4. alltoall.md: forced alltoall algorithms and auto at the largest p;
-#   5. vs-openmpi-tcp.md: --tcp-fabrics (default tcp and ofi:tcp) against Open MPI's tcp BTL on lo.
-# raw.csv holds every measurement of stages 2-5 (bench-algs rows, then bench-vs-openmpi's).
+#   5. bcast-tcp.md: forced bcast algorithms and auto over tcp at the largest p, 4 KiB-4 MiB (where
+#      the binomial tree should give way to scatter + allgather on a network);
+#   6. vs-openmpi-tcp.md: --tcp-fabrics (default tcp and ofi:tcp) against Open MPI's tcp BTL on lo.
+# raw.csv holds every measurement of stages 2-6 (bench-algs rows, then bench-vs-openmpi's).
 # --small: a trial of the whole path here (p = 2, small sizes, one round).
 set -u
 cd "$(dirname "$0")/.."
@@ -30,7 +32,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --tcp-fabrics) tcp_fabrics=$2; shift 2 ;;
     --small) small=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "check-16core: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -43,9 +45,9 @@ left() { # stage name: is there time for it?
   if [ "$SECONDS" -ge "$deadline" ]; then say "skipped $1: past the deadline of $deadline s"; return 1; fi
   say "stage $1"
 }
-ar_min=64K ar_max=64M a2a_min=1K a2a_max=1M vs_max=16777216
+ar_min=64K ar_max=64M a2a_min=1K a2a_max=1M bc_max=4M vs_max=16777216
 if [ "$small" = 1 ]; then
-  procs=2 runs=1 rounds=1 ar_min=64K ar_max=256K a2a_min=1K a2a_max=4K vs_max=4096
+  procs=2 runs=1 rounds=1 ar_min=64K ar_max=256K a2a_min=1K a2a_max=4K bc_max=8K vs_max=4096
 fi
 largest=${procs##* }
 
@@ -59,14 +61,15 @@ trap 'rm -f scripts/.bench-vs-openmpi-bundle.sh' EXIT
 
 if left "1 (host, membw)"; then
   { grep PRETTY /etc/os-release; nproc; lscpu | grep -E 'Model name|NUMA node\(s\)|^CPU\(s\)'; uname -r; } >"$out/host.txt" 2>&1
-  if [ "$small" = 1 ]; then echo "(--small: membw not run)" >"$out/membw.txt"; else "$D/bin/membw" >"$out/membw.txt" 2>&1; fi
-  cat "$out/host.txt" "$out/membw.txt" >>"$log"
+  if [ "$small" = 1 ]; then echo "(--small: membw not run)" >>"$out/host.txt"; else "$D/bin/membw" >>"$out/host.txt" 2>&1; fi
+  cat "$out/host.txt" >>"$log"
   # the shm fabric works here at all (memfd and /proc/PID/fd across processes)
   timeout 60 "$D/bin/fabrun" -n 4 --fabric shm --timeout 50 "$D/bin/fabcoll" bench --op allreduce --max-size 64K \
     --iters 10 --warmup 1 --check >>"$log" 2>&1 || say "shm smoke test failed (see above)"
 fi
-algs() { # op algos procs min max name
+algs() { # op algos procs min max name [fabric]
   scripts/bench-algs.sh --op "$1" --algos "$2" --procs "$3" --min "$4" --max "$5" --rounds "$rounds" --bin "$D/bin" \
+    --fabric "${7:-shm}" \
     --out "$D/algs-$6" >>"$log" 2>&1 || say "bench-algs $1 failed"
   cp "$D/algs-$6/summary.md" "$out/$6.md" 2>/dev/null
   tail -n +2 "$D/algs-$6/raw.csv" 2>/dev/null | sed 's/^/algs,/' >>"$out/raw.csv"
@@ -85,5 +88,8 @@ if left "3 (shm against Open MPI)"; then vs shm shm; fi
 if left "4 (alltoall algorithms)"; then
   algs alltoall "simple spreading_simple pairwise_xor pair_light_barrier mesh_2d" "$largest" "$a2a_min" "$a2a_max" alltoall
 fi
-if left "5 (tcp against Open MPI)"; then vs "$tcp_fabrics" tcp; fi
+if left "5 (bcast algorithms over tcp)"; then
+  algs bcast "binomial scatter_recursive_doubling_allgather scatter_ring_allgather" "$largest" 4K "$bc_max" bcast-tcp tcp
+fi
+if left "6 (tcp against Open MPI)"; then vs "$tcp_fabrics" tcp; fi
 say "done"
