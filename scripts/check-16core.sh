@@ -5,23 +5,26 @@
 # There, from a copy of the project root holding target/devb:
 #
 #   bash scripts/check-16core.sh [--bundle DIR] [--out DIR] [--deadline SECONDS] [--procs "8 16"]
-#                                [--runs N] [--rounds N] [--tcp-fabrics "tcp ofi:tcp"] [--small]
+#                                [--runs N] [--rounds N] [--tcp-fabrics "tcp ofi:tcp"] [--tune-log FILE] [--small]
 #
 # Stages, in order of what they decide; one that would start after --deadline seconds is skipped
-# (default 3000) and says so in log.txt:
+# (default 3000) and says so in log.txt. Each stage's table is appended to summary.md:
 #   1. host.txt: the machine and its memcpy bandwidth (membw, the floor of large messages);
-#   2. allreduce.md: forced allreduce algorithms and auto, 64 KiB-64 MiB, at each p (bench-algs.sh);
-#   3. vs-openmpi-shm.md: fabcoll shm against Open MPI vader, all four ops, 8 B-16 MiB;
-#   4. alltoall.md: forced alltoall algorithms and auto at the largest p;
-#   5. bcast-tcp.md: forced bcast algorithms and auto over tcp at the largest p, 4 KiB-4 MiB (where
-#      the binomial tree should give way to scatter + allgather on a network);
-#   6. vs-openmpi-tcp.md: --tcp-fabrics (default tcp and ofi:tcp) against Open MPI's tcp BTL on lo.
+#   2. forced allreduce algorithms and auto, 64 KiB-64 MiB, at each p (bench-algs.sh);
+#   3. fabcoll shm against Open MPI vader, all four ops, 8 B-16 MiB (bench-vs-openmpi.sh);
+#   4. forced alltoall algorithms and auto at the largest p;
+#   5. forced bcast algorithms and auto over tcp at the largest p, 4 KiB-4 MiB (where the binomial
+#      tree should give way to scatter + allgather on a network);
+#   6. --tcp-fabrics (default tcp and ofi:tcp) against Open MPI's tcp BTL on lo;
+#   7. `fabcoll tune` of allreduce and alltoall on shm at the largest p until the deadline:
+#      tune-decisions.json (this machine's rules) and tune-log.jsonl (its measured points; pass it
+#      back with --tune-log to resume where it stopped).
 # raw.csv holds every measurement of stages 2-6 (bench-algs rows, then bench-vs-openmpi's).
 # --small: a trial of the whole path here (p = 2, small sizes, one round).
 set -u
 cd "$(dirname "$0")/.."
 bundle=target/devb out=${OUT:-/tmp/check-16core} deadline=3000 procs="8 16" runs=2 rounds=2 small=0
-tcp_fabrics="tcp ofi:tcp"
+tcp_fabrics="tcp ofi:tcp" tune_log=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle=$2; shift 2 ;;
@@ -31,8 +34,9 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --tcp-fabrics) tcp_fabrics=$2; shift 2 ;;
+    --tune-log) tune_log=$2; shift 2 ;;
     --small) small=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "check-16core: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -71,13 +75,13 @@ algs() { # op algos procs min max name [fabric]
   scripts/bench-algs.sh --op "$1" --algos "$2" --procs "$3" --min "$4" --max "$5" --rounds "$rounds" --bin "$D/bin" \
     --fabric "${7:-shm}" \
     --out "$D/algs-$6" >>"$log" 2>&1 || say "bench-algs $1 failed"
-  cp "$D/algs-$6/summary.md" "$out/$6.md" 2>/dev/null
+  { echo; cat "$D/algs-$6/summary.md"; } >>"$out/summary.md" 2>/dev/null
   tail -n +2 "$D/algs-$6/raw.csv" 2>/dev/null | sed 's/^/algs,/' >>"$out/raw.csv"
 }
 vs() { # fabrics name
   bash scripts/.bench-vs-openmpi-bundle.sh --fabrics "$1" --procs "$procs" --runs "$runs" --max "$vs_max" \
     --out "$D/vs-$2" >>"$log" 2>&1 || say "bench-vs-openmpi $1 failed"
-  cp "$D/vs-$2/summary.md" "$out/vs-openmpi-$2.md" 2>/dev/null
+  { echo; cat "$D/vs-$2/summary.md"; } >>"$out/summary.md" 2>/dev/null
   tail -n +2 "$D/vs-$2/raw.csv" 2>/dev/null | sed 's/^/vs,/' >>"$out/raw.csv"
 }
 if left "2 (allreduce algorithms)"; then
@@ -86,10 +90,19 @@ if left "2 (allreduce algorithms)"; then
 fi
 if left "3 (shm against Open MPI)"; then vs shm shm; fi
 if left "4 (alltoall algorithms)"; then
-  algs alltoall "simple spreading_simple pairwise_xor pair_light_barrier mesh_2d" "$largest" "$a2a_min" "$a2a_max" alltoall
+  algs alltoall "simple spreading_simple pairwise_xor pairwise_matching pair_light_barrier mesh_2d" "$largest" \
+    "$a2a_min" "$a2a_max" alltoall
 fi
 if left "5 (bcast algorithms over tcp)"; then
   algs bcast "binomial scatter_recursive_doubling_allgather scatter_ring_allgather" "$largest" 4K "$bc_max" bcast-tcp tcp
 fi
 if left "6 (tcp against Open MPI)"; then vs "$tcp_fabrics" tcp; fi
+if left "7 (tune)"; then
+  minutes=$(((deadline - SECONDS) / 60)); [ "$minutes" -lt 1 ] && minutes=1
+  [ -n "$tune_log" ] && cp "$tune_log" "$out/tune-log.jsonl"
+  tune_max=64M; [ "$small" = 1 ] && tune_max=4K
+  (cd "$out" && timeout $((minutes * 60 + 300)) "$D/bin/fabrun" -n "$largest" --fabric shm --timeout $((minutes * 60 + 240)) \
+    "$D/bin/fabcoll" tune --ops allreduce,alltoall --max-size "$tune_max" --budget-minutes "$minutes" \
+    --out tune-decisions.json --log tune-log.jsonl >>"$log" 2>&1) || say "tune failed"
+fi
 say "done"
