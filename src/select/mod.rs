@@ -149,7 +149,10 @@ mod tests {
         assert_eq!(pick(Collective::Bcast, 16, 1 << 14, true), "scatter_recursive_doubling_allgather");
         // on networks the tree stays up to 32 KiB (its lg p messages against 2 lg p)
         assert_eq!(pick_on(Collective::Bcast, 16, 32 << 10, FabricClass::Network), "binomial");
-        assert_eq!(pick_on(Collective::Bcast, 16, 64 << 10, FabricClass::Network), "scatter_recursive_doubling_allgather");
+        assert_eq!(
+            pick_on(Collective::Bcast, 16, 64 << 10, FabricClass::Network),
+            "scatter_recursive_doubling_allgather"
+        );
         assert_eq!(pick(Collective::Bcast, 16, 1 << 17, true), "scatter_ring_allgather");
         assert_eq!(pick(Collective::Bcast, 12, 1 << 14, true), "scatter_ring_allgather");
         assert_eq!(pick(Collective::Reduce, 8, 1 << 10, false), "binomial");
