@@ -4,6 +4,7 @@ backend. Every rank checks that all hold the same parameters at the end; rank 0 
 of every step as one JSON line: `losses [...]`."""
 
 import json
+import os
 import sys
 
 import torch
@@ -43,3 +44,9 @@ for r in range(p):
 dist.destroy_process_group()
 if me == 0:
     print("losses", json.dumps(losses), flush=True)
+if backend == "gloo":
+    # The reference run only: torch's Gloo worker thread can still drop a tensor while the
+    # interpreter finalizes, which aborts the process ("terminate called without an active
+    # exception" from ProcessGroupGloo::runLoop; seen once in CI after all 50 steps). Our backend
+    # goes through the normal exit, so a crash of ours at exit still fails the test.
+    os._exit(0)
