@@ -2,8 +2,8 @@
 //! taking the blocks in a cyclic order starting after its own, so that no two ranks touch the
 //! same block at once. Here rank r writes its input's blocks to r+1, r+2, … and the reduced
 //! block to r+1, r+2, … in turn (so at each position of the order every rank writes to a
-//! different peer), and receives from r−1, r−2, … first. The paper reports +23–33 % over the
-//! plain parallel order on its machines.
+//! different peer), and receives from r−1, r−2, … first. In the paper (§5.3) it is the fastest
+//! design on a NUMA machine and ties the plain parallel order where cores share caches.
 //!
 //! Cost (any p): 2(p−1)α + 2(p−1)/p·nβ + (p−1)/p·nγ (two mesh phases, `pairwise_rs_cost`).
 //! Restrictions: none — contributions are folded in rank order (`rs_pairwise`).

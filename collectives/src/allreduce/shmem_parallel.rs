@@ -34,10 +34,10 @@ pub(crate) const ALGORITHM: Algorithm = Algorithm {
 };
 
 fn cost(a: &CollArgs) -> Cost {
-    if a.size < 3 {
-        return pairwise_rs_cost(a);
-    }
     let c = pairwise_rs_cost(a);
+    if a.size < 3 {
+        return c;
+    }
     Cost::new(1.5 * c.alpha, 1.5 * c.beta, c.gamma)
 }
 

@@ -617,7 +617,10 @@ impl MeshOrder {
         let others = move |i: u32| if i < rank { i } else { i + 1 };
         (1..p).map(move |i| match self {
             MeshOrder::Rotated => ((rank + i) % p, (rank + p - i) % p),
-            MeshOrder::Ascending => (others(i - 1), others(i - 1)),
+            MeshOrder::Ascending => {
+                let q = others(i - 1);
+                (q, q)
+            }
         })
     }
 }
