@@ -20,16 +20,16 @@ pub enum Error {
     /// Bootstrapping failed (environment, store).
     #[error("bootstrap: {0}")]
     Bootstrap(#[from] fabcoll_fabric::bootstrap::BootstrapError),
-    /// A collective did not finish in time; `waiting_for` are the ranks (of this communicator)
-    /// whose messages or grants were still missing — dead or silent peers.
-    #[error(
-        "{coll} (collective #{seq}) timed out after {after:?} on rank {rank}, waiting for rank(s) {waiting_for:?}"
-    )]
-    Timeout { coll: Collective, seq: u64, rank: u32, after: Duration, waiting_for: Vec<u32> },
+    /// A collective or transfer did not finish in time; `waiting_for` are the ranks (of this
+    /// communicator) whose messages or grants were still missing — dead or silent peers. `coll` is
+    /// the operation's name (`send` or `recv` for a transfer), `seq` a collective's number on its
+    /// communicator or a transfer's among those from its sender to its receiver.
+    #[error("{coll} (call #{seq}) timed out after {after:?} on rank {rank}, waiting for rank(s) {waiting_for:?}")]
+    Timeout { coll: &'static str, seq: u64, rank: u32, after: Duration, waiting_for: Vec<u32> },
     /// A peer failed or left during a collective (a write to it failed); `peers` are the ranks
     /// to blame after hearing the other survivors (see `Timeout`), `cause` the fabric's report.
-    #[error("{coll} (collective #{seq}) failed on rank {rank}: rank(s) {peers:?} failed or left ({cause})")]
-    PeerLost { coll: Collective, seq: u64, rank: u32, peers: Vec<u32>, cause: String },
+    #[error("{coll} (call #{seq}) failed on rank {rank}: rank(s) {peers:?} failed or left ({cause})")]
+    PeerLost { coll: &'static str, seq: u64, rank: u32, peers: Vec<u32>, cause: String },
     /// A peer violated the protocol (malformed control message, unknown grant, …).
     #[error("protocol error: {0}")]
     Protocol(String),

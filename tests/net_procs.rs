@@ -79,6 +79,16 @@ fn tcp_nonblocking_overlap() {
 }
 
 #[test]
+fn tcp_transfers() {
+    on_fabric("tcp_transfers", "tcp", 3, 6, procs::transfers);
+}
+
+#[test]
+fn ofi_tcp_transfers() {
+    on_fabric("ofi_tcp_transfers", "ofi:tcp", 4, 6, procs::transfers);
+}
+
+#[test]
 fn tcp_split_and_dup() {
     on_fabric("tcp_split_and_dup", "tcp", 6, 1, |c| procs::split(c).map(|()| 1));
 }

@@ -80,6 +80,16 @@ fn shm_nonblocking_overlap() {
 }
 
 #[test]
+fn shm_transfers() {
+    on_shm("shm_transfers", 3, 6, procs::transfers);
+}
+
+#[test]
+fn shm_transfers_p2() {
+    on_shm("shm_transfers_p2", 2, 6, procs::transfers);
+}
+
+#[test]
 fn shm_split_and_dup() {
     on_shm("shm_split_and_dup", 6, 1, |c| procs::split(c).map(|()| 1));
 }

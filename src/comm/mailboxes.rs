@@ -249,11 +249,17 @@ impl Communicator {
                 if !gone.is_empty() {
                     let cause = gone.iter().map(|(_, w)| w.as_str()).collect::<Vec<_>>().join("; ");
                     let peers = gone.into_iter().map(|(r, _)| r).collect();
-                    return Err(Error::PeerLost { coll, seq: this_seq, rank, peers, cause });
+                    return Err(Error::PeerLost { coll: coll.name(), seq: this_seq, rank, peers, cause });
                 }
             }
             if waited >= timeout {
-                return Err(Error::Timeout { coll, seq: this_seq, rank, after: waited, waiting_for: vec![peer] });
+                return Err(Error::Timeout {
+                    coll: coll.name(),
+                    seq: this_seq,
+                    rank,
+                    after: waited,
+                    waiting_for: vec![peer],
+                });
             }
             Ok(())
         };

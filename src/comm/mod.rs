@@ -4,7 +4,8 @@
 //! Communicators made by [`Communicator::dup`] and [`Communicator::split`] share their parent's
 //! endpoint and engine and get a context id of their own (agreed on with a collective over the
 //! parent), which separates their messages in control tags and eager immediates; one engine
-//! progresses the collectives of all of them.
+//! progresses the collectives of all of them. Each also has a second context, the next id, for its
+//! point-to-point transfers (`p2p`).
 //!
 //! A communicator knows where its ranks sit ([`Communicator::topology`], see `nodes`): the world
 //! communicator from the bootstrap, derived ones from their parent's.
@@ -14,6 +15,7 @@ mod mailboxes;
 mod memo;
 mod model;
 mod nodes;
+mod p2p;
 mod pinned;
 mod raw;
 mod request;
@@ -155,6 +157,7 @@ impl Communicator {
         let mut engine = Engine::new(ep, cfg)?;
         let members: Arc<[u32]> = (0..size).collect();
         engine.add_ctx(0, &members)?;
+        engine.add_p2p_ctx(p2p::ctx_of(0), &members)?;
         let lanes = Lanes {
             mailbox_limit: engine.mailbox_limit(),
             eager_limit: engine.eager_limit(),
@@ -399,7 +402,7 @@ impl Communicator {
     /// Starts a prepared call on the engine, straight over the rings or as an op (`path`).
     fn start_prepared(&self, call: &Call<'_>, p: &Prepared, path: Path) -> Result<Started> {
         let spec = CallSpec {
-            coll: call.args.coll,
+            coll: call.args.coll.name(),
             alg: p.alg,
             sig: call.sig(p),
             plan: &p.plan,
@@ -507,7 +510,7 @@ impl Communicator {
         let ctx = all.chunks(3).map(|c| c[2]).max().unwrap_or(i64::from(next)) as u32;
         let Some(color) = color else {
             let mut e = self.lock();
-            e.next_ctx = e.next_ctx.max(ctx + 1);
+            e.next_ctx = e.next_ctx.max(p2p::ctx_of(ctx) + 1);
             return Ok(None);
         };
         let mut group: Vec<(i64, u32)> = all
@@ -527,7 +530,11 @@ impl Communicator {
     /// A communicator of `members` (endpoint ranks) on context `ctx`, where this rank is `rank`
     /// and the ranks sit as `topology` says.
     fn derive(&self, ctx: u32, members: Arc<[u32]>, rank: u32, topology: Arc<Topology>) -> Result<Communicator> {
-        self.lock().add_ctx(ctx, &members)?;
+        {
+            let mut e = self.lock();
+            e.add_ctx(ctx, &members)?;
+            e.add_p2p_ctx(p2p::ctx_of(ctx), &members)?;
+        }
         Ok(Communicator {
             engine: self.engine.clone(),
             ctx,
@@ -585,7 +592,9 @@ impl Drop for Communicator {
     fn drop(&mut self) {
         CallsRegistry::retire(&self.registry, &self.calls);
         if self.ctx != 0 {
-            self.lock().remove_ctx(self.ctx);
+            let mut e = self.lock();
+            e.remove_ctx(self.ctx);
+            e.remove_ctx(p2p::ctx_of(self.ctx));
         }
     }
 }

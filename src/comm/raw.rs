@@ -9,7 +9,12 @@
 
 use std::sync::Arc;
 
+use std::mem::size_of_val;
+
+use fabcoll_collectives::datatype::Element;
+
 use super::call::{Call, Collectives};
+use super::p2p::Transfer;
 use super::request::InFlight;
 use super::{Communicator, Options};
 use crate::error::Result;
@@ -50,6 +55,24 @@ impl RawCalls {
     /// The communicator the calls run on.
     pub fn communicator(&self) -> &Arc<Communicator> {
         &self.comm
+    }
+
+    /// Starts sending `buf` to rank `dst` with `tag` (see [`Communicator::send`]).
+    pub fn isend<T: Element>(&self, buf: &[T], dst: u32, tag: u32) -> Result<RawRequest> {
+        let t = Transfer::send(&self.comm, buf.as_ptr().cast(), size_of_val(buf), T::DATATYPE, dst, tag)?;
+        self.transfer(&t)
+    }
+
+    /// Starts receiving into `buf` from rank `src` (see [`Communicator::recv`]).
+    pub fn irecv<T: Element>(&self, buf: &mut [T], src: u32, tag: u32) -> Result<RawRequest> {
+        let t = Transfer::recv(&self.comm, buf.as_mut_ptr().cast(), size_of_val(buf), T::DATATYPE, src, tag)?;
+        self.transfer(&t)
+    }
+
+    fn transfer(&self, t: &Transfer) -> Result<RawRequest> {
+        let key = self.comm.start_transfer(t)?;
+        self.comm.left_in_flight();
+        Ok(RawRequest { comm: self.comm.clone(), call: InFlight::started(key), alg: "p2p" })
     }
 }
 

@@ -14,6 +14,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use super::call::{Call, Collectives};
+use super::p2p::Transfer;
 use super::{Communicator, Options};
 use crate::error::{Error, Result};
 use crate::exec::{OpKey, Started};
@@ -63,6 +64,11 @@ impl Communicator {
 }
 
 impl InFlight {
+    /// An op left in flight.
+    pub fn started(key: OpKey) -> InFlight {
+        InFlight { key: Some(key), outcome: None }
+    }
+
     /// The op left in flight, if any.
     pub fn key(&self) -> Option<OpKey> {
         self.key
@@ -130,6 +136,18 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// The algorithm a started request runs (for tests and tracing).
     pub fn algorithm_of(&self, r: &Request<'_>) -> Option<&'static str> {
         Some(r.alg)
+    }
+
+    pub(super) fn communicator(&self) -> &'env Communicator {
+        self.comm
+    }
+
+    /// Starts a point-to-point transfer (`p2p`) in the scope.
+    pub(super) fn submit_transfer(&self, t: &Transfer) -> Result<Request<'scope>> {
+        let key = self.comm.start_transfer(t)?;
+        self.comm.left_in_flight();
+        self.keys.borrow_mut().push(key);
+        Ok(Request { comm: self.comm, call: InFlight::started(key), alg: "p2p" })
     }
 }
 

@@ -42,7 +42,9 @@ impl Early {
     /// Whether this message is for call `key`.
     #[inline]
     fn is_for(&self, key: OpKey) -> bool {
-        self.ctx == key.ctx && seq_match(key.seq, self.seq_low, self.mask)
+        self.ctx == key.ctx
+            && seq_match(key.seq, self.seq_low, self.mask)
+            && (!key.is_p2p() || key.p2p_peer() == self.peer)
     }
 
     fn is_ctrl(&self) -> bool {
@@ -84,6 +86,21 @@ impl EarlyQueue {
     /// How many messages wait (a mark for [`EarlyQueue::any_for_since`]).
     pub fn len(&self) -> usize {
         self.items.len()
+    }
+
+    /// Takes out every message of context `ctx` (broken: nobody will take them), into `into`.
+    pub fn take_ctx(&mut self, ctx: u32, into: &mut Vec<Early>) {
+        let mut kept = VecDeque::with_capacity(self.items.len());
+        for e in self.items.drain(..) {
+            if e.ctx == ctx {
+                self.per_bucket[bucket(e.seq_low)] -= 1;
+                self.ctrl -= usize::from(e.is_ctrl());
+                into.push(e);
+            } else {
+                kept.push_back(e);
+            }
+        }
+        self.items = kept;
     }
 
     /// Whether a control message for `key` waits.

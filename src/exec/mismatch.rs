@@ -6,12 +6,16 @@
 use super::early::EarlyWhat;
 use super::op::Op;
 use super::proto::{self, CallSig, Kind};
-use super::{Core, Engine, OpKey, NOT_A_MEMBER};
+use super::{op_peers, Core, Engine, OpKey, NOT_A_MEMBER};
 use crate::error::{Error, Result};
 
 /// What every mismatch message ends with.
 pub(crate) const HINT: &str = "ranks called different collectives or passed different roots, counts, types, \
                                operations or algorithms (FABCOLL_CHECK=1 names the difference)";
+
+/// What a point-to-point mismatch message ends with.
+pub(crate) const P2P_HINT: &str = "the n-th send from one rank to another matches the n-th receive there, which must \
+                                   have the same tag, element type and count";
 
 /// Whether a message for the call whose sequence number's low bits are `low` is for a call
 /// before `next` (one this rank has finished), rather than a later one: peers run at most half
@@ -39,15 +43,16 @@ fn tell(core: &mut Core, ctx: u32, seq: u64, eps: impl IntoIterator<Item = usize
 pub(super) fn signature(core: &mut Core, op: &Op, peer: u32) -> Error {
     let rop = op.rop().map_or(String::new(), |o| format!(", {}", o.name()));
     let msg = format!(
-        "collective #{}: rank {peer} made a different call than rank {}'s {} ({}, {}{rop}): {HINT}",
-        op.key.seq,
+        "{} #{}: rank {peer} made a different call than rank {}'s {} ({}, {}{rop}): {}",
+        if op.key.is_p2p() { "transfer" } else { "collective" },
+        op.key.number(),
         op.rank,
         op.coll,
         op.dtype(),
         op.alg,
+        if op.key.is_p2p() { P2P_HINT } else { HINT },
     );
-    let eps: Vec<usize> = (0..op.members.len() as u32).filter(|&q| q != op.rank).map(|q| op.ep(q)).collect();
-    tell(core, op.key.ctx, op.key.seq, eps, &msg);
+    tell(core, op.key.ctx, op.key.seq, op_peers(op), &msg);
     Error::Mismatch(msg)
 }
 
@@ -74,9 +79,11 @@ impl Engine {
     ) -> Result<Option<EarlyWhat>> {
         let Some(c) = self.ctxs.get(&ctx) else { return Ok(Some(what)) };
         let from = c.ep_to_comm.get(peer).copied().filter(|&r| r != NOT_A_MEMBER);
+        let p2p = c.streams.is_some();
         let why = match &what {
             EarlyWhat::Ctrl { kind: Kind::Abort, data, .. } => {
-                if let Some(from) = from {
+                // A transfer's peer that gave up says nothing about later transfers.
+                if let (Some(from), false) = (from, p2p) {
                     self.gave_up(ctx, from, proto::parse_u32s(data)?);
                 }
                 return Ok(None);
@@ -89,8 +96,12 @@ impl Engine {
                     rank_name(from)
                 );
                 let me_ep = self.core.ep.rank();
-                let eps: Vec<usize> =
-                    (0..c.ep_to_comm.len()).filter(|&e| c.ep_to_comm[e] != NOT_A_MEMBER && e != me_ep).collect();
+                let eps: Vec<usize> = match p2p {
+                    true => vec![peer],
+                    false => {
+                        (0..c.ep_to_comm.len()).filter(|&e| c.ep_to_comm[e] != NOT_A_MEMBER && e != me_ep).collect()
+                    }
+                };
                 tell(&mut self.core, ctx, seq_low, eps, &msg);
                 msg
             }

@@ -21,6 +21,7 @@ pub(crate) mod mailboxes;
 mod mismatch;
 pub(crate) mod mrcache;
 pub(crate) mod op;
+mod p2p;
 pub(crate) mod plan;
 pub(crate) mod progress;
 pub(crate) mod proto;
@@ -93,6 +94,8 @@ pub(crate) struct CtxState {
     /// they were waiting for (their abort notice): they will not join a later call, and a later
     /// call that waits for them blames those ranks instead (`mismatch::on_past`).
     gave_up: Vec<(u32, Vec<u32>)>,
+    /// A point-to-point context's per-stream counters (`p2p`); `None` on a collective one.
+    streams: Option<Box<p2p::Streams>>,
 }
 
 /// `CtxState::ep_to_comm` of an endpoint rank outside the context.
@@ -173,8 +176,17 @@ fn queue_notices(core: &mut Core, op: &Op) {
     let waits: Vec<u8> =
         op.waiting_for().iter().take(core.caps.max_ctrl.min(4096) / 4).flat_map(|r| r.to_le_bytes()).collect();
     let tag = proto::tag(Kind::Abort, op.key.ctx, op.key.seq, CallSig::default());
-    for peer in (0..op.members.len() as u32).filter(|&p| p != op.rank) {
-        core.ctrl(op.ep(peer), tag, waits.clone());
+    for ep in op_peers(op) {
+        core.ctrl(ep, tag, waits.clone());
+    }
+}
+
+/// The endpoints that take part in `op` besides this rank: every member of a collective, the one
+/// peer of a point-to-point transfer.
+fn op_peers(op: &Op) -> Vec<usize> {
+    match op.key.is_p2p() {
+        true => vec![op.key.p2p_peer()],
+        false => (0..op.members.len() as u32).filter(|&p| p != op.rank).map(|p| op.ep(p)).collect(),
     }
 }
 
@@ -348,6 +360,15 @@ impl Engine {
             if c.broken.is_none() {
                 c.broken = Some(why);
                 self.breaks.fetch_add(1, Ordering::Release);
+                // What waits for the context's later calls will not be taken: give the eager
+                // slots back (the rings are shared with every other context).
+                let mut dropped = Vec::new();
+                self.early.take_ctx(ctx, &mut dropped);
+                for e in dropped {
+                    if let EarlyWhat::Eager { slot, .. } = e.what {
+                        let _ = self.core.release_slot(e.peer, slot);
+                    }
+                }
             }
         }
     }
@@ -375,9 +396,25 @@ impl Engine {
                 Error::Protocol(format!("context {ctx}: member endpoint {e} >= {}", self.core.ep.size()))
             })? = c as u32;
         }
-        let state = CtxState { ep_to_comm, next_seq: 0, outstanding: Vec::new(), broken: None, gave_up: Vec::new() };
+        let state = CtxState {
+            ep_to_comm,
+            next_seq: 0,
+            outstanding: Vec::new(),
+            broken: None,
+            gave_up: Vec::new(),
+            streams: None,
+        };
         self.ctxs.insert(ctx, state);
         self.next_ctx = self.next_ctx.max(ctx + 1);
+        Ok(())
+    }
+
+    /// Registers the point-to-point context of a communicator (`p2p`).
+    pub fn add_p2p_ctx(&mut self, ctx: u32, members: &[u32]) -> Result<()> {
+        self.add_ctx(ctx, members)?;
+        if let Some(c) = self.ctxs.get_mut(&ctx) {
+            c.streams = Some(Box::default());
+        }
         Ok(())
     }
 
@@ -429,24 +466,46 @@ impl Engine {
         check: Option<op::Check>,
         straight: bool,
     ) -> Result<Started> {
-        let st = self.ctxs.get_mut(&ctx).ok_or_else(|| Error::Protocol(format!("unknown context {ctx}")))?;
-        if let Some(why) = &st.broken {
-            return Err(Error::Broken(why.clone()));
-        }
-        let key = OpKey { ctx, seq: st.next_seq };
         let window = self.core.layout.seq_window();
-        if st.outstanding.len() as u64 >= window {
-            return Err(Error::InvalidArgument {
-                coll: spec.coll.name(),
-                msg: format!("more than {window} collectives outstanding on one communicator"),
-            });
-        }
+        let st = self.open_ctx(ctx, spec.coll, window, "collectives")?;
+        let key = OpKey { ctx, seq: st.next_seq };
         if straight && check.is_none() && self.may_start_straight(key) {
             return self.run_straight(key, members, spec, send, recv);
         }
         let st = self.ctxs.get_mut(&ctx).expect("looked up above");
         st.next_seq += 1;
-        st.outstanding.push(key.seq);
+        self.enter(key, members, spec, send, recv, check)?;
+        Ok(Started::Pending(key))
+    }
+
+    /// Context `ctx`, unless it is broken or has `window` calls (`what`) outstanding already.
+    fn open_ctx(&mut self, ctx: u32, coll: &'static str, window: u64, what: &str) -> Result<&mut CtxState> {
+        let st = self.ctxs.get_mut(&ctx).ok_or_else(|| Error::Protocol(format!("unknown context {ctx}")))?;
+        if let Some(why) = &st.broken {
+            return Err(Error::Broken(why.clone()));
+        }
+        if st.outstanding.len() as u64 >= window {
+            let msg = format!("more than {window} {what} outstanding on one communicator");
+            return Err(Error::InvalidArgument { coll, msg });
+        }
+        Ok(st)
+    }
+
+    /// Makes the op of call `key` (counted as started in its context), hands it what arrived for
+    /// it and begins it.
+    fn enter(
+        &mut self,
+        key: OpKey,
+        members: &Arc<[u32]>,
+        spec: CallSpec<'_>,
+        send: Bound,
+        recv: Bound,
+        check: Option<op::Check>,
+    ) -> Result<()> {
+        let ctx = key.ctx;
+        if let Some(st) = self.ctxs.get_mut(&ctx) {
+            st.outstanding.push(key.seq);
+        }
         // The scratch list reuses the allocation of the spare op `make_op` takes.
         let mut scratch = self.spare.last_mut().map(|o| o.release_buffers()).unwrap_or_default();
         scratch.clear();
@@ -463,7 +522,32 @@ impl Engine {
         }
         self.ops.insert(key, op);
         self.admit(key, true);
-        Ok(Started::Pending(key))
+        Ok(())
+    }
+
+    /// Starts a point-to-point transfer on context `ctx` (a communicator's `p2p` one) with
+    /// communicator rank `peer`: a send (`outgoing`) or a receive, whose one-step plan is in
+    /// `spec`. Buffers are already bound. Returns the key to wait for.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_transfer(
+        &mut self,
+        ctx: u32,
+        members: &Arc<[u32]>,
+        peer: u32,
+        outgoing: bool,
+        spec: CallSpec<'_>,
+        send: Bound,
+        recv: Bound,
+    ) -> Result<OpKey> {
+        let me = self.core.ep.rank();
+        let window = self.core.layout.seq_window() / 2;
+        let st = self.open_ctx(ctx, spec.coll, window, "transfers")?;
+        let peer_ep = members[peer as usize] as usize;
+        let streams =
+            st.streams.as_mut().ok_or_else(|| Error::Protocol(format!("context {ctx} is not point-to-point")))?;
+        let key = streams.next_key(ctx, me, peer_ep, outgoing);
+        self.enter(key, members, spec, send, recv, None)?;
+        Ok(key)
     }
 
     /// Registered scratch buffers for `plan` with elements of `dtype`, appended to `into`.
@@ -618,6 +702,10 @@ impl Engine {
         let running = |k: OpKey| k.ctx == ctx && seq_match(k.seq, seq_low, mask);
         let route = match self.ctxs.get(&ctx) {
             Some(c) if c.broken.is_some() => Route::Drop,
+            Some(c) if c.streams.is_some() => {
+                let streams = c.streams.as_deref().expect("matched above");
+                streams.route(c, ctx, self.core.ep.rank(), peer, seq_low, mask)
+            }
             Some(c) => match c.outstanding.iter().find(|&&s| seq_match(s, seq_low, mask)) {
                 Some(&seq) => Route::Op(OpKey { ctx, seq }),
                 None if !self.straight.is_some_and(running) && mismatch::is_past(c.next_seq, seq_low, mask) => {
@@ -838,10 +926,10 @@ impl Engine {
     /// Removes a finished op and returns its result. A failed op breaks its communicator.
     pub fn take(&mut self, key: OpKey) -> Result<()> {
         let Some(op) = self.ops.get(&key) else {
-            return Err(Error::Protocol(format!("collective #{} is unknown (already waited for?)", key.seq)));
+            return Err(Error::Protocol(format!("call #{} is unknown (already waited for?)", key.number())));
         };
         if !op.finished() {
-            return Err(Error::Protocol(format!("collective #{} has not finished", key.seq)));
+            return Err(Error::Protocol(format!("call #{} has not finished", key.number())));
         }
         let mut op = self.ops.remove(&key).expect("present");
         if !self.wakers.is_empty() {
@@ -1023,7 +1111,7 @@ impl Engine {
         match op.grace_until {
             None => self.begin_grace(key),
             Some(t) => {
-                let everyone = op.notices.len() + 1 >= op.members.len();
+                let everyone = op.notices.len() >= op_peers(op).len();
                 if Instant::now() >= t || everyone {
                     self.time_out(key);
                 }
@@ -1075,14 +1163,14 @@ impl Engine {
             let e = match &op.lost {
                 Some((lost, cause)) => Error::PeerLost {
                     coll: op.coll,
-                    seq: key.seq,
+                    seq: key.number(),
                     rank: op.rank,
                     peers: op.lost_peers(*lost),
                     cause: cause.clone(),
                 },
                 None => Error::Timeout {
                     coll: op.coll,
-                    seq: key.seq,
+                    seq: key.number(),
                     rank: op.rank,
                     after: op.waited(),
                     waiting_for: op.suspects(),

@@ -17,7 +17,6 @@ use std::time::Instant;
 use fabcoll_collectives::datatype::Datatype;
 use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::schedule::{Region, StepId, StepKind};
-use fabcoll_collectives::Collective;
 use fabcoll_fabric::SILENT_WRITE;
 
 use super::bufs::{local_step, Bound, Bufs};
@@ -49,7 +48,8 @@ pub(crate) struct Check {
 
 pub(crate) struct Op {
     pub key: OpKey,
-    pub coll: Collective,
+    /// The operation's name (a collective's, or `send` / `recv`), for messages.
+    pub coll: &'static str,
     pub alg: &'static str,
     pub sig: CallSig,
     pub rank: u32,
@@ -113,7 +113,8 @@ pub(crate) struct Parts {
 /// What an op runs: its own copy of a [`CallSpec`].
 #[derive(Clone)]
 pub(crate) struct OpSpec {
-    pub coll: Collective,
+    /// The operation's name (a collective's, or `send` / `recv`), for messages.
+    pub coll: &'static str,
     pub alg: &'static str,
     /// The call's signature, carried by its eager messages, grants and RTS (`proto::CallSig`).
     pub sig: CallSig,
@@ -126,7 +127,8 @@ pub(crate) struct OpSpec {
 /// only an op (made at the start or at a hand-over) takes a copy.
 #[derive(Copy, Clone)]
 pub(crate) struct CallSpec<'a> {
-    pub coll: Collective,
+    /// The operation's name (a collective's, or `send` / `recv`), for messages.
+    pub coll: &'static str,
     pub alg: &'static str,
     pub sig: CallSig,
     pub plan: &'a Arc<Plan>,

@@ -376,3 +376,66 @@ pub fn take_mark(path: &str) -> Option<usize> {
 pub fn is_parent() -> bool {
     std::env::var("FABCOLL_TEST_CHILD").is_err()
 }
+
+/// Tagged point-to-point transfers (`Communicator::send`/`recv`, `Scope::isend`/`irecv`): a halo
+/// exchange on the ring of all ranks (both neighbours at once, nonblocking) at sizes across the
+/// eager limit and zero-copy, then rank 0 sends each rank a series it receives blocking, in
+/// order, on a dup. Returns the checks run (6 per rank).
+pub fn transfers(c: &Communicator) -> Result<usize, String> {
+    let (r, p) = (c.rank(), c.size());
+    let e = ctx(c, "transfers");
+    let value = |src: u32, n: usize, i: usize| ((src as i64) << 40) ^ ((n as i64) << 24) ^ i as i64;
+    let msg = |src: u32, n: usize, len: usize| (0..len).map(|i| value(src, n, i)).collect::<Vec<i64>>();
+    let verify = |got: &[i64], src: u32, n: usize| match got.iter().enumerate().find(|&(i, &v)| v != value(src, n, i)) {
+        None => Ok(()),
+        Some((i, v)) => Err(format!("rank {r}: message {n} from {src}: element {i} is {v:#x}")),
+    };
+    let mut checks = 0;
+    if p > 1 {
+        let (left, right) = ((r + p - 1) % p, (r + 1) % p);
+        for (n, len) in [0usize, 1, 1000, 100_003].into_iter().enumerate() {
+            let (to_right, to_left) = (msg(r, 2 * n, len), msg(r, 2 * n + 1, len));
+            let (mut from_left, mut from_right) = (vec![UNTOUCHED; len], vec![UNTOUCHED; len]);
+            if left == right {
+                // Two ranks: both directions are one peer, told apart by the tag.
+                c.scope(|s| {
+                    s.irecv(&mut from_left, left, 1)?;
+                    s.irecv(&mut from_right, right, 2)?;
+                    s.isend(&to_right, right, 1)?;
+                    s.isend(&to_left, left, 2)?;
+                    Ok(())
+                })
+                .map_err(&e)?;
+            } else {
+                c.scope(|s| {
+                    s.isend(&to_right, right, 1)?;
+                    s.irecv(&mut from_left, left, 1)?;
+                    s.irecv(&mut from_right, right, 2)?;
+                    s.isend(&to_left, left, 2)?;
+                    Ok(())
+                })
+                .map_err(&e)?;
+            }
+            verify(&from_left, left, 2 * n)?;
+            verify(&from_right, right, 2 * n + 1)?;
+        }
+        checks += 4;
+        let dup = c.dup().map_err(&e)?;
+        let sizes = [3usize, 70_000];
+        if r == 0 {
+            for dst in 1..p {
+                for (n, &len) in sizes.iter().enumerate() {
+                    dup.send(&msg(0, n, len), dst, 9).map_err(&e)?;
+                }
+            }
+        } else {
+            for (n, &len) in sizes.iter().enumerate() {
+                let mut got = vec![UNTOUCHED; len];
+                dup.recv(&mut got, 0, 9).map_err(&e)?;
+                verify(&got, 0, n)?;
+            }
+        }
+        checks += 2;
+    }
+    Ok(checks)
+}

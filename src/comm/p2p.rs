@@ -1,0 +1,176 @@
+//! Tagged point-to-point transfers: [`Communicator::send`] and [`Communicator::recv`] (blocking),
+//! [`Scope::isend`] and [`Scope::irecv`] (nonblocking, like the collectives in a scope), for
+//! pipeline parallelism and torch's `send`/`recv`.
+//!
+//! A transfer is an op of one step on the engine (`exec::p2p`): the same eager slots with credits
+//! below the eager limit, the same zero-copy writes into a granted receive buffer above it (no
+//! intermediate copy on either side), the same timeouts naming the silent peer. It runs on the
+//! communicator's point-to-point context (its context id + 1), so transfers never match a
+//! collective's messages and dups and splits have their own.
+//!
+//! Matching follows MPI's non-overtaking rule per ordered pair: the n-th send from rank a to rank b
+//! is b's n-th receive from a, whatever the calls in between. Both must have the same tag, element
+//! type and count; a difference is reported as [`Error::Mismatch`] on both ranks (the tag travels
+//! in the call signature), and the communicator's transfers are then broken (its collectives are
+//! not). Not supported, each refused with a clear error or documented: a receive from any source,
+//! a receive that picks a later message by its tag, a receive buffer longer than the message, and
+//! a send to oneself.
+
+use std::sync::Arc;
+
+use fabcoll_collectives::datatype::{Datatype, Element};
+use fabcoll_collectives::schedule::{Buf, Region, ScheduleBuilder};
+use fabcoll_fabric::Access;
+
+use super::call::fnv;
+use super::{Communicator, Request, Scope};
+use crate::error::{Error, Result};
+use crate::exec::op::CallSpec;
+use crate::exec::plan::Plan;
+use crate::exec::proto::CallSig;
+use crate::exec::{OpKey, Waiter};
+
+/// The point-to-point context of the communicator on context `ctx`.
+pub(super) fn ctx_of(ctx: u32) -> u32 {
+    ctx + 1
+}
+
+/// One transfer on this rank, checked: the peer, the tag and the lent buffer.
+pub(crate) struct Transfer {
+    peer: u32,
+    tag: u32,
+    outgoing: bool,
+    ptr: *mut u8,
+    bytes: usize,
+    dtype: Datatype,
+}
+
+impl Transfer {
+    /// A send of `bytes` bytes of `dtype` elements at `ptr` to communicator rank `dst`.
+    pub(crate) fn send(
+        comm: &Communicator,
+        ptr: *const u8,
+        bytes: usize,
+        dtype: Datatype,
+        dst: u32,
+        tag: u32,
+    ) -> Result<Transfer> {
+        Transfer::new(comm, ptr as *mut u8, bytes, dtype, dst, tag, true)
+    }
+
+    /// A receive of `bytes` bytes of `dtype` elements into `ptr` from communicator rank `src`.
+    pub(crate) fn recv(
+        comm: &Communicator,
+        ptr: *mut u8,
+        bytes: usize,
+        dtype: Datatype,
+        src: u32,
+        tag: u32,
+    ) -> Result<Transfer> {
+        Transfer::new(comm, ptr, bytes, dtype, src, tag, false)
+    }
+
+    fn new(
+        comm: &Communicator,
+        ptr: *mut u8,
+        bytes: usize,
+        dtype: Datatype,
+        peer: u32,
+        tag: u32,
+        outgoing: bool,
+    ) -> Result<Transfer> {
+        let what = if outgoing { "send" } else { "recv" };
+        let invalid = |msg: String| Error::InvalidArgument { coll: what, msg };
+        if peer >= comm.size() {
+            return Err(invalid(format!("peer rank {peer} out of range 0..{}", comm.size())));
+        }
+        if peer == comm.rank() {
+            return Err(invalid(format!("rank {peer} cannot {what} to itself (copy locally instead)")));
+        }
+        if !bytes.is_multiple_of(dtype.size()) {
+            return Err(invalid(format!("{bytes} bytes are not whole {dtype} elements")));
+        }
+        Ok(Transfer { peer, tag, outgoing, ptr, bytes, dtype })
+    }
+
+    fn what(&self) -> &'static str {
+        if self.outgoing {
+            "send"
+        } else {
+            "recv"
+        }
+    }
+
+    /// The signature both ends compute alike: tag, element type and count.
+    fn sig(&self) -> CallSig {
+        CallSig::of(fnv([0x7032_7020, u64::from(self.tag), self.dtype as u64, self.bytes as u64]))
+    }
+
+    /// The one-step plan of this rank's side.
+    fn plan(&self, comm: &Communicator) -> Arc<Plan> {
+        let count = (self.bytes / self.dtype.size()) as u64;
+        let mut b = ScheduleBuilder::new(comm.rank(), comm.size());
+        match self.outgoing {
+            true => b.send(self.peer, Region::new(Buf::Send, 0, count), &[]),
+            false => b.recv(self.peer, Region::new(Buf::Recv, 0, count), &[]),
+        };
+        Arc::new(Plan::new(b.finish()))
+    }
+}
+
+impl Communicator {
+    /// Sends `buf` to rank `dst` with `tag`; returns once `buf` may be reused (the data is in
+    /// `dst`'s eager slot or its receive buffer). See the module doc for matching.
+    pub fn send<T: Element>(&self, buf: &[T], dst: u32, tag: u32) -> Result<()> {
+        let t = Transfer::send(self, buf.as_ptr().cast(), std::mem::size_of_val(buf), T::DATATYPE, dst, tag)?;
+        let key = self.start_transfer(&t)?;
+        self.wait_with(key, Waiter::fresh())
+    }
+
+    /// Receives from rank `src` the message it sends with `tag`, of exactly `buf.len()` elements.
+    pub fn recv<T: Element>(&self, buf: &mut [T], src: u32, tag: u32) -> Result<()> {
+        let t = Transfer::recv(self, buf.as_mut_ptr().cast(), std::mem::size_of_val(buf), T::DATATYPE, src, tag)?;
+        let key = self.start_transfer(&t)?;
+        self.wait_with(key, Waiter::fresh())
+    }
+
+    /// Starts a transfer on the engine; its buffer must stay lent until the key is waited for.
+    pub(crate) fn start_transfer(&self, t: &Transfer) -> Result<OpKey> {
+        let plan = t.plan(self);
+        let spec = CallSpec { coll: t.what(), alg: "p2p", sig: t.sig(), plan: &plan, dtype: t.dtype, rop: None };
+        let mut eng = self.lock();
+        // SAFETY: the buffer is lent to this transfer: a blocking call waits before returning, a
+        // nonblocking one lives in a `Scope` (or, through `RawCalls`, under MPI's rule) that waits
+        // for it before the borrow ends. A send is only read (LOCAL), a receive may be written by
+        // the peer (REMOTE_WRITE).
+        let buf =
+            unsafe { eng.bind_user(t.ptr, t.bytes, if t.outgoing { Access::LOCAL } else { Access::REMOTE_WRITE })? };
+        let (send, recv) = match t.outgoing {
+            true => (buf, crate::exec::Bound::empty()),
+            false => (crate::exec::Bound::empty(), buf),
+        };
+        eng.start_transfer(ctx_of(self.ctx), &self.members, t.peer, t.outgoing, spec, send, recv)
+    }
+}
+
+impl<'scope> Scope<'scope, '_> {
+    /// Starts sending `buf` to rank `dst` with `tag` (see [`Communicator::send`]).
+    pub fn isend<T: Element>(&self, buf: &'scope [T], dst: u32, tag: u32) -> Result<Request<'scope>> {
+        let t = Transfer::send(
+            self.communicator(),
+            buf.as_ptr().cast(),
+            std::mem::size_of_val(buf),
+            T::DATATYPE,
+            dst,
+            tag,
+        )?;
+        self.submit_transfer(&t)
+    }
+
+    /// Starts receiving into `buf` from rank `src` (see [`Communicator::recv`]).
+    pub fn irecv<T: Element>(&self, buf: &'scope mut [T], src: u32, tag: u32) -> Result<Request<'scope>> {
+        let comm = self.communicator();
+        let t = Transfer::recv(comm, buf.as_mut_ptr().cast(), std::mem::size_of_val(buf), T::DATATYPE, src, tag)?;
+        self.submit_transfer(&t)
+    }
+}

@@ -1,0 +1,131 @@
+//! Point-to-point transfers on the engine: a tagged `send` or `recv` is an op whose one-step plan
+//! (a Send or a Recv) runs on the same eager slots, rendezvous and zero-copy grants as the
+//! collectives' steps, on a context of its own that every communicator reserves beside its
+//! collective one (`Communicator::p2p_ctx`).
+//!
+//! Matching. Only two ranks take part in a transfer, so the collectives' numbering (one sequence
+//! per context, every member making every call) does not apply. Each ordered pair of ranks is a
+//! *stream*: the n-th send of a to b is b's n-th receive from a, as in MPI's non-overtaking rule
+//! (and as NCCL matches its point-to-point calls). The tag travels in the call signature, so a
+//! receive whose tag (or element type, or count) differs from the matching send's is reported as
+//! a mismatch on both ranks instead of taking the wrong message; a receive cannot pick a later
+//! message by its tag (no out-of-order tag matching, no wildcard source).
+//!
+//! Wire. The messages of a stream carry w = 2n + d in the sequence field of eager immediates and
+//! control tags, where d = 1 when the sender's endpoint rank is above the receiver's: the two
+//! streams between a pair (a → b: data from a and grants from b; b → a: the reverse) differ in that
+//! bit, so a message from a peer names its stream by its parity. The engine keys such an op by
+//! `P2P | peer << 32 | w` (`Streams::next_key`): unique per peer and direction on this rank.
+
+use super::{seq_match, CtxState, OpKey, Route};
+use crate::exec::mismatch;
+
+/// The flag of a point-to-point op's sequence key.
+pub(crate) const P2P: u64 = 1 << 63;
+const PEER_SHIFT: u32 = 32;
+const LOW: u64 = (1 << PEER_SHIFT) - 1;
+
+/// The per-stream counters of a point-to-point context: transfers started per (peer endpoint,
+/// direction).
+#[derive(Default)]
+pub(super) struct Streams {
+    next: super::FastMap<u64, u64>,
+}
+
+fn stream_id(peer: usize, outgoing: bool) -> u64 {
+    ((peer as u64) << 1) | u64::from(outgoing)
+}
+
+/// The direction bit of the stream from endpoint `sender` to endpoint `receiver`.
+fn parity(sender: usize, receiver: usize) -> u64 {
+    u64::from(sender > receiver)
+}
+
+/// The wire sequence number of the `n`-th transfer from `sender` to `receiver`.
+fn wire(n: u64, sender: usize, receiver: usize) -> u64 {
+    (2 * n + parity(sender, receiver)) & LOW
+}
+
+/// The op key of a transfer with endpoint `peer` whose wire number is `w`.
+fn key_seq(peer: usize, w: u64) -> u64 {
+    P2P | ((peer as u64) << PEER_SHIFT) | (w & LOW)
+}
+
+impl OpKey {
+    /// Whether this is a point-to-point transfer's key.
+    pub(crate) fn is_p2p(&self) -> bool {
+        self.seq & P2P != 0
+    }
+
+    /// The peer endpoint of a point-to-point key.
+    pub(crate) fn p2p_peer(&self) -> usize {
+        ((self.seq & !P2P) >> PEER_SHIFT) as usize
+    }
+
+    /// The number users see in messages: a collective's sequence number, a transfer's index in
+    /// its stream.
+    pub(crate) fn number(&self) -> u64 {
+        match self.is_p2p() {
+            true => (self.seq & LOW) >> 1,
+            false => self.seq,
+        }
+    }
+}
+
+impl Streams {
+    /// The key of the next transfer between this rank (endpoint `me`) and endpoint `peer` in the
+    /// direction `outgoing`, counted as started.
+    pub(super) fn next_key(&mut self, ctx: u32, me: usize, peer: usize, outgoing: bool) -> OpKey {
+        let n = self.next.entry(stream_id(peer, outgoing)).or_insert(0);
+        let (sender, receiver) = if outgoing { (me, peer) } else { (peer, me) };
+        let w = wire(*n, sender, receiver);
+        *n += 1;
+        OpKey { ctx, seq: key_seq(peer, w) }
+    }
+
+    /// Where a message from endpoint `peer` (to this rank, endpoint `me`) with wire number
+    /// `seq_low` (under `mask`) goes: the op of its stream that has that number, else a past
+    /// transfer (one this rank finished) or a later one (not started yet).
+    pub(super) fn route(&self, c: &CtxState, ctx: u32, me: usize, peer: usize, seq_low: u64, mask: u64) -> Route {
+        let found = c.outstanding.iter().find(|&&s| {
+            let k = OpKey { ctx, seq: s };
+            k.p2p_peer() == peer && seq_match(s, seq_low, mask)
+        });
+        if let Some(&seq) = found {
+            return Route::Op(OpKey { ctx, seq });
+        }
+        // The parity says whose data it is: the peer's (for a receive here) or ours (a grant).
+        let from_peer = seq_low & 1 == parity(peer, me);
+        let (sender, receiver) = if from_peer { (peer, me) } else { (me, peer) };
+        let n = self.next.get(&stream_id(peer, !from_peer)).copied().unwrap_or(0);
+        match mismatch::is_past(wire(n, sender, receiver), seq_low, mask) {
+            true => Route::Past,
+            false => Route::Later,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_two_streams_of_a_pair_differ_in_parity_and_keys() {
+        let mut a = Streams::default();
+        let mut b = Streams::default();
+        // Endpoint 3 sends twice to 5 and receives once from it; 5 mirrors that.
+        let s0 = a.next_key(7, 3, 5, true);
+        let s1 = a.next_key(7, 3, 5, true);
+        let r0 = a.next_key(7, 3, 5, false);
+        let rb0 = b.next_key(7, 5, 3, false);
+        let rb1 = b.next_key(7, 5, 3, false);
+        let sb0 = b.next_key(7, 5, 3, true);
+        for (x, y) in [(s0, rb0), (s1, rb1), (r0, sb0)] {
+            assert_eq!(x.seq & LOW, y.seq & LOW, "both ends number a transfer alike");
+            assert_eq!((x.number(), x.p2p_peer(), y.p2p_peer()), (y.number(), 5, 3));
+        }
+        assert_ne!(s0.seq & 1, r0.seq & 1, "the directions differ in the low bit");
+        assert!(s0.is_p2p() && !OpKey { ctx: 7, seq: 12 }.is_p2p());
+        assert_eq!((s0.number(), s1.number(), r0.number()), (0, 1, 0));
+    }
+}

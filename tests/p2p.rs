@@ -1,0 +1,238 @@
+//! Tagged point-to-point transfers (issue 36.2) on local ranks: every size across the eager limit
+//! and zero-copy, the non-overtaking order per pair, transfers crossing in both directions,
+//! many in flight, dups kept apart, and bad calls (a different tag, a missing sender, a peer out
+//! of range) reported as clear errors that leave the collectives usable.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{cfg, local_job, on_ranks};
+use fabcoll::{Collectives, Communicator, Error, ExecConfig};
+
+/// Element `i` of the `n`-th message from `src` (distinct per message and position).
+fn pattern(src: u32, n: usize, i: usize) -> i64 {
+    ((src as i64) << 40) ^ ((n as i64) << 24) ^ i as i64
+}
+
+fn message(src: u32, n: usize, len: usize) -> Vec<i64> {
+    (0..len).map(|i| pattern(src, n, i)).collect()
+}
+
+fn check(got: &[i64], src: u32, n: usize) -> Result<(), String> {
+    match got.iter().enumerate().find(|&(i, &v)| v != pattern(src, n, i)) {
+        None => Ok(()),
+        Some((i, v)) => Err(format!("message {n} from {src}: element {i} is {v:#x}, not {:#x}", pattern(src, n, i))),
+    }
+}
+
+/// Sizes below, at and above the eager limit, up to 8 MiB (zero-copy in several grants).
+const SIZES: [usize; 8] = [0, 1, 7, 100, 1000, 9000, 100_003, 1 << 20];
+
+#[test]
+fn every_size_arrives_whole_and_in_order() {
+    let comms = Communicator::local_with(3, cfg()).unwrap();
+    local_job(comms, |c| {
+        let me = c.rank();
+        let e = |e: Error| e.to_string();
+        if me == 0 {
+            for (n, &len) in SIZES.iter().enumerate() {
+                for dst in [1, 2] {
+                    c.send(&message(0, n, len), dst, n as u32).map_err(e)?;
+                }
+            }
+            for (n, &len) in SIZES.iter().enumerate() {
+                let mut got = vec![0i64; len];
+                c.recv(&mut got, 1, 7).map_err(e)?;
+                check(&got, 1, n)?;
+            }
+        } else {
+            // Rank 0 receives only after its sends: a zero-copy send here before then would wait
+            // for it (as MPI's rendezvous does) while it waits for this rank's receives.
+            for (n, &len) in SIZES.iter().enumerate() {
+                let mut got = vec![-1i64; len];
+                c.recv(&mut got, 0, n as u32).map_err(e)?;
+                check(&got, 0, n)?;
+            }
+            if me == 1 {
+                for (n, &len) in SIZES.iter().enumerate() {
+                    c.send(&message(1, n, len), 0, 7).map_err(e)?;
+                }
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn transfers_cross_in_both_directions_without_deadlock() {
+    // A halo exchange on a ring of 4: every rank sends to both neighbours and receives from both,
+    // all at once, small and zero-copy sizes, several rounds.
+    let comms = Communicator::local_with(4, cfg()).unwrap();
+    local_job(comms, |c| {
+        let (me, p) = (c.rank(), c.size());
+        let (left, right) = ((me + p - 1) % p, (me + 1) % p);
+        for (round, &len) in [1usize, 5000, 300_000, 64].iter().cycle().take(12).enumerate() {
+            let to_right = message(me, 2 * round, len);
+            let to_left = message(me, 2 * round + 1, len);
+            let mut from_left = vec![0i64; len];
+            let mut from_right = vec![0i64; len];
+            c.scope(|s| {
+                let a = s.irecv(&mut from_left, left, 1)?;
+                let b = s.isend(&to_right, right, 1)?;
+                let d = s.isend(&to_left, left, 2)?;
+                let e = s.irecv(&mut from_right, right, 2)?;
+                for r in [b, d, a, e] {
+                    r.wait()?;
+                }
+                Ok(())
+            })
+            .map_err(|e| format!("rank {me} round {round}: {e}"))?;
+            check(&from_left, left, 2 * round)?;
+            check(&from_right, right, 2 * round + 1)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn many_in_flight_match_in_order() {
+    // More sends in flight than eager slots: some wait for credits or go by rendezvous, and the
+    // receives, posted in one scope, still take them in order.
+    const N: usize = 150;
+    let comms = Communicator::local_with(2, cfg()).unwrap();
+    local_job(comms, |c| {
+        let e = |e: Error| e.to_string();
+        if c.rank() == 0 {
+            let msgs: Vec<Vec<i64>> = (0..N).map(|n| message(0, n, 1 + n % 5 * 300)).collect();
+            c.scope(|s| {
+                for m in &msgs {
+                    s.isend(m, 1, 3)?;
+                }
+                Ok(())
+            })
+            .map_err(e)?;
+        } else {
+            let mut bufs: Vec<Vec<i64>> = (0..N).map(|n| vec![0; 1 + n % 5 * 300]).collect();
+            c.scope(|s| {
+                for b in bufs.iter_mut() {
+                    s.irecv(b, 0, 3)?;
+                }
+                Ok(())
+            })
+            .map_err(e)?;
+            for (n, b) in bufs.iter().enumerate() {
+                check(b, 0, n)?;
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn dups_and_collectives_keep_their_messages_apart() {
+    let comms = Communicator::local_with(2, cfg()).unwrap();
+    local_job(comms, |c| {
+        let e = |e: Error| e.to_string();
+        let d = c.dup().map_err(e)?;
+        if c.rank() == 0 {
+            // Eager sends complete without their receives: the order here is not rank 1's.
+            d.send(&message(0, 1, 10), 1, 0).map_err(e)?;
+            c.send(&message(0, 2, 10), 1, 0).map_err(e)?;
+        }
+        let mut sum = [c.rank() as i64 + 1];
+        c.allreduce_in_place(&mut sum, &fabcoll::ReduceOp::Sum).map_err(e)?;
+        if sum[0] != 3 {
+            return Err(format!("allreduce between transfers gave {}", sum[0]));
+        }
+        if c.rank() == 1 {
+            let mut got = vec![0i64; 10];
+            c.recv(&mut got, 0, 0).map_err(e)?;
+            check(&got, 0, 2)?;
+            d.recv(&mut got, 0, 0).map_err(e)?;
+            check(&got, 0, 1)?;
+        }
+        c.barrier().map_err(e)
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_different_tag_is_a_mismatch_and_collectives_go_on() {
+    for len in [4usize, 200_000] {
+        let timeout = Duration::from_secs(10);
+        let comms = Communicator::local_with(2, ExecConfig { timeout, ..cfg() }).unwrap();
+        let t0 = Instant::now();
+        let errs = on_ranks(comms, |c| {
+            let mut buf = vec![0i64; len];
+            let r = match c.rank() {
+                0 => c.send(&buf, 1, 1),
+                _ => c.recv(&mut buf, 0, 2),
+            };
+            let barrier = c.barrier();
+            // An eager send may complete before the receiver sees it: the receiver's notice
+            // then breaks the sender's transfers, and a later one reports it.
+            let r = match (r, c.rank()) {
+                (Ok(()), 0) => (0..100).find_map(|_| {
+                    std::thread::sleep(Duration::from_millis(10));
+                    c.send(&buf, 1, 1).err()
+                }),
+                (r, _) => r.err(),
+            };
+            barrier.map(|()| r)
+        });
+        for (r, e) in errs.into_iter().enumerate() {
+            let e = e.unwrap_or_else(|e| panic!("len {len}: rank {r}'s barrier after the mismatch failed: {e}"));
+            let e = e.unwrap_or_else(|| panic!("len {len}: rank {r} saw no error"));
+            let named = match &e {
+                Error::Mismatch(m) | Error::Broken(m) => m.contains("same tag"),
+                _ => false,
+            };
+            assert!(named, "len {len}: rank {r} reported {e}");
+        }
+        assert!(t0.elapsed() < timeout / 2, "len {len}: took {:?}", t0.elapsed());
+    }
+}
+
+#[test]
+fn a_receive_without_a_sender_times_out_naming_it() {
+    let timeout = Duration::from_secs(2);
+    let comms = Communicator::local_with(3, ExecConfig { timeout, ..cfg() }).unwrap();
+    let errs = on_ranks(comms, |c| {
+        let r = match c.rank() {
+            2 => {
+                let mut buf = [0u8; 16];
+                c.recv(&mut buf, 1, 0).err()
+            }
+            // Until rank 2 has given up (timeout and grace), so that the barrier finds it.
+            _ => {
+                std::thread::sleep(timeout * 2);
+                None
+            }
+        };
+        c.barrier().unwrap();
+        r
+    });
+    match &errs[2] {
+        Some(Error::Timeout { coll: "recv", waiting_for, .. }) => assert_eq!(waiting_for, &[1]),
+        e => panic!("rank 2 reported {e:?}"),
+    }
+}
+
+#[test]
+fn bad_peers_are_refused() {
+    let comms = Communicator::local_with(2, cfg()).unwrap();
+    let c = &comms[0];
+    let refused = |r: fabcoll::Result<()>, what: &str| match r {
+        Err(Error::InvalidArgument { msg, .. }) if msg.contains(what) => {}
+        r => panic!("expected an error naming {what:?}, got {r:?}"),
+    };
+    refused(c.send(&[1u32], 2, 0), "out of range");
+    refused(c.send(&[1u32], 0, 0), "itself");
+    let mut b = [0u32];
+    refused(c.recv(&mut b, 5, 0), "out of range");
+    refused(c.recv(&mut b, 0, 0), "itself");
+}
