@@ -590,6 +590,53 @@ int fc_iexscan(const void *sendbuf,
                const struct fc_comm *comm,
                struct fc_request **request);
 
+// Sends `count` elements of `buf` to rank `dest` with `tag`; returns once `buf` may be reused.
+//
+// # Safety
+// `comm` is a live communicator; `buf` holds `count` elements of `datatype`.
+int fc_send(const void *buf,
+            size_t count,
+            fc_datatype datatype,
+            int dest,
+            int tag,
+            const struct fc_comm *comm);
+
+// Receives into `buf` (`count` elements of `datatype`) the message rank `source` sends with
+// `tag`; it must have exactly `count` elements.
+//
+// # Safety
+// `comm` is a live communicator; `buf` holds `count` writable elements of `datatype`.
+int fc_recv(void *buf,
+            size_t count,
+            fc_datatype datatype,
+            int source,
+            int tag,
+            const struct fc_comm *comm);
+
+// Nonblocking `fc_send`: `*request` gets the request (NULL on failure).
+//
+// # Safety
+// As `fc_send`, `buf` lent until the request has finished; `request` is writable.
+int fc_isend(const void *buf,
+             size_t count,
+             fc_datatype datatype,
+             int dest,
+             int tag,
+             const struct fc_comm *comm,
+             struct fc_request **request);
+
+// Nonblocking `fc_recv`: `*request` gets the request (NULL on failure).
+//
+// # Safety
+// As `fc_recv`, `buf` lent until the request has finished; `request` is writable.
+int fc_irecv(void *buf,
+             size_t count,
+             fc_datatype datatype,
+             int source,
+             int tag,
+             const struct fc_comm *comm,
+             struct fc_request **request);
+
 // Makes a user reduction from a C function: `commute` nonzero when the op is commutative
 // (fabcoll then may combine in any order); `ctx` is passed to every call of `function`, which
 // may run on any thread. The op applies to every datatype. `*op` gets its code.

@@ -5,7 +5,8 @@
 //! The API follows MPI with an `fc_` prefix: `fc_init` joins the job the environment describes
 //! (`fabrun -n 4 ./prog`, torchrun, Slurm), communicators are split, duplicated and freed, and
 //! every collective comes blocking (`fc_allreduce`) and nonblocking (`fc_iallreduce` with
-//! `fc_test`/`fc_wait`/`fc_request_free`). Datatypes and ops are integer codes (`FC_DOUBLE`,
+//! `fc_test`/`fc_wait`/`fc_request_free`), and so do tagged point-to-point transfers (`fc_send`,
+//! `fc_recv`, `fc_isend`, `fc_irecv`). Datatypes and ops are integer codes (`FC_DOUBLE`,
 //! `FC_SUM`); user reductions come from a C callback (`fc_op_create`).
 //!
 //! # Safety
@@ -24,10 +25,12 @@ pub mod blocking;
 pub mod comm;
 pub mod error;
 pub mod nonblocking;
+pub mod p2p;
 pub mod types;
 
 pub use blocking::*;
 pub use comm::*;
 pub use error::*;
 pub use nonblocking::*;
+pub use p2p::*;
 pub use types::*;

@@ -23,7 +23,7 @@ pub struct fc_request {
 ///
 /// # Safety
 /// `comm` is a live communicator, `request` writable, and `f`'s buffers follow the module's rule.
-unsafe fn start(
+pub(crate) unsafe fn start(
     comm: *const fc_comm,
     request: *mut *mut fc_request,
     f: impl FnOnce(&RawCalls) -> Result<RawRequest>,

@@ -32,7 +32,16 @@ fn the_checked_in_header_is_what_cbindgen_generates() {
         assert!(generated.contains(&line), "{line} missing from the header");
     }
     // Every function of the API is in it.
-    for f in ["fc_init(", "fc_comm_split(", "fc_allreduce(", "fc_ialltoallv(", "fc_test(", "fc_op_create("] {
+    for f in [
+        "fc_init(",
+        "fc_comm_split(",
+        "fc_allreduce(",
+        "fc_ialltoallv(",
+        "fc_test(",
+        "fc_op_create(",
+        "fc_isend(",
+        "fc_recv(",
+    ] {
         assert!(generated.contains(f), "{f} missing from the header");
     }
 }

@@ -1,6 +1,7 @@
 /* The C ABI end to end, run under `fabrun -n 3` by tests/c_program.rs: every collective blocking,
  * nonblocking with fc_wait and nonblocking with an fc_test loop, the in-place forms, half-precision
- * types, user ops (commutative with a context, and non-commutative), split and dup, several
+ * types, user ops (commutative with a context, and non-commutative), split and dup, tagged
+ * send/recv (blocking and nonblocking), several
  * requests in flight, and error paths (codes and messages). Any failure prints the call, the code
  * and fabcoll's message, and exits 1. Even ranks join through fc_init (the environment fabrun
  * set), odd ones through fc_init_store with the store, rank and size taken out of it. */
@@ -294,6 +295,30 @@ static void test_split_dup(fc_comm *world) {
 }
 
 /* Several requests in flight at once, finished in reverse order. */
+/* Tagged transfers on the ring: blocking with small (eager) messages, which complete before their
+ * receives; nonblocking also with a large one (zero-copy), both directions in flight at once. */
+static void test_send_recv(fc_comm *c) {
+    enum { BIG = 100000 };
+    static double out[BIG], in[BIG];
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    int n = mode == 0 ? N : BIG;
+    for (int i = 0; i < n; i++) out[i] = 1000.0 * rank + i, in[i] = -1.0;
+    if (mode == 0) {
+        CHECK(fc_send(out, n, FC_DOUBLE, right, 5, c));
+        CHECK(fc_recv(in, n, FC_DOUBLE, left, 5, c));
+    } else {
+        fc_request *r = NULL, *s = NULL;
+        CHECK(fc_irecv(in, n, FC_DOUBLE, left, 6, c, &r));
+        CHECK(fc_isend(out, n, FC_DOUBLE, right, 6, c, &s));
+        finish(s);
+        finish(r);
+    }
+    for (int i = 0; i < n; i++) EXPECT(in[i] == 1000.0 * left + i);
+    EXPECT(fc_send(out, 1, FC_DOUBLE, rank, 0, c) == FC_ERR_ARG);
+    EXPECT(fc_send(out, 1, FC_DOUBLE, right, -1, c) == FC_ERR_ARG);
+    EXPECT(fc_recv(in, 1, FC_DOUBLE, size, 0, c) == FC_ERR_ARG);
+}
+
 static void test_outstanding(fc_comm *c) {
     static double big[1 << 16], out[1 << 16];
     int32_t root_data[4] = {0, 0, 0, 0};
@@ -396,6 +421,7 @@ int main(void) {
         test_reduce_scatter_scan(world);
         test_user_ops(world);
         test_split_dup(world);
+        test_send_recv(world);
     }
     test_outstanding(world);
     test_errors(world);
