@@ -110,6 +110,24 @@ class Communicator:
         """Reduces ``send`` (size blocks) over the ranks; rank i gets block i in ``recv``."""
         self._c._call("reduce_scatter", send, recv, op=op, dtype=dtype)
 
+    # Tagged point-to-point: the n-th send from one rank to another matches the n-th receive
+    # there, which must have the same tag, dtype and size (a difference raises fabcoll.Error on
+    # both ranks). No wildcard source or tag.
+
+    def send(self, buf, dest, tag=0, *, dtype=None):
+        """Sends ``buf`` to rank ``dest``; returns once ``buf`` may be reused."""
+        self._c._transfer("send", buf, dest, tag, dtype=dtype)
+
+    def recv(self, buf, source, tag=0, *, dtype=None):
+        """Receives into ``buf`` the message rank ``source`` sends with ``tag`` (exactly its size)."""
+        self._c._transfer("recv", buf, source, tag, dtype=dtype)
+
+    def isend(self, buf, dest, tag=0, *, dtype=None):
+        return self._c._transfer("send", buf, dest, tag, dtype=dtype, blocking=False)
+
+    def irecv(self, buf, source, tag=0, *, dtype=None):
+        return self._c._transfer("recv", buf, source, tag, dtype=dtype, blocking=False)
+
     # Nonblocking collectives: the same arguments, a Request back.
 
     def ibarrier(self):

@@ -373,16 +373,24 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
     def barrier(self, opts=None):
         return Work(self, [self._comm.ibarrier()], [])
 
-    # Point to point is not in fabcoll's Python API yet.
+    # Point to point: the n-th send from one rank to another matches the n-th receive there, which
+    # must have the same tag, dtype and size (fabcoll raises on a difference). No receive from any
+    # source.
+
+    def _transfer(self, kind, tensors, peer, tag):
+        (t,) = tensors
+        buf, dtype = _buffer(t, f"the {kind} tensor")
+        req = self._comm._c._transfer(kind, buf, peer, tag, dtype=dtype, blocking=False)
+        return Work(self, [req], tensors)
 
     def send(self, tensors, dst, tag):
-        raise Error("fabcoll backend: send/recv are not supported yet")
+        return self._transfer("send", tensors, dst, tag)
 
     def recv(self, tensors, src, tag):
-        raise Error("fabcoll backend: send/recv are not supported yet")
+        return self._transfer("recv", tensors, src, tag)
 
     def recv_anysource(self, tensors, tag):
-        raise Error("fabcoll backend: send/recv are not supported yet")
+        raise Error("fabcoll backend: recv from any source is not supported (name the source rank)")
 
     def shutdown(self):
         self._completer.stop()

@@ -10,7 +10,7 @@ use fabcoll::Datatype;
 use pyo3::prelude::*;
 
 use crate::buffer::{datatype_name, datatype_named, Buffer, Region};
-use crate::call::{reduce_op, start, Kind, Spec};
+use crate::call::{reduce_op, run_transfer, start, start_transfer, Kind, Spec};
 use crate::error::{fail, lib};
 use crate::request::Request;
 
@@ -143,6 +143,44 @@ impl Communicator {
         // SAFETY: as above: `held` moves into the request with the raw request.
         let raw = unsafe { start(&calls, &spec) }.map_err(lib)?;
         Ok(Some(Request::new(raw, held)))
+    }
+
+    /// A tagged point-to-point transfer: `kind` "send" (from `buf` to rank `peer`) or "recv"
+    /// (into `buf` from rank `peer`, exactly its size). Blocking returns `None`; otherwise a
+    /// `Request`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (kind, buf, peer, tag = 0, dtype = None, blocking = true))]
+    fn _transfer(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        buf: &Bound<'_, PyAny>,
+        peer: u32,
+        tag: u32,
+        dtype: Option<&str>,
+        blocking: bool,
+    ) -> PyResult<Option<Request>> {
+        let outgoing = match kind {
+            "send" => true,
+            "recv" => false,
+            _ => return Err(fail(format!("unknown transfer {kind:?} (send or recv)"))),
+        };
+        let what = if outgoing { "send buffer" } else { "receive buffer" };
+        let b = Buffer::get(buf, what, !outgoing)?;
+        let dt = resolve_datatype(dtype, &[&b])?;
+        let region = b.region(dt)?;
+        if blocking {
+            let comm = &*self.inner;
+            // SAFETY: `b` keeps the buffer exported until the call has returned (as `_call`).
+            py.detach(|| unsafe { run_transfer(comm, dt, &region, outgoing, peer, tag) }).map_err(lib)?;
+            drop(b);
+            return Ok(None);
+        }
+        // SAFETY: the request holds the exported buffer until it has finished (`Request`).
+        let calls = unsafe { self.inner.raw_calls() };
+        // SAFETY: as above.
+        let raw = unsafe { start_transfer(&calls, dt, &region, outgoing, peer, tag) }.map_err(lib)?;
+        Ok(Some(Request::new(raw, vec![b])))
     }
 
     fn __repr__(&self) -> String {

@@ -139,6 +139,21 @@ comm.allreduce(ba)
 assert list(ba) == [sum(range(1, p + 1))] * 16, list(ba)
 comm.allreduce(memoryview(ba), "max")
 
+# Tagged send/recv on the ring: blocking (small: eager sends complete before their receives) and
+# nonblocking in both directions at once (large: zero-copy).
+right, left = (me + 1) % p, (me - 1) % p
+got = np.zeros(N, dtype=np.float64)
+comm.send(data(me, N, np.float64), right, tag=3)
+comm.recv(got, left, tag=3)
+check(got, data(left, N, np.float64), "send/recv")
+big_out = data(me, 1 << 17, np.float32)
+from_left = np.zeros(1 << 17, dtype=np.float32)
+rr = comm.irecv(from_left, left, tag=4)
+rs = comm.isend(big_out, right, tag=4)
+rs.wait()
+rr.wait()
+check(from_left, data(left, 1 << 17, np.float32), "isend/irecv")
+
 # dup and split.
 d = comm.dup()
 x = np.ones(4, dtype=np.int32)

@@ -89,12 +89,25 @@ dist.scatter(out, [data(r + 20) for r in range(p)] if me == 0 else None, src=0)
 check(out, data(me + 20), "scatter")
 dist.barrier()
 
+# Point to point on the ring: blocking (small) and nonblocking (large), several tags.
+right, left = (me + 1) % p, (me - 1) % p
+got = torch.zeros(N)
+dist.send(data(me), dst=right, tag=1)
+dist.recv(got, src=left, tag=1)
+check(got, data(left), "send/recv")
+big = torch.zeros(1 << 16)
+works = [dist.irecv(big, src=left, tag=2), dist.isend(data(me, 1 << 16), dst=right, tag=2)]
+for w in works:
+    w.wait()
+check(big, data(left, 1 << 16), "isend/irecv")
+dist.barrier()
+
 # Unsupported cases raise a clear error.
 for what, f in (("unequal splits", lambda: dist.all_to_all_single(torch.zeros(p + 1), torch.zeros(p + 1),
                                                                   [1] * (p - 1) + [2], [1] * (p - 1) + [2])),
                 ("not a dense contiguous", lambda: dist.all_reduce(torch.zeros(4, 4)[:, 0])),
                 ("allreduce", lambda: dist.all_reduce(torch.zeros(4), op=dist.ReduceOp.BAND)),
-                ("send/recv", lambda: dist.send(torch.zeros(1), dst=(me + 1) % p))):
+                ("any source", lambda: dist.recv(torch.zeros(1)))):
     try:
         f()
     except RuntimeError as e:
