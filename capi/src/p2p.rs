@@ -15,7 +15,7 @@ use crate::nonblocking::{fc_request, start};
 use crate::types::{datatype as datatype_of, fc_datatype};
 
 /// A transfer of `count` elements of `datatype` at `buf` with rank `peer` on `s` (a
-/// [`Communicator`](fabcoll::Communicator): blocking, or [`RawCalls`](fabcoll::RawCalls)): a send
+/// [`Communicator`](fabcoll::Communicator): blocking, or [`RawCalls`]): a send
 /// when `outgoing`, else a receive.
 ///
 /// # Safety
