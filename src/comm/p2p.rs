@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::exec::op::CallSpec;
 use crate::exec::plan::Plan;
 use crate::exec::proto::CallSig;
-use crate::exec::{OpKey, Waiter};
+use crate::exec::Started;
 
 /// The point-to-point context of the communicator on context `ctx`.
 pub(super) fn ctx_of(ctx: u32) -> u32 {
@@ -123,19 +123,21 @@ impl Communicator {
     /// `dst`'s eager slot or its receive buffer). See the module doc for matching.
     pub fn send<T: Element>(&self, buf: &[T], dst: u32, tag: u32) -> Result<()> {
         let t = Transfer::send(self, buf.as_ptr().cast(), std::mem::size_of_val(buf), T::DATATYPE, dst, tag)?;
-        let key = self.start_transfer(&t)?;
-        self.wait_with(key, Waiter::fresh())
+        let started = self.start_transfer(&t, true)?;
+        self.finish(started)
     }
 
     /// Receives from rank `src` the message it sends with `tag`, of exactly `buf.len()` elements.
     pub fn recv<T: Element>(&self, buf: &mut [T], src: u32, tag: u32) -> Result<()> {
         let t = Transfer::recv(self, buf.as_mut_ptr().cast(), std::mem::size_of_val(buf), T::DATATYPE, src, tag)?;
-        let key = self.start_transfer(&t)?;
-        self.wait_with(key, Waiter::fresh())
+        let started = self.start_transfer(&t, true)?;
+        self.finish(started)
     }
 
-    /// Starts a transfer on the engine; its buffer must stay lent until the key is waited for.
-    pub(crate) fn start_transfer(&self, t: &Transfer) -> Result<OpKey> {
+    /// Starts a transfer on the engine; its buffer must stay lent until it has finished. A
+    /// `blocking` one, and a nonblocking send, may run straight on the eager rings (a small
+    /// message is then done as it starts); a nonblocking receive is left in flight at once.
+    pub(crate) fn start_transfer(&self, t: &Transfer, blocking: bool) -> Result<Started> {
         let plan = t.plan(self);
         let spec = CallSpec { coll: t.what(), alg: "p2p", sig: t.sig(), plan: &plan, dtype: t.dtype, rop: None };
         let mut eng = self.lock();
@@ -149,7 +151,8 @@ impl Communicator {
             true => (buf, crate::exec::Bound::empty()),
             false => (crate::exec::Bound::empty(), buf),
         };
-        eng.start_transfer(ctx_of(self.ctx), &self.members, t.peer, t.outgoing, spec, send, recv)
+        let straight = self.lanes.straight && (blocking || t.outgoing);
+        eng.start_transfer(ctx_of(self.ctx), &self.members, t.peer, t.outgoing, spec, send, recv, straight)
     }
 }
 

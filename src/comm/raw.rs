@@ -70,9 +70,7 @@ impl RawCalls {
     }
 
     fn transfer(&self, t: &Transfer) -> Result<RawRequest> {
-        let key = self.comm.start_transfer(t)?;
-        self.comm.left_in_flight();
-        Ok(RawRequest { comm: self.comm.clone(), call: InFlight::started(key), alg: "p2p" })
+        Ok(RawRequest { comm: self.comm.clone(), call: self.comm.transfer_in_flight(t)?, alg: "p2p" })
     }
 }
 

@@ -52,6 +52,17 @@ impl Communicator {
     /// one is left) and the algorithm.
     pub(super) fn start_nonblocking(&self, call: &Call<'_>, opts: &Options) -> Result<(InFlight, &'static str)> {
         let (started, alg) = self.start(call, opts, false)?;
+        Ok((self.in_flight(started), alg))
+    }
+
+    /// Starts a nonblocking transfer (`p2p`), as [`Communicator::start_nonblocking`].
+    pub(super) fn transfer_in_flight(&self, t: &Transfer) -> Result<InFlight> {
+        let started = self.start_transfer(t, false)?;
+        Ok(self.in_flight(started))
+    }
+
+    /// A started call as its request sees it; an op left in flight goes to the progress thread.
+    fn in_flight(&self, started: Started) -> InFlight {
         let key = match started {
             Started::Done => None,
             Started::Pending(key) => {
@@ -59,16 +70,11 @@ impl Communicator {
                 Some(key)
             }
         };
-        Ok((InFlight { key, outcome: None }, alg))
+        InFlight { key, outcome: None }
     }
 }
 
 impl InFlight {
-    /// An op left in flight.
-    pub fn started(key: OpKey) -> InFlight {
-        InFlight { key: Some(key), outcome: None }
-    }
-
     /// The op left in flight, if any.
     pub fn key(&self) -> Option<OpKey> {
         self.key
@@ -144,10 +150,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 
     /// Starts a point-to-point transfer (`p2p`) in the scope.
     pub(super) fn submit_transfer(&self, t: &Transfer) -> Result<Request<'scope>> {
-        let key = self.comm.start_transfer(t)?;
-        self.comm.left_in_flight();
-        self.keys.borrow_mut().push(key);
-        Ok(Request { comm: self.comm, call: InFlight::started(key), alg: "p2p" })
+        let call = self.comm.transfer_in_flight(t)?;
+        self.keys.borrow_mut().extend(call.key());
+        Ok(Request { comm: self.comm, call, alg: "p2p" })
     }
 }
 

@@ -527,7 +527,8 @@ impl Engine {
 
     /// Starts a point-to-point transfer on context `ctx` (a communicator's `p2p` one) with
     /// communicator rank `peer`: a send (`outgoing`) or a receive, whose one-step plan is in
-    /// `spec`. Buffers are already bound. Returns the key to wait for.
+    /// `spec`. Buffers are already bound. A `straight` transfer runs on the eager rings like a
+    /// straight collective (`ring`) and may end inside the start.
     #[allow(clippy::too_many_arguments)]
     pub fn start_transfer(
         &mut self,
@@ -538,7 +539,8 @@ impl Engine {
         spec: CallSpec<'_>,
         send: Bound,
         recv: Bound,
-    ) -> Result<OpKey> {
+        straight: bool,
+    ) -> Result<Started> {
         let me = self.core.ep.rank();
         let window = self.core.layout.seq_window() / 2;
         let st = self.open_ctx(ctx, spec.coll, window, "transfers")?;
@@ -546,8 +548,11 @@ impl Engine {
         let streams =
             st.streams.as_mut().ok_or_else(|| Error::Protocol(format!("context {ctx} is not point-to-point")))?;
         let key = streams.next_key(ctx, me, peer_ep, outgoing);
+        if straight && self.may_start_straight(key) {
+            return self.run_straight(key, members, spec, send, recv);
+        }
         self.enter(key, members, spec, send, recv, None)?;
-        Ok(key)
+        Ok(Started::Pending(key))
     }
 
     /// Registered scratch buffers for `plan` with elements of `dtype`, appended to `into`.
@@ -704,7 +709,7 @@ impl Engine {
             Some(c) if c.broken.is_some() => Route::Drop,
             Some(c) if c.streams.is_some() => {
                 let streams = c.streams.as_deref().expect("matched above");
-                streams.route(c, ctx, self.core.ep.rank(), peer, seq_low, mask)
+                streams.route(c, ctx, self.core.ep.rank(), peer, seq_low, mask, self.straight)
             }
             Some(c) => match c.outstanding.iter().find(|&&s| seq_match(s, seq_low, mask)) {
                 Some(&seq) => Route::Op(OpKey { ctx, seq }),

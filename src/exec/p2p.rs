@@ -85,14 +85,25 @@ impl Streams {
 
     /// Where a message from endpoint `peer` (to this rank, endpoint `me`) with wire number
     /// `seq_low` (under `mask`) goes: the op of its stream that has that number, else a past
-    /// transfer (one this rank finished) or a later one (not started yet).
-    pub(super) fn route(&self, c: &CtxState, ctx: u32, me: usize, peer: usize, seq_low: u64, mask: u64) -> Route {
-        let found = c.outstanding.iter().find(|&&s| {
-            let k = OpKey { ctx, seq: s };
-            k.p2p_peer() == peer && seq_match(s, seq_low, mask)
-        });
-        if let Some(&seq) = found {
+    /// transfer (one this rank finished) or a later one (not started yet, or the one running
+    /// `straight`, which takes it from the early queue).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn route(
+        &self,
+        c: &CtxState,
+        ctx: u32,
+        me: usize,
+        peer: usize,
+        seq_low: u64,
+        mask: u64,
+        straight: Option<OpKey>,
+    ) -> Route {
+        let is = |s: u64| OpKey { ctx, seq: s }.p2p_peer() == peer && seq_match(s, seq_low, mask);
+        if let Some(&seq) = c.outstanding.iter().find(|&&s| is(s)) {
             return Route::Op(OpKey { ctx, seq });
+        }
+        if straight.is_some_and(|k| k.ctx == ctx && is(k.seq)) {
+            return Route::Later;
         }
         // The parity says whose data it is: the peer's (for a receive here) or ours (a grant).
         let from_peer = seq_low & 1 == parity(peer, me);

@@ -110,7 +110,10 @@ impl Engine {
                 return Err(e);
             }
         }
-        self.ctxs.get_mut(&key.ctx).expect("checked by start").next_seq += 1;
+        if !key.is_p2p() {
+            // (A transfer was counted in its stream as it was numbered.)
+            self.ctxs.get_mut(&key.ctx).expect("checked by start").next_seq += 1;
+        }
         self.core.stats.straight_calls += 1;
         st.arrived.clear();
         st.fused.clear();
@@ -228,7 +231,10 @@ impl RingLane<'_> {
                 Completion::WriteArrived { peer, imm } => {
                     if let Imm::Eager { slot, ctx, seq_low, sig, idx } = eng.core.layout.decode(imm) {
                         // Another call's signature: dispatched (kept for the op, which reports it).
-                        if ctx == key.ctx && seq_match(key.seq, seq_low, mask) && sig.is_none_or(|s| s == self.sig) {
+                        let ours = ctx == key.ctx
+                            && seq_match(key.seq, seq_low, mask)
+                            && (!key.is_p2p() || peer == key.p2p_peer());
+                        if ours && sig.is_none_or(|s| s == self.sig) {
                             self.st.arrived.push((peer, idx, slot));
                             continue;
                         }
