@@ -15,6 +15,8 @@ mod model;
 mod ops;
 #[path = "fabcoll/overlap.rs"]
 mod overlap;
+#[path = "fabcoll/pingpong.rs"]
+mod pingpong;
 #[path = "fabcoll/report.rs"]
 mod report;
 #[path = "fabcoll/sim.rs"]
@@ -76,6 +78,9 @@ enum Cmd {
     /// Whether a nonblocking allreduce moves while the program computes: the allreduce alone,
     /// a computation alone, and both overlapped, per round (run under `fabrun -n N`).
     Overlap(overlap::OverlapArgs),
+    /// Point-to-point latency and bandwidth between ranks 0 and 1 (tagged send/recv round
+    /// trips), per size (run under `fabrun -n 2`).
+    Pingpong(pingpong::PingpongArgs),
     /// Many allreduces in a row (10⁶ small, 10⁴ large by default) with every rank's resident
     /// memory and open descriptors watched; fails when they grow (run under `fabrun -n N`).
     Soak(soak::SoakArgs),
@@ -349,6 +354,15 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Cmd::Pingpong(a) => {
+            match Communicator::from_env().map_err(|e| e.to_string()).and_then(|c| pingpong::run(&c, &a)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("fabcoll pingpong: error: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Cmd::Soak(a) => match Communicator::from_env().map_err(|e| e.to_string()).and_then(|c| soak::run(&c, &a)) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => {
