@@ -22,5 +22,13 @@ fn main() -> fabcoll::Result<()> {
     // Force an algorithm and its parameters for one call (names: `fabcoll info`).
     let opts = fabcoll::Options::algorithm("ring").param("segment", 65536);
     comm.with(&opts).allreduce(&grad, &mut sum, &ReduceOp::Sum)?;
+
+    // Tagged point to point (pipeline stages): the n-th send from a to b matches b's n-th recv from a.
+    let (next, prev) = ((comm.rank() + 1) % comm.size(), (comm.rank() + comm.size() - 1) % comm.size());
+    let mut act = vec![0f32; 1 << 16];
+    comm.scope(|s| {
+        s.isend(&grad[..1 << 16], next, 7)?;
+        s.irecv(&mut act, prev, 7)?.wait()
+    })?;
     Ok(())
 }
