@@ -139,4 +139,51 @@ mod tests {
         assert!(s0.is_p2p() && !OpKey { ctx: 7, seq: 12 }.is_p2p());
         assert_eq!((s0.number(), s1.number(), r0.number()), (0, 1, 0));
     }
+
+    fn ctx_with(outstanding: Vec<u64>) -> CtxState {
+        CtxState {
+            ep_to_comm: (0..8).collect(),
+            next_seq: 0,
+            outstanding,
+            broken: None,
+            gave_up: Vec::new(),
+            streams: None,
+        }
+    }
+
+    fn routed(r: Route) -> &'static str {
+        match r {
+            Route::Op(_) => "op",
+            Route::Drop => "drop",
+            Route::Past => "past",
+            Route::Later => "later",
+        }
+    }
+
+    #[test]
+    fn a_message_goes_to_its_stream_by_peer_and_parity() {
+        // This rank is endpoint 3; its receives from 5 and its sends to 5 are two streams.
+        let (me, mask) = (3, (1 << 16) - 1);
+        let mut st = Streams::default();
+        let recv0 = st.next_key(9, me, 5, false);
+        let data0 = recv0.seq & LOW;
+        // Running: 5's data for receive 0 goes to its op; the same number from 6 does not.
+        let c = ctx_with(vec![recv0.seq]);
+        assert_eq!(routed(st.route(&c, 9, me, 5, data0, mask, None)), "op");
+        assert_eq!(routed(st.route(&c, 9, me, 6, data0, mask, None)), "later");
+        // Finished: the same message again is past; the next one from 5 is later.
+        let done = ctx_with(Vec::new());
+        assert_eq!(routed(st.route(&done, 9, me, 5, data0, mask, None)), "past");
+        assert_eq!(routed(st.route(&done, 9, me, 5, data0 + 2, mask, None)), "later");
+        // A grant from 5 for this rank's first send (the other parity) is later, not past, though
+        // the receive stream with 5 has moved on; once that send was counted, it is past.
+        let grant0 = OpKey { ctx: 9, seq: key_seq(5, wire(0, me, 5)) }.seq & LOW;
+        assert_ne!(grant0 & 1, data0 & 1);
+        assert_eq!(routed(st.route(&done, 9, me, 5, grant0, mask, None)), "later");
+        let send0 = st.next_key(9, me, 5, true);
+        assert_eq!(send0.seq & LOW, grant0);
+        assert_eq!(routed(st.route(&done, 9, me, 5, grant0, mask, None)), "past");
+        // The call running straight takes its own messages from the early queue.
+        assert_eq!(routed(st.route(&done, 9, me, 5, grant0, mask, Some(send0))), "later");
+    }
 }
