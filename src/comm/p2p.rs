@@ -16,6 +16,7 @@
 //! a receive that picks a later message by its tag, a receive buffer longer than the message, and
 //! a send to oneself.
 
+use std::mem::size_of_val;
 use std::sync::Arc;
 
 use fabcoll_collectives::datatype::{Datatype, Element};
@@ -35,6 +36,15 @@ pub(super) fn ctx_of(ctx: u32) -> u32 {
     ctx + 1
 }
 
+/// The operation's name in errors.
+fn what(outgoing: bool) -> &'static str {
+    if outgoing {
+        "send"
+    } else {
+        "recv"
+    }
+}
+
 /// One transfer on this rank, checked: the peer, the tag and the lent buffer.
 pub(crate) struct Transfer {
     peer: u32,
@@ -46,28 +56,14 @@ pub(crate) struct Transfer {
 }
 
 impl Transfer {
-    /// A send of `bytes` bytes of `dtype` elements at `ptr` to communicator rank `dst`.
-    pub(crate) fn send(
-        comm: &Communicator,
-        ptr: *const u8,
-        bytes: usize,
-        dtype: Datatype,
-        dst: u32,
-        tag: u32,
-    ) -> Result<Transfer> {
-        Transfer::new(comm, ptr as *mut u8, bytes, dtype, dst, tag, true)
+    /// A send of `buf` to communicator rank `dst`.
+    pub(crate) fn send<T: Element>(comm: &Communicator, buf: &[T], dst: u32, tag: u32) -> Result<Transfer> {
+        Transfer::new(comm, buf.as_ptr().cast_mut().cast(), size_of_val(buf), T::DATATYPE, dst, tag, true)
     }
 
-    /// A receive of `bytes` bytes of `dtype` elements into `ptr` from communicator rank `src`.
-    pub(crate) fn recv(
-        comm: &Communicator,
-        ptr: *mut u8,
-        bytes: usize,
-        dtype: Datatype,
-        src: u32,
-        tag: u32,
-    ) -> Result<Transfer> {
-        Transfer::new(comm, ptr, bytes, dtype, src, tag, false)
+    /// A receive into `buf` from communicator rank `src`.
+    pub(crate) fn recv<T: Element>(comm: &Communicator, buf: &mut [T], src: u32, tag: u32) -> Result<Transfer> {
+        Transfer::new(comm, buf.as_mut_ptr().cast(), size_of_val(buf), T::DATATYPE, src, tag, false)
     }
 
     fn new(
@@ -79,7 +75,7 @@ impl Transfer {
         tag: u32,
         outgoing: bool,
     ) -> Result<Transfer> {
-        let what = if outgoing { "send" } else { "recv" };
+        let what = what(outgoing);
         let invalid = |msg: String| Error::InvalidArgument { coll: what, msg };
         if peer >= comm.size() {
             return Err(invalid(format!("peer rank {peer} out of range 0..{}", comm.size())));
@@ -91,14 +87,6 @@ impl Transfer {
             return Err(invalid(format!("{bytes} bytes are not whole {dtype} elements")));
         }
         Ok(Transfer { peer, tag, outgoing, ptr, bytes, dtype })
-    }
-
-    fn what(&self) -> &'static str {
-        if self.outgoing {
-            "send"
-        } else {
-            "recv"
-        }
     }
 
     /// The signature both ends compute alike: tag, element type and count.
@@ -122,14 +110,14 @@ impl Communicator {
     /// Sends `buf` to rank `dst` with `tag`; returns once `buf` may be reused (the data is in
     /// `dst`'s eager slot or its receive buffer). See the module doc for matching.
     pub fn send<T: Element>(&self, buf: &[T], dst: u32, tag: u32) -> Result<()> {
-        let t = Transfer::send(self, buf.as_ptr().cast(), std::mem::size_of_val(buf), T::DATATYPE, dst, tag)?;
+        let t = Transfer::send(self, buf, dst, tag)?;
         let started = self.start_transfer(&t, true)?;
         self.finish(started)
     }
 
     /// Receives from rank `src` the message it sends with `tag`, of exactly `buf.len()` elements.
     pub fn recv<T: Element>(&self, buf: &mut [T], src: u32, tag: u32) -> Result<()> {
-        let t = Transfer::recv(self, buf.as_mut_ptr().cast(), std::mem::size_of_val(buf), T::DATATYPE, src, tag)?;
+        let t = Transfer::recv(self, buf, src, tag)?;
         let started = self.start_transfer(&t, true)?;
         self.finish(started)
     }
@@ -139,7 +127,8 @@ impl Communicator {
     /// message is then done as it starts); a nonblocking receive is left in flight at once.
     pub(crate) fn start_transfer(&self, t: &Transfer, blocking: bool) -> Result<Started> {
         let plan = t.plan(self);
-        let spec = CallSpec { coll: t.what(), alg: "p2p", sig: t.sig(), plan: &plan, dtype: t.dtype, rop: None };
+        let spec =
+            CallSpec { coll: what(t.outgoing), alg: "p2p", sig: t.sig(), plan: &plan, dtype: t.dtype, rop: None };
         let mut eng = self.lock();
         // SAFETY: the buffer is lent to this transfer: a blocking call waits before returning, a
         // nonblocking one lives in a `Scope` (or, through `RawCalls`, under MPI's rule) that waits
@@ -159,21 +148,11 @@ impl Communicator {
 impl<'scope> Scope<'scope, '_> {
     /// Starts sending `buf` to rank `dst` with `tag` (see [`Communicator::send`]).
     pub fn isend<T: Element>(&self, buf: &'scope [T], dst: u32, tag: u32) -> Result<Request<'scope>> {
-        let t = Transfer::send(
-            self.communicator(),
-            buf.as_ptr().cast(),
-            std::mem::size_of_val(buf),
-            T::DATATYPE,
-            dst,
-            tag,
-        )?;
-        self.submit_transfer(&t)
+        self.submit_transfer(&Transfer::send(self.communicator(), buf, dst, tag)?)
     }
 
     /// Starts receiving into `buf` from rank `src` (see [`Communicator::recv`]).
     pub fn irecv<T: Element>(&self, buf: &'scope mut [T], src: u32, tag: u32) -> Result<Request<'scope>> {
-        let comm = self.communicator();
-        let t = Transfer::recv(comm, buf.as_mut_ptr().cast(), std::mem::size_of_val(buf), T::DATATYPE, src, tag)?;
-        self.submit_transfer(&t)
+        self.submit_transfer(&Transfer::recv(self.communicator(), buf, src, tag)?)
     }
 }

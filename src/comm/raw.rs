@@ -9,8 +9,6 @@
 
 use std::sync::Arc;
 
-use std::mem::size_of_val;
-
 use fabcoll_collectives::datatype::Element;
 
 use super::call::{Call, Collectives};
@@ -59,14 +57,12 @@ impl RawCalls {
 
     /// Starts sending `buf` to rank `dst` with `tag` (see [`Communicator::send`]).
     pub fn isend<T: Element>(&self, buf: &[T], dst: u32, tag: u32) -> Result<RawRequest> {
-        let t = Transfer::send(&self.comm, buf.as_ptr().cast(), size_of_val(buf), T::DATATYPE, dst, tag)?;
-        self.transfer(&t)
+        self.transfer(&Transfer::send(&self.comm, buf, dst, tag)?)
     }
 
     /// Starts receiving into `buf` from rank `src` (see [`Communicator::recv`]).
     pub fn irecv<T: Element>(&self, buf: &mut [T], src: u32, tag: u32) -> Result<RawRequest> {
-        let t = Transfer::recv(&self.comm, buf.as_mut_ptr().cast(), size_of_val(buf), T::DATATYPE, src, tag)?;
-        self.transfer(&t)
+        self.transfer(&Transfer::recv(&self.comm, buf, src, tag)?)
     }
 
     fn transfer(&self, t: &Transfer) -> Result<RawRequest> {
