@@ -14,10 +14,12 @@ use std::time::{Duration, Instant};
 use fabcoll_fabric::RemoteMr;
 
 use super::call::{Call, Collectives};
-use super::memo::{Memo, Path, Prepared};
+use super::memo::{CallKey, Memo, Path, Prepared};
+use super::p2p::TransferKey;
 use super::{Communicator, Options};
 use crate::error::{Error, Result};
 use crate::exec::plan::Plan;
+use crate::exec::proto::CallSig;
 use crate::exec::runner::{self, Fused};
 use crate::exec::wait::Patience;
 use crate::exec::{grace, mailboxes, Bound, Bufs, Stats};
@@ -39,7 +41,9 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(10);
 /// A communicator's calls state (see the module doc).
 #[derive(Default)]
 pub(crate) struct Calls {
-    pub memo: Memo,
+    pub memo: Memo<CallKey, Arc<Prepared>>,
+    /// The prepared transfers (`p2p`): a plan and signature per peer, direction, size and tag.
+    pub transfers: Memo<TransferKey, (Arc<Plan>, CallSig)>,
     mailbox: MailboxState,
     /// The counters of this communicator's mailbox calls.
     stats: Stats,
@@ -149,8 +153,8 @@ impl Communicator {
     /// engine's.
     pub(super) fn run_remembered(&self, call: &Call<'_>, opts: &Options) -> Remembered {
         let mut calls = self.calls();
-        let Calls { memo, mailbox, stats } = &mut *calls;
-        let Some(p) = memo.find(&call.args, opts.algorithm.as_deref(), &opts.params) else {
+        let Calls { memo, mailbox, stats, .. } = &mut *calls;
+        let Some(p) = memo.find(|k| k.is(&call.args, opts.algorithm.as_deref(), &opts.params)) else {
             return Remembered::Missing;
         };
         if let (Path::Mailbox, MailboxState::Ready(ready)) = (p.path(true, self.check), mailbox) {

@@ -16,7 +16,7 @@ use super::call::fnv;
 use crate::exec::mailboxes;
 use crate::exec::plan::Plan;
 
-/// Calls remembered per communicator.
+/// Calls (and transfers) remembered per communicator.
 pub(crate) const CAPACITY: usize = 32;
 
 /// Largest communicator whose calls may take the mailboxes (they take p · 64 KiB per rank).
@@ -195,32 +195,40 @@ fn fits_mailboxes(args: &CollArgs, limit: usize) -> bool {
         && n.checked_mul(u64::from(args.elem_size)).is_some_and(|b| b <= limit as u64)
 }
 
-/// The prepared calls of a communicator, most recently used first.
-#[derive(Debug, Default)]
-pub(crate) struct Memo {
-    entries: Vec<(CallKey, Arc<Prepared>)>,
+/// Remembered values of a communicator, most recently used first, at most [`CAPACITY`]: its
+/// prepared calls (`Memo<CallKey, Arc<Prepared>>`, found with [`CallKey::is`]) and its prepared
+/// transfers (`comm::p2p`).
+#[derive(Debug)]
+pub(crate) struct Memo<K, V> {
+    entries: Vec<(K, V)>,
 }
 
-impl Memo {
-    /// The call prepared for these arguments and options, if remembered.
+impl<K, V> Default for Memo<K, V> {
+    fn default() -> Self {
+        Memo { entries: Vec::new() }
+    }
+}
+
+impl<K, V> Memo<K, V> {
+    /// The value remembered under the key `is` picks, now the most recently used.
     #[inline]
-    pub fn find(&mut self, call: &CollArgs, algorithm: Option<&str>, params: &Params) -> Option<&Arc<Prepared>> {
-        let i = self.entries.iter().position(|(k, _)| k.is(call, algorithm, params))?;
+    pub fn find(&mut self, is: impl Fn(&K) -> bool) -> Option<&V> {
+        let i = self.entries.iter().position(|(k, _)| is(k))?;
         if i > 0 {
             self.entries[..=i].rotate_right(1);
         }
-        self.entries.first().map(|(_, p)| p)
+        self.entries.first().map(|(_, v)| v)
     }
 
-    /// Remembers a prepared call, forgetting the least recently used one when full.
-    pub fn insert(&mut self, call: &CollArgs, algorithm: Option<&str>, params: &Params, p: Arc<Prepared>) {
+    /// Remembers a value, forgetting the least recently used one when full.
+    pub fn insert(&mut self, key: K, value: V) {
         if self.entries.len() >= CAPACITY {
             self.entries.pop();
         }
-        self.entries.insert(0, (CallKey::new(call, algorithm, params), p));
+        self.entries.insert(0, (key, value));
     }
 
-    /// Forgets every prepared call.
+    /// Forgets everything.
     pub fn clear(&mut self) {
         self.entries.clear();
     }
@@ -364,18 +372,19 @@ mod tests {
         let mut m = Memo::default();
         let call = CollArgs::new(Collective::Allreduce, 0, 4, 8);
         let none = Params::default();
-        assert!(m.find(&call, None, &none).is_none());
+        assert!(m.find(|k: &CallKey| k.is(&call, None, &none)).is_none());
         let p = Arc::new(prepared(Collective::Allreduce, "recursive_doubling", 0, 4, 8, &LANES));
-        m.insert(&call, None, &none, p.clone());
-        assert!(Arc::ptr_eq(m.find(&call, None, &none).expect("remembered"), &p));
-        assert!(m.find(&call, Some("ring"), &none).is_none(), "other forced algorithm");
-        assert!(m.find(&call, None, &Params::default().with("segment", 2)).is_none(), "other parameters");
+        m.insert(CallKey::new(&call, None, &none), p.clone());
+        assert!(Arc::ptr_eq(m.find(|k| k.is(&call, None, &none)).expect("remembered"), &p));
+        assert!(m.find(|k| k.is(&call, Some("ring"), &none)).is_none(), "other forced algorithm");
+        let seg = Params::default().with("segment", 2);
+        assert!(m.find(|k| k.is(&call, None, &seg)).is_none(), "other parameters");
         for n in 0..2 * CAPACITY as u64 {
             let mut a = call.clone();
             a.count = 100 + n;
-            m.insert(&a, None, &none, p.clone());
+            m.insert(CallKey::new(&a, None, &none), p.clone());
         }
-        assert!(m.find(&call, None, &none).is_none(), "least recently used call forgotten");
+        assert!(m.find(|k| k.is(&call, None, &none)).is_none(), "least recently used call forgotten");
         assert_eq!(m.entries.len(), CAPACITY);
         m.clear();
         assert!(m.entries.is_empty());

@@ -38,7 +38,7 @@ pub use raw::{RawCalls, RawRequest};
 pub use request::{Request, Scope};
 
 use mailboxes::{CallsRegistry, Remembered, SharedCalls, SharedRegistry};
-use memo::{Lanes, Path, Prepared};
+use memo::{CallKey, Lanes, Path, Prepared};
 
 use crate::error::{Error, Result};
 use crate::exec::op::{CallSpec, Check};
@@ -338,7 +338,7 @@ impl Communicator {
     fn prepared(&self, call: &Call<'_>, opts: &Options) -> Result<Arc<Prepared>> {
         let memo = !self.model.selecting();
         if memo {
-            if let Some(p) = self.calls().memo.find(&call.args, opts.algorithm.as_deref(), &opts.params) {
+            if let Some(p) = self.calls().memo.find(|k| k.is(&call.args, opts.algorithm.as_deref(), &opts.params)) {
                 return Ok(p.clone());
             }
         }
@@ -351,7 +351,7 @@ impl Communicator {
         let plan = Plan::new(alg.schedule(&args)?);
         let p = Arc::new(Prepared::new(alg.name, args, plan, &self.lanes));
         if memo {
-            self.calls().memo.insert(&call.args, opts.algorithm.as_deref(), &opts.params, p.clone());
+            self.calls().memo.insert(CallKey::new(&call.args, opts.algorithm.as_deref(), &opts.params), p.clone());
         }
         Ok(p)
     }

@@ -89,21 +89,39 @@ impl Transfer {
         Ok(Transfer { peer, tag, outgoing, ptr, bytes, dtype })
     }
 
-    /// The signature both ends compute alike: tag, element type and count.
-    fn sig(&self) -> CallSig {
-        CallSig::of(fnv([0x7032_7020, u64::from(self.tag), self.dtype as u64, self.bytes as u64]))
+    /// What tells this transfer's plan and signature apart from another's.
+    fn key(&self) -> TransferKey {
+        TransferKey { peer: self.peer, outgoing: self.outgoing, bytes: self.bytes, tag: self.tag, dtype: self.dtype }
     }
 
-    /// The one-step plan of this rank's side.
-    fn plan(&self, comm: &Communicator) -> Arc<Plan> {
+    /// The signature both ends compute alike (tag, element type and count) and the one-step plan
+    /// of this rank's side: remembered in the communicator's memo, as a collective's are.
+    fn prepared(&self, comm: &Communicator) -> (Arc<Plan>, CallSig) {
+        let key = self.key();
+        if let Some(p) = comm.calls().transfers.find(|k| *k == key) {
+            return p.clone();
+        }
+        let sig = CallSig::of(fnv([0x7032_7020, u64::from(self.tag), self.dtype as u64, self.bytes as u64]));
         let count = (self.bytes / self.dtype.size()) as u64;
         let mut b = ScheduleBuilder::new(comm.rank(), comm.size());
         match self.outgoing {
             true => b.send(self.peer, Region::new(Buf::Send, 0, count), &[]),
             false => b.recv(self.peer, Region::new(Buf::Recv, 0, count), &[]),
         };
-        Arc::new(Plan::new(b.finish()))
+        let p = (Arc::new(Plan::new(b.finish())), sig);
+        comm.calls().transfers.insert(key, p.clone());
+        p
     }
+}
+
+/// A transfer as the memo knows it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TransferKey {
+    peer: u32,
+    outgoing: bool,
+    bytes: usize,
+    tag: u32,
+    dtype: Datatype,
 }
 
 impl Communicator {
@@ -126,9 +144,8 @@ impl Communicator {
     /// `blocking` one, and a nonblocking send, may run straight on the eager rings (a small
     /// message is then done as it starts); a nonblocking receive is left in flight at once.
     pub(crate) fn start_transfer(&self, t: &Transfer, blocking: bool) -> Result<Started> {
-        let plan = t.plan(self);
-        let spec =
-            CallSpec { coll: what(t.outgoing), alg: "p2p", sig: t.sig(), plan: &plan, dtype: t.dtype, rop: None };
+        let (plan, sig) = t.prepared(self);
+        let spec = CallSpec { coll: what(t.outgoing), alg: "p2p", sig, plan: &plan, dtype: t.dtype, rop: None };
         let mut eng = self.lock();
         // SAFETY: the buffer is lent to this transfer: a blocking call waits before returning, a
         // nonblocking one lives in a `Scope` (or, through `RawCalls`, under MPI's rule) that waits
