@@ -148,3 +148,75 @@ fn shm_env_algorithm_override_and_checked_mode() {
         c.barrier().unwrap();
     });
 }
+
+/// Bytes of transparent huge pages in the mapping that holds `addr` (`/proc/self/smaps`).
+fn huge_page_bytes_at(addr: usize) -> usize {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line.split_whitespace().next().and_then(|r| r.split_once('-'));
+        if let Some((a, b)) =
+            range.and_then(|(a, b)| Some((usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?)))
+        {
+            inside = a <= addr && addr < b;
+        } else if let (true, Some(kb)) = (inside, line.strip_prefix("AnonHugePages:")) {
+            return kb.trim().trim_end_matches("kB").trim().parse::<usize>().expect("AnonHugePages") << 10;
+        }
+    }
+    0
+}
+
+/// `len` bytes of fresh anonymous memory at `at` (replacing what was mapped there), or anywhere.
+fn map_anonymous(at: Option<*mut i64>, len: usize) -> *mut i64 {
+    let fixed = if at.is_some() { libc::MAP_FIXED } else { 0 };
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed;
+    // SAFETY: a new private mapping; with MAP_FIXED it replaces only the caller's own earlier
+    // mapping of the same range, which no slice borrows any more.
+    let p = unsafe {
+        libc::mmap(at.unwrap_or(std::ptr::null_mut()).cast(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+    p.cast()
+}
+
+/// A heap buffer used in `FABCOLL_HUGE_PAGES` calls gets huge pages (which the peer's
+/// `process_vm_writev` fills faster) and keeps its contents through the collapse: in-place 6 MiB
+/// allreduces, checked after every call. Then fresh memory mapped at the same address, as an
+/// allocator does after a free (the registration cache's entry lives on): it gets huge pages
+/// within as many calls too.
+#[test]
+fn reused_heap_buffers_get_huge_pages() {
+    const HUGE: usize = 2 << 20;
+    const LEN: usize = 6 << 20;
+    let env = [("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "30"), ("FABCOLL_HUGE_PAGES", "3")];
+    support::ranks("reused_heap_buffers_get_huge_pages", 2, LIMIT, &env, |_job| {
+        let c = Communicator::from_env().expect("communicator");
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+        let ptr = map_anonymous(None, LEN);
+        let page = (ptr as usize).next_multiple_of(HUGE);
+        for generation in 1..=2 {
+            if generation == 2 {
+                map_anonymous(Some(ptr), LEN);
+                assert_eq!(huge_page_bytes_at(page), 0, "fresh memory has 4 KiB pages");
+            }
+            // SAFETY: `LEN` bytes mapped read-write above, used through this slice only.
+            let buf = unsafe { std::slice::from_raw_parts_mut(ptr, LEN / 8) };
+            for call in 1..=5i64 {
+                buf.iter_mut().enumerate().for_each(|(i, v)| *v = i as i64 * call + i64::from(c.rank()));
+                c.allreduce_in_place(buf, &ReduceOp::Sum).unwrap();
+                let bad = buf.iter().enumerate().find(|&(i, &v)| v != 2 * i as i64 * call + 1);
+                assert!(bad.is_none(), "buffer {generation}, call {call}: element {bad:?} wrong");
+                let huge = huge_page_bytes_at(page);
+                if generation == 1 && call < 3 && thp.contains("[madvise]") {
+                    assert_eq!(huge, 0, "call {call}: huge pages before the third use");
+                }
+                if call >= 3 && !thp.contains("[never]") {
+                    assert!(huge >= HUGE, "buffer {generation}, call {call}: {huge} bytes of huge pages at {page:#x}");
+                }
+            }
+        }
+        c.barrier().unwrap();
+        // SAFETY: the mapping made above; nothing borrows it any more (the calls are done).
+        unsafe { libc::munmap(ptr.cast(), LEN) };
+    });
+}

@@ -585,6 +585,8 @@ settings! {
         "eager slots per pair of ranks";
     FABCOLL_MR_CACHE mr_cache: usize as Count, Executor, EachUse, "64",
         "registration cache entries for user buffers (0 = no cache)";
+    FABCOLL_HUGE_PAGES huge_pages: usize as Count, Executor, EachUse, "8",
+        "shm: a user buffer used in this many calls gets huge pages, which peers' copies fill faster (0 = never)";
     FABCOLL_SPIN_US spin: Duration as Micros, Executor, EachUse, "250",
         "how long a waiting rank polls on shm and local before it sleeps on the doorbell";
     FABCOLL_YIELD yield_when_idle: bool as Bool, Executor, EachUse, "on when this node's ranks outnumber its CPUs",

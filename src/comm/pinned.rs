@@ -58,6 +58,9 @@ impl Communicator {
         // unpins it) before the borrow ends; peers only write it inside collectives that borrow
         // the guard, i.e. the slice.
         let mr = unsafe { eng.core.ep.register(ptr, bytes.max(1), Access::REMOTE_WRITE)? };
+        if eng.core.cfg.huge_pages_after > 0 {
+            eng.core.ep.hint_reused(&mr);
+        }
         eng.pin(mr.clone());
         Ok(Registered { engine: self.engine.clone(), mr, slice })
     }

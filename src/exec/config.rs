@@ -35,6 +35,14 @@ pub struct ExecConfig {
     pub timeout: Duration,
     /// Registration cache entries for user buffers (0 disables the cache).
     pub mr_cache: usize,
+    /// A user buffer used in this many calls (through the registration cache, and again every
+    /// this many calls; at once when registered with `Communicator::register`) is hinted to the
+    /// fabric as reused
+    /// (`Endpoint::hint_reused`): on shm, its whole 2 MiB pages are then backed by transparent
+    /// huge pages, which peers' `process_vm_writev` copies fill faster. The collapse costs
+    /// several copies of the buffer, once. 0 turns it off.
+    /// `FABCOLL_HUGE_PAGES`.
+    pub huge_pages_after: u32,
     /// Use at most this many immediate bits even if the backend carries more (tests the narrow
     /// layouts of verbs-like backends on any backend). All ranks must agree.
     pub imm_bits: u32,
@@ -82,6 +90,7 @@ impl Default for ExecConfig {
             credit_fraction: 4,
             timeout: Duration::from_secs(60),
             mr_cache: 64,
+            huge_pages_after: DEFAULT_HUGE_PAGES_AFTER,
             imm_bits: 64,
             spin: Duration::from_micros(250),
             local_ranks: None,
@@ -93,6 +102,10 @@ impl Default for ExecConfig {
         }
     }
 }
+
+/// Default of [`ExecConfig::huge_pages_after`]: a buffer used this often is likely used many
+/// times more, over which the collapse pays (`docs/measurements/2026-11-29-huge-pages.md`).
+pub const DEFAULT_HUGE_PAGES_AFTER: u32 = 8;
 
 /// Default mailbox limit (see [`ExecConfig::mailbox_limit`]).
 pub const DEFAULT_MAILBOX: usize = 16384;
@@ -158,7 +171,7 @@ impl ExecConfig {
 
     /// These settings overridden by the executor's knobs ([`fabcoll_fabric::settings`]: installed,
     /// else the environment's): `FABCOLL_EAGER` (raises the slot size to fit), `FABCOLL_SLOTS`,
-    /// `FABCOLL_TIMEOUT`, `FABCOLL_MR_CACHE`, `FABCOLL_SPIN_US`, `FABCOLL_YIELD`,
+    /// `FABCOLL_TIMEOUT`, `FABCOLL_MR_CACHE`, `FABCOLL_HUGE_PAGES`, `FABCOLL_SPIN_US`, `FABCOLL_YIELD`,
     /// `FABCOLL_LOCAL_CPUS`, `FABCOLL_MAILBOX` and `FABCOLL_STRAIGHT`.
     pub fn env_over(self) -> Result<ExecConfig> {
         use fabcoll_fabric::settings as s;
@@ -176,6 +189,9 @@ impl ExecConfig {
         }
         if let Some(v) = s::FABCOLL_MR_CACHE.get()? {
             c.mr_cache = v;
+        }
+        if let Some(v) = s::FABCOLL_HUGE_PAGES.get()? {
+            c.huge_pages_after = u32::try_from(v).unwrap_or(u32::MAX);
         }
         if let Some(v) = s::FABCOLL_SPIN_US.get()? {
             c.spin = v;

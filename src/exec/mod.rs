@@ -223,7 +223,7 @@ impl Engine {
         if !oversubscribed {
             ep.never_yield();
         }
-        let mrs = MrCache::new(cfg.mr_cache > 0 && mrcache::cache_safe(&caps), cfg.mr_cache);
+        let mrs = MrCache::new(cfg.mr_cache > 0 && mrcache::cache_safe(&caps), cfg.mr_cache, cfg.huge_pages_after);
         let core = Core {
             ep,
             caps,

@@ -14,6 +14,11 @@
 //! caller has lent, so a cached entry for freed memory is never written. When a collective fails,
 //! the entries overlapping its buffers are evicted (deregistered) so that no late write can land
 //! in memory returned to the caller.
+//!
+//! An entry is offered to the endpoint as reused ([`Endpoint::hint_reused`]: on shm its huge
+//! pages) at every `reused_after`-th call that uses it: a one-time cost that a buffer used once
+//! or twice should not pay, and again later, since the program may have freed the memory and
+//! mapped new memory at the same address (a range already backed costs the kernel microseconds).
 
 use fabcoll_fabric::{Access, Caps, Endpoint, Mr};
 
@@ -24,11 +29,15 @@ struct Entry {
     len: usize,
     mr: Mr,
     used: u64,
+    /// Calls that used it.
+    uses: u32,
 }
 
 pub(crate) struct MrCache {
     enabled: bool,
     cap: usize,
+    /// Every this many uses an entry is hinted as reused (0: never).
+    reused_after: u32,
     tick: u64,
     entries: Vec<Entry>,
     pub hits: u64,
@@ -46,8 +55,8 @@ pub(crate) fn cache_safe(caps: &Caps) -> bool {
 }
 
 impl MrCache {
-    pub fn new(enabled: bool, cap: usize) -> MrCache {
-        MrCache { enabled, cap, tick: 0, entries: Vec::new(), hits: 0, registrations: 0 }
+    pub fn new(enabled: bool, cap: usize, reused_after: u32) -> MrCache {
+        MrCache { enabled, cap, reused_after, tick: 0, entries: Vec::new(), hits: 0, registrations: 0 }
     }
 
     /// A registration covering `[ptr, ptr+len)` with at least `access` (remote write covers local).
@@ -65,7 +74,11 @@ impl MrCache {
                 .find(|e| e.addr <= addr && addr + len <= e.addr + e.len && e.mr.access().contains(access))
             {
                 e.used = self.tick;
+                e.uses = e.uses.saturating_add(1);
                 self.hits += 1;
+                if self.reused_after > 0 && e.uses.is_multiple_of(self.reused_after) {
+                    ep.hint_reused(&e.mr);
+                }
                 return Ok(e.mr.clone());
             }
         }
@@ -78,7 +91,10 @@ impl MrCache {
                     self.entries.swap_remove(i);
                 }
             }
-            self.entries.push(Entry { addr, len, mr: mr.clone(), used: self.tick });
+            self.entries.push(Entry { addr, len, mr: mr.clone(), used: self.tick, uses: 1 });
+            if self.reused_after == 1 {
+                ep.hint_reused(&mr);
+            }
         }
         Ok(mr)
     }

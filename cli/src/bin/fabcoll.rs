@@ -155,6 +155,11 @@ struct BenchArgs {
     /// messages, transport copies, registrations. Counters that stayed 0 are left out.
     #[arg(long)]
     stats: bool,
+    /// Buffers from the heap, as most programs pass them, instead of `Communicator::alloc`'s
+    /// shared memory (which peers on shm copy into through a mapping; into heap memory they copy
+    /// with process_vm_writev).
+    #[arg(long)]
+    heap: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -260,6 +265,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         check: a.check,
         pace: bench::Pace { barrier: a.sync == Sync::Barrier, touch: a.touch, block: false },
         stats: a.stats,
+        heap: a.heap,
     };
     let local = a.fabric.as_deref() == Some("local");
     let meta = |fabric: String, c: &Communicator| Meta {
@@ -272,6 +278,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         dtype: if a.op.is_reduction() { "f32" } else { "u8" }.into(),
         sync: if cfg.pace.barrier { "barrier" } else { "none" }.into(),
         touch: cfg.pace.touch,
+        heap: cfg.heap,
     };
     if local {
         let n = a.n.unwrap_or(1);

@@ -318,6 +318,13 @@ impl Endpoint for RoutedEndpoint {
         }
     }
 
+    fn hint_reused(&mut self, mr: &Mr) {
+        if let Ok(routed) = RoutedMr::of(mr) {
+            self.node.hint_reused(routed.node());
+            self.network.hint_reused(routed.network());
+        }
+    }
+
     fn write_segment(&self, peer: usize) -> usize {
         let seg = match self.table.route(peer) {
             Ok(Route::Node(p)) => self.node.write_segment(p),

@@ -554,6 +554,19 @@ impl Endpoint for ShmEndpoint {
         theirs & segment::IDLE == 0 && cpu != segment::NO_CPU && mine != segment::NO_CPU && cpu != mine
     }
 
+    fn hint_reused(&mut self, mr: &Mr) {
+        // Peers copy into memory of `alloc` through a mapping already; into memory of `register`
+        // with `process_vm_writev`, whose cost per page the huge pages cut.
+        if mr.owns_memory() || mr.access() == Access::LOCAL {
+            return;
+        }
+        match sys::back_with_huge_pages(mr.as_ptr(), mr.len()) {
+            Ok(0) => {}
+            Ok(bytes) => tracing::debug!(bytes, "shm: a reused registration is backed by huge pages"),
+            Err(e) => tracing::debug!(%e, "shm: huge pages for a reused registration refused"),
+        }
+    }
+
     fn hint_read_once(&mut self, mr: &Mr) {
         let key = mr.remote().key;
         if let Some(slot) = self.seg.key((key & 0xffff_ffff) as usize) {

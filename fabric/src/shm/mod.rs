@@ -17,6 +17,11 @@
 //!   be stale; mappings of retired keys are swept on the next miss or idle wait), and
 //!   `process_vm_writev` into the peer's address space for memory registered with `register`.
 //!   Either way it is one copy. Local completion is immediate (`Caps::inline_completion`).
+//!   `process_vm_writev` pins the target's pages one by one, so it fills 4 KiB pages well below
+//!   `memcpy` speed and 2 MiB pages near it (`docs/measurements/2026-11-29-huge-pages.md`). So a
+//!   registration the executor hints as reused ([`Endpoint::hint_reused`](crate::Endpoint::hint_reused))
+//!   has its whole 2 MiB pages collapsed into transparent huge pages, once
+//!   (`sys::back_with_huge_pages`).
 //! - **Deregistration race** is closed by the in-flight count in the key slot
 //!   (`shm/keys.rs` doc): `Mr` drop waits (bounded by `Config::timeout`) for writers mid-copy. If
 //!   a writer dies mid-copy the wait times out, the slot is leaked (never reused) and a warning

@@ -131,6 +131,32 @@ pub(crate) unsafe fn vm_write(pid: u32, src: *const u8, dst: u64, len: usize, pe
     Ok(())
 }
 
+/// Size of a transparent huge page on x86-64 and arm64 (4 KiB base pages).
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
+
+/// Backs the whole 2 MiB pages inside `[ptr, ptr+len)` with transparent huge pages: advises
+/// them (`MADV_HUGEPAGE`, for pages faulted in later) and collapses the ones already there
+/// (`MADV_COLLAPSE`, Linux 6.1; it copies them, at a few times a `memcpy`'s cost).
+/// Returns the bytes advised (0 when no whole huge page lies inside). Contents are unchanged; an
+/// error (an older kernel, THP off, a mapping that is not private anonymous memory, no huge page
+/// free) changes nothing that matters and is only worth a log line.
+pub(crate) fn back_with_huge_pages(ptr: *mut u8, len: usize) -> std::io::Result<usize> {
+    let start = (ptr as usize).next_multiple_of(HUGE_PAGE);
+    let end = (ptr as usize).saturating_add(len) / HUGE_PAGE * HUGE_PAGE;
+    if end <= start {
+        return Ok(0);
+    }
+    for advice in [libc::MADV_HUGEPAGE, libc::MADV_COLLAPSE] {
+        // SAFETY: both advices keep the range's contents (the kernel copies pages into a huge
+        // page under the mapping's lock, and skips pages others hold pinned); the range lies
+        // inside memory the caller registered.
+        if unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(end - start)
+}
+
 /// True if `pid` still exists and is not a zombie (slow path only: reads `/proc/<pid>/stat`).
 pub(crate) fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks existence/permission.
@@ -190,5 +216,23 @@ mod tests {
         assert!(e.contains(&format!("the peer's process {pid} has exited")), "{e}");
         let e = open_proc_fd(std::process::id(), 999_999).map(drop).unwrap_err().to_string();
         assert!(e.contains("peer's shared segment") && !e.contains("exited"), "{e}");
+    }
+
+    /// Only the whole huge pages inside the range are advised, and the contents stay. (Whether
+    /// the kernel backs them is `tests/shm_procs.rs`' `reused_heap_buffers_get_huge_pages`.)
+    #[test]
+    fn huge_pages_cover_the_whole_pages_inside_and_keep_the_contents() {
+        let buf: Vec<u64> = (0..(7 * HUGE_PAGE / 8) as u64).collect();
+        let (ptr, len) = (buf.as_ptr() as *mut u8, buf.len() * 8);
+        let inside = ((ptr as usize + len) / HUGE_PAGE - (ptr as usize).div_ceil(HUGE_PAGE)) * HUGE_PAGE;
+        assert!(inside >= 5 * HUGE_PAGE);
+        match back_with_huge_pages(ptr, len) {
+            Ok(n) => assert_eq!(n, inside),
+            // A kernel before 6.1 (no MADV_COLLAPSE) or without THP: refused, nothing changed.
+            Err(e) => assert!(matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EAGAIN | libc::ENOMEM)), "{e}"),
+        }
+        assert!(buf.iter().enumerate().all(|(i, &v)| v == i as u64), "contents changed");
+        let within = (ptr as usize).next_multiple_of(HUGE_PAGE) as *mut u8;
+        assert_eq!(back_with_huge_pages(within, HUGE_PAGE - 1).unwrap(), 0, "no whole page: nothing advised");
     }
 }

@@ -28,6 +28,10 @@ pub struct Config {
     pub pace: Pace,
     /// Every rank prints its engine's counters for the timed calls of each size (stderr).
     pub stats: bool,
+    /// The buffers come from the heap, as most programs' do, instead of `Communicator::alloc`
+    /// (on shm: memory peers map and copy into directly; into heap memory they copy with
+    /// `process_vm_writev`).
+    pub heap: bool,
 }
 
 /// What happens after each timed call, untimed.
@@ -191,8 +195,16 @@ fn sweep<T: BenchElem>(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row
     // Registered once for the largest size, so the registration cache is not measured.
     let max_send = shapes.iter().map(|s| s.send_len).max().unwrap_or(0);
     let max_recv = shapes.iter().map(|s| s.recv_len).max().unwrap_or(0);
-    let mut sendbuf = c.alloc::<T>(max_send).map_err(err)?;
-    let mut recvbuf = c.alloc::<T>(max_recv).map_err(err)?;
+    let (mut send_pinned, mut recv_pinned, mut send_heap, mut recv_heap);
+    let (sendbuf, recvbuf): (&mut [T], &mut [T]) = if cfg.heap {
+        send_heap = vec![T::from_u64(0); max_send];
+        recv_heap = vec![T::from_u64(0); max_recv];
+        (&mut send_heap, &mut recv_heap)
+    } else {
+        send_pinned = c.alloc::<T>(max_send).map_err(err)?;
+        recv_pinned = c.alloc::<T>(max_recv).map_err(err)?;
+        (&mut send_pinned, &mut recv_pinned)
+    };
     let opts = Options { algorithm: cfg.algo.clone(), ..Options::default() };
     let w = c.with(&opts);
     let mut all_ok = true;

@@ -31,6 +31,8 @@ pub struct Meta {
     pub sync: String,
     /// Whether every rank read its receive buffer after each timed call (`--touch`).
     pub touch: bool,
+    /// Whether the buffers came from the heap instead of `Communicator::alloc` (`--heap`).
+    pub heap: bool,
 }
 
 pub const CSV_HEADER: &str = "op,algorithm,fabric,ranks,bytes,count,iters,warmup,avg_us,min_us,max_us,p50_us,p99_us,\
@@ -49,7 +51,7 @@ impl Report {
             Format::Table => {
                 writeln!(
                     out,
-                    "# fabcoll bench: {} ({} sum for reductions), algorithm {}, fabric {}{}, {} ranks, topology {}, sync {}{}",
+                    "# fabcoll bench: {} ({} sum for reductions), algorithm {}, fabric {}{}, {} ranks, topology {}, sync {}{}{}",
                     meta.op,
                     meta.dtype,
                     meta.algo,
@@ -58,7 +60,8 @@ impl Report {
                     meta.ranks,
                     meta.topology,
                     meta.sync,
-                    if meta.touch { ", receive buffers read after each call" } else { "" }
+                    if meta.touch { ", receive buffers read after each call" } else { "" },
+                    if meta.heap { ", buffers on the heap" } else { "" }
                 )?;
                 writeln!(
                     out,
