@@ -50,25 +50,6 @@ pub unsafe fn copy_bulk(dst: *mut u8, src: *const u8, n: usize) {
     unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
 }
 
-/// Copies `n` bytes from `src` to `dst` with streaming stores whatever the size (where the
-/// destination's lines are known to sit in another core's cache: see
-/// [`Endpoint::hint_read_once`](crate::Endpoint::hint_read_once)); a plain copy off x86-64.
-///
-/// # Safety
-/// As for [`copy_bulk`].
-pub unsafe fn copy_streaming(dst: *mut u8, src: *const u8, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        stream_copy(dst, src, n)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        std::ptr::copy_nonoverlapping(src, dst, n)
-    };
-}
-
 /// Streaming copy: an unaligned head up to 16-byte alignment of `dst`, 64-byte rounds of SSE2
 /// (x86-64 baseline) loads and `movntdq` stores, a tail, then `sfence`.
 ///

@@ -273,13 +273,6 @@ pub trait Endpoint: Send {
     /// direct load/store; node-local backends only (`Caps::load_store`), else `Unsupported`.
     fn map_remote(&mut self, peer: usize, mr: &RemoteMr) -> Result<Mapping>;
 
-    /// Hint for a registration of this rank: its owner reads what a peer writes into it once,
-    /// soon after the write, then lets peers write it again (eager slots, scratch buffers). A
-    /// load/store backend may then let writers bypass their own caches (the lines live in the
-    /// owner's cache, and a cached store would first have to fetch each of them from there).
-    /// Default: ignored.
-    fn hint_read_once(&mut self, _mr: &Mr) {}
-
     /// Hint for a registration of this rank's own memory (made with `register`): the program
     /// uses it call after call, so a one-time cost that makes peers' writes into it cheaper pays.
     /// On `shm` its 2 MiB-aligned pages are then backed by transparent huge pages, which peers'

@@ -40,22 +40,6 @@ fn shm_scenarios_3_procs() {
     });
 }
 
-/// Writes into registrations hinted read-once (eager slots) go through streaming stores from
-/// 2 KiB on: still exact, at sizes around the switch and odd lengths, several times in a row.
-#[test]
-fn shm_read_once_writes_are_exact() {
-    support::ranks("shm_read_once_writes_are_exact", 2, LIMIT, &[], |job| {
-        let mut ep = connect(&job, "shm_read_once_writes_are_exact");
-        let mut inbox = local_common::Inbox::new();
-        for _ in 0..3 {
-            for len in [1, 2047, 2048, 2049, 5003, 16384, 100_003] {
-                local_common::ring_read_once(&mut *ep, &mut inbox, len).unwrap();
-            }
-        }
-        job.barrier("done");
-    });
-}
-
 /// mamidala-2008 style: rank 0 allocates one node-shared buffer, everyone maps it, each rank
 /// adds into its own word with atomics, a counter in the buffer says when all are done.
 #[test]

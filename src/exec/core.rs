@@ -228,12 +228,7 @@ impl Core {
             return Ok(self.pool.swap_remove(i));
         }
         let size = bytes.next_power_of_two().max(4096);
-        let mr = self.ep.alloc(size, Access::REMOTE_WRITE)?;
-        // A peer's write into scratch is read once by this rank's next step (a reduction, a
-        // copy or a forward), so its lines sit in our cache when the next call's write comes:
-        // writers may bypass their caches instead of fetching every line from ours.
-        self.ep.hint_read_once(&mr);
-        Ok(mr)
+        Ok(self.ep.alloc(size, Access::REMOTE_WRITE)?)
     }
 
     pub fn give_back(&mut self, mr: Mr) {

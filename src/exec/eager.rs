@@ -56,8 +56,6 @@ impl Eager {
         }
         let per_peer = slots * slot_size;
         let ring = ep.alloc(per_peer * p, Access::REMOTE_WRITE)?;
-        // We copy or reduce every message out of its slot right after it arrived.
-        ep.hint_read_once(&ring);
         let setups = (0..p)
             .filter(|&q| q != me)
             .map(|q| {

@@ -311,13 +311,6 @@ impl Endpoint for RoutedEndpoint {
         }
     }
 
-    fn hint_read_once(&mut self, mr: &Mr) {
-        if let Ok(routed) = RoutedMr::of(mr) {
-            self.node.hint_read_once(routed.node());
-            self.network.hint_read_once(routed.network());
-        }
-    }
-
     fn hint_reused(&mut self, mr: &Mr) {
         if let Ok(routed) = RoutedMr::of(mr) {
             self.node.hint_reused(routed.node());

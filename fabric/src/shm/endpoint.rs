@@ -21,30 +21,12 @@ use crate::{job_hash, Config};
 const BLOB_MAGIC: &[u8; 8] = b"fabshmad";
 const BLOB_LEN: usize = 32;
 const HAS_FD: u64 = 1 << 8;
-/// Key-slot flag: the owner reads writes into this registration once ([`Endpoint::hint_read_once`]).
-const READ_ONCE: u64 = 1 << 9;
-/// Writes of at least this many bytes into a [`READ_ONCE`] registration use streaming stores: the
-/// owner's cache holds the destination's lines, which cached stores would first fetch
-/// (`docs/measurements/2026-11-27-copy-shm.md`).
-const READ_ONCE_STREAM_MIN: usize = 2048;
-/// ... and at most this many: a larger destination no longer sits in the owner's cache, and cached
-/// stores leave it in the shared L3 for the owner's read.
-const READ_ONCE_STREAM_MAX: usize = 256 << 10;
 
 struct Peer {
     pid: u32,
     seg: Arc<Segment>,
     /// Our last view of the head of our queue at this peer (`Spsc::push_seen`).
     head_seen: Cell<u64>,
-}
-
-/// Whether the two ranks last ran on the same CPU (their presence words): then the owner's lines
-/// are in the caches the writer uses too, and cached stores beat streaming ones (p = 4 on 2 cores,
-/// ranks pinned in pairs).
-fn same_cpu(mine: &Segment, theirs: &Segment) -> bool {
-    let cpu = |s: &Segment| s.header().presence.load(Ordering::Relaxed) & segment::NO_CPU;
-    let (a, b) = (cpu(mine), cpu(theirs));
-    a != segment::NO_CPU && a == b
 }
 
 /// `queue.free_seen` through the peer's cached head.
@@ -412,16 +394,7 @@ impl Endpoint for ShmEndpoint {
                 // `dst.off + dst.len <= len` (checked); source readable (above); shared memory is
                 // written only through raw copies, ordered before the notification by its Release
                 // (a streaming copy ends with its own store fence).
-                unsafe {
-                    if aux & READ_ONCE != 0
-                        && (READ_ONCE_STREAM_MIN..=READ_ONCE_STREAM_MAX).contains(&dst.len)
-                        && !same_cpu(&self.seg, &p.seg)
-                    {
-                        crate::copy::copy_streaming(base.add(dst.off), s, dst.len)
-                    } else {
-                        crate::copy::copy_bulk(base.add(dst.off), s, dst.len)
-                    }
-                };
+                unsafe { crate::copy::copy_bulk(base.add(dst.off), s, dst.len) };
                 return Ok(());
             }
             // SAFETY: source readable (above); the kernel checks the remote range.
@@ -564,17 +537,6 @@ impl Endpoint for ShmEndpoint {
             Ok(0) => {}
             Ok(bytes) => tracing::debug!(bytes, "shm: a reused registration is backed by huge pages"),
             Err(e) => tracing::debug!(%e, "shm: huge pages for a reused registration refused"),
-        }
-    }
-
-    fn hint_read_once(&mut self, mr: &Mr) {
-        let key = mr.remote().key;
-        if let Some(slot) = self.seg.key((key & 0xffff_ffff) as usize) {
-            // Only while the slot still holds this registration (a hint: a writer that read the
-            // flags just before sees no flag and copies through the cache, which is also correct).
-            if slot.state.load(Ordering::Acquire) >> 32 == key >> 32 {
-                slot.aux.fetch_or(READ_ONCE, Ordering::Relaxed);
-            }
         }
     }
 }

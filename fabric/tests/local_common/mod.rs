@@ -105,14 +105,7 @@ pub fn ring(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize) -> Result<(), 
 /// `ring`, with source and destination in plain user memory (`Vec`) registered with `register`
 /// when `user_mem` (exercises e.g. shm's `process_vm_writev` path instead of mapped memfds).
 pub fn ring_with(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize, user_mem: bool) -> Result<(), String> {
-    ring_impl(ep, inbox, len, user_mem, false, false).map(|_| ())
-}
-
-/// `ring` into destinations marked with [`Endpoint::hint_read_once`] (shm then writes them with
-/// streaming stores from 2 KiB on).
-#[allow(dead_code)] // used by the shm tests only
-pub fn ring_read_once(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize) -> Result<(), String> {
-    ring_impl(ep, inbox, len, false, true, false).map(|_| ())
+    ring_impl(ep, inbox, len, user_mem, false).map(|_| ())
 }
 
 fn ring_impl(
@@ -120,7 +113,6 @@ fn ring_impl(
     inbox: &mut Inbox,
     len: usize,
     user_mem: bool,
-    read_once: bool,
     settle: bool,
 ) -> Result<bool, String> {
     let (r, p) = (ep.rank(), ep.size());
@@ -139,9 +131,6 @@ fn ring_impl(
     } else {
         (ep.alloc(len, Access::REMOTE_WRITE).map_err(e)?, ep.alloc(len, Access::LOCAL).map_err(e)?)
     };
-    if read_once {
-        ep.hint_read_once(&dst);
-    }
     let data: Vec<u8> = (0..len).map(|i| pattern(r, len, i)).collect();
     src.write_at(0, &data).map_err(e)?;
     send_ctrl(ep, inbox, left, TAG_DESC, &dst.remote().to_bytes())?;
@@ -178,7 +167,7 @@ fn ring_impl(
 /// exactly once, by `write_settled` returning `true` or by one `WriteDone` through `poll`, never
 /// both; the data arrives intact either way. Returns whether this rank's write settled.
 pub fn settled_ring(ep: &mut dyn Endpoint, inbox: &mut Inbox, len: usize) -> Result<bool, String> {
-    ring_impl(ep, inbox, len, false, false, true)
+    ring_impl(ep, inbox, len, false, true)
 }
 
 /// `send_ctrl`, polling (into `inbox`) and retrying while the peer's control queue is full: a peer
