@@ -27,8 +27,8 @@ fn main() -> fabcoll::Result<()> {
     let (next, prev) = ((comm.rank() + 1) % comm.size(), (comm.rank() + comm.size() - 1) % comm.size());
     let mut act = vec![0f32; 1 << 16];
     comm.scope(|s| {
-        s.isend(&grad[..1 << 16], next, 7)?;
-        s.irecv(&mut act, prev, 7)?.wait()
+        s.send(&grad[..1 << 16], next, 7)?;
+        s.recv(&mut act, prev, 7)?.wait()
     })?;
     Ok(())
 }

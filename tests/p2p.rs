@@ -79,10 +79,10 @@ fn transfers_cross_in_both_directions_without_deadlock() {
             let mut from_left = vec![0i64; len];
             let mut from_right = vec![0i64; len];
             c.scope(|s| {
-                let a = s.irecv(&mut from_left, left, 1)?;
-                let b = s.isend(&to_right, right, 1)?;
-                let d = s.isend(&to_left, left, 2)?;
-                let e = s.irecv(&mut from_right, right, 2)?;
+                let a = s.recv(&mut from_left, left, 1)?;
+                let b = s.send(&to_right, right, 1)?;
+                let d = s.send(&to_left, left, 2)?;
+                let e = s.recv(&mut from_right, right, 2)?;
                 for r in [b, d, a, e] {
                     r.wait()?;
                 }
@@ -109,7 +109,7 @@ fn many_in_flight_match_in_order() {
             let msgs: Vec<Vec<i64>> = (0..N).map(|n| message(0, n, 1 + n % 5 * 300)).collect();
             c.scope(|s| {
                 for m in &msgs {
-                    s.isend(m, 1, 3)?;
+                    s.send(m, 1, 3)?;
                 }
                 Ok(())
             })
@@ -118,7 +118,7 @@ fn many_in_flight_match_in_order() {
             let mut bufs: Vec<Vec<i64>> = (0..N).map(|n| vec![0; 1 + n % 5 * 300]).collect();
             c.scope(|s| {
                 for b in bufs.iter_mut() {
-                    s.irecv(b, 0, 3)?;
+                    s.recv(b, 0, 3)?;
                 }
                 Ok(())
             })

@@ -2,11 +2,11 @@
 //! `fc_irecv` (nonblocking, finished with `fc_test` / `fc_wait` like the collectives' requests).
 //! The n-th send from one rank to another matches the n-th receive there, which must name the
 //! same tag, datatype and count (a difference is `FC_ERR_MISMATCH` on both ranks); there is no
-//! wildcard source or tag (`fabcoll::Communicator::send`).
+//! wildcard source or tag (`fabcoll::Transfer`).
 
 use std::ffi::{c_int, c_void};
 
-use fabcoll::{with_element, Element, RawCalls, RawRequest};
+use fabcoll::{with_element, Collectives};
 
 use crate::buffers::Region;
 use crate::comm::{comm_ref, fc_comm};
@@ -15,12 +15,12 @@ use crate::nonblocking::{fc_request, start};
 use crate::types::{datatype as datatype_of, fc_datatype};
 
 /// A transfer of `count` elements of `datatype` at `buf` with rank `peer` on `s` (a
-/// [`Communicator`](fabcoll::Communicator): blocking, or [`RawCalls`]): a send
+/// [`Communicator`](fabcoll::Communicator): blocking, or [`RawCalls`](fabcoll::RawCalls)): a send
 /// when `outgoing`, else a receive.
 ///
 /// # Safety
 /// `buf` holds `count` elements (writable for a receive), lent as the call's contract says.
-unsafe fn transfer<S: Transfers>(
+unsafe fn transfer<'b, S: Collectives<'b>>(
     s: &S,
     buf: *const c_void,
     count: usize,
@@ -35,38 +35,11 @@ unsafe fn transfer<S: Transfers>(
         let b = Region::new::<T>(buf, count, "buf")?;
         Ok(match outgoing {
             // SAFETY: the caller's contract.
-            true => s.send_to(unsafe { b.input::<T>() }, peer, tag)?,
+            true => s.send(unsafe { b.input::<T>() }, peer, tag)?,
             // SAFETY: the caller's contract.
-            false => s.recv_from(unsafe { b.output::<T>() }, peer, tag)?,
+            false => s.recv(unsafe { b.output::<T>() }, peer, tag)?,
         })
     })
-}
-
-/// The two ways of calling a transfer: blocking on a communicator, nonblocking on `RawCalls`.
-trait Transfers {
-    type Out;
-    fn send_to<T: Element>(&self, buf: &[T], peer: u32, tag: u32) -> fabcoll::Result<Self::Out>;
-    fn recv_from<T: Element>(&self, buf: &mut [T], peer: u32, tag: u32) -> fabcoll::Result<Self::Out>;
-}
-
-impl Transfers for fabcoll::Communicator {
-    type Out = ();
-    fn send_to<T: Element>(&self, buf: &[T], peer: u32, tag: u32) -> fabcoll::Result<()> {
-        self.send(buf, peer, tag)
-    }
-    fn recv_from<T: Element>(&self, buf: &mut [T], peer: u32, tag: u32) -> fabcoll::Result<()> {
-        self.recv(buf, peer, tag)
-    }
-}
-
-impl Transfers for RawCalls {
-    type Out = RawRequest;
-    fn send_to<T: Element>(&self, buf: &[T], peer: u32, tag: u32) -> fabcoll::Result<RawRequest> {
-        self.isend(buf, peer, tag)
-    }
-    fn recv_from<T: Element>(&self, buf: &mut [T], peer: u32, tag: u32) -> fabcoll::Result<RawRequest> {
-        self.irecv(buf, peer, tag)
-    }
 }
 
 /// Sends `count` elements of `buf` to rank `dest` with `tag`; returns once `buf` may be reused.

@@ -110,46 +110,25 @@ unsafe fn output<'b, T>(r: &Region) -> &'b mut [T] {
     unsafe { std::slice::from_raw_parts_mut(r.addr as *mut T, r.bytes / std::mem::size_of::<T>()) }
 }
 
-/// Starts a transfer of `r` (a send when `outgoing`, else a receive) with rank `peer` on `s`.
+/// Starts a transfer of `r` (a send when `outgoing`, else a receive) with rank `peer` on `s`
+/// (blocking: runs it).
 ///
 /// # Safety
 /// As [`start`], for the one region.
-pub unsafe fn start_transfer(
-    s: &fabcoll::RawCalls,
+pub unsafe fn transfer<'b, S: Collectives<'b>>(
+    s: &S,
     dt: Datatype,
     r: &Region,
     outgoing: bool,
     peer: u32,
     tag: u32,
-) -> fabcoll::Result<fabcoll::RawRequest> {
+) -> fabcoll::Result<S::Out> {
     with_element!(dt, T => {
         match outgoing {
             // SAFETY: the caller's contract.
-            true => s.isend(unsafe { input::<T>(r) }, peer, tag),
+            true => s.send(unsafe { input::<T>(r) }, peer, tag),
             // SAFETY: the caller's contract.
-            false => s.irecv(unsafe { output::<T>(r) }, peer, tag),
-        }
-    })
-}
-
-/// Runs a transfer of `r` with rank `peer` on `comm` (blocking).
-///
-/// # Safety
-/// As [`start_transfer`].
-pub unsafe fn run_transfer(
-    comm: &fabcoll::Communicator,
-    dt: Datatype,
-    r: &Region,
-    outgoing: bool,
-    peer: u32,
-    tag: u32,
-) -> fabcoll::Result<()> {
-    with_element!(dt, T => {
-        match outgoing {
-            // SAFETY: the caller's contract.
-            true => comm.send(unsafe { input::<T>(r) }, peer, tag),
-            // SAFETY: the caller's contract.
-            false => comm.recv(unsafe { output::<T>(r) }, peer, tag),
+            false => s.recv(unsafe { output::<T>(r) }, peer, tag),
         }
     })
 }

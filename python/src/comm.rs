@@ -10,7 +10,7 @@ use fabcoll::Datatype;
 use pyo3::prelude::*;
 
 use crate::buffer::{datatype_name, datatype_named, Buffer, Region};
-use crate::call::{reduce_op, run_transfer, start, start_transfer, Kind, Spec};
+use crate::call::{reduce_op, start, transfer, Kind, Spec};
 use crate::error::{fail, lib};
 use crate::request::Request;
 
@@ -172,14 +172,14 @@ impl Communicator {
         if blocking {
             let comm = &*self.inner;
             // SAFETY: `b` keeps the buffer exported until the call has returned (as `_call`).
-            py.detach(|| unsafe { run_transfer(comm, dt, &region, outgoing, peer, tag) }).map_err(lib)?;
+            py.detach(|| unsafe { transfer(comm, dt, &region, outgoing, peer, tag) }).map_err(lib)?;
             drop(b);
             return Ok(None);
         }
         // SAFETY: the request holds the exported buffer until it has finished (`Request`).
         let calls = unsafe { self.inner.raw_calls() };
         // SAFETY: as above.
-        let raw = unsafe { start_transfer(&calls, dt, &region, outgoing, peer, tag) }.map_err(lib)?;
+        let raw = unsafe { transfer(&calls, dt, &region, outgoing, peer, tag) }.map_err(lib)?;
         Ok(Some(Request::new(raw, vec![b])))
     }
 

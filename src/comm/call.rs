@@ -14,6 +14,7 @@ use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::{CollArgs, Collective};
 
 use super::memo::Prepared;
+use super::p2p::Transfer;
 use super::{Communicator, Options};
 use crate::error::{Error, Result};
 use crate::exec::proto::CallSig;
@@ -183,9 +184,10 @@ fn reduction<'b, S: Collectives<'b> + ?Sized, T: Element>(
     s.submit(&c)
 }
 
-/// The collectives, once for every way of submitting them: blocking on a [`Communicator`] or a
-/// [`WithOptions`] view (`Out = ()`), nonblocking in a [`Scope`](super::Scope) (`Out =
-/// Request`). `'b` is how long the buffers are lent.
+/// The collectives and point-to-point transfers, once for every way of submitting them: blocking
+/// on a [`Communicator`] or a [`WithOptions`] view (`Out = ()`), nonblocking in a
+/// [`Scope`](super::Scope) (`Out = Request`) or through [`RawCalls`](super::RawCalls). `'b` is
+/// how long the buffers are lent.
 pub trait Collectives<'b> {
     /// What a call returns: `()` when blocking, a [`Request`](super::Request) when not.
     type Out;
@@ -195,6 +197,22 @@ pub trait Collectives<'b> {
 
     /// Starts (and for blocking forms finishes) a checked call.
     fn submit(&self, call: &Call<'b>) -> Result<Self::Out>;
+
+    /// Starts (and for blocking forms finishes) a checked transfer.
+    fn submit_transfer(&self, transfer: &Transfer<'b>) -> Result<Self::Out>;
+
+    /// Sends `buf` to rank `dst` with `tag`. A blocking send returns once `buf` may be reused
+    /// (the data is in `dst`'s eager slot or its receive buffer). The n-th send to a rank matches
+    /// that rank's n-th receive from this one, which must have the same tag, element type and
+    /// count (see [`Transfer`]).
+    fn send<T: Element>(&self, buf: &'b [T], dst: u32, tag: u32) -> Result<Self::Out> {
+        self.submit_transfer(&Transfer::send(self.comm(), buf, dst, tag)?)
+    }
+
+    /// Receives from rank `src` the message it sends with `tag`, of exactly `buf.len()` elements.
+    fn recv<T: Element>(&self, buf: &'b mut [T], src: u32, tag: u32) -> Result<Self::Out> {
+        self.submit_transfer(&Transfer::recv(self.comm(), buf, src, tag)?)
+    }
 
     fn barrier(&self) -> Result<Self::Out> {
         self.submit(&Call::new::<u8>(self.comm(), Collective::Barrier, 0))
@@ -528,6 +546,11 @@ impl<'b> Collectives<'b> for Communicator {
     fn submit(&self, call: &Call<'b>) -> Result<()> {
         self.run(call, &Options::default())
     }
+
+    fn submit_transfer(&self, transfer: &Transfer<'b>) -> Result<()> {
+        let started = self.start_transfer(transfer, true)?;
+        self.finish(started)
+    }
 }
 
 /// A communicator with per-call [`Options`] (from [`Communicator::with`]); calls block.
@@ -545,5 +568,10 @@ impl<'b> Collectives<'b> for WithOptions<'_> {
 
     fn submit(&self, call: &Call<'b>) -> Result<()> {
         self.comm.run(call, self.opts)
+    }
+
+    /// Options select algorithms, which transfers do not have: as on the communicator.
+    fn submit_transfer(&self, transfer: &Transfer<'b>) -> Result<()> {
+        self.comm.submit_transfer(transfer)
     }
 }

@@ -15,7 +15,7 @@ use fabcoll_fabric::RemoteMr;
 
 use super::call::{Call, Collectives};
 use super::memo::{CallKey, Memo, Path, Prepared};
-use super::p2p::TransferKey;
+use super::p2p::{Transfer, TransferKey};
 use super::{Communicator, Options};
 use crate::error::{Error, Result};
 use crate::exec::plan::Plan;
@@ -139,6 +139,11 @@ impl<'b> Collectives<'b> for EngineOnly<'_> {
         let p = self.0.prepared(call, &Default::default())?;
         let started = self.0.start_prepared(call, &p, Path::Engine)?;
         self.0.finish(started)
+    }
+
+    /// Transfers never take the mailboxes.
+    fn submit_transfer(&self, transfer: &Transfer<'b>) -> Result<()> {
+        self.0.submit_transfer(transfer)
     }
 }
 

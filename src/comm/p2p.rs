@@ -1,6 +1,6 @@
-//! Tagged point-to-point transfers: [`Communicator::send`] and [`Communicator::recv`] (blocking),
-//! [`Scope::isend`] and [`Scope::irecv`] (nonblocking, like the collectives in a scope), for
-//! pipeline parallelism and torch's `send`/`recv`.
+//! Tagged point-to-point transfers: [`Collectives::send`] and [`Collectives::recv`], blocking on a
+//! communicator and nonblocking in a scope like the collectives, for pipeline parallelism and
+//! torch's `send`/`recv`.
 //!
 //! A transfer is an op of one step on the engine (`exec::p2p`): the same eager slots with credits
 //! below the eager limit, the same zero-copy writes into a granted receive buffer above it (no
@@ -16,6 +16,7 @@
 //! a receive that picks a later message by its tag, a receive buffer longer than the message, and
 //! a send to oneself.
 
+use std::marker::PhantomData;
 use std::mem::size_of_val;
 use std::sync::Arc;
 
@@ -24,7 +25,9 @@ use fabcoll_collectives::schedule::{Buf, Region, ScheduleBuilder};
 use fabcoll_fabric::Access;
 
 use super::call::fnv;
-use super::{Communicator, Request, Scope};
+#[cfg(doc)]
+use super::Collectives;
+use super::Communicator;
 use crate::error::{Error, Result};
 use crate::exec::op::CallSpec;
 use crate::exec::plan::Plan;
@@ -45,24 +48,33 @@ fn what(outgoing: bool) -> &'static str {
     }
 }
 
-/// One transfer on this rank, checked: the peer, the tag and the lent buffer.
-pub(crate) struct Transfer {
+/// One transfer on this rank, checked and ready to start: the peer, the tag and the buffer lent
+/// for `'b` ([`Collectives::send`], [`Collectives::recv`]).
+///
+/// Matching follows MPI's non-overtaking rule per ordered pair: the n-th send from rank a to rank
+/// b is b's n-th receive from a. Both must have the same tag, element type and count; a
+/// difference is [`Error::Mismatch`] on both ranks, and the communicator's transfers are then
+/// broken (its collectives are not). Refused with a clear error: a peer out of range, a send to
+/// oneself. Not supported: a receive from any source, or one that picks a later message by its
+/// tag.
+pub struct Transfer<'b> {
     peer: u32,
     tag: u32,
     outgoing: bool,
     ptr: *mut u8,
     bytes: usize,
     dtype: Datatype,
+    _lent: PhantomData<&'b mut [u8]>,
 }
 
-impl Transfer {
+impl<'b> Transfer<'b> {
     /// A send of `buf` to communicator rank `dst`.
-    pub(crate) fn send<T: Element>(comm: &Communicator, buf: &[T], dst: u32, tag: u32) -> Result<Transfer> {
+    pub(crate) fn send<T: Element>(comm: &Communicator, buf: &'b [T], dst: u32, tag: u32) -> Result<Transfer<'b>> {
         Transfer::new(comm, buf.as_ptr().cast_mut().cast(), size_of_val(buf), T::DATATYPE, dst, tag, true)
     }
 
     /// A receive into `buf` from communicator rank `src`.
-    pub(crate) fn recv<T: Element>(comm: &Communicator, buf: &mut [T], src: u32, tag: u32) -> Result<Transfer> {
+    pub(crate) fn recv<T: Element>(comm: &Communicator, buf: &'b mut [T], src: u32, tag: u32) -> Result<Transfer<'b>> {
         Transfer::new(comm, buf.as_mut_ptr().cast(), size_of_val(buf), T::DATATYPE, src, tag, false)
     }
 
@@ -74,7 +86,7 @@ impl Transfer {
         peer: u32,
         tag: u32,
         outgoing: bool,
-    ) -> Result<Transfer> {
+    ) -> Result<Transfer<'b>> {
         let what = what(outgoing);
         let invalid = |msg: String| Error::InvalidArgument { coll: what, msg };
         if peer >= comm.size() {
@@ -86,7 +98,7 @@ impl Transfer {
         if !bytes.is_multiple_of(dtype.size()) {
             return Err(invalid(format!("{bytes} bytes are not whole {dtype} elements")));
         }
-        Ok(Transfer { peer, tag, outgoing, ptr, bytes, dtype })
+        Ok(Transfer { peer, tag, outgoing, ptr, bytes, dtype, _lent: PhantomData })
     }
 
     /// What tells this transfer's plan and signature apart from another's.
@@ -125,21 +137,6 @@ pub(crate) struct TransferKey {
 }
 
 impl Communicator {
-    /// Sends `buf` to rank `dst` with `tag`; returns once `buf` may be reused (the data is in
-    /// `dst`'s eager slot or its receive buffer). See the module doc for matching.
-    pub fn send<T: Element>(&self, buf: &[T], dst: u32, tag: u32) -> Result<()> {
-        let t = Transfer::send(self, buf, dst, tag)?;
-        let started = self.start_transfer(&t, true)?;
-        self.finish(started)
-    }
-
-    /// Receives from rank `src` the message it sends with `tag`, of exactly `buf.len()` elements.
-    pub fn recv<T: Element>(&self, buf: &mut [T], src: u32, tag: u32) -> Result<()> {
-        let t = Transfer::recv(self, buf, src, tag)?;
-        let started = self.start_transfer(&t, true)?;
-        self.finish(started)
-    }
-
     /// Starts a transfer on the engine; its buffer must stay lent until it has finished. A
     /// `blocking` one, and a nonblocking send, may run straight on the eager rings (a small
     /// message is then done as it starts); a nonblocking receive is left in flight at once.
@@ -159,17 +156,5 @@ impl Communicator {
         };
         let straight = self.lanes.straight && (blocking || t.outgoing);
         eng.start_transfer(ctx_of(self.ctx), &self.members, t.peer, t.outgoing, spec, send, recv, straight)
-    }
-}
-
-impl<'scope> Scope<'scope, '_> {
-    /// Starts sending `buf` to rank `dst` with `tag` (see [`Communicator::send`]).
-    pub fn isend<T: Element>(&self, buf: &'scope [T], dst: u32, tag: u32) -> Result<Request<'scope>> {
-        self.submit_transfer(&Transfer::send(self.communicator(), buf, dst, tag)?)
-    }
-
-    /// Starts receiving into `buf` from rank `src` (see [`Communicator::recv`]).
-    pub fn irecv<T: Element>(&self, buf: &'scope mut [T], src: u32, tag: u32) -> Result<Request<'scope>> {
-        self.submit_transfer(&Transfer::recv(self.communicator(), buf, src, tag)?)
     }
 }

@@ -9,8 +9,6 @@
 
 use std::sync::Arc;
 
-use fabcoll_collectives::datatype::Element;
-
 use super::call::{Call, Collectives};
 use super::p2p::Transfer;
 use super::request::InFlight;
@@ -54,20 +52,6 @@ impl RawCalls {
     pub fn communicator(&self) -> &Arc<Communicator> {
         &self.comm
     }
-
-    /// Starts sending `buf` to rank `dst` with `tag` (see [`Communicator::send`]).
-    pub fn isend<T: Element>(&self, buf: &[T], dst: u32, tag: u32) -> Result<RawRequest> {
-        self.transfer(&Transfer::send(&self.comm, buf, dst, tag)?)
-    }
-
-    /// Starts receiving into `buf` from rank `src` (see [`Communicator::recv`]).
-    pub fn irecv<T: Element>(&self, buf: &mut [T], src: u32, tag: u32) -> Result<RawRequest> {
-        self.transfer(&Transfer::recv(&self.comm, buf, src, tag)?)
-    }
-
-    fn transfer(&self, t: &Transfer) -> Result<RawRequest> {
-        Ok(RawRequest { comm: self.comm.clone(), call: self.comm.transfer_in_flight(t)?, alg: "p2p" })
-    }
 }
 
 impl<'b> Collectives<'b> for RawCalls {
@@ -80,6 +64,10 @@ impl<'b> Collectives<'b> for RawCalls {
     fn submit(&self, call: &Call<'b>) -> Result<RawRequest> {
         let (call, alg) = self.comm.start_nonblocking(call, &Options::default())?;
         Ok(RawRequest { comm: self.comm.clone(), call, alg })
+    }
+
+    fn submit_transfer(&self, transfer: &Transfer<'b>) -> Result<RawRequest> {
+        Ok(RawRequest { comm: self.comm.clone(), call: self.comm.transfer_in_flight(transfer)?, alg: "p2p" })
     }
 }
 

@@ -143,17 +143,6 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     pub fn algorithm_of(&self, r: &Request<'_>) -> Option<&'static str> {
         Some(r.alg)
     }
-
-    pub(super) fn communicator(&self) -> &'env Communicator {
-        self.comm
-    }
-
-    /// Starts a point-to-point transfer (`p2p`) in the scope.
-    pub(super) fn submit_transfer(&self, t: &Transfer) -> Result<Request<'scope>> {
-        let call = self.comm.transfer_in_flight(t)?;
-        self.keys.borrow_mut().extend(call.key());
-        Ok(Request { comm: self.comm, call, alg: "p2p" })
-    }
 }
 
 impl<'scope> Collectives<'scope> for Scope<'scope, '_> {
@@ -167,6 +156,12 @@ impl<'scope> Collectives<'scope> for Scope<'scope, '_> {
         let (call, alg) = self.comm.start_nonblocking(call, &self.opts.borrow())?;
         self.keys.borrow_mut().extend(call.key());
         Ok(Request { comm: self.comm, call, alg })
+    }
+
+    fn submit_transfer(&self, transfer: &Transfer<'scope>) -> Result<Request<'scope>> {
+        let call = self.comm.transfer_in_flight(transfer)?;
+        self.keys.borrow_mut().extend(call.key());
+        Ok(Request { comm: self.comm, call, alg: "p2p" })
     }
 }
 

@@ -377,7 +377,7 @@ pub fn is_parent() -> bool {
     std::env::var("FABCOLL_TEST_CHILD").is_err()
 }
 
-/// Tagged point-to-point transfers (`Communicator::send`/`recv`, `Scope::isend`/`irecv`): a halo
+/// Tagged point-to-point transfers (`Collectives::send`/`recv`, blocking and in a scope): a halo
 /// exchange on the ring of all ranks (both neighbours at once, nonblocking) at sizes across the
 /// eager limit and zero-copy, then rank 0 sends each rank a series it receives blocking, in
 /// order, on a dup. Returns the checks run (6 per rank).
@@ -399,19 +399,19 @@ pub fn transfers(c: &Communicator) -> Result<usize, String> {
             if left == right {
                 // Two ranks: both directions are one peer, told apart by the tag.
                 c.scope(|s| {
-                    s.irecv(&mut from_left, left, 1)?;
-                    s.irecv(&mut from_right, right, 2)?;
-                    s.isend(&to_right, right, 1)?;
-                    s.isend(&to_left, left, 2)?;
+                    s.recv(&mut from_left, left, 1)?;
+                    s.recv(&mut from_right, right, 2)?;
+                    s.send(&to_right, right, 1)?;
+                    s.send(&to_left, left, 2)?;
                     Ok(())
                 })
                 .map_err(&e)?;
             } else {
                 c.scope(|s| {
-                    s.isend(&to_right, right, 1)?;
-                    s.irecv(&mut from_left, left, 1)?;
-                    s.irecv(&mut from_right, right, 2)?;
-                    s.isend(&to_left, left, 2)?;
+                    s.send(&to_right, right, 1)?;
+                    s.recv(&mut from_left, left, 1)?;
+                    s.recv(&mut from_right, right, 2)?;
+                    s.send(&to_left, left, 2)?;
                     Ok(())
                 })
                 .map_err(&e)?;
