@@ -8,13 +8,9 @@
 //! communicator's point-to-point context (its context id + 1), so transfers never match a
 //! collective's messages and dups and splits have their own.
 //!
-//! Matching follows MPI's non-overtaking rule per ordered pair: the n-th send from rank a to rank b
-//! is b's n-th receive from a, whatever the calls in between. Both must have the same tag, element
-//! type and count; a difference is reported as [`Error::Mismatch`] on both ranks (the tag travels
-//! in the call signature), and the communicator's transfers are then broken (its collectives are
-//! not). Not supported, each refused with a clear error or documented: a receive from any source,
-//! a receive that picks a later message by its tag, a receive buffer longer than the message, and
-//! a send to oneself.
+//! Matching and what is not supported: see [`Transfer`]. The tag travels in the call signature
+//! with the element type and count, and a transfer's plan and signature are remembered in the
+//! communicator's memo.
 
 use std::marker::PhantomData;
 use std::mem::size_of_val;
@@ -56,7 +52,7 @@ fn what(outgoing: bool) -> &'static str {
 /// difference is [`Error::Mismatch`] on both ranks, and the communicator's transfers are then
 /// broken (its collectives are not). Refused with a clear error: a peer out of range, a send to
 /// oneself. Not supported: a receive from any source, or one that picks a later message by its
-/// tag.
+/// tag, or a receive buffer longer than the message.
 pub struct Transfer<'b> {
     peer: u32,
     tag: u32,
