@@ -37,10 +37,9 @@ pub struct ExecConfig {
     pub mr_cache: usize,
     /// A user buffer used in this many calls (through the registration cache, and again every
     /// this many calls; at once when registered with `Communicator::register`) is hinted to the
-    /// fabric as reused
-    /// (`Endpoint::hint_reused`): on shm, its whole 2 MiB pages are then backed by transparent
-    /// huge pages, which peers' `process_vm_writev` copies fill faster. The collapse costs
-    /// several copies of the buffer, once. 0 turns it off.
+    /// fabric as reused (`Endpoint::hint_reused`): on shm, its whole 2 MiB pages are then backed
+    /// by transparent huge pages, which peers' `process_vm_writev` copies fill faster. The
+    /// collapse costs several copies of the buffer, once per mapping. 0 turns it off.
     /// `FABCOLL_HUGE_PAGES`.
     pub huge_pages_after: u32,
     /// Use at most this many immediate bits even if the backend carries more (tests the narrow
