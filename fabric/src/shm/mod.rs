@@ -19,7 +19,7 @@
 //!   Either way it is one copy. Local completion is immediate (`Caps::inline_completion`).
 //!   `process_vm_writev` pins the target's pages one by one, so it fills 4 KiB pages well below
 //!   `memcpy` speed and 2 MiB pages near it (`docs/measurements/2026-11-29-huge-pages.md`). So a
-//!   registration the executor hints as reused ([`Endpoint::hint_reused`](crate::Endpoint::hint_reused))
+//!   registration the executor hints as reused ([`Endpoint::hint_reused`])
 //!   has its whole 2 MiB pages collapsed into transparent huge pages, once
 //!   (`sys::back_with_huge_pages`).
 //! - **Deregistration race** is closed by the in-flight count in the key slot
