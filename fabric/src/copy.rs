@@ -50,6 +50,65 @@ pub unsafe fn copy_bulk(dst: *mut u8, src: *const u8, n: usize) {
     unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
 }
 
+/// [`copy_bulk`] for a copy between two processes' memory on one node (an eager message into a
+/// peer's slot, or out of ours): one whose source or destination another core has just written
+/// or is about to read. Between addresses that alias modulo 4 KiB (a page-aligned user buffer and
+/// a slot), glibc's `memcpy` of 4–8 KiB ran 3× slower there than at other offsets
+/// (`docs/measurements/2026-11-29-p2p.md`); such copies of [`ALIASED_MIN`]–[`ALIASED_MAX`] bytes
+/// take a plain vector loop instead.
+///
+/// # Safety
+/// As for [`copy_bulk`].
+pub unsafe fn copy_shared(dst: *mut u8, src: *const u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if (ALIASED_MIN..=ALIASED_MAX).contains(&n) && aliased(dst, src) {
+        // SAFETY: forwarded from the caller.
+        unsafe { vector_copy(dst, src, n) };
+        return;
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { copy_bulk(dst, src, n) };
+}
+
+/// The sizes [`copy_shared`] copies with [`vector_copy`] when aliased: below, `memcpy` uses its
+/// own vector loop; above, the two were level in the measurement and `memcpy` ahead at MiBs.
+const ALIASED_MIN: usize = 2048;
+const ALIASED_MAX: usize = 64 << 10;
+
+/// Whether `dst` lies within a cache line of `src` modulo 4 KiB.
+#[inline]
+fn aliased(dst: *mut u8, src: *const u8) -> bool {
+    let d = (dst as usize).wrapping_sub(src as usize) & 4095;
+    !(64..=4096 - 64).contains(&d)
+}
+
+/// A copy in 64-byte rounds of SSE2 loads and stores.
+///
+/// # Safety
+/// As for [`copy_bulk`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn vector_copy(dst: *mut u8, src: *const u8, n: usize) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
+    let mut off = 0;
+    while off + 64 <= n {
+        // SAFETY: `off + 64 <= n`, inside both ranges (the caller's contract); unaligned SSE2
+        // loads and stores (x86-64 baseline).
+        unsafe {
+            let s = src.add(off) as *const __m128i;
+            let d = dst.add(off) as *mut __m128i;
+            let (a, b, c, e) =
+                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+            _mm_storeu_si128(d, a);
+            _mm_storeu_si128(d.add(1), b);
+            _mm_storeu_si128(d.add(2), c);
+            _mm_storeu_si128(d.add(3), e);
+        }
+        off += 64;
+    }
+    // SAFETY: the tail, inside both ranges.
+    unsafe { std::ptr::copy_nonoverlapping(src.add(off), dst.add(off), n - off) };
+}
+
 /// Streaming copy: an unaligned head up to 16-byte alignment of `dst`, 64-byte rounds of SSE2
 /// (x86-64 baseline) loads and `movntdq` stores, a tail, then `sfence`.
 ///
@@ -127,6 +186,27 @@ mod tests {
                     assert!(dst[..d_off].iter().all(|&b| b == 0xAA), "wrote before the range");
                     assert!(dst[d_off + n..].iter().all(|&b| b == 0xAA), "wrote past the range");
                 }
+            }
+        }
+    }
+
+    /// The vector loop takes aliased copies of 2–64 KiB: exact at aliased and other distances,
+    /// at every length around its rounds and limits.
+    #[test]
+    fn shared_copy_is_exact_aliased_or_not() {
+        let src: Vec<u8> = (0..(70 << 10) as u32).map(|i| (i * 13 + 1) as u8).collect();
+        let base = src.as_ptr() as usize;
+        for n in [2047usize, 2048, 2049, 4096, 5003, 8191, 8192, 65535, 65536, 65537] {
+            // Destination offsets that make dst − src ≡ 0, 63, 64, 100, 4095 (mod 4 KiB).
+            for dist in [0usize, 63, 64, 100, 4095] {
+                let mut dst = vec![0x55u8; n + 2 * 4096];
+                let at = (base + dist).wrapping_sub(dst.as_ptr() as usize) & 4095;
+                assert_eq!(aliased(dst[at..].as_mut_ptr(), src.as_ptr()), !(64..=4032).contains(&dist));
+                // SAFETY: both ranges are inside their vectors and do not overlap.
+                unsafe { copy_shared(dst.as_mut_ptr().add(at), src.as_ptr(), n) };
+                assert_eq!(&dst[at..at + n], &src[..n], "n {n} distance {dist}");
+                assert!(dst[..at].iter().all(|&b| b == 0x55), "wrote before the range");
+                assert!(dst[at + n..].iter().all(|&b| b == 0x55), "wrote past the range");
             }
         }
     }

@@ -394,7 +394,7 @@ impl Endpoint for ShmEndpoint {
                 // `dst.off + dst.len <= len` (checked); source readable (above); shared memory is
                 // written only through raw copies, ordered before the notification by its Release
                 // (a streaming copy ends with its own store fence).
-                unsafe { crate::copy::copy_bulk(base.add(dst.off), s, dst.len) };
+                unsafe { crate::copy::copy_shared(base.add(dst.off), s, dst.len) };
                 return Ok(());
             }
             // SAFETY: source readable (above); the kernel checks the remote range.
