@@ -50,12 +50,11 @@ pub unsafe fn copy_bulk(dst: *mut u8, src: *const u8, n: usize) {
     unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
 }
 
-/// [`copy_bulk`] for a copy between two processes' memory on one node (an eager message into a
-/// peer's slot, or out of ours): one whose source or destination another core has just written
-/// or is about to read. Between addresses that alias modulo 4 KiB (a page-aligned user buffer and
-/// a slot), glibc's `memcpy` of 4–8 KiB ran 3× slower there than at other offsets
-/// (`docs/measurements/2026-11-29-p2p.md`); such copies of [`ALIASED_MIN`]–[`ALIASED_MAX`] bytes
-/// take a plain vector loop instead.
+/// [`copy_bulk`] for a copy into or out of an eager slot (a peer's on shm, ours on every fabric),
+/// one side of which another core has just written or is about to read. Between addresses that
+/// alias modulo 4 KiB (a page-aligned user buffer and a slot), glibc's `memcpy` of a few KiB ran
+/// much slower there than at other offsets (`docs/measurements/2026-11-29-p2p.md`); such copies
+/// of 2–64 KiB (`ALIASED_MIN`, `ALIASED_MAX`) take a plain vector loop instead.
 ///
 /// # Safety
 /// As for [`copy_bulk`].
