@@ -87,23 +87,8 @@ fn aliased(dst: *mut u8, src: *const u8) -> bool {
 /// As for [`copy_bulk`].
 #[cfg(target_arch = "x86_64")]
 unsafe fn vector_copy(dst: *mut u8, src: *const u8, n: usize) {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
-    let mut off = 0;
-    while off + 64 <= n {
-        // SAFETY: `off + 64 <= n`, inside both ranges (the caller's contract); unaligned SSE2
-        // loads and stores (x86-64 baseline).
-        unsafe {
-            let s = src.add(off) as *const __m128i;
-            let d = dst.add(off) as *mut __m128i;
-            let (a, b, c, e) =
-                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
-            _mm_storeu_si128(d, a);
-            _mm_storeu_si128(d.add(1), b);
-            _mm_storeu_si128(d.add(2), c);
-            _mm_storeu_si128(d.add(3), e);
-        }
-        off += 64;
-    }
+    // SAFETY: forwarded from the caller; any destination alignment does for unaligned stores.
+    let off = unsafe { rounds::<false>(dst, src, 0, n) };
     // SAFETY: the tail, inside both ranges.
     unsafe { std::ptr::copy_nonoverlapping(src.add(off), dst.add(off), n - off) };
 }
@@ -115,33 +100,48 @@ unsafe fn vector_copy(dst: *mut u8, src: *const u8, n: usize) {
 /// As for [`copy_bulk`].
 #[cfg(target_arch = "x86_64")]
 unsafe fn stream_copy(dst: *mut u8, src: *const u8, n: usize) {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+    use std::arch::x86_64::_mm_sfence;
     let head = dst.align_offset(16).min(n);
     // SAFETY: `head <= n`, inside both ranges (caller's contract).
     unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
-    let mut off = head;
-    while n - off >= 64 {
-        // SAFETY: `off + 64 <= n`: the 64 bytes at `off` are inside both ranges; `dst + off` is
-        // 16-byte aligned (head) as `_mm_stream_si128` requires; loads may be unaligned. SSE2 is
-        // part of the x86-64 baseline.
-        unsafe {
-            let s = src.add(off) as *const __m128i;
-            let d = dst.add(off) as *mut __m128i;
-            let (a, b, c, e) =
-                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
-            _mm_stream_si128(d, a);
-            _mm_stream_si128(d.add(1), b);
-            _mm_stream_si128(d.add(2), c);
-            _mm_stream_si128(d.add(3), e);
-        }
-        off += 64;
-    }
+    // SAFETY: forwarded from the caller; `dst + head` is 16-byte aligned.
+    let off = unsafe { rounds::<true>(dst, src, head, n) };
     // SAFETY: the remaining `n - off < 64` bytes are inside both ranges; the fence orders the
     // streaming stores before any later store (the caller's notification).
     unsafe {
         std::ptr::copy_nonoverlapping(src.add(off), dst.add(off), n - off);
         _mm_sfence();
     }
+}
+
+/// Copies the 64-byte rounds of `[off, n)` with SSE2 (x86-64 baseline) unaligned loads and
+/// unaligned stores, or `movntdq` streaming stores when `STREAM`; returns where the rounds end
+/// (less than 64 bytes before `n`).
+///
+/// # Safety
+/// As for [`copy_bulk`], for `n` bytes; when `STREAM`, `dst + off` is 16-byte aligned.
+#[cfg(target_arch = "x86_64")]
+unsafe fn rounds<const STREAM: bool>(dst: *mut u8, src: *const u8, mut off: usize, n: usize) -> usize {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128, _mm_stream_si128};
+    while n.saturating_sub(off) >= 64 {
+        // SAFETY: `off + 64 <= n`: the 64 bytes at `off` are inside both ranges; a streaming
+        // store's address is 16-byte aligned (the caller's, and rounds of 64 keep it).
+        unsafe {
+            let s = src.add(off) as *const __m128i;
+            let d = dst.add(off) as *mut __m128i;
+            let v =
+                [_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3))];
+            for (i, v) in v.into_iter().enumerate() {
+                if STREAM {
+                    _mm_stream_si128(d.add(i), v);
+                } else {
+                    _mm_storeu_si128(d.add(i), v);
+                }
+            }
+        }
+        off += 64;
+    }
+    off
 }
 
 /// Maps every page of `[ptr, ptr+len)` for writing now (Linux `MADV_POPULATE_WRITE`), so the
