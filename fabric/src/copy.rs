@@ -50,8 +50,9 @@ pub unsafe fn copy_bulk(dst: *mut u8, src: *const u8, n: usize) {
     unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
 }
 
-/// [`copy_bulk`] for a copy into or out of an eager slot (a peer's on shm, ours on every fabric),
-/// one side of which another core has just written or is about to read. Between addresses that
+/// [`copy_bulk`] for a copy between processes' memory: shm's writes through a peer's mapping (into
+/// its eager slots, scratch and `alloc`ated buffers) and eager messages out of their slot (every
+/// fabric), one side of which another core has just written or is about to read. Between addresses that
 /// alias modulo 4 KiB (a page-aligned user buffer and a slot), glibc's `memcpy` of a few KiB ran
 /// much slower there than at other offsets (`docs/measurements/2026-11-29-p2p.md`); such copies
 /// of 2–64 KiB (`ALIASED_MIN`, `ALIASED_MAX`) take a plain vector loop instead.
