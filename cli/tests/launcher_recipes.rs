@@ -107,6 +107,18 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// A free port whose successor is free too: under torchrun, torchrun's store takes MASTER_PORT and
+/// fabcoll's MASTER_PORT + 1 (a CI run failed when another test's socket held the successor).
+fn free_port_pair() -> u16 {
+    loop {
+        let first = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = first.local_addr().unwrap().port();
+        if port < u16::MAX && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// A directory holding the launcher stand-ins, to put first in `PATH`.
 fn stand_ins(name: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
@@ -182,7 +194,7 @@ fn the_slurm_recipe_runs_as_written() {
 #[test]
 fn the_torchrun_recipe_runs_as_written_on_two_nodes() {
     let (_, torch) = readme_recipes();
-    let port = free_port();
+    let port = free_port_pair();
     let script = torch
         .replace("<the same secret on every node>", "0123456789abcdef0123456789abcdef")
         .replace("--master-addr node0", "--master-addr 127.0.0.1")
