@@ -65,7 +65,14 @@ impl TcpStoreServer {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return Err(BootstrapError::Config(format!("token must be 1..={MAX_TOKEN_LEN} bytes")));
         }
-        let listener = TcpListener::bind(bind).map_err(BootstrapError::io("binding the store's port"))?;
+        let addrs: Vec<SocketAddr> =
+            bind.to_socket_addrs().map_err(BootstrapError::io("resolving the store's address"))?.collect();
+        let listener = TcpListener::bind(&addrs[..]).map_err(|e| {
+            let taken = e.kind() == std::io::ErrorKind::AddrInUse;
+            let hint = if taken { "; FABCOLL_STORE_PORT picks another" } else { "" };
+            let at = addrs.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", ");
+            BootstrapError::io(format!("binding the store's port at {at}{hint}"))(e)
+        })?;
         let addr = listener.local_addr().map_err(BootstrapError::io("store address"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let table = Arc::new(Table::default());
@@ -465,6 +472,16 @@ impl Store for TcpStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store port another socket holds is an error naming the address and the setting that
+    /// moves it.
+    #[test]
+    fn a_taken_store_port_is_named_with_the_way_around() {
+        let held = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = held.local_addr().unwrap();
+        let e = TcpStoreServer::start(at, "token").map(drop).unwrap_err().to_string();
+        assert!(e.contains(&at.to_string()) && e.contains("FABCOLL_STORE_PORT"), "{e}");
+    }
 
     fn server() -> TcpStoreServer {
         TcpStoreServer::start("127.0.0.1:0", "secret-token").unwrap()
