@@ -33,6 +33,16 @@ struct Entry {
     uses: u32,
 }
 
+impl Entry {
+    /// Counts a call that uses this entry, and hints it as reused at every `reused_after`-th.
+    fn count_use(&mut self, ep: &mut dyn Endpoint, reused_after: u32) {
+        self.uses = self.uses.saturating_add(1);
+        if reused_after > 0 && self.uses.is_multiple_of(reused_after) {
+            ep.hint_reused(&self.mr);
+        }
+    }
+}
+
 pub(crate) struct MrCache {
     enabled: bool,
     cap: usize,
@@ -74,11 +84,8 @@ impl MrCache {
                 .find(|e| e.addr <= addr && addr + len <= e.addr + e.len && e.mr.access().contains(access))
             {
                 e.used = self.tick;
-                e.uses = e.uses.saturating_add(1);
+                e.count_use(ep, self.reused_after);
                 self.hits += 1;
-                if self.reused_after > 0 && e.uses.is_multiple_of(self.reused_after) {
-                    ep.hint_reused(&e.mr);
-                }
                 return Ok(e.mr.clone());
             }
         }
@@ -91,10 +98,9 @@ impl MrCache {
                     self.entries.swap_remove(i);
                 }
             }
-            self.entries.push(Entry { addr, len, mr: mr.clone(), used: self.tick, uses: 1 });
-            if self.reused_after == 1 {
-                ep.hint_reused(&mr);
-            }
+            let mut e = Entry { addr, len, mr: mr.clone(), used: self.tick, uses: 0 };
+            e.count_use(ep, self.reused_after);
+            self.entries.push(e);
         }
         Ok(mr)
     }
