@@ -10,6 +10,12 @@
 //! The threshold is [`DEFAULT_STREAM_THRESHOLD`], or `FABCOLL_STREAM_COPY` (bytes; `0` turns
 //! streaming copies off). Streaming stores are weakly ordered: the copy ends with a store fence,
 //! so a notification published after it (a Release store) is never seen before the data.
+//!
+//! Below it, a copy whose destination lies 1–63 bytes past its source modulo 4 KiB
+//! ([`slow_string_distance`]) goes around `rep movsb`, which is many times slower there; such
+//! distances are common, as glibc puts large heap blocks 16 bytes into a page and registered
+//! memory, slots and scratch start on one. Copies by the kernel (`process_vm_writev`) meet the
+//! same case; shm stages them (`shm::sys::vm_write`).
 
 use std::sync::OnceLock;
 
@@ -34,7 +40,8 @@ pub fn stream_threshold() -> usize {
     })
 }
 
-/// Copies `n` bytes from `src` to `dst`, with streaming stores from [`stream_threshold`] on.
+/// Copies `n` bytes from `src` to `dst`: with streaming stores from [`stream_threshold`] on, and
+/// around `rep movsb` at a [`slow_string_distance`].
 ///
 /// # Safety
 /// `src` must be valid for reads and `dst` for writes of `n` bytes, and the ranges must not
@@ -46,52 +53,42 @@ pub unsafe fn copy_bulk(dst: *mut u8, src: *const u8, n: usize) {
         unsafe { stream_copy(dst, src, n) };
         return;
     }
+    if n > PIECE && slow_string_distance(dst as usize, src as usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_in_pieces(dst, src, n) };
+        return;
+    }
     // SAFETY: forwarded from the caller.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
 }
 
-/// [`copy_bulk`] for a copy between processes' memory: shm's writes through a peer's mapping (into
-/// its eager slots, scratch and `alloc`ated buffers) and eager messages out of their slot (every
-/// fabric), one side of which another core has just written or is about to read. Between addresses that
-/// alias modulo 4 KiB (a page-aligned user buffer and a slot), glibc's `memcpy` of a few KiB ran
-/// much slower there than at other offsets (`docs/measurements/2026-11-29-p2p.md`); such copies
-/// of 2–64 KiB (`ALIASED_MIN`, `ALIASED_MAX`) take a plain vector loop instead.
-///
-/// # Safety
-/// As for [`copy_bulk`].
-pub unsafe fn copy_shared(dst: *mut u8, src: *const u8, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if (ALIASED_MIN..=ALIASED_MAX).contains(&n) && aliased(dst, src) {
-        // SAFETY: forwarded from the caller.
-        unsafe { vector_copy(dst, src, n) };
-        return;
-    }
-    // SAFETY: forwarded from the caller.
-    unsafe { copy_bulk(dst, src, n) };
-}
-
-/// The sizes [`copy_shared`] copies with [`vector_copy`] when aliased: below, `memcpy` uses its
-/// own vector loop; above, the two were level in the measurement and `memcpy` ahead at MiBs.
-const ALIASED_MIN: usize = 2048;
-const ALIASED_MAX: usize = 64 << 10;
-
-/// Whether `dst` lies within a cache line of `src` modulo 4 KiB.
+/// Whether a copy from `src` to `dst` may be a string instruction's slow case: `dst` lies 1–63
+/// bytes past `src` modulo 4 KiB. On this project's AMD EPYC (Zen 3, FSRM) `rep movsb` runs an
+/// order of magnitude slower there; glibc's `memcpy` uses it from about 2 KiB to half the L2, and
+/// the kernel's copies for `process_vm_writev` at every size. Other distances, and copies
+/// without `rep movsb`, run at full speed (`docs/measurements/2026-11-29-copy-distance.md`).
+/// Pages are 4 KiB, so the distance is the same for any two mappings of the same memory.
 #[inline]
-fn aliased(dst: *mut u8, src: *const u8) -> bool {
-    let d = (dst as usize).wrapping_sub(src as usize) & 4095;
-    !(64..=4096 - 64).contains(&d)
+pub fn slow_string_distance(dst: usize, src: usize) -> bool {
+    cfg!(target_arch = "x86_64") && (1..64).contains(&(dst.wrapping_sub(src) & 4095))
 }
 
-/// A copy in 64-byte rounds of SSE2 loads and stores.
+/// The piece [`copy_bulk`] hands to `memcpy` at a slow distance: at or below glibc's lowest
+/// `rep movsb` threshold (2 KiB), so each piece takes its vector loop.
+const PIECE: usize = 2048;
+
+/// `memcpy` in pieces of [`PIECE`] bytes.
 ///
 /// # Safety
 /// As for [`copy_bulk`].
-#[cfg(target_arch = "x86_64")]
-unsafe fn vector_copy(dst: *mut u8, src: *const u8, n: usize) {
-    // SAFETY: forwarded from the caller; any destination alignment does for unaligned stores.
-    let off = unsafe { rounds::<false>(dst, src, 0, n) };
-    // SAFETY: the tail, inside both ranges.
-    unsafe { std::ptr::copy_nonoverlapping(src.add(off), dst.add(off), n - off) };
+unsafe fn copy_in_pieces(dst: *mut u8, src: *const u8, n: usize) {
+    let mut off = 0;
+    while off < n {
+        let k = PIECE.min(n - off);
+        // SAFETY: `off + k <= n`: inside both ranges (caller's contract).
+        unsafe { std::ptr::copy_nonoverlapping(src.add(off), dst.add(off), k) };
+        off += k;
+    }
 }
 
 /// Streaming copy: an unaligned head up to 16-byte alignment of `dst`, 64-byte rounds of SSE2
@@ -106,7 +103,7 @@ unsafe fn stream_copy(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: `head <= n`, inside both ranges (caller's contract).
     unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
     // SAFETY: forwarded from the caller; `dst + head` is 16-byte aligned.
-    let off = unsafe { rounds::<true>(dst, src, head, n) };
+    let off = unsafe { stream_rounds(dst, src, head, n) };
     // SAFETY: the remaining `n - off < 64` bytes are inside both ranges; the fence orders the
     // streaming stores before any later store (the caller's notification).
     unsafe {
@@ -116,14 +113,13 @@ unsafe fn stream_copy(dst: *mut u8, src: *const u8, n: usize) {
 }
 
 /// Copies the 64-byte rounds of `[off, n)` with SSE2 (x86-64 baseline) unaligned loads and
-/// unaligned stores, or `movntdq` streaming stores when `STREAM`; returns where the rounds end
-/// (less than 64 bytes before `n`).
+/// `movntdq` streaming stores; returns where the rounds end (less than 64 bytes before `n`).
 ///
 /// # Safety
-/// As for [`copy_bulk`], for `n` bytes; when `STREAM`, `dst + off` is 16-byte aligned.
+/// As for [`copy_bulk`], for `n` bytes; `dst + off` is 16-byte aligned.
 #[cfg(target_arch = "x86_64")]
-unsafe fn rounds<const STREAM: bool>(dst: *mut u8, src: *const u8, mut off: usize, n: usize) -> usize {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128, _mm_stream_si128};
+unsafe fn stream_rounds(dst: *mut u8, src: *const u8, mut off: usize, n: usize) -> usize {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
     while n.saturating_sub(off) >= 64 {
         // SAFETY: `off + 64 <= n`: the 64 bytes at `off` are inside both ranges; a streaming
         // store's address is 16-byte aligned (the caller's, and rounds of 64 keep it).
@@ -133,11 +129,7 @@ unsafe fn rounds<const STREAM: bool>(dst: *mut u8, src: *const u8, mut off: usiz
             let v =
                 [_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3))];
             for (i, v) in v.into_iter().enumerate() {
-                if STREAM {
-                    _mm_stream_si128(d.add(i), v);
-                } else {
-                    _mm_storeu_si128(d.add(i), v);
-                }
+                _mm_stream_si128(d.add(i), v);
             }
         }
         off += 64;
@@ -190,20 +182,21 @@ mod tests {
         }
     }
 
-    /// The vector loop takes aliased copies of 2–64 KiB: exact at aliased and other distances,
-    /// at every length around its rounds and limits.
+    /// Copies at slow distances go in pieces: exact at those and other distances, at every
+    /// length around the piece.
     #[test]
-    fn shared_copy_is_exact_aliased_or_not() {
+    fn bulk_copy_is_exact_at_slow_distances_or_not() {
         let src: Vec<u8> = (0..(70 << 10) as u32).map(|i| (i * 13 + 1) as u8).collect();
         let base = src.as_ptr() as usize;
         for n in [2047usize, 2048, 2049, 4096, 5003, 8191, 8192, 65535, 65536, 65537] {
-            // Destination offsets that make dst − src ≡ 0, 63, 64, 100, 4095 (mod 4 KiB).
-            for dist in [0usize, 63, 64, 100, 4095] {
+            // Destination offsets that make dst − src ≡ 0, 1, 16, 63, 64, 100, 4095 (mod 4 KiB).
+            for dist in [0usize, 1, 16, 63, 64, 100, 4095] {
                 let mut dst = vec![0x55u8; n + 2 * 4096];
                 let at = (base + dist).wrapping_sub(dst.as_ptr() as usize) & 4095;
-                assert_eq!(aliased(dst[at..].as_mut_ptr(), src.as_ptr()), !(64..=4032).contains(&dist));
+                let slow = slow_string_distance(dst[at..].as_ptr() as usize, base);
+                assert_eq!(slow, cfg!(target_arch = "x86_64") && (1..=63).contains(&dist), "distance {dist}");
                 // SAFETY: both ranges are inside their vectors and do not overlap.
-                unsafe { copy_shared(dst.as_mut_ptr().add(at), src.as_ptr(), n) };
+                unsafe { copy_bulk(dst.as_mut_ptr().add(at), src.as_ptr(), n) };
                 assert_eq!(&dst[at..at + n], &src[..n], "n {n} distance {dist}");
                 assert!(dst[..at].iter().all(|&b| b == 0x55), "wrote before the range");
                 assert!(dst[at + n..].iter().all(|&b| b == 0x55), "wrote past the range");

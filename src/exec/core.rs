@@ -194,7 +194,7 @@ impl Core {
         // SAFETY: the slot holds a complete message (its WriteArrived was seen) and nobody writes
         // it until we return it; the destination is a bound, quiet Recv region of `n` bytes; they
         // are different allocations.
-        unsafe { fabcoll_fabric::copy::copy_shared(dst, sp, n) };
+        unsafe { fabcoll_fabric::copy::copy_bulk(dst, sp, n) };
         self.stats.eager_copy_bytes += n as u64;
         self.release_slot(peer, slot)?;
         Ok(sp)

@@ -157,7 +157,7 @@ impl Lane for MailboxLane<'_> {
         } else {
             // SAFETY: a published record of `n` bytes (nobody writes it until we consume it) and
             // a region of this call's buffers; different memory.
-            unsafe { std::ptr::copy_nonoverlapping(f.payload, dp, n) };
+            unsafe { fabcoll_fabric::copy::copy_bulk(dp, f.payload, n) };
             self.stats.mailbox_copy_bytes += n as u64;
             self.mb.consume(peer as usize, f.pos);
         }

@@ -68,6 +68,8 @@ pub struct ShmEndpoint {
     /// Peers' `alloc`ated (memfd) registrations mapped here, by (peer, key): writes into them are
     /// a plain memcpy instead of a `process_vm_writev` syscall. Entries of retired keys are swept.
     maps: Maps,
+    /// Where writes into a peer's heap memory are staged at a slow copy distance.
+    stage: sys::Stage,
 }
 
 /// Peer mappings by (peer, key) (a write looks its destination up here).
@@ -162,6 +164,7 @@ impl ShmEndpoint {
             done: VecDeque::new(),
             next: 0,
             maps: Maps::default(),
+            stage: sys::Stage::default(),
         })
     }
 
@@ -394,11 +397,11 @@ impl Endpoint for ShmEndpoint {
                 // `dst.off + dst.len <= len` (checked); source readable (above); shared memory is
                 // written only through raw copies, ordered before the notification by its Release
                 // (a streaming copy ends with its own store fence).
-                unsafe { crate::copy::copy_shared(base.add(dst.off), s, dst.len) };
+                unsafe { crate::copy::copy_bulk(base.add(dst.off), s, dst.len) };
                 return Ok(());
             }
             // SAFETY: source readable (above); the kernel checks the remote range.
-            unsafe { sys::vm_write(p.pid, s, addr + dst.off as u64, dst.len, peer) }
+            unsafe { sys::vm_write(p.pid, s, addr + dst.off as u64, dst.len, peer, &mut self.stage) }
         })();
         slot.leave();
         copied?;

@@ -407,7 +407,7 @@ impl Conn {
     /// region table's read lock), and at least `n` bytes are staged after `rpos`.
     unsafe fn copy_staged(&self, addr: u64, n: usize) {
         // SAFETY: the caller's contract; the staging buffer is ours, the registration is not.
-        unsafe { std::ptr::copy_nonoverlapping(self.rbuf.as_ptr().add(self.rpos), addr as *mut u8, n) };
+        unsafe { crate::copy::copy_bulk(addr as *mut u8, self.rbuf.as_ptr().add(self.rpos), n) };
     }
 
     /// Reads more into the staging buffer; `false` when nothing more has arrived.

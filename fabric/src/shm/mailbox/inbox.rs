@@ -118,7 +118,7 @@ impl InboxMemory for RawInbox {
     #[inline]
     unsafe fn write_bytes(&self, off: usize, src: *const u8, n: usize) {
         // SAFETY: the caller's promise: readable source, destination inside the sender's record.
-        unsafe { std::ptr::copy_nonoverlapping(src, self.base.add(CONTROL + off), n) }
+        unsafe { crate::copy::copy_bulk(self.base.add(CONTROL + off), src, n) }
     }
 }
 
