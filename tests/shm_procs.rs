@@ -179,6 +179,55 @@ fn map_anonymous(at: Option<*mut i64>, len: usize) -> *mut i64 {
     p.cast()
 }
 
+/// A zero-copy message into heap memory of at most `FABCOLL_STAGED_RECEIVE` bytes lands in
+/// scratch and is copied out (counted in `zcopy_copy_bytes`); a larger one, or one into
+/// `alloc`ated memory, goes straight in. Results are checked at both sides of the limit, for
+/// allgather (several messages per call) and bcast, called twice (the scratch comes back from
+/// the pool the second time).
+#[test]
+fn heap_destinations_are_staged_up_to_the_limit() {
+    const LIMIT_BYTES: usize = 65536;
+    let env = [
+        ("FABCOLL_FABRIC", "shm"),
+        ("FABCOLL_TIMEOUT", "30"),
+        ("FABCOLL_STAGED_RECEIVE", "65536"),
+        ("FABCOLL_HUGE_PAGES", "0"),
+    ];
+    support::ranks("heap_destinations_are_staged_up_to_the_limit", 3, LIMIT, &env, |_job| {
+        let c = Communicator::from_env().expect("communicator");
+        let (r, p) = (u64::from(c.rank()), u64::from(c.size()));
+        let opts = fabcoll::Options::algorithm("ring");
+        for bytes in [16392usize, LIMIT_BYTES, LIMIT_BYTES + 8] {
+            let n = bytes / 8;
+            for round in 0..2u64 {
+                let before = c.stats().zcopy_copy_bytes;
+                let send: Vec<u64> = (0..n as u64).map(|i| i * 7 + r * 1000 + round).collect();
+                let mut recv = vec![0u64; n * p as usize];
+                c.with(&opts).allgather(&send, &mut recv).unwrap();
+                for (j, v) in recv.iter().enumerate() {
+                    let (from, i) = (j as u64 / n as u64, j as u64 % n as u64);
+                    assert_eq!(*v, i * 7 + from * 1000 + round, "allgather of {bytes} B, element {j}");
+                }
+                let mut b: Vec<u64> = if r == 1 { (0..n as u64).map(|i| i ^ round).collect() } else { vec![0; n] };
+                c.bcast(&mut b, 1).unwrap();
+                assert!(b.iter().enumerate().all(|(i, &v)| v == i as u64 ^ round), "bcast of {bytes} B");
+                let copied = c.stats().zcopy_copy_bytes - before;
+                // The ring allgather receives p - 1 blocks; bcast's non-roots one buffer.
+                let want = if bytes <= LIMIT_BYTES { bytes as u64 * (p - 1 + u64::from(r != 1)) } else { 0 };
+                assert_eq!(copied, want, "{bytes} B, round {round}: staged bytes copied out");
+            }
+        }
+        // Into `alloc`ated memory peers write through a mapping: nothing staged.
+        let before = c.stats().zcopy_copy_bytes;
+        let mut b = c.alloc::<u64>(LIMIT_BYTES / 8).unwrap();
+        b.iter_mut().enumerate().for_each(|(i, v)| *v = if r == 0 { i as u64 } else { 0 });
+        c.bcast(&mut b, 0).unwrap();
+        assert!(b.iter().enumerate().all(|(i, &v)| v == i as u64), "bcast into alloc'd memory");
+        assert_eq!(c.stats().zcopy_copy_bytes, before, "a write into alloc'd memory was staged");
+        c.barrier().unwrap();
+    });
+}
+
 /// A heap buffer used in `FABCOLL_HUGE_PAGES` calls gets huge pages (which the peer's
 /// `process_vm_writev` fills faster) and keeps its contents through the collapse: in-place 6 MiB
 /// allreduces, checked after every call. Then fresh memory mapped at the same address, as an

@@ -279,6 +279,14 @@ pub trait Endpoint: Send {
     /// `process_vm_writev` copies fill faster than 4 KiB pages. Default: ignored.
     fn hint_reused(&mut self, _mr: &Mr) {}
 
+    /// Whether `peer`'s writes into `mr`, a registration of this rank, are a system call each
+    /// rather than stores through a mapping: on `shm`, memory of `register` is written with
+    /// `process_vm_writev`, which pins its pages one by one. The executor then has a write of
+    /// moderate size land in memory of `alloc` and copies it out. Default: no.
+    fn writes_by_syscall(&self, _peer: usize, _mr: &Mr) -> bool {
+        false
+    }
+
     /// The pieces a transfer larger than this to `peer` goes in, one write each (at most
     /// [`Caps::max_write`], which is the default). The target of a zero-copy transfer picks it
     /// for the connection from the initiator and tells the initiator in its grant, so the two

@@ -42,6 +42,13 @@ pub struct ExecConfig {
     /// collapse costs several copies of the buffer, once per mapping. 0 turns it off.
     /// `FABCOLL_HUGE_PAGES`.
     pub huge_pages_after: u32,
+    /// A zero-copy receive of at most this many bytes into memory that the sender would write
+    /// with a system call (`Endpoint::writes_by_syscall`: on shm, the program's own memory,
+    /// written with `process_vm_writev`) is granted in registered scratch instead, which the
+    /// sender writes through its mapping, and copied out on arrival: two `memcpy`s beat the
+    /// system call's pinning of 4 KiB pages up to about this size. 0 turns it off.
+    /// `FABCOLL_STAGED_RECEIVE`.
+    pub staged_receive_max: usize,
     /// Use at most this many immediate bits even if the backend carries more (tests the narrow
     /// layouts of verbs-like backends on any backend). All ranks must agree.
     pub imm_bits: u32,
@@ -90,6 +97,7 @@ impl Default for ExecConfig {
             timeout: Duration::from_secs(60),
             mr_cache: 64,
             huge_pages_after: DEFAULT_HUGE_PAGES_AFTER,
+            staged_receive_max: DEFAULT_STAGED_RECEIVE,
             imm_bits: 64,
             spin: Duration::from_micros(250),
             local_ranks: None,
@@ -105,6 +113,10 @@ impl Default for ExecConfig {
 /// Default of [`ExecConfig::huge_pages_after`]: a buffer used this often is likely used many
 /// times more, over which the collapse pays (`docs/measurements/2026-11-29-huge-pages.md`).
 pub const DEFAULT_HUGE_PAGES_AFTER: u32 = 8;
+
+/// Default of [`ExecConfig::staged_receive_max`]
+/// (`docs/measurements/2026-11-29-copy-distance.md`).
+pub const DEFAULT_STAGED_RECEIVE: usize = 1 << 20;
 
 /// Default mailbox limit (see [`ExecConfig::mailbox_limit`]).
 pub const DEFAULT_MAILBOX: usize = 16384;
@@ -170,8 +182,8 @@ impl ExecConfig {
 
     /// These settings overridden by the executor's knobs ([`fabcoll_fabric::settings`]: installed,
     /// else the environment's): `FABCOLL_EAGER` (raises the slot size to fit), `FABCOLL_SLOTS`,
-    /// `FABCOLL_TIMEOUT`, `FABCOLL_MR_CACHE`, `FABCOLL_HUGE_PAGES`, `FABCOLL_SPIN_US`, `FABCOLL_YIELD`,
-    /// `FABCOLL_LOCAL_CPUS`, `FABCOLL_MAILBOX` and `FABCOLL_STRAIGHT`.
+    /// `FABCOLL_TIMEOUT`, `FABCOLL_MR_CACHE`, `FABCOLL_HUGE_PAGES`, `FABCOLL_STAGED_RECEIVE`,
+    /// `FABCOLL_SPIN_US`, `FABCOLL_YIELD`, `FABCOLL_LOCAL_CPUS`, `FABCOLL_MAILBOX` and `FABCOLL_STRAIGHT`.
     pub fn env_over(self) -> Result<ExecConfig> {
         use fabcoll_fabric::settings as s;
         let mut c = self;
@@ -191,6 +203,9 @@ impl ExecConfig {
         }
         if let Some(v) = s::FABCOLL_HUGE_PAGES.get()? {
             c.huge_pages_after = u32::try_from(v).unwrap_or(u32::MAX);
+        }
+        if let Some(v) = s::FABCOLL_STAGED_RECEIVE.get()? {
+            c.staged_receive_max = v;
         }
         if let Some(v) = s::FABCOLL_SPIN_US.get()? {
             c.spin = v;
@@ -227,8 +242,9 @@ pub struct Stats {
     /// Messages and bytes written zero-copy into granted destinations.
     pub zcopy_msgs: u64,
     pub zcopy_bytes: u64,
-    /// Bytes the transport path copied on the zero-copy path. There is no copy on that path; the
-    /// counter exists so that tests can prove it stays 0 (every executor copy adds to a counter).
+    /// Bytes the zero-copy path copied: out of the scratch a staged receive was granted in
+    /// ([`ExecConfig::staged_receive_max`]); otherwise that path does not copy, and tests prove
+    /// this stays 0 (every executor copy adds to a counter).
     pub zcopy_copy_bytes: u64,
     /// Rendezvous requests sent (eager message without a free slot) and grants sent.
     pub rts_msgs: u64,

@@ -10,6 +10,10 @@
 //!   the collective's start for Recvs without deps: one Grant message per peer), the sender writes
 //!   its Send region into it with immediate = grant id, split into the pieces the grant names
 //!   (the receiver's `Endpoint::write_segment` for the connection, so both count them alike).
+//!   A Recv region the sender would write with a system call (`Endpoint::writes_by_syscall`)
+//!   and of at most `ExecConfig::staged_receive_max` bytes is granted in pooled scratch instead,
+//!   copied out when the last piece arrives (a staged receive); an op that fails drops that
+//!   scratch rather than pooling it, as a peer may still write it.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,7 +21,7 @@ use std::time::Instant;
 use fabcoll_collectives::datatype::Datatype;
 use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::schedule::{Region, StepId, StepKind};
-use fabcoll_fabric::SILENT_WRITE;
+use fabcoll_fabric::{Mr, SILENT_WRITE};
 
 use super::bufs::{local_step, Bound, Bufs};
 use super::core::EagerSent;
@@ -69,6 +73,8 @@ pub(crate) struct Op {
     rts_in: FastSet<(u32, u32)>,
     /// Fused Recv steps done whose message still sits in its eager slot (a few at a time).
     fused_slot: Vec<Fused>,
+    /// Staged receives in flight: the Recv step and the scratch it was granted in.
+    staged: Vec<(StepId, Mr)>,
     /// Ready Sends and Recvs (a stack), and ready local steps: `run` issues communication first.
     work: Vec<StepId>,
     work_local: Vec<StepId>,
@@ -175,6 +181,7 @@ impl Op {
             eager_in: FastMap::default(),
             rts_in: FastSet::default(),
             fused_slot: Vec::new(),
+            staged: Vec::new(),
             work: Vec::new(),
             work_local: Vec::new(),
             done: 0,
@@ -230,6 +237,7 @@ impl Op {
         self.eager_in.clear();
         self.rts_in.clear();
         self.fused_slot.clear();
+        self.staged.clear();
         self.work.clear();
         self.work_local.clear();
         self.done = 0;
@@ -457,10 +465,20 @@ impl Op {
     fn grant(&mut self, core: &mut Core, s: StepId, peer: u32, dst: Region) {
         let bytes = dst.len as usize * self.elem;
         let ep = self.ep(peer);
-        let Ok((mr, off)) = self.bufs().mr(dst).map(|(m, o)| (m.remote(), o)) else {
+        let Ok((dst_mr, off)) = self.bufs().mr(dst) else {
             self.error = Some(Error::Protocol(format!("{:?} buffer is not registered for writing", dst.buf)));
             return;
         };
+        let (mut mr, mut off) = (dst_mr.remote(), off);
+        if bytes <= core.cfg.staged_receive_max && core.ep.writes_by_syscall(ep, dst_mr) {
+            match core.scratch(bytes) {
+                Ok(scratch) => {
+                    (mr, off) = (scratch.remote(), 0);
+                    self.staged.push((s, scratch));
+                }
+                Err(e) => tracing::debug!(%e, "no scratch for a staged receive; granting the destination"),
+            }
+        }
         let seg = core.ep.write_segment(ep).clamp(1, core.caps.max_write.max(1));
         let segs = bytes.div_ceil(seg) as u32;
         let gid = core.new_grant(ep, self.key, s, segs);
@@ -511,6 +529,22 @@ impl Op {
         }
         *p -= 1;
         if *p == 0 {
+            if let Some(i) = self.staged.iter().position(|&(t, _)| t == s) {
+                let (_, scratch) = self.staged.swap_remove(i);
+                let StepKind::Recv { dst, .. } = *self.plan.sched.step(s) else {
+                    return Err(Error::Protocol(format!(
+                        "{} #{}: staged step {s} is no Recv",
+                        self.coll, self.key.seq
+                    )));
+                };
+                let (dp, n) = self.raw(dst);
+                // SAFETY: every piece of the grant arrived, so the scratch holds the message's `n`
+                // bytes and no peer writes it any more; the destination is this Recv's bound,
+                // quiet region of `n` bytes; different allocations.
+                unsafe { fabcoll_fabric::copy::copy_bulk(dp, scratch.as_ptr(), n) };
+                core.stats.zcopy_copy_bytes += n as u64;
+                core.give_back(scratch);
+            }
             self.complete(s);
             self.run(core)?;
         }

@@ -318,6 +318,15 @@ impl Endpoint for RoutedEndpoint {
         }
     }
 
+    fn writes_by_syscall(&self, peer: usize, mr: &Mr) -> bool {
+        let Ok(routed) = RoutedMr::of(mr) else { return false };
+        match self.table.route(peer) {
+            Ok(Route::Node(p)) => self.node.writes_by_syscall(p, routed.node()),
+            Ok(Route::Network(p)) => self.network.writes_by_syscall(p, routed.network()),
+            Err(_) => false,
+        }
+    }
+
     fn write_segment(&self, peer: usize) -> usize {
         let seg = match self.table.route(peer) {
             Ok(Route::Node(p)) => self.node.write_segment(p),

@@ -530,6 +530,10 @@ impl Endpoint for ShmEndpoint {
         theirs & segment::IDLE == 0 && cpu != segment::NO_CPU && mine != segment::NO_CPU && cpu != mine
     }
 
+    fn writes_by_syscall(&self, peer: usize, mr: &Mr) -> bool {
+        peer != self.rank && !mr.owns_memory()
+    }
+
     fn hint_reused(&mut self, mr: &Mr) {
         // Peers copy into memory of `alloc` through a mapping already; into memory of `register`
         // with `process_vm_writev`, whose cost per page the huge pages cut.

@@ -21,7 +21,10 @@
 //!   `memcpy` speed and 2 MiB pages near it (`docs/measurements/2026-11-29-huge-pages.md`). So a
 //!   registration the executor hints as reused ([`Endpoint::hint_reused`])
 //!   has its whole 2 MiB pages collapsed into transparent huge pages, once
-//!   (`sys::back_with_huge_pages`).
+//!   (`sys::back_with_huge_pages`); and [`Endpoint::writes_by_syscall`] tells the executor,
+//!   which has writes of up to 1 MiB into such memory land in `alloc`ated scratch instead and
+//!   copies them out. The kernel's copy is slow at some distances between source and
+//!   destination; `sys::vm_write` stages those.
 //! - **Deregistration race** is closed by the in-flight count in the key slot
 //!   (`shm/keys.rs` doc): `Mr` drop waits (bounded by `Config::timeout`) for writers mid-copy. If
 //!   a writer dies mid-copy the wait times out, the slot is leaked (never reused) and a warning
