@@ -588,7 +588,7 @@ settings! {
     FABCOLL_HUGE_PAGES huge_pages: usize as Count, Executor, EachUse, "8",
         "shm: a user buffer used in this many calls gets huge pages, which peers' copies fill faster (0 = never)";
     FABCOLL_STAGED_RECEIVE staged_receive: usize as Bytes, Executor, EachUse, "1048576",
-        "shm: zero-copy messages up to this size into the program's own memory land in scratch and are copied out (0 = never)";
+        "shm: zero-copy messages up to this size into the program's own memory go through scratch (0 = never)";
     FABCOLL_SPIN_US spin: Duration as Micros, Executor, EachUse, "250",
         "how long a waiting rank polls on shm and local before it sleeps on the doorbell";
     FABCOLL_YIELD yield_when_idle: bool as Bool, Executor, EachUse, "on when this node's ranks outnumber its CPUs",
