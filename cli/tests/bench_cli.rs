@@ -261,6 +261,34 @@ fn touch_reads_the_results_between_calls() {
 }
 
 #[test]
+fn heap_buffers_at_a_chosen_page_offset_check_out() {
+    // --heap --heap-offset: buffers of the program's own memory, placed past a page boundary as
+    // torch's (64) or glibc's (16) are; results check out and the report says where they sat.
+    for (op, off) in [("allreduce", "64"), ("allgather", "17"), ("bcast", "4080")] {
+        let args = ["bench", "--fabric", "local", "-n", "3", "--op", op, "--min-size", "1", "--max-size", "64K"];
+        let mut args = args.to_vec();
+        args.extend_from_slice(&["--iters", "2", "--warmup", "1", "--check", "--heap", "--heap-offset", off]);
+        args.extend_from_slice(&["--format", "json"]);
+        let (ok, out, err) = run(FABCOLL, &args);
+        assert!(ok, "{op} at {off}: {err}");
+        let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!((doc["heap"].as_bool(), doc["heap_offset"].to_string()), (Some(true), off.to_string()), "{op}");
+        let rows = doc["rows"].as_array().unwrap();
+        assert!(!rows.is_empty() && rows.iter().all(|r| r["check"] == "ok"), "{op} at {off}: {rows:?}");
+    }
+    let cases: &[(&[&str], &str)] = &[
+        (&["bench", "--fabric", "local", "-n", "2", "--heap", "--heap-offset", "6"], "not a multiple of the 4-byte"),
+        (&["bench", "--fabric", "local", "-n", "2", "--heap", "--heap-offset", "4096"], "below 4096"),
+        (&["bench", "--fabric", "local", "-n", "2", "--heap-offset", "64"], "--heap"),
+    ];
+    for (args, want) in cases {
+        let (ok, _, err) = run(FABCOLL, args);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
+    }
+}
+
+#[test]
 fn every_operation_checks_out_over_local() {
     for coll in Collective::ALL {
         let args =

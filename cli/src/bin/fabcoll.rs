@@ -160,6 +160,11 @@ struct BenchArgs {
     /// with process_vm_writev).
     #[arg(long)]
     heap: bool,
+    /// With --heap: the buffers start this many bytes past a 4 KiB boundary (torch's tensors lie
+    /// 64 bytes past one, glibc's large blocks 16), instead of where the allocator puts them.
+    /// Copies run at different speeds at different offsets.
+    #[arg(long, value_name = "BYTES", requires = "heap")]
+    heap_offset: Option<usize>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -266,6 +271,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         pace: bench::Pace { barrier: a.sync == Sync::Barrier, touch: a.touch, block: false },
         stats: a.stats,
         heap: a.heap,
+        heap_offset: a.heap_offset,
     };
     let local = a.fabric.as_deref() == Some("local");
     let meta = |fabric: String, c: &Communicator| Meta {
@@ -279,6 +285,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         sync: if cfg.pace.barrier { "barrier" } else { "none" }.into(),
         touch: cfg.pace.touch,
         heap: cfg.heap,
+        heap_offset: cfg.heap_offset,
     };
     if local {
         let n = a.n.unwrap_or(1);

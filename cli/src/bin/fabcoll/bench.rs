@@ -32,6 +32,8 @@ pub struct Config {
     /// (on shm: memory peers map and copy into directly; into heap memory they copy with
     /// `process_vm_writev`).
     pub heap: bool,
+    /// With `heap`: the buffers start this many bytes past a 4 KiB boundary.
+    pub heap_offset: Option<usize>,
 }
 
 /// What happens after each timed call, untimed.
@@ -197,9 +199,22 @@ fn sweep<T: BenchElem>(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row
     let max_recv = shapes.iter().map(|s| s.recv_len).max().unwrap_or(0);
     let (mut send_pinned, mut recv_pinned, mut send_heap, mut recv_heap);
     let (sendbuf, recvbuf): (&mut [T], &mut [T]) = if cfg.heap {
-        send_heap = vec![T::from_u64(0); max_send];
-        recv_heap = vec![T::from_u64(0); max_recv];
-        (&mut send_heap, &mut recv_heap)
+        let size = std::mem::size_of::<T>();
+        let slack = if cfg.heap_offset.is_some() { 4096 / size } else { 0 };
+        send_heap = vec![T::from_u64(0); max_send + slack];
+        recv_heap = vec![T::from_u64(0); max_recv + slack];
+        let (s, r) = match cfg.heap_offset {
+            Some(off) if off % size != 0 || off >= 4096 => {
+                return Err(format!("--heap-offset {off}: not a multiple of the {}-byte element below 4096", size));
+            }
+            // The element at which the buffer lies `off` bytes past a page boundary.
+            Some(off) => {
+                let at = |v: &Vec<T>| ((off + 4096 - v.as_ptr() as usize % 4096) % 4096) / size;
+                (at(&send_heap), at(&recv_heap))
+            }
+            None => (0, 0),
+        };
+        (&mut send_heap[s..s + max_send], &mut recv_heap[r..r + max_recv])
     } else {
         send_pinned = c.alloc::<T>(max_send).map_err(err)?;
         recv_pinned = c.alloc::<T>(max_recv).map_err(err)?;

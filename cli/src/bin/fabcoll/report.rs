@@ -33,6 +33,9 @@ pub struct Meta {
     pub touch: bool,
     /// Whether the buffers came from the heap instead of `Communicator::alloc` (`--heap`).
     pub heap: bool,
+    /// Where the heap buffers start past a 4 KiB boundary (`--heap-offset`), if placed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heap_offset: Option<usize>,
 }
 
 pub const CSV_HEADER: &str = "op,algorithm,fabric,ranks,bytes,count,iters,warmup,avg_us,min_us,max_us,p50_us,p99_us,\
@@ -51,7 +54,7 @@ impl Report {
             Format::Table => {
                 writeln!(
                     out,
-                    "# fabcoll bench: {} ({} sum for reductions), algorithm {}, fabric {}{}, {} ranks, topology {}, sync {}{}{}",
+                    "# fabcoll bench: {} ({} sum for reductions), algorithm {}, fabric {}{}, {} ranks, topology {}, sync {}{}{}{}",
                     meta.op,
                     meta.dtype,
                     meta.algo,
@@ -61,7 +64,8 @@ impl Report {
                     meta.topology,
                     meta.sync,
                     if meta.touch { ", receive buffers read after each call" } else { "" },
-                    if meta.heap { ", buffers on the heap" } else { "" }
+                    if meta.heap { ", buffers on the heap" } else { "" },
+                    meta.heap_offset.map(|o| format!(" {o} bytes past a page")).unwrap_or_default()
                 )?;
                 writeln!(
                     out,
