@@ -18,6 +18,8 @@
 #     --build DIR        measure the fabrun and fabcoll in DIR instead of building this tree (with
 #                        --baseline naming a copy of the same build: an A/A check of how far the
 #                        per-cell geomeans stray from 1 by noise alone)
+#     --heap             fabcoll's buffers from the heap (`fabcoll bench --heap`), as mpibench's
+#                        are (malloc), instead of `Communicator::alloc`'s shared memory
 #
 # Sizes are mpibench's: the whole per-rank buffer, also for allgather and alltoall (fabcoll runs
 # those with a per-rank / per-pair block of size/p, and rows are reported at the mpibench size).
@@ -34,7 +36,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 peers="" ops="allreduce bcast allgather alltoall" procs="2 4" fabrics="shm tcp ofi:tcp"
-min=8 max=16777216 runs=3 out="$root/target/bench-vs-openmpi" base="" prebuilt=""
+min=8 max=16777216 runs=3 out="$root/target/bench-vs-openmpi" base="" prebuilt="" heap=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --peers) peers=$2; shift 2 ;;
@@ -47,7 +49,8 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --baseline) base=$2; shift 2 ;;
     --build) prebuilt=$2; shift 2 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --heap) heap=--heap; shift ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "bench-vs-openmpi: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -81,7 +84,7 @@ run_fabcoll() { # run fabric op p [bin impl]
     local f="$out/fabcoll.csv"
     if ! timeout 900 "$b/fabrun" -n "$p" --fabric "$fabric" --timeout 850 "$b/fabcoll" bench --op "$op" \
         --min-size $((lo / div)) --max-size $((hi / div)) --iters "$iters" --warmup $((iters / 10 + 1)) \
-        --large-size 1G --sync none --format csv --output "$f" >"$out/fabcoll.log" 2>&1; then
+        --large-size 1G --sync none $heap --format csv --output "$f" >"$out/fabcoll.log" 2>&1; then
       echo "$impl $fabric $op p=$p failed:" >&2
       tail -5 "$out/fabcoll.log" >&2
       continue
