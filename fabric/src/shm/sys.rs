@@ -115,9 +115,8 @@ const STAGE: usize = 256 << 10;
 ///
 /// The kernel copies with a string instruction, which is several times slower when `dst` lies
 /// 1–63 bytes past `src` modulo 4 KiB ([`copy::slow_string_distance`]). There the bytes go in
-/// pieces of [`STAGE`] through `stage`, at a
-/// page offset 2 KiB before the destination's: one more copy in our caches, at a fast distance
-/// to both ends.
+/// pieces of [`STAGE`] through `stage`, at a page offset 2 KiB before the destination's: one more
+/// copy in our caches, at a fast distance to both ends.
 ///
 /// # Safety
 /// `[src, src+len)` must be readable in this process.
