@@ -676,7 +676,10 @@ impl<R> Ranks<R> {
 #[test]
 fn an_rts_hands_a_straight_call_over_to_the_engine() {
     watchdog(Duration::from_secs(20), || {
-        let one = ExecConfig { slots: 1, credit_fraction: 1, ..cfg() };
+        // No progress thread: with the bcast in flight it could poll the RTS before rank 0's
+        // allreduce starts, which then begins in the engine instead of straight (a CI run saw
+        // straight_calls 0 on rank 0).
+        let one = ExecConfig { slots: 1, credit_fraction: 1, progress_thread: false, ..cfg() };
         let (wire, comms) = job(WireConfig::default(), vec![one.clone(), one]);
         let (go, gate) = mpsc::channel::<()>();
         let gate = std::sync::Mutex::new(gate);
