@@ -73,8 +73,8 @@ pub(crate) struct Op {
     rts_in: FastSet<(u32, u32)>,
     /// Fused Recv steps done whose message still sits in its eager slot (a few at a time).
     fused_slot: Vec<Fused>,
-    /// Staged receives in flight: the Recv step and the scratch it was granted in.
-    staged: Vec<(StepId, Mr)>,
+    /// Staged receives in flight: the Recv step, its region and the scratch it was granted in.
+    staged: Vec<(StepId, Region, Mr)>,
     /// Ready Sends and Recvs (a stack), and ready local steps: `run` issues communication first.
     work: Vec<StepId>,
     work_local: Vec<StepId>,
@@ -474,7 +474,7 @@ impl Op {
             match core.scratch(bytes) {
                 Ok(scratch) => {
                     (mr, off) = (scratch.remote(), 0);
-                    self.staged.push((s, scratch));
+                    self.staged.push((s, dst, scratch));
                 }
                 Err(e) => tracing::debug!(%e, "no scratch for a staged receive; granting the destination"),
             }
@@ -529,14 +529,8 @@ impl Op {
         }
         *p -= 1;
         if *p == 0 {
-            if let Some(i) = self.staged.iter().position(|&(t, _)| t == s) {
-                let (_, scratch) = self.staged.swap_remove(i);
-                let StepKind::Recv { dst, .. } = *self.plan.sched.step(s) else {
-                    return Err(Error::Protocol(format!(
-                        "{} #{}: staged step {s} is no Recv",
-                        self.coll, self.key.seq
-                    )));
-                };
+            if let Some(i) = self.staged.iter().position(|&(t, ..)| t == s) {
+                let (_, dst, scratch) = self.staged.swap_remove(i);
                 let (dp, n) = self.raw(dst);
                 // SAFETY: every piece of the grant arrived, so the scratch holds the message's `n`
                 // bytes and no peer writes it any more; the destination is this Recv's bound,

@@ -200,13 +200,13 @@ fn sweep<T: BenchElem>(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row
     let (mut send_pinned, mut recv_pinned, mut send_heap, mut recv_heap);
     let (sendbuf, recvbuf): (&mut [T], &mut [T]) = if cfg.heap {
         let size = std::mem::size_of::<T>();
+        if let Some(off) = cfg.heap_offset.filter(|&off| off % size != 0 || off >= 4096) {
+            return Err(format!("--heap-offset {off}: not a multiple of the {size}-byte element below 4096"));
+        }
         let slack = if cfg.heap_offset.is_some() { 4096 / size } else { 0 };
         send_heap = vec![T::from_u64(0); max_send + slack];
         recv_heap = vec![T::from_u64(0); max_recv + slack];
         let (s, r) = match cfg.heap_offset {
-            Some(off) if off % size != 0 || off >= 4096 => {
-                return Err(format!("--heap-offset {off}: not a multiple of the {}-byte element below 4096", size));
-            }
             // The element at which the buffer lies `off` bytes past a page boundary.
             Some(off) => {
                 let at = |v: &Vec<T>| ((off + 4096 - v.as_ptr() as usize % 4096) % 4096) / size;
