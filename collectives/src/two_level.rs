@@ -9,11 +9,11 @@
 //! Reusing the flat schedules keeps one implementation of each pattern, verified once, and makes
 //! the inter-node traffic of a hierarchical algorithm exactly that of its inter-node phase.
 
-use crate::args::{CollArgs, Collective};
+use crate::args::{CollArgs, Collective, SEGMENT};
 use crate::cost::{ceil_log2, Cost};
 use crate::error::{Error, Result};
 use crate::registry::{self, Algorithm};
-use crate::schedule::{Buf, Region, ScheduleBuilder, StepId, StepKind};
+use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder, StepId, StepKind};
 use crate::topology::Topology;
 
 /// Where a phase's `Send` or `Recv` buffer starts in this rank's buffers.
@@ -104,6 +104,20 @@ impl GroupCall<'_> {
         }
         let sinks = (0..s.len() as StepId).filter(|&i| !waited[i as usize]).map(|i| first + i).collect();
         Ok(Phase { sinks, writers })
+    }
+}
+
+/// The piece a large block of a hierarchical algorithm is forwarded in by default (Mamidala §4:
+/// the intra-node copy pipelined with the network phase).
+pub(crate) const PIECE_BYTES: u64 = 64 << 10;
+
+/// The schedule of `b` with its steps cut into pieces of [`PIECE_BYTES`] when its largest block
+/// (`largest` elements) is above two pieces, unless the call sets a `segment` of its own.
+pub(crate) fn in_pieces(a: &CollArgs, b: ScheduleBuilder, largest: u64) -> Schedule {
+    let piece = (PIECE_BYTES / u64::from(a.elem_size.max(1))).max(1);
+    match a.params.get(SEGMENT) {
+        None if largest > 2 * piece => b.finish().pipeline(piece),
+        _ => b.finish(),
     }
 }
 

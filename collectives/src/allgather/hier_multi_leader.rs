@@ -7,7 +7,7 @@
 //! `Recv`. So all k ranks of a node use the network at once (k connections instead of the
 //! leader's one), each block crosses a node's interface once per hop, and the node phase
 //! overlaps the network phase instead of following it (no gather to a leader, no bcast after).
-//! Blocks above two [`PIECE_BYTES`] go in pieces of that size unless the call sets a `segment`,
+//! Blocks above two [`PIECE_BYTES`](crate::two_level::PIECE_BYTES) go in pieces of that size unless the call sets a `segment`,
 //! so a block's first piece is on its way to the node while the rest is still on the network.
 //!
 //! Cost (b bytes per block, N nodes of k ranks, e = inter-node, i = intra-node parameters):
@@ -21,13 +21,13 @@
 
 use crate::allgather::layout::Layout;
 use crate::allgather::recv_layout;
-use crate::args::{CollArgs, Collective, SEGMENT};
+use crate::args::{CollArgs, Collective};
 use crate::cost::Cost;
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder, StepId};
 use crate::topology::Topology;
-use crate::two_level::topology;
+use crate::two_level::{in_pieces, topology};
 
 pub(crate) const ALLGATHER: Algorithm = Algorithm {
     coll: Collective::Allgather,
@@ -38,10 +38,6 @@ pub(crate) const ALLGATHER: Algorithm = Algorithm {
     cost,
     build,
 };
-
-/// The piece a large block is forwarded in by default (Mamidala §4: the intra-node copy pipelined
-/// with the network phase).
-pub(crate) const PIECE_BYTES: u64 = 64 << 10;
 
 pub(crate) const ALLGATHERV: Algorithm = Algorithm { coll: Collective::Allgatherv, ..ALLGATHER };
 
@@ -149,17 +145,15 @@ fn build(a: &CollArgs) -> Result<Schedule> {
             }
         }
     }
-    let piece = (PIECE_BYTES / u64::from(a.elem_size.max(1))).max(1);
     let largest = (0..a.size).map(|i| a.block_count(i)).max().unwrap_or(0);
-    Ok(match a.params.get(SEGMENT) {
-        None if largest > 2 * piece => b.finish().pipeline(piece),
-        _ => b.finish(),
-    })
+    Ok(in_pieces(a, b, largest))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::args::SEGMENT;
+    use crate::two_level::PIECE_BYTES;
 
     #[test]
     fn a_small_node_serves_the_lanes_it_lacks() {

@@ -4,6 +4,7 @@ use crate::registry::Algorithm;
 
 pub(crate) mod binomial;
 mod hier_leader;
+mod hier_scatter_ring;
 mod linear;
 mod scatter_recursive_doubling_allgather;
 mod scatter_ring_allgather;
@@ -15,4 +16,5 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     scatter_ring_allgather::ALGORITHM,
     linear::ALGORITHM,
     hier_leader::ALGORITHM,
+    hier_scatter_ring::ALGORITHM,
 ];

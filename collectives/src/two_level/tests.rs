@@ -206,6 +206,18 @@ fn leader_formula(coll: Collective, v: u32, nodes: u32, k: &dyn Fn(u32) -> u64, 
     }
 }
 
+/// Bytes the leader at node position `v` sends across nodes in `bcast:hier_scatter_ring`, by its
+/// module doc, with `blk(i)` the bytes of block i: its scatter children's subtrees, then on the
+/// ring every block but those of its right neighbour's subtree.
+fn scatter_ring_formula(v: u32, nodes: u32, blk: &dyn Fn(u32) -> u64) -> u64 {
+    let subtree = |c: u32| c..(c + low_bit(c, nodes)).min(nodes);
+    let children = (0..32).map(|j| 1u32 << j).filter(|&m| m < low_bit(v, nodes) && v + m < nodes).map(|m| v + m);
+    let scatter: u64 = children.flat_map(subtree).map(blk).sum();
+    let theirs = subtree((v + 1) % nodes);
+    let ring = (0..nodes - 1).map(|s| (v + nodes - s) % nodes).filter(|b| !theirs.contains(b));
+    scatter + ring.map(blk).sum::<u64>()
+}
+
 /// Bytes rank `r` sends across nodes in the multi-leader exchanges, by their module docs (`n` bytes
 /// per block); `None` for the other algorithms.
 fn exchange_formula(alg: &Algorithm, t: &Topology, r: u32, n: u64) -> Option<u64> {
@@ -254,8 +266,15 @@ fn inter_node_bytes_follow_the_documented_formulas() {
                         let got = cross_node_bytes(&s, &t, elem);
                         let node = t.node_of(r);
                         let v = (node + nodes - root_node) % nodes;
+                        let blk = |i: u32| crate::blocks::block(count, u64::from(nodes), u64::from(i)).1 * elem;
                         let want = if let Some(w) = exchange_formula(alg, &t, r, count * elem) {
                             w
+                        } else if alg.name == "hier_scatter_ring" {
+                            if leaders[node as usize] == r {
+                                scatter_ring_formula(v, nodes, &blk)
+                            } else {
+                                0
+                            }
                         } else if alg.name == "hier_multi_leader" {
                             // Every rank leads the slice of its local rank.
                             let (k, j) = (u64::from(t.local_size(r)), u64::from(t.local_rank(r)));
@@ -271,6 +290,7 @@ fn inter_node_bytes_follow_the_documented_formulas() {
                     // Totals that do not depend on the tree's shape.
                     let n = count * elem;
                     let want_total = match alg.coll {
+                        Collective::Bcast if alg.name == "hier_scatter_ring" => None,
                         Collective::Bcast | Collective::Reduce => Some(u64::from(nodes - 1) * n),
                         _ => None,
                     };
