@@ -7,8 +7,9 @@
 //! `Recv`. So all k ranks of a node use the network at once (k connections instead of the
 //! leader's one), each block crosses a node's interface once per hop, and the node phase
 //! overlaps the network phase instead of following it (no gather to a leader, no bcast after).
-//! Blocks above two [`PIECE_BYTES`](crate::two_level::PIECE_BYTES) go in pieces of that size unless the call sets a `segment`,
-//! so a block's first piece is on its way to the node while the rest is still on the network.
+//! Blocks above two [`PIECE_BYTES`](crate::two_level::PIECE_BYTES) go in pieces of that size unless
+//! the call sets a `segment`, so a block's first piece is on its way to the node while the rest is
+//! still on the network.
 //!
 //! Cost (b bytes per block, N nodes of k ranks, e = inter-node, i = intra-node parameters):
 //! (N − 1)(α_e + b β_e) (the lane ring) + (k − 1) N (α_i + b β_i) (every block from each local

@@ -6,8 +6,8 @@
 //! copies the vector once and the node's copies overlap the network phase. That is the paper's
 //! "network buffer shared by the node's processes, copied out while the ring runs", with the
 //! one-sided writes of our fabrics in place of loads from a shared buffer. Blocks above two
-//! [`PIECE_BYTES`] go in pieces of that size
-//! unless the call sets a `segment`, so the chain starts before a whole block is in.
+//! [`PIECE_BYTES`] go in pieces of that size unless the call sets a `segment`, so the chain starts
+//! before a whole block is in.
 //!
 //! A leader does not send a block on the ring to a neighbour that got it from the scatter, so the
 //! ring never rewrites what a leader is still scattering or handing to its node.
@@ -21,9 +21,10 @@
 //! of its children's scatter subtrees, then on the ring every block except those its right
 //! neighbour's subtree holds; other ranks send nothing across.
 //! On the two-level model (`fabcoll sim --nodes`, docs/measurements/2026-11-28-two-level-sim.md)
-//! it is the fastest bcast only for large vectors on nodes of many ranks: the root's one port
-//! carries the scatter, the ring's feed to its neighbour and its node's chain, where a flat
-//! scatter + ring sends half of that to a rank of its own node. No embedded rule picks it.
+//! it is the fastest bcast only on nodes of 8–16 ranks (256 KiB–1 MiB on 8–64 nodes, 4–16 MiB on
+//! 2): the root's one port carries the scatter, the ring's feed to its neighbour and its node's
+//! chain, where a flat scatter + ring sends the ring's part to a rank of its own node. No embedded
+//! rule picks it.
 //! Restrictions: a two-level topology. Paper: mamidala §4.1 (optimized MPI_Bcast: leader scatter,
 //! ring among leaders, intra-node copies overlapped with it), thakur §4.2 (Van de Geijn).
 
