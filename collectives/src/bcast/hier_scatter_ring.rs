@@ -1,30 +1,31 @@
 //! Mamidala's large-message broadcast: the vector is cut into one block per node, scattered among
-//! the node leaders down a binomial tree and completed by a ring allgather among them, while each
-//! leader hands every block on to its node as soon as it holds it. The root leads its node; every
-//! other node is led by its lowest rank. Inside a node the blocks run down a chain (leader, then
-//! the other ranks in order), each rank passing a block to the next as it arrives, so every core
-//! copies the vector once and the node's copies overlap the network phase. That is the paper's
-//! "network buffer shared by the node's processes, copied out while the ring runs", with the
-//! one-sided writes of our fabrics in place of loads from a shared buffer. Blocks above two
-//! [`PIECE_BYTES`] go in pieces of that size unless the call sets a `segment`, so the chain starts
-//! before a whole block is in.
+//! the node leaders down a binomial tree and completed by a ring allgather among the nodes, while
+//! every block is handed on inside each node as soon as the node holds it. The root leads its
+//! node; every other node is led by its lowest rank. Inside a node the blocks run down a chain
+//! (leader, then the other ranks in order), each rank passing a block to the next as it arrives,
+//! so every core copies the vector once and the node's copies overlap the network phase. That is
+//! the paper's "network buffer shared by the node's processes, copied out while the ring runs",
+//! with the one-sided writes of our fabrics in place of loads from a shared buffer. Blocks above
+//! two [`PIECE_BYTES`] go in pieces of that size unless the call sets a `segment`, so the chain
+//! starts before a whole block is in.
 //!
-//! A leader does not send a block on the ring to a neighbour that got it from the scatter, so the
-//! ring never rewrites what a leader is still scattering or handing to its node.
+//! On the root's node the ring is run by the chain's second rank, which sends each block on to
+//! the next node as it comes down the chain (in the ring's order), so the root's port carries the
+//! scatter and the chain, not the ring's feed too; on the other nodes the leader runs it. A node
+//! does not send a block on the ring to a neighbour that got it from the scatter, so the ring
+//! never rewrites what a leader is still scattering or handing to its node.
 //!
-//! Cost (n bytes, N nodes, k = most ranks on a node; e = inter-node, i = intra-node): the root's
-//! port sends the scatter and the ring's feed, (⌈lg N⌉ + N − 1) α_e + 2(N − 1)/N n β_e, then its
-//! node's chain, m messages of s = n/m bytes (m = N, or n / piece for pieces), and the chain's
-//! last k − 2 hops follow: (m + k − 2) α_i + (n + (k − 2) s) β_i. The chains of other nodes
-//! overlap the leaders' phase.
+//! Cost (n bytes, N nodes, k = most ranks on a node; e = inter-node, i = intra-node): the
+//! leaders' scatter and ring, (⌈lg N⌉ + N − 1) α_e + 2(N − 1)/N n β_e, then a node's chain of m
+//! messages of s = n/m bytes (m = N, or n / piece for pieces) and its last k − 2 hops:
+//! (m + k − 2) α_i + (n + (k − 2) s) β_i (exact on two nodes; on more the chains overlap the ring).
 //! Bytes across nodes: the leader at position v (nodes numbered from the root's) sends the blocks
-//! of its children's scatter subtrees, then on the ring every block except those its right
-//! neighbour's subtree holds; other ranks send nothing across.
+//! of its children's scatter subtrees, and the rank that runs the ring there every block except
+//! those its right neighbour's subtree holds; other ranks send nothing across.
 //! On the two-level model (`fabcoll sim --nodes`, docs/measurements/2026-11-28-two-level-sim.md)
-//! it is the fastest bcast only on nodes of 8–16 ranks (256 KiB–1 MiB on 8–64 nodes, 4–16 MiB on
-//! 2): the root's one port carries the scatter, the ring's feed to its neighbour and its node's
-//! chain, where a flat scatter + ring sends the ring's part to a rank of its own node. No embedded
-//! rule picks it.
+//! it is the fastest bcast mostly on nodes of 8 or more ranks, at 64 KiB–1 MiB on 4–64 nodes (an
+//! irregular region: not every node count or node size inside it wins), and for large vectors on
+//! two nodes; a flat scatter + ring elsewhere. No embedded rule picks it.
 //! Restrictions: a two-level topology. Paper: mamidala §4.1 (optimized MPI_Bcast: leader scatter,
 //! ring among leaders, intra-node copies overlapped with it), thakur §4.2 (Van de Geijn).
 
@@ -36,6 +37,7 @@ use crate::error::Result;
 use crate::gather::binomial::subtree_end;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder, StepId};
+use crate::topology::Topology;
 use crate::two_level::{in_pieces, topology, PIECE_BYTES};
 
 pub(crate) const ALGORITHM: Algorithm = Algorithm {
@@ -67,10 +69,14 @@ fn scattered(v: u32, nodes: u32) -> std::ops::Range<u32> {
     v..subtree_end(v, nodes)
 }
 
-/// The order in which the leader at position `v` comes to hold the blocks: its scatter subtree,
-/// then the ring's arrivals v − 1, v − 2, … that the subtree lacks. Its node's chain forwards them
-/// in this order.
+/// The order in which node position `v` comes to hold the blocks, which its chain forwards them
+/// in: the root's node in the order its ring feed sends them (block 0, then N − 1, N − 2, …, and
+/// block 1, which the next node gets from the scatter, last); another node its scatter subtree,
+/// then the ring's arrivals v − 1, v − 2, … that the subtree lacks.
 fn arrival_order(v: u32, nodes: u32) -> Vec<u32> {
+    if v == 0 {
+        return std::iter::once(0).chain((1..nodes).rev()).collect();
+    }
     let mine = scattered(v, nodes);
     let ring = (1..nodes).map(|s| (v + nodes - s) % nodes).filter(|b| !mine.contains(b));
     mine.clone().chain(ring).collect()
@@ -83,17 +89,31 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let root_node = t.node_of(a.root);
     let leaders = t.leaders_with(a.root);
     let pos = (node + nodes - root_node) % nodes;
+    let node_at = |v: u32| (v + root_node) % nodes;
     let lay = Layout::new(Buf::Recv, (0..nodes).map(|v| block(a.count, u64::from(nodes), u64::from(v))).collect());
     let leader = leaders[node as usize];
-    // The steps after which the leader holds each block (none: it holds it from the start).
+    let local = t.ranks_on(node);
+    let chain: Vec<u32> = std::iter::once(leader).chain(local.iter().copied().filter(|&r| r != leader)).collect();
+    let c = chain.iter().position(|&r| r == me).unwrap_or(0);
+    let (prev, next) = (c.checked_sub(1).map(|i| chain[i]), chain.get(c + 1).copied());
+    let order = arrival_order(pos, nodes);
+    // The steps after which this rank holds each block (none: it holds it from the start).
     let mut ready: Vec<Vec<StepId>> = vec![Vec::new(); nodes as usize];
     if me == leader && nodes > 1 {
-        let g = Group { ranks: (0..nodes).map(|v| leaders[((v + root_node) % nodes) as usize]).collect(), me: pos };
+        let g = Group { ranks: (0..nodes).map(|v| leaders[node_at(v) as usize]).collect(), me: pos };
         let (have, _) = crate::scatter::binomial::phase(&mut b, &lay, &g, &[]);
         for blk in scattered(pos, nodes) {
             ready[blk as usize] = have.clone();
         }
-        let (right, left) = (g.rank((pos + 1) % nodes), g.rank((pos + nodes - 1) % nodes));
+    }
+    if let Some(from) = prev {
+        for &blk in &order {
+            ready[blk as usize] = lay.recv(&mut b, from, blk, blk + 1, &[]);
+        }
+    }
+    if nodes > 1 && me == ring_rank(t, a.root, node) {
+        let right = ring_rank(t, a.root, node_at(pos + 1));
+        let left = ring_rank(t, a.root, node_at(pos + nodes - 1));
         let (theirs, mine) = (scattered((pos + 1) % nodes, nodes), scattered(pos, nodes));
         for s in 0..nodes - 1 {
             let out = (pos + nodes - s) % nodes;
@@ -106,20 +126,23 @@ fn build(a: &CollArgs) -> Result<Schedule> {
             }
         }
     }
-    let local = t.ranks_on(node);
-    let chain: Vec<u32> = std::iter::once(leader).chain(local.iter().copied().filter(|&r| r != leader)).collect();
-    let c = chain.iter().position(|&r| r == me).unwrap_or(0);
-    let (prev, next) = (c.checked_sub(1).map(|i| chain[i]), chain.get(c + 1).copied());
-    for blk in arrival_order(pos, nodes) {
-        let deps = match prev {
-            Some(from) => lay.recv(&mut b, from, blk, blk + 1, &[]),
-            None => ready[blk as usize].clone(),
-        };
-        if let Some(to) = next {
-            lay.send(&mut b, to, blk, blk + 1, &deps);
+    if let Some(to) = next {
+        for &blk in &order {
+            lay.send(&mut b, to, blk, blk + 1, &ready[blk as usize]);
         }
     }
     Ok(in_pieces(a, b, block(a.count, u64::from(nodes), 0).1))
+}
+
+/// The rank that runs the leaders' ring for node `n`: its leader, except on the root's node of two
+/// or more ranks, where the chain's second rank feeds the ring as the blocks come down the chain,
+/// so that the root's port carries the scatter and the chain and not the ring's feed too.
+fn ring_rank(t: &Topology, root: u32, n: u32) -> u32 {
+    if n == t.node_of(root) {
+        t.ranks_on(n).iter().copied().find(|&r| r != root).unwrap_or(root)
+    } else {
+        t.leaders()[n as usize]
+    }
 }
 
 #[cfg(test)]
@@ -129,24 +152,24 @@ mod tests {
     use super::*;
     use crate::args::SEGMENT;
     use crate::schedule::StepKind;
-    use crate::topology::Topology;
 
     #[test]
-    fn a_leader_forwards_its_subtree_first_then_the_ring_arrivals() {
-        assert_eq!(arrival_order(0, 4), [0, 1, 2, 3]);
+    fn each_node_forwards_the_blocks_in_the_order_it_comes_to_hold_them() {
+        assert_eq!(arrival_order(0, 4), [0, 3, 2, 1]);
         assert_eq!(arrival_order(1, 4), [1, 0, 3, 2]);
         assert_eq!(arrival_order(2, 4), [2, 3, 1, 0]);
         assert_eq!(arrival_order(2, 5), [2, 3, 1, 0, 4]);
         assert_eq!(arrival_order(0, 1), [0]);
     }
 
-    /// Every rank of a node receives the vector once, from the rank before it in the chain, and
-    /// only the leader receives across nodes.
+    /// Every rank but the root receives the vector exactly once, and across nodes only the
+    /// leaders and the rank that runs the ring on the root's node do.
     #[test]
     fn each_rank_receives_the_vector_once() {
-        for t in [Topology::regular(3, 3), Topology::from_nodes(&[1, 0, 1, 0, 0])] {
+        for t in [Topology::regular(3, 3), Topology::from_nodes(&[1, 0, 1, 0, 0]), Topology::from_sizes(&[1, 2])] {
             let t = Arc::new(t.unwrap());
             for root in 0..t.size() {
+                let ring_rank = t.ranks_on(t.node_of(root)).iter().copied().find(|&x| x != root);
                 for r in 0..t.size() {
                     let a = CollArgs::new(Collective::Bcast, r, t.size(), 100).with_root(root).with_topology(t.clone());
                     let s = ALGORITHM.schedule(&a).unwrap();
@@ -157,10 +180,11 @@ mod tests {
                             _ => None,
                         })
                         .collect();
-                    let local: u64 = recvs.iter().filter(|(p, _)| t.same_node(*p, r)).map(|x| x.1).sum();
+                    let total: u64 = recvs.iter().map(|x| x.1).sum();
+                    assert_eq!(total, if r == root { 0 } else { 100 }, "rank {r} root {root} on {t}");
+                    let crosses = recvs.iter().any(|(p, _)| !t.same_node(*p, r));
                     let leader = t.leaders_with(root)[t.node_of(r) as usize];
-                    assert_eq!(local, if r == leader { 0 } else { 100 }, "rank {r} root {root} on {t}");
-                    assert!(r == leader || recvs.iter().all(|(p, _)| t.same_node(*p, r)), "rank {r} on {t}");
+                    assert!(!crosses || r == leader || Some(r) == ring_rank, "rank {r} root {root} on {t}");
                 }
             }
         }

@@ -206,16 +206,16 @@ fn leader_formula(coll: Collective, v: u32, nodes: u32, k: &dyn Fn(u32) -> u64, 
     }
 }
 
-/// Bytes the leader at node position `v` sends across nodes in `bcast:hier_scatter_ring`, by its
-/// module doc, with `blk(i)` the bytes of block i: its scatter children's subtrees, then on the
-/// ring every block but those of its right neighbour's subtree.
-fn scatter_ring_formula(v: u32, nodes: u32, blk: &dyn Fn(u32) -> u64) -> u64 {
+/// Bytes node position `v` sends across nodes in `bcast:hier_scatter_ring`, by its module doc,
+/// with `blk(i)` the bytes of block i: (the leader's scatter to its children's subtrees, the ring
+/// rank's feed of every block but those of its right neighbour's subtree).
+fn scatter_ring_formula(v: u32, nodes: u32, blk: &dyn Fn(u32) -> u64) -> (u64, u64) {
     let subtree = |c: u32| c..(c + low_bit(c, nodes)).min(nodes);
     let children = (0..32).map(|j| 1u32 << j).filter(|&m| m < low_bit(v, nodes) && v + m < nodes).map(|m| v + m);
     let scatter: u64 = children.flat_map(subtree).map(blk).sum();
     let theirs = subtree((v + 1) % nodes);
     let ring = (0..nodes - 1).map(|s| (v + nodes - s) % nodes).filter(|b| !theirs.contains(b));
-    scatter + ring.map(blk).sum::<u64>()
+    (scatter, ring.map(blk).sum::<u64>())
 }
 
 /// Bytes rank `r` sends across nodes in the multi-leader exchanges, by their module docs (`n` bytes
@@ -270,11 +270,12 @@ fn inter_node_bytes_follow_the_documented_formulas() {
                         let want = if let Some(w) = exchange_formula(alg, &t, r, count * elem) {
                             w
                         } else if alg.name == "hier_scatter_ring" {
-                            if leaders[node as usize] == r {
-                                scatter_ring_formula(v, nodes, &blk)
-                            } else {
-                                0
-                            }
+                            // The root's node feeds the ring from its second rank, if it has one.
+                            let on = t.ranks_on(node);
+                            let ring_rank = if v == 0 { on.iter().copied().find(|&x| x != root) } else { None };
+                            let (scatter, ring) = scatter_ring_formula(v, nodes, &blk);
+                            let leads = leaders[node as usize] == r;
+                            u64::from(leads) * scatter + u64::from(ring_rank.map_or(leads, |x| x == r)) * ring
                         } else if alg.name == "hier_multi_leader" {
                             // Every rank leads the slice of its local rank.
                             let (k, j) = (u64::from(t.local_size(r)), u64::from(t.local_rank(r)));
