@@ -111,9 +111,9 @@ fn build(a: &CollArgs) -> Result<Schedule> {
             ready[blk as usize] = lay.recv(&mut b, from, blk, blk + 1, &[]);
         }
     }
-    if nodes > 1 && me == ring_rank(t, a.root, node) {
-        let right = ring_rank(t, a.root, node_at(pos + 1));
-        let left = ring_rank(t, a.root, node_at(pos + nodes - 1));
+    if nodes > 1 && me == ring_rank(t, &leaders, a.root, node) {
+        let right = ring_rank(t, &leaders, a.root, node_at(pos + 1));
+        let left = ring_rank(t, &leaders, a.root, node_at(pos + nodes - 1));
         let (theirs, mine) = (scattered((pos + 1) % nodes, nodes), scattered(pos, nodes));
         for s in 0..nodes - 1 {
             let out = (pos + nodes - s) % nodes;
@@ -134,14 +134,15 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     Ok(in_pieces(a, b, block(a.count, u64::from(nodes), 0).1))
 }
 
-/// The rank that runs the leaders' ring for node `n`: its leader, except on the root's node of two
-/// or more ranks, where the chain's second rank feeds the ring as the blocks come down the chain,
-/// so that the root's port carries the scatter and the chain and not the ring's feed too.
-fn ring_rank(t: &Topology, root: u32, n: u32) -> u32 {
+/// The rank that runs the leaders' ring for node `n` (`leaders` by node, the root leading its
+/// own): its leader, except on the root's node of two or more ranks, where the chain's second rank
+/// feeds the ring as the blocks come down the chain, so that the root's port carries the scatter
+/// and the chain and not the ring's feed too.
+fn ring_rank(t: &Topology, leaders: &[u32], root: u32, n: u32) -> u32 {
     if n == t.node_of(root) {
         t.ranks_on(n).iter().copied().find(|&r| r != root).unwrap_or(root)
     } else {
-        t.leaders()[n as usize]
+        leaders[n as usize]
     }
 }
 
