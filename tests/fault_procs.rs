@@ -1,7 +1,8 @@
 //! Faults in the middle of work, per fabric (shm, tcp, and ofi:tcp and ofi:shm where libfabric is
 //! built): a rank that dies inside a stream of collectives (small ones on the eager path, small
 //! ones starved of eager slots so that most go by rendezvous, large ones on the zero-copy path),
-//! and a rank stopped (SIGSTOP) for longer than the timeout. Every survivor must get an error
+//! a rank stopped (SIGSTOP) for longer than the timeout, and on ofi:shm a rank that exits holding
+//! the spinlock of a survivor's libfabric region. Every survivor must get an error
 //! naming that rank within the timeout plus a stated slack, and once it has dropped its
 //! communicator hold no more file descriptors than before it opened it (shared-memory segments
 //! are memfds, so this counts them too) and no libfabric shm region of its own in `/dev/shm`.
@@ -158,6 +159,72 @@ fn stopped_rank(name: &str, fabric: &str) {
     });
 }
 
+/// Rank 2 of 3 takes the spinlock of rank 1's libfabric shm region, as a rank dying inside the
+/// provider while sending to rank 1 does, and exits. Rank 1's progress and rank 0's sends to rank 1
+/// spin on that lock inside libfabric; both survivors must still name rank 2 within
+/// [`NAMED_WITHIN`] (the exit watch releases a lock a dead process left held: `fabric/src/ofi/shm_locks.rs`).
+#[test]
+fn ofi_shm_dies_holding_a_survivors_lock() {
+    let name = "ofi_shm_dies_holding_a_survivors_lock";
+    support::ranks(name, 3, LIMIT, &env("ofi:shm"), |job| {
+        let fds = open_fds();
+        let Some(c) = connect() else { return };
+        let r = c.rank();
+        let pids = job.exchange("pids", std::process::id().to_string().as_bytes());
+        let mut x = vec![1u64; 1000];
+        c.allreduce_in_place(&mut x, &ReduceOp::Sum).unwrap();
+        job.barrier("first-done");
+        if r == 2 {
+            let locked = lock_regions_of(std::str::from_utf8(&pids[1]).unwrap());
+            assert!(locked > 0, "rank 2: no shm region of rank 1 found to lock");
+            std::process::exit(0);
+        }
+        let t0 = Instant::now();
+        let e = loop {
+            if let Err(e) = c.allreduce_in_place(&mut x, &ReduceOp::Sum) {
+                break e;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "rank {r}: no error");
+        };
+        let took = t0.elapsed();
+        eprintln!("rank {r} after {took:.1?}: {e}");
+        assert!(names(&e, 2), "rank {r}: the error does not name rank 2: {e}");
+        assert!(took < NAMED_WITHIN, "rank {r}: the error took {took:?}: {e}");
+        leaves_nothing(c, fds, r);
+    });
+}
+
+/// Takes the spinlock in the header of every libfabric shm region of process `pid`
+/// (`/dev/shm/<pid>:<uid>:<index>`; the lock follows 24 bytes of header in libfabric 1.17's
+/// `struct smr_region`) and keeps it; returns how many it took.
+fn lock_regions_of(pid: &str) -> usize {
+    use std::os::fd::AsRawFd;
+    let prefix = format!("{pid}:");
+    let mut locked = 0;
+    for entry in std::fs::read_dir("/dev/shm").unwrap().flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(entry.path()).unwrap();
+        // SAFETY: a new shared mapping of the file's first page, never unmapped (the process exits next).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED, "mapping {}", entry.path().display());
+        // SAFETY: offset 24 of the mapping is the region's process-shared spinlock, 4-byte aligned.
+        unsafe { libc::pthread_spin_lock(base.cast::<u8>().add(24).cast()) };
+        locked += 1;
+    }
+    locked
+}
+
 /// The store goes away after bootstrap (a launcher's store dying): collectives, split and dup
 /// go on, since a communicator needs the store only to start.
 fn store_stopped(name: &str, fabric: &str) {
@@ -216,8 +283,9 @@ matrix! {
     "ofi:tcp" => ofi_tcp_dies_in_eager_calls, ofi_tcp_dies_in_rendezvous_calls, ofi_tcp_dies_in_zero_copy_calls,
         ofi_tcp_stopped_rank_is_named, ofi_tcp_store_stopped_after_bootstrap;
     // ofi:shm: libfabric 1.17's shm guards each region with a spinlock in shared memory, which a rank
-    // dying inside the provider can leave held; each endpoint watches its peers' processes and posts
-    // nothing more to one that exited unannounced (fabric/src/ofi/exits.rs).
+    // dying inside the provider can leave held; each endpoint watches its peers' processes, posts
+    // nothing more to one that exited unannounced (fabric/src/ofi/exits.rs) and releases a lock the
+    // dead left held (fabric/src/ofi/shm_locks.rs; ofi_shm_dies_holding_a_survivors_lock above).
     "ofi:shm" => ofi_shm_dies_in_eager_calls, ofi_shm_dies_in_rendezvous_calls, ofi_shm_dies_in_zero_copy_calls,
         ofi_shm_stopped_rank_is_named, ofi_shm_store_stopped_after_bootstrap;
 }

@@ -21,8 +21,8 @@
 //! (`Caps::inline_completion`), and one with ctx [`SILENT_WRITE`] reports nothing. A dead peer is named by the
 //! failed inject or by the probes. On shm, which has no probes, each endpoint watches its peers' processes
 //! (their pids travel in the address blobs): nothing more is posted to a peer that exited without closing its
-//! endpoint (a rank that dies holding a lock of libfabric's shm regions would leave the post spinning), and a
-//! timed-out `wait` names it (`exits.rs`).
+//! endpoint (a rank that dies holding a lock of libfabric's shm regions would leave the post spinning), a
+//! timed-out `wait` names it (`exits.rs`), and a region lock a dead rank left held is released (`shm_locks.rs`).
 //!
 //! Waiting (`Endpoint::wait`): after the spin and yield rounds of the [`WaitPolicy`], the endpoint keeps polling (and
 //! yielding, where the policy yields) for `FABCOLL_OFI_BUSY_US` (default 10 ms) after its last event, and as long as

@@ -520,7 +520,7 @@ impl OfiEndpoint {
         let (names, pids) = self.split_pids(addrs)?;
         let av = self.ep.av().clone();
         self.peers = names.iter().map(|a| av.insert(a)).collect::<Result<_, _>>()?;
-        self.exit_watch = pids.and_then(|p| exits::ExitWatch::start(&p));
+        self.exit_watch = pids.and_then(|p| exits::ExitWatch::start(&p, self.lock_regions(&names, &p)));
         self.alive = vec![false; self.peers.len()];
         self.departed = vec![false; self.peers.len()];
         self.probe_refused = vec![None; self.peers.len()];

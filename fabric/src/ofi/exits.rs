@@ -6,21 +6,25 @@
 //! taken by the rank's own progress and by every sender to it. A process that dies holding it
 //! leaves every later send to it spinning in `fi_tsend` for good, and shm has no liveness probes
 //! to name the dead rank. The endpoint asks this watch before it posts anything to a peer (one
-//! atomic load) and names the peer instead. What it cannot prevent: a send already spinning when
+//! atomic load) and names the peer instead. What that cannot prevent: a send already spinning when
 //! the peer dies, a send posted in the moment between the death and the watch's wake-up, and a
-//! rank that dies holding a *survivor's* lock (while sending to it); those stay libfabric's.
+//! rank that dies holding a *survivor's* lock (while sending to it), which leaves the survivor's
+//! own progress spinning. For those, the watch releases a lock of our region or of a dead peer's
+//! that stays held after a death (`shm_locks.rs`).
 //!
 //! Cost: one sleeping thread and `p - 1` descriptors per endpoint (closed on drop), nothing on the
-//! data path but the load.
+//! data path but the load; after a death, a wake-up every 2 ms to sample the locks.
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
-use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 use rustix::process::{pidfd_open, Pid, PidfdFlags};
 
+use super::super::shm_locks::{self, RegionLock};
 use super::{OfiEndpoint, OfiError};
 
 /// Names and pids of peers' address blobs: `(names, Some(pids))` where the blobs carry a pid.
@@ -50,6 +54,16 @@ impl OfiEndpoint {
             pids.push((peer as u64 != self.rank && pid != me).then_some(pid));
         }
         Ok((names, Some(pids)))
+    }
+
+    /// The shm regions the exit watch may rescue locks of: our own, and each peer's whose process is
+    /// watched (`shm_locks.rs`); region names from the address blobs `names` (index = rank).
+    pub(super) fn lock_regions(&self, names: &[&[u8]], pids: &[Option<u32>]) -> Regions {
+        let name = |peer: usize| names.get(peer).and_then(|b| shm_locks::region_name(b));
+        Regions {
+            own: name(self.rank as usize),
+            peers: pids.iter().enumerate().map(|(peer, pid)| pid.and_then(|_| name(peer))).collect(),
+        }
     }
 
     /// Whether `peer`'s process ended without saying goodbye.
@@ -108,8 +122,9 @@ pub(super) struct ExitWatch {
 impl ExitWatch {
     /// Watches `pids[i]` for peer `i` (`None`: not watched, e.g. ourselves). A pid that cannot be
     /// opened (another pid namespace, already reaped) is not watched: the deadline still names it.
-    /// `None` when no peer can be watched.
-    pub(super) fn start(pids: &[Option<u32>]) -> Option<ExitWatch> {
+    /// After the first exit the watch also releases region locks the dead left held (`regions`,
+    /// `shm_locks.rs`). `None` when no peer can be watched.
+    pub(super) fn start(pids: &[Option<u32>], regions: Regions) -> Option<ExitWatch> {
         let mut watched: Vec<(usize, OwnedFd)> = Vec::new();
         for (peer, pid) in pids.iter().enumerate() {
             let Some(pid) = pid.and_then(|p| Pid::from_raw(p as i32)) else { continue };
@@ -130,12 +145,13 @@ impl ExitWatch {
         let exits = Arc::new(AtomicU32::new(0));
         let wake = stop.try_clone().ok()?;
         let (g, x) = (gone.clone(), exits.clone());
+        let pids: Vec<u32> = pids.iter().map(|p| p.unwrap_or(0)).collect();
+        let watcher = Watcher { gone: g, exits: x, pids: pids.clone(), regions, locks: Vec::new() };
         let thread = std::thread::Builder::new()
             .name("fabcoll-ofi-exits".into())
-            .spawn(move || watch(watched, &wake, &g, &x))
+            .spawn(move || watcher.run(watched, &wake))
             .map_err(|e| tracing::debug!(%e, "ofi: no thread; peers' exits not watched"))
             .ok()?;
-        let pids = pids.iter().map(|p| p.unwrap_or(0)).collect();
         Some(ExitWatch { gone, exits, pids, stop, thread: Some(thread) })
     }
 
@@ -166,38 +182,74 @@ impl Drop for ExitWatch {
     }
 }
 
-/// The watcher: sleeps until a peer's pidfd turns readable (its process ended) or `stop` does.
-fn watch(mut watched: Vec<(usize, OwnedFd)>, stop: &OwnedFd, gone: &[AtomicBool], exits: &AtomicU32) {
-    while !watched.is_empty() {
-        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(watched.len() + 1);
-        fds.push(PollFd::new(stop, PollFlags::IN));
-        fds.extend(watched.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)));
-        match poll(&mut fds, None) {
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => {
-                tracing::debug!(%e, "ofi: poll on peers' pidfds failed; exits no longer watched");
+/// The libfabric shm regions whose locks the watch may release after a death (`shm_locks.rs`): our
+/// endpoint's, and each peer's by rank (`None`: not known, or not to be touched).
+#[derive(Default)]
+pub(super) struct Regions {
+    pub(super) own: Option<String>,
+    pub(super) peers: Vec<Option<String>>,
+}
+
+/// The watcher thread's state.
+struct Watcher {
+    gone: Arc<[AtomicBool]>,
+    exits: Arc<AtomicU32>,
+    pids: Vec<u32>,
+    regions: Regions,
+    /// The locks sampled since the first exit: ours, and the dead peers'.
+    locks: Vec<RegionLock>,
+}
+
+impl Watcher {
+    /// Sleeps until a peer's pidfd turns readable (its process ended) or `stop` does; once a peer has
+    /// ended, wakes every [`shm_locks::SAMPLE`] as well to sample the region locks.
+    fn run(mut self, mut watched: Vec<(usize, OwnedFd)>, stop: &OwnedFd) {
+        let sample = Timespec { tv_sec: 0, tv_nsec: shm_locks::SAMPLE.as_nanos() as i64 };
+        loop {
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(watched.len() + 1);
+            fds.push(PollFd::new(stop, PollFlags::IN));
+            fds.extend(watched.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)));
+            let timeout = (!self.locks.is_empty()).then_some(&sample);
+            match poll(&mut fds, timeout) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    tracing::debug!(%e, "ofi: poll on peers' pidfds failed; exits no longer watched");
+                    return;
+                }
+            }
+            if !fds[0].revents().is_empty() {
                 return;
             }
-        }
-        if !fds[0].revents().is_empty() {
-            return;
-        }
-        let ended: Vec<bool> = fds[1..].iter().map(|f| !f.revents().is_empty()).collect();
-        drop(fds);
-        let mut i = 0;
-        watched.retain(|(peer, _)| {
-            let over = ended[i];
-            i += 1;
-            if over {
-                gone[*peer].store(true, Ordering::Release);
-                exits.fetch_add(1, Ordering::AcqRel);
+            let ended: Vec<bool> = fds[1..].iter().map(|f| !f.revents().is_empty()).collect();
+            drop(fds);
+            let mut i = 0;
+            watched.retain(|&(peer, _)| {
+                let over = ended[i];
+                i += 1;
+                if over {
+                    self.gone[peer].store(true, Ordering::Release);
+                    self.exits.fetch_add(1, Ordering::AcqRel);
+                    self.watch_locks_of(peer);
+                }
+                !over
+            });
+            let now = Instant::now();
+            for lock in &mut self.locks {
+                lock.sample(now);
             }
-            !over
-        });
+        }
     }
-    // Every peer is gone: nothing left to watch but the stop.
-    while let Err(rustix::io::Errno::INTR) = poll(&mut [PollFd::new(stop, PollFlags::IN)], None) {}
+
+    /// Starts sampling the lock of `peer`'s region, and at the first exit our own.
+    fn watch_locks_of(&mut self, peer: usize) {
+        if self.exits.load(Ordering::Acquire) == 1 {
+            let own = self.regions.own.take();
+            self.locks.extend(own.and_then(|name| RegionLock::open(&name, std::process::id())));
+        }
+        let theirs = self.regions.peers.get_mut(peer).and_then(Option::take);
+        self.locks.extend(theirs.and_then(|name| RegionLock::open(&name, self.pids[peer])));
+    }
 }
 
 #[cfg(test)]
@@ -209,7 +261,7 @@ mod tests {
     fn a_child_that_exits_is_marked_gone_and_a_live_one_is_not() {
         let mut quick = std::process::Command::new("sleep").arg("0.2").spawn().unwrap();
         let mut slow = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-        let w = ExitWatch::start(&[None, Some(quick.id()), Some(slow.id())]).expect("pidfds open");
+        let w = ExitWatch::start(&[None, Some(quick.id()), Some(slow.id())], Regions::default()).expect("pidfds open");
         assert!(!w.gone(1) && !w.gone(2));
         let t0 = Instant::now();
         while !w.gone(1) {
@@ -226,7 +278,7 @@ mod tests {
     #[test]
     fn dropping_the_watch_stops_its_thread_which_owns_the_pidfds() {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-        let w = ExitWatch::start(&[Some(child.id())]).expect("pidfd opens");
+        let w = ExitWatch::start(&[Some(child.id())], Regions::default()).expect("pidfd opens");
         let gone = w.gone.clone();
         assert_eq!(Arc::strong_count(&gone), 3, "the watch, its thread and this test");
         drop(w);
@@ -238,6 +290,6 @@ mod tests {
 
     #[test]
     fn nothing_to_watch_starts_nothing() {
-        assert!(ExitWatch::start(&[None, None]).is_none());
+        assert!(ExitWatch::start(&[None, None], Regions::default()).is_none());
     }
 }

@@ -15,6 +15,7 @@ mod endpoint;
 mod error;
 mod raw;
 mod shm_leftovers;
+mod shm_locks;
 mod sys;
 
 pub use backend::{open, provider_opened, OfiBackend};

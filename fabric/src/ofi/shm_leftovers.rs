@@ -29,7 +29,7 @@ fn pid_runs(pid: u32) -> bool {
 }
 
 /// `(pid, uid)` of a libfabric shm region name `<pid>:<uid>:<index>`, else `None`.
-fn parse(name: &str) -> Option<(u32, u32)> {
+pub(super) fn parse(name: &str) -> Option<(u32, u32)> {
     let mut it = name.split(':');
     let (pid, uid, idx) = (it.next()?, it.next()?, it.next()?);
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
