@@ -189,8 +189,8 @@ fn hello_seeds() -> Vec<Vec<u8>> {
 fn frame_seeds() -> Vec<Vec<u8>> {
     use crate::tcp::wire::{Frame, Refusal};
     let frames = [
-        Frame::Write { key: 7, addr: 0x1000, len: 8, imm: Some(3), ctx: 9 },
-        Frame::Write { key: 1, addr: 0, len: 0, imm: None, ctx: 0 },
+        Frame::Write { key: 7, addr: 0x1000, len: 8, imm: Some(3), ctx: 9, pad: 0 },
+        Frame::Write { key: 1, addr: 0, len: 0, imm: None, ctx: 0, pad: 5 },
         Frame::Ctrl { tag: 3, len: 64 },
         Frame::Refused { why: Refusal::OutOfBounds, key: 9, ctx: 5 },
         Frame::Goodbye,

@@ -6,7 +6,8 @@
 //! (small messages: one system call for several frames, then one copy each into its registration);
 //! a write with at least [`DIRECT_MIN`] bytes still to come is read by `recv` into its destination
 //! directly (no copy in user space: the kernel's copy is the only one). Send path: a frame is one
-//! `sendmsg` of header and payload (`MSG_NOSIGNAL`: a closed peer is an error, not a signal).
+//! `sendmsg` of header, a large write's padding (`wire::pad_for`, which keeps that kernel copy off
+//! its slow distances) and payload (`MSG_NOSIGNAL`: a closed peer is an error, not a signal).
 
 use std::collections::VecDeque;
 use std::io;
@@ -14,7 +15,7 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::PoisonError;
 
-use super::wire::{Frame, Refusal, HDR};
+use super::wire::{Frame, Refusal, HDR, MAX_PAD};
 use super::Regions;
 use crate::endpoint::{Completion, SILENT_WRITE};
 use crate::error::{Error, Result};
@@ -67,11 +68,31 @@ impl Payload {
     }
 }
 
+/// A frame's header and the padding after it (a write's, [`super::wire::pad_for`]).
+#[derive(Clone, Copy)]
+struct Lead {
+    bytes: [u8; HDR + MAX_PAD],
+    len: usize,
+}
+
+impl Lead {
+    fn new(frame: &Frame) -> Lead {
+        let pad = if let Frame::Write { pad, .. } = frame { *pad as usize } else { 0 };
+        let mut bytes = [0u8; HDR + MAX_PAD];
+        bytes[..HDR].copy_from_slice(&frame.encode());
+        Lead { bytes, len: HDR + pad }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
 /// A frame partly or not yet sent.
 struct Out {
-    hdr: [u8; HDR],
+    lead: Lead,
     payload: Payload,
-    /// Bytes of header + payload already sent.
+    /// Bytes of lead + payload already sent.
     sent: usize,
     /// `Some(ctx)`: report `WriteDone { ctx }` when the last byte is sent.
     done: Option<u64>,
@@ -89,6 +110,8 @@ enum Rx {
         imm: Option<u64>,
         ctx: u64,
         refused: Option<Refusal>,
+        /// Padding still to skip before the payload.
+        skip: usize,
     },
     Ctrl {
         tag: u64,
@@ -170,10 +193,10 @@ impl Conn {
         done: &mut Vec<Completion>,
     ) -> Result<()> {
         self.check_open()?;
-        let hdr = frame.encode();
-        let sent = self.send_now(&hdr, ptr, len)?;
+        let lead = Lead::new(&frame);
+        let sent = self.send_now(lead.as_slice(), ptr, len)?;
         let report = (!inline || ctx != SILENT_WRITE).then_some(ctx);
-        if sent == HDR + len {
+        if sent == lead.len + len {
             if let Some(ctx) = report {
                 done.push(Completion::WriteDone { ctx });
             }
@@ -182,9 +205,9 @@ impl Conn {
         let out = if inline {
             // SAFETY: `ptr` is `len` readable bytes of `mr` (checked by the endpoint's `write`).
             let copy = unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec();
-            Out { hdr, payload: Payload::Owned(copy), sent, done: report, _src: None }
+            Out { lead, payload: Payload::Owned(copy), sent, done: report, _src: None }
         } else {
-            Out { hdr, payload: Payload::Borrowed(ptr, len), sent, done: report, _src: Some(mr.clone()) }
+            Out { lead, payload: Payload::Borrowed(ptr, len), sent, done: report, _src: Some(mr.clone()) }
         };
         self.enqueue(out, done)
     }
@@ -192,21 +215,22 @@ impl Conn {
     /// Sends a control message (copied if it does not leave at once).
     pub(super) fn send_ctrl(&mut self, tag: u64, data: &[u8], done: &mut Vec<Completion>) -> Result<()> {
         self.check_open()?;
-        let hdr = Frame::Ctrl { tag, len: data.len() as u64 }.encode();
-        let sent = self.send_now(&hdr, data.as_ptr(), data.len())?;
+        let lead = Lead::new(&Frame::Ctrl { tag, len: data.len() as u64 });
+        let sent = self.send_now(lead.as_slice(), data.as_ptr(), data.len())?;
         if sent == HDR + data.len() {
             return Ok(());
         }
-        self.enqueue(Out { hdr, payload: Payload::Owned(data.to_vec()), sent, done: None, _src: None }, done)
+        self.enqueue(Out { lead, payload: Payload::Owned(data.to_vec()), sent, done: None, _src: None }, done)
     }
 
-    /// One `sendmsg` of a new frame (header, then at most [`SEND_BURST`] payload bytes) if no frame
-    /// is queued before it, else none: how many bytes left (0: the frame must be queued whole).
-    fn send_now(&mut self, hdr: &[u8; HDR], p: *const u8, n: usize) -> Result<usize> {
+    /// One `sendmsg` of a new frame (header and padding, then at most [`SEND_BURST`] payload bytes)
+    /// if no frame is queued before it, else none: how many bytes left (0: the frame must be queued
+    /// whole).
+    fn send_now(&mut self, lead: &[u8], p: *const u8, n: usize) -> Result<usize> {
         if !self.queue.is_empty() {
             return Ok(0);
         }
-        match Self::sendmsg_fd(self.fd, hdr, p, n.min(SEND_BURST)) {
+        match Self::sendmsg_fd(self.fd, lead, p, n.min(SEND_BURST)) {
             Ok(k) => Ok(k),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
             Err(e) => Err(self.lose(format!("send failed: {e}"))),
@@ -234,14 +258,15 @@ impl Conn {
                 return Ok(());
             }
             let (p, n) = out.payload.as_raw();
-            let total = HDR + n;
+            let lead = out.lead.len;
+            let total = lead + n;
             let sent = out.sent;
-            let k = if sent < HDR {
-                Self::sendmsg_fd(self.fd, &out.hdr[sent..], p, n.min(SEND_BURST))
+            let k = if sent < lead {
+                Self::sendmsg_fd(self.fd, &out.lead.as_slice()[sent..], p, n.min(SEND_BURST))
             } else {
                 // SAFETY: `p` is valid for `n` bytes (caller's memory under the endpoint contract, or
-                // our own vector) and `sent - HDR < n`.
-                Self::sendmsg_fd(self.fd, &[], unsafe { p.add(sent - HDR) }, (n - (sent - HDR)).min(SEND_BURST))
+                // our own vector) and `sent - lead < n`.
+                Self::sendmsg_fd(self.fd, &[], unsafe { p.add(sent - lead) }, (n - (sent - lead)).min(SEND_BURST))
             };
             let k = match k {
                 Ok(k) => k,
@@ -353,7 +378,13 @@ impl Conn {
                         (Rx::Ctrl { tag, left, data }, more)
                     }
                 }
-                Rx::Write { key, mut addr, mut left, imm, ctx, mut refused } => {
+                Rx::Write { key, addr, left, imm, ctx, refused, skip } if skip > 0 => {
+                    let s = skip.min(self.rend - self.rpos);
+                    self.rpos += s;
+                    let more = if s == skip { true } else { self.fill()? };
+                    (Rx::Write { key, addr, left, imm, ctx, refused, skip: skip - s }, more)
+                }
+                Rx::Write { key, mut addr, mut left, imm, ctx, mut refused, .. } => {
                     let take = left.min((self.rend - self.rpos) as u64) as usize;
                     if take > 0 {
                         if refused.is_none() {
@@ -386,10 +417,11 @@ impl Conn {
                         };
                         drop(regs);
                         let more = got > 0 || refused.is_some();
-                        (Rx::Write { key, addr: addr + got as u64, left: left - got as u64, imm, ctx, refused }, more)
+                        let (addr, left) = (addr + got as u64, left - got as u64);
+                        (Rx::Write { key, addr, left, imm, ctx, refused, skip: 0 }, more)
                     } else {
                         let more = self.fill()?;
-                        (Rx::Write { key, addr, left, imm, ctx, refused }, more)
+                        (Rx::Write { key, addr, left, imm, ctx, refused, skip: 0 }, more)
                     }
                 }
             };
@@ -427,7 +459,7 @@ impl Conn {
     /// A header arrived: checks a write against the region table; what to read next.
     fn begin(&mut self, frame: Frame, regions: &Regions, out: &mut Vec<Completion>) -> Rx {
         match frame {
-            Frame::Write { key, addr, len, imm, ctx } => {
+            Frame::Write { key, addr, len, imm, ctx, pad } => {
                 let regs = regions.read().unwrap_or_else(PoisonError::into_inner);
                 let refused = match regs.get(&key) {
                     None => Some(Refusal::UnknownKey),
@@ -437,17 +469,18 @@ impl Conn {
                     }
                     Some(_) => None,
                 };
-                let staged = (self.rend - self.rpos) as u64;
-                if refused.is_none() && len > 0 && len <= staged {
+                let (staged, skip) = ((self.rend - self.rpos) as u64, pad as usize);
+                if refused.is_none() && len > 0 && skip as u64 + len <= staged {
                     // The whole payload is staged (a small write): copy it under this lookup's
                     // lock instead of looking the key up again; the Write state then only ends it.
+                    self.rpos += skip;
                     // SAFETY: the registration, just checked to contain `[addr, addr + len)`, stays
                     // alive while we hold the read lock; `len` bytes are staged.
                     unsafe { self.copy_staged(addr, len as usize) };
                     self.rpos += len as usize;
-                    return Rx::Write { key, addr: addr + len, left: 0, imm, ctx, refused };
+                    return Rx::Write { key, addr: addr + len, left: 0, imm, ctx, refused, skip: 0 };
                 }
-                Rx::Write { key, addr, left: len, imm, ctx, refused }
+                Rx::Write { key, addr, left: len, imm, ctx, refused, skip }
             }
             Frame::Ctrl { tag, len } => Rx::Ctrl { tag, left: len as usize, data: Vec::with_capacity(len as usize) },
             Frame::Refused { why, key, ctx } => {
@@ -474,8 +507,8 @@ impl Conn {
         match (refused, imm) {
             (Some(why), _) => {
                 tracing::warn!(peer = self.peer, key, ?why, "tcp: refused a write");
-                let hdr = Frame::Refused { why, key, ctx }.encode();
-                self.queue.push_back(Out { hdr, payload: Payload::None, sent: 0, done: None, _src: None });
+                let lead = Lead::new(&Frame::Refused { why, key, ctx });
+                self.queue.push_back(Out { lead, payload: Payload::None, sent: 0, done: None, _src: None });
             }
             (None, Some(imm)) => out.push(Completion::WriteArrived { peer: self.peer, imm }),
             (None, None) => {}
@@ -489,7 +522,7 @@ impl Conn {
             return;
         }
         self.queue.push_back(Out {
-            hdr: Frame::Goodbye.encode(),
+            lead: Lead::new(&Frame::Goodbye),
             payload: Payload::None,
             sent: 0,
             done: None,
@@ -532,7 +565,7 @@ mod tests {
         let region = Region { addr: target.as_mut_ptr() as usize, len: target.len(), access: Access::REMOTE_WRITE };
         let regions: Regions = Arc::new(RwLock::new(KeyMap::default()));
         regions.write().unwrap().insert(7, region);
-        let frame = Frame::Write { key: 7, addr: u64::MAX - 3, len: 8, imm: Some(1), ctx: 42 };
+        let frame = Frame::Write { key: 7, addr: u64::MAX - 3, len: 8, imm: Some(1), ctx: 42, pad: 0 };
         fake.write_all(&frame.encode()).unwrap();
         fake.write_all(&[0xab; 8]).unwrap();
         let mut out = Vec::new();
@@ -546,5 +579,53 @@ mod tests {
         assert!(e.to_string().contains("malformed frame") && e.to_string().contains("wraps"), "{e}");
         assert!(out.is_empty(), "{out:?}");
         assert!(target.iter().all(|&b| b == 0));
+    }
+
+    /// Padded writes (a large write's payload placed at its target's offset modulo 64) land whole
+    /// at every target offset, whether the stream arrives at once or a few bytes at a time, and
+    /// the frame after them is read from the right byte.
+    #[test]
+    fn padded_writes_land_and_the_next_frame_follows() {
+        use crate::tcp::wire::pad_for;
+        let len = 40 * 1024;
+        for (offset, dribble) in [(0usize, false), (64, false), (17, true), (64, true), (112, false)] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut fake = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (s, _) = l.accept().unwrap();
+            let mut conn = Conn::new(1, s).unwrap();
+            let mut target = vec![0u8; len + 256];
+            let base = target.as_mut_ptr() as usize;
+            let region = Region { addr: base, len: target.len(), access: Access::REMOTE_WRITE };
+            let regions: Regions = Arc::new(RwLock::new(KeyMap::default()));
+            regions.write().unwrap().insert(7, region);
+            let addr = (base + offset) as u64;
+            let pad = pad_for(addr, len as u64);
+            assert_eq!((HDR + pad as usize) % 64, addr as usize % 64);
+            let payload: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
+            let mut stream =
+                Frame::Write { key: 7, addr, len: len as u64, imm: Some(5), ctx: 1, pad }.encode().to_vec();
+            stream.extend(std::iter::repeat_n(0u8, pad as usize));
+            stream.extend_from_slice(&payload);
+            stream.extend_from_slice(&Frame::Ctrl { tag: 9, len: 3 }.encode());
+            stream.extend_from_slice(b"end");
+            let sender = std::thread::spawn(move || {
+                let chunk = if dribble { 7 } else { stream.len() };
+                for part in stream.chunks(chunk) {
+                    fake.write_all(part).unwrap();
+                }
+                fake
+            });
+            let mut out = Vec::new();
+            let t0 = std::time::Instant::now();
+            while out.len() < 2 {
+                assert!(t0.elapsed() < std::time::Duration::from_secs(10), "offset {offset}: got {out:?}");
+                conn.receive(&regions, &mut out).unwrap();
+            }
+            let _fake = sender.join().unwrap();
+            assert!(matches!(out[0], Completion::WriteArrived { imm: 5, .. }), "{:?}", out[0]);
+            assert!(matches!(&out[1], Completion::Ctrl { tag: 9, data, .. } if data == b"end"), "{:?}", out[1]);
+            assert_eq!(&target[offset..offset + len], &payload[..], "offset {offset}");
+            assert!(target[..offset].iter().chain(&target[offset + len..]).all(|&b| b == 0), "offset {offset}");
+        }
     }
 }

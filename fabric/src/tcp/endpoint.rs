@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::addr::listen_addr;
 use super::conn::{Conn, Peer};
 use super::connect::{mesh, pair_key, Hello, PairKey, HELLO, SECRET};
-use super::wire::{Frame, MAX_CTRL};
+use super::wire::{pad_for, Frame, MAX_CTRL};
 use super::{Region, Regions, TcpMr};
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress, SILENT_WRITE};
 use crate::error::{Error, Result};
@@ -289,7 +289,8 @@ impl Endpoint for TcpEndpoint {
         if peer == self.rank {
             return self.write_self(p, dst, imm, ctx);
         }
-        let frame = Frame::Write { key: dst.mr.key, addr: dst.mr.addr + dst.off as u64, len: dst.len as u64, imm, ctx };
+        let (addr, len) = (dst.mr.addr + dst.off as u64, dst.len as u64);
+        let frame = Frame::Write { key: dst.mr.key, addr, len, imm, ctx, pad: pad_for(addr, len) };
         let inline = self.caps.completes_inline(src.len);
         let mut done = std::mem::take(&mut self.pending);
         let r = self.conn(peer).and_then(|c| c.send_write(frame, src.mr, p, src.len, ctx, inline, &mut done));
