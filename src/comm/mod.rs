@@ -167,7 +167,7 @@ impl Communicator {
         };
         let breaks = engine.breaks();
         let lock_waiters = engine.lock_waiters();
-        let progress = Arc::new(ProgressThread::new(engine.core.cfg.progress_thread));
+        let progress = Arc::new(ProgressThread::new(engine.core.cfg.progress_thread, engine.in_flight()));
         let registry = SharedRegistry::default();
         Ok(Communicator {
             engine: Arc::new(Mutex::new(engine)),

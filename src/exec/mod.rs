@@ -34,7 +34,7 @@ pub(crate) use bufs::{Bound, Bufs};
 pub use config::{ExecConfig, Stats};
 pub(crate) use core::Core;
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -162,6 +162,9 @@ pub(crate) struct Engine {
     /// straight call that waits hands over to an op when one does, so that the lock is released
     /// between the op's polls (see `ring`).
     lock_waiters: Arc<AtomicU32>,
+    /// How many ops are in flight (`ops.len()`, stored at every insert and removal): the progress
+    /// thread's idle check, without the lock.
+    in_flight: Arc<AtomicUsize>,
 }
 
 /// How long a rank that gave up on a collective listens for its peers' abort notices before it
@@ -260,6 +263,7 @@ impl Engine {
             wakers: Vec::new(),
             breaks: Arc::default(),
             lock_waiters: Arc::default(),
+            in_flight: Arc::default(),
         };
         for (q, s) in setups {
             e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0, CallSig::default()), s.to_bytes());
@@ -383,6 +387,16 @@ impl Engine {
     /// `Communicator::lock` keeps.
     pub fn lock_waiters(&self) -> Arc<AtomicU32> {
         self.lock_waiters.clone()
+    }
+
+    /// The count of ops in flight, which the progress thread reads without the lock.
+    pub fn in_flight(&self) -> Arc<AtomicUsize> {
+        self.in_flight.clone()
+    }
+
+    /// Stores the count of ops in flight after the op map changed.
+    fn count_ops(&self) {
+        self.in_flight.store(self.ops.len(), Ordering::Release);
     }
 
     /// Registers a communicator context (members = endpoint rank of each communicator rank).
@@ -521,6 +535,7 @@ impl Engine {
             op.check = Some(c);
         }
         self.ops.insert(key, op);
+        self.count_ops();
         self.admit(key, true);
         Ok(())
     }
@@ -937,6 +952,7 @@ impl Engine {
             return Err(Error::Protocol(format!("call #{} has not finished", key.number())));
         }
         let mut op = self.ops.remove(&key).expect("present");
+        self.count_ops();
         if !self.wakers.is_empty() {
             self.wakers.retain(|(k, _)| *k != key);
         }

@@ -8,7 +8,10 @@
 //! schedules) or an interrupt per message.
 //!
 //! How it shares the engine: it is started by the first nonblocking call that leaves an op in
-//! flight, and sleeps on a bell whenever the engine has no op. While ops are in flight it takes
+//! flight, and sleeps on a bell whenever the engine has no op, which it reads without the lock
+//! (`Engine::in_flight`): a program that goes on with blocking calls that leave no op (the
+//! straight and mailbox calls) after one nonblocking call does not wake it again, however long
+//! those calls hold the lock. While ops are in flight it takes
 //! the engine's lock only with `try_lock` and only when no thread waits for it
 //! (`Engine::lock_waiters`), polls once without blocking (`Engine::progress_others`), and lets
 //! the lock go at once; between rounds that brought nothing it spins briefly, then yields, then
@@ -20,7 +23,7 @@
 //! (`Engine::set_waker`); the thread wakes it when the op has finished, and runs the deadline
 //! check of awaited ops, whose waiters poll only when woken.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, TryLockError, Weak};
 use std::task::Waker;
 use std::thread::JoinHandle;
@@ -44,6 +47,8 @@ pub(crate) struct ProgressThread {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Off (`FABCOLL_PROGRESS=0`): requests move only when tested or waited for.
     on: bool,
+    /// The engine's count of ops in flight (`Engine::in_flight`).
+    in_flight: Arc<AtomicUsize>,
 }
 
 struct Shared {
@@ -54,9 +59,9 @@ struct Shared {
 }
 
 impl ProgressThread {
-    pub fn new(on: bool) -> ProgressThread {
+    pub fn new(on: bool, in_flight: Arc<AtomicUsize>) -> ProgressThread {
         let shared = Arc::new(Shared { rung: Mutex::new(false), bell: Condvar::new(), stop: AtomicBool::new(false) });
-        ProgressThread { shared, thread: Mutex::new(None), on }
+        ProgressThread { shared, thread: Mutex::new(None), on, in_flight }
     }
 
     /// Whether the thread moves nonblocking calls (else their requests must be polled).
@@ -74,9 +79,10 @@ impl ProgressThread {
             let mut t = self.thread.lock().unwrap_or_else(|p| p.into_inner());
             if t.is_none() {
                 let (shared, engine, waiters) = (self.shared.clone(), Arc::downgrade(engine), lock_waiters.clone());
+                let in_flight = self.in_flight.clone();
                 let spawned = std::thread::Builder::new()
                     .name("fabcoll-progress".into())
-                    .spawn(move || run(&shared, &engine, &waiters));
+                    .spawn(move || run(&shared, &engine, &waiters, &in_flight));
                 match spawned {
                     Ok(h) => *t = Some(h),
                     // Without a thread the requests still finish when tested or waited for.
@@ -116,14 +122,14 @@ enum Round {
     Busy,
 }
 
-fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32) {
+fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, in_flight: &AtomicUsize) {
     let mut quiet = 0u32;
     let mut nap = MIN_NAP;
     let mut wake = Vec::new();
     let mut deadlines_at = Instant::now();
     while !shared.stop.load(Ordering::Acquire) {
         let Some(engine) = engine.upgrade() else { return };
-        let round = one_round(&engine, lock_waiters, &mut wake, &mut deadlines_at);
+        let round = one_round(&engine, lock_waiters, in_flight, &mut wake, &mut deadlines_at);
         drop(engine);
         for w in wake.drain(..) {
             w.wake();
@@ -157,9 +163,13 @@ fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32) 
 fn one_round(
     engine: &Mutex<Engine>,
     lock_waiters: &AtomicU32,
+    in_flight: &AtomicUsize,
     wake: &mut Vec<Waker>,
     deadlines_at: &mut Instant,
 ) -> Round {
+    if in_flight.load(Ordering::Acquire) == 0 {
+        return Round::Idle;
+    }
     if lock_waiters.load(Ordering::Relaxed) > 0 {
         return Round::Busy;
     }
