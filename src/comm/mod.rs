@@ -167,7 +167,7 @@ impl Communicator {
         };
         let breaks = engine.breaks();
         let lock_waiters = engine.lock_waiters();
-        let progress = Arc::new(ProgressThread::new(engine.core.cfg.progress_thread, engine.in_flight()));
+        let progress = Arc::new(ProgressThread::new(engine.core.cfg.progress_thread, engine.left_count()));
         let registry = SharedRegistry::default();
         Ok(Communicator {
             engine: Arc::new(Mutex::new(engine)),
@@ -431,8 +431,12 @@ impl Communicator {
         eng.start(self.ctx, &self.members, spec, send, recv, check, path == Path::Straight)
     }
 
-    /// An op was left in flight for the program to collect: the progress thread moves it.
-    fn left_in_flight(&self) {
+    /// Op `key` was left in flight for the program to collect: the progress thread moves it.
+    fn left_in_flight(&self, key: OpKey) {
+        if !self.progress.is_on() {
+            return;
+        }
+        self.lock().leave_in_flight(key);
         self.progress.ring(&self.engine, &self.lock_waiters);
     }
 

@@ -66,7 +66,7 @@ impl Communicator {
         let key = match started {
             Started::Done => None,
             Started::Pending(key) => {
-                self.left_in_flight();
+                self.left_in_flight(key);
                 Some(key)
             }
         };

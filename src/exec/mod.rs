@@ -162,9 +162,11 @@ pub(crate) struct Engine {
     /// straight call that waits hands over to an op when one does, so that the lock is released
     /// between the op's polls (see `ring`).
     lock_waiters: Arc<AtomicU32>,
-    /// How many ops are in flight (`ops.len()`, stored at every insert and removal): the progress
-    /// thread's idle check, without the lock.
-    in_flight: Arc<AtomicUsize>,
+    /// The ops nonblocking calls left in flight for the program to collect (few: a plain list):
+    /// the progress thread's work. Blocking calls move their own ops.
+    left: Vec<OpKey>,
+    /// `left.len()`, stored whenever it changes: the progress thread's idle check, without the lock.
+    left_count: Arc<AtomicUsize>,
 }
 
 /// How long a rank that gave up on a collective listens for its peers' abort notices before it
@@ -263,7 +265,8 @@ impl Engine {
             wakers: Vec::new(),
             breaks: Arc::default(),
             lock_waiters: Arc::default(),
-            in_flight: Arc::default(),
+            left: Vec::new(),
+            left_count: Arc::default(),
         };
         for (q, s) in setups {
             e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0, CallSig::default()), s.to_bytes());
@@ -389,14 +392,18 @@ impl Engine {
         self.lock_waiters.clone()
     }
 
-    /// The count of ops in flight, which the progress thread reads without the lock.
-    pub fn in_flight(&self) -> Arc<AtomicUsize> {
-        self.in_flight.clone()
+    /// The count of ops left in flight by nonblocking calls, which the progress thread reads
+    /// without the lock.
+    pub fn left_count(&self) -> Arc<AtomicUsize> {
+        self.left_count.clone()
     }
 
-    /// Stores the count of ops in flight after the op map changed.
-    fn count_ops(&self) {
-        self.in_flight.store(self.ops.len(), Ordering::Release);
+    /// A nonblocking call left op `key` in flight: the progress thread moves it until it is taken.
+    pub fn leave_in_flight(&mut self, key: OpKey) {
+        if self.ops.contains_key(&key) && !self.left.contains(&key) {
+            self.left.push(key);
+            self.left_count.store(self.left.len(), Ordering::Release);
+        }
     }
 
     /// Registers a communicator context (members = endpoint rank of each communicator rank).
@@ -535,7 +542,6 @@ impl Engine {
             op.check = Some(c);
         }
         self.ops.insert(key, op);
-        self.count_ops();
         self.admit(key, true);
         Ok(())
     }
@@ -952,7 +958,10 @@ impl Engine {
             return Err(Error::Protocol(format!("call #{} has not finished", key.number())));
         }
         let mut op = self.ops.remove(&key).expect("present");
-        self.count_ops();
+        if let Some(i) = self.left.iter().position(|&k| k == key) {
+            self.left.swap_remove(i);
+            self.left_count.store(self.left.len(), Ordering::Release);
+        }
         if !self.wakers.is_empty() {
             self.wakers.retain(|(k, _)| *k != key);
         }

@@ -8,16 +8,16 @@
 //! schedules) or an interrupt per message.
 //!
 //! How it shares the engine: it is started by the first nonblocking call that leaves an op in
-//! flight, and sleeps on a bell whenever the engine has no op, which it reads without the lock
-//! (`Engine::in_flight`): a program that goes on with blocking calls that leave no op (the
-//! straight and mailbox calls) after one nonblocking call does not wake it again, however long
-//! those calls hold the lock. While ops are in flight it takes
+//! flight, and sleeps on a bell whenever no op of a nonblocking call is in flight, which it reads
+//! without the lock (`Engine::left_count`). The ops of blocking calls are not its work: their
+//! own threads move them, and a program that goes on with blocking calls after one nonblocking
+//! call does not wake it again, nor take CPU from them. While such ops are in flight it takes
 //! the engine's lock only with `try_lock` and only when no thread waits for it
 //! (`Engine::lock_waiters`), polls once without blocking (`Engine::progress_others`), and lets
 //! the lock go at once; between rounds that brought nothing it spins briefly, then yields, then
 //! sleeps (up to [`MAX_NAP`]) without the lock. So a blocking call of the program never waits
-//! for the thread longer than one poll, and a blocking call that finds no op in flight (the
-//! straight and mailbox calls) never meets it at all.
+//! for the thread longer than one poll, and meets it at all only while a nonblocking call's op
+//! is in flight.
 //!
 //! A `Request` awaited as a `Future` registers its waker with the engine
 //! (`Engine::set_waker`); the thread wakes it when the op has finished, and runs the deadline
@@ -47,8 +47,8 @@ pub(crate) struct ProgressThread {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Off (`FABCOLL_PROGRESS=0`): requests move only when tested or waited for.
     on: bool,
-    /// The engine's count of ops in flight (`Engine::in_flight`).
-    in_flight: Arc<AtomicUsize>,
+    /// The engine's count of ops left in flight by nonblocking calls (`Engine::left_count`).
+    left: Arc<AtomicUsize>,
 }
 
 struct Shared {
@@ -59,9 +59,9 @@ struct Shared {
 }
 
 impl ProgressThread {
-    pub fn new(on: bool, in_flight: Arc<AtomicUsize>) -> ProgressThread {
+    pub fn new(on: bool, left: Arc<AtomicUsize>) -> ProgressThread {
         let shared = Arc::new(Shared { rung: Mutex::new(false), bell: Condvar::new(), stop: AtomicBool::new(false) });
-        ProgressThread { shared, thread: Mutex::new(None), on, in_flight }
+        ProgressThread { shared, thread: Mutex::new(None), on, left }
     }
 
     /// Whether the thread moves nonblocking calls (else their requests must be polled).
@@ -79,10 +79,10 @@ impl ProgressThread {
             let mut t = self.thread.lock().unwrap_or_else(|p| p.into_inner());
             if t.is_none() {
                 let (shared, engine, waiters) = (self.shared.clone(), Arc::downgrade(engine), lock_waiters.clone());
-                let in_flight = self.in_flight.clone();
+                let left = self.left.clone();
                 let spawned = std::thread::Builder::new()
                     .name("fabcoll-progress".into())
-                    .spawn(move || run(&shared, &engine, &waiters, &in_flight));
+                    .spawn(move || run(&shared, &engine, &waiters, &left));
                 match spawned {
                     Ok(h) => *t = Some(h),
                     // Without a thread the requests still finish when tested or waited for.
@@ -122,14 +122,14 @@ enum Round {
     Busy,
 }
 
-fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, in_flight: &AtomicUsize) {
+fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, left: &AtomicUsize) {
     let mut quiet = 0u32;
     let mut nap = MIN_NAP;
     let mut wake = Vec::new();
     let mut deadlines_at = Instant::now();
     while !shared.stop.load(Ordering::Acquire) {
         let Some(engine) = engine.upgrade() else { return };
-        let round = one_round(&engine, lock_waiters, in_flight, &mut wake, &mut deadlines_at);
+        let round = one_round(&engine, lock_waiters, left, &mut wake, &mut deadlines_at);
         drop(engine);
         for w in wake.drain(..) {
             w.wake();
@@ -163,11 +163,11 @@ fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, 
 fn one_round(
     engine: &Mutex<Engine>,
     lock_waiters: &AtomicU32,
-    in_flight: &AtomicUsize,
+    left: &AtomicUsize,
     wake: &mut Vec<Waker>,
     deadlines_at: &mut Instant,
 ) -> Round {
-    if in_flight.load(Ordering::Acquire) == 0 {
+    if left.load(Ordering::Acquire) == 0 {
         return Round::Idle;
     }
     if lock_waiters.load(Ordering::Relaxed) > 0 {

@@ -193,7 +193,6 @@ impl Engine {
             self.early.push(Early { ctx: key.ctx, seq_low: key.seq & mask, mask, peer, what });
         }
         self.ops.insert(key, op);
-        self.count_ops();
         // A failed op issues nothing more (`admit` runs only an op without error; one that lost a
         // peer runs on through its grace period).
         if let Some(e) = err {

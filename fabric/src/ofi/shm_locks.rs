@@ -151,6 +151,14 @@ mod tests {
         std::fs::write(dir.join(name), bytes).unwrap();
     }
 
+    /// A held region `1:0:0` of process 77 in a new directory, mapped.
+    fn held_region(tag: &str) -> (std::path::PathBuf, RegionLock, Instant) {
+        let dir = temp_dir(tag);
+        fake_region(&dir, "1:0:0", SMR_VERSION, 77, true);
+        let lock = RegionLock::open_in(&dir, "1:0:0", 77).unwrap();
+        (dir, lock, Instant::now())
+    }
+
     fn temp_dir(tag: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("fabcoll-shm-locks-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -187,10 +195,7 @@ mod tests {
 
     #[test]
     fn a_lock_held_at_every_sample_is_released_after_held_for_and_not_before() {
-        let dir = temp_dir("held");
-        fake_region(&dir, "1:0:0", SMR_VERSION, 77, true);
-        let mut lock = RegionLock::open_in(&dir, "1:0:0", 77).unwrap();
-        let t0 = Instant::now();
+        let (dir, mut lock, t0) = held_region("held");
         assert!(!lock.sample(t0));
         assert!(!lock.sample(t0 + HELD_FOR / 2));
         assert_ne!(lock.word().load(Ordering::Acquire), unlocked(), "still held");
@@ -205,10 +210,7 @@ mod tests {
 
     #[test]
     fn a_lock_seen_free_in_between_starts_its_count_again() {
-        let dir = temp_dir("free");
-        fake_region(&dir, "1:0:0", SMR_VERSION, 77, true);
-        let mut lock = RegionLock::open_in(&dir, "1:0:0", 77).unwrap();
-        let t0 = Instant::now();
+        let (dir, mut lock, t0) = held_region("free");
         assert!(!lock.sample(t0));
         lock.word().store(unlocked(), Ordering::Release);
         assert!(!lock.sample(t0 + HELD_FOR / 2));
