@@ -1153,11 +1153,6 @@ impl Engine {
         self.ops.contains_key(&key)
     }
 
-    /// Whether any op is in flight.
-    pub fn has_ops(&self) -> bool {
-        !self.ops.is_empty()
-    }
-
     /// Remembers the waker of a task awaiting op `key` (the progress thread wakes it when the op
     /// has finished); a later waker of the same op replaces the earlier one.
     pub fn set_waker(&mut self, key: OpKey, waker: &Waker) {

@@ -112,7 +112,7 @@ impl Drop for ProgressThread {
 
 /// What one round found.
 enum Round {
-    /// The engine has no op: sleep until rung.
+    /// No nonblocking call's op is in flight: sleep until rung.
     Idle,
     /// Something happened (completions, an op finished).
     News,
@@ -178,9 +178,6 @@ fn one_round(
         Err(TryLockError::WouldBlock) => return Round::Busy,
         Err(TryLockError::Poisoned(p)) => p.into_inner(),
     };
-    if !eng.has_ops() {
-        return Round::Idle;
-    }
     let events = eng.events;
     eng.progress_others();
     let now = Instant::now();

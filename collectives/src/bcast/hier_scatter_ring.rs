@@ -22,10 +22,9 @@
 //! Bytes across nodes: the leader at position v (nodes numbered from the root's) sends the blocks
 //! of its children's scatter subtrees, and the rank that runs the ring there every block except
 //! those its right neighbour's subtree holds; other ranks send nothing across.
-//! On the two-level model (`fabcoll sim --nodes`, docs/measurements/2026-11-28-two-level-sim.md)
-//! it is the fastest bcast mostly on nodes of 8 or more ranks, at 64 KiB–1 MiB on 4–64 nodes (an
-//! irregular region: not every node count or node size inside it wins), and for large vectors on
-//! two nodes; a flat scatter + ring elsewhere. No embedded rule picks it.
+//! Where the two-level model (`fabcoll sim --nodes`) puts it ahead of the other bcasts is drawn in
+//! docs/measurements/2026-11-28-two-level-sim.md: an irregular region of node counts, node sizes
+//! and vector sizes, which is why no embedded rule picks it.
 //! Restrictions: a two-level topology. Paper: mamidala §4.1 (optimized MPI_Bcast: leader scatter,
 //! ring among leaders, intra-node copies overlapped with it), thakur §4.2 (Van de Geijn).
 
