@@ -1,6 +1,8 @@
 //! fabcoll's pure core: what the collective algorithms are, with no I/O.
 //!
 //! - [`schedule`]: the IR — per rank, a DAG of Send/Recv/Reduce/Copy steps over buffer regions.
+//! - [`straight`]: the fixed order the executor runs a schedule in without tracking its
+//!   dependencies, and the check that all ranks following it cannot deadlock.
 //! - [`args`]: what a call is (operation, rank, size, counts, root, op properties, parameters).
 //! - [`registry`]: one table of every algorithm (restrictions, parameters, cost, constructor).
 //! - one module per operation (`bcast`, `allreduce`, …), one file per algorithm, cost formula
@@ -19,6 +21,7 @@ pub mod cost;
 pub mod error;
 pub mod registry;
 pub mod schedule;
+pub mod straight;
 pub mod topology;
 pub(crate) mod two_level;
 

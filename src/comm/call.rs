@@ -75,8 +75,8 @@ impl<'b> Call<'b> {
         Ok(())
     }
 
-    fn reduce_op(&mut self, comm: &Communicator, op: &ReduceOp) -> Result<()> {
-        comm.check_op(self.args.coll, op, self.dtype)?;
+    fn reduce_op(&mut self, op: &ReduceOp) -> Result<()> {
+        op.check(self.dtype).map_err(|e| Error::invalid(self.args.coll, e.to_string()))?;
         self.args.commutative = op.is_commutative();
         self.op = Some(op.clone());
         Ok(())
@@ -174,7 +174,7 @@ fn reduction<'b, S: Collectives<'b> + ?Sized, T: Element>(
 ) -> Result<S::Out> {
     let comm = s.comm();
     let mut c = Call::new::<T>(comm, coll, count);
-    c.reduce_op(comm, op)?;
+    c.reduce_op(op)?;
     match send {
         Some(send) => c.send = sbuf(send),
         None => c.in_place(),
@@ -232,7 +232,7 @@ pub trait Collectives<'b> {
         let comm = self.comm();
         let mut c = Call::new::<T>(comm, Collective::Reduce, send.len());
         c.root(root)?;
-        c.reduce_op(comm, op)?;
+        c.reduce_op(op)?;
         c.send = sbuf(send);
         if comm.rank() == root {
             c.recv = rbuf(recv);
@@ -246,7 +246,7 @@ pub trait Collectives<'b> {
         let comm = self.comm();
         let mut c = Call::new::<T>(comm, Collective::Reduce, buf.len());
         c.root(root)?;
-        c.reduce_op(comm, op)?;
+        c.reduce_op(op)?;
         if comm.rank() == root {
             c.recv = rbuf(buf);
             c.in_place();
@@ -504,7 +504,7 @@ pub trait Collectives<'b> {
         let comm = self.comm();
         let mut c = Call::new::<T>(comm, Collective::ReduceScatter, 0);
         c.counts(counts, None)?;
-        c.reduce_op(comm, op)?;
+        c.reduce_op(op)?;
         c.send = sbuf(send);
         c.recv = rbuf(recv);
         c.sized()?;

@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
-use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::registry;
 use fabcoll_collectives::{CollArgs, Params, Topology};
 use fabcoll_fabric::bootstrap::{self, JobEnv, NodeId, TcpStoreServer};
@@ -41,7 +40,7 @@ pub use request::{Request, Scope};
 use mailboxes::{CallsRegistry, Remembered, SharedCalls, SharedRegistry};
 use memo::{CallKey, Lanes, Path, Prepared};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exec::op::{CallSpec, Check};
 use crate::exec::plan::Plan;
 use crate::exec::progress::ProgressThread;
@@ -122,17 +121,23 @@ impl Communicator {
 
     /// [`Communicator::local`] with explicit executor settings.
     pub fn local_with(p: usize, cfg: ExecConfig) -> Result<Vec<Communicator>> {
-        let fabric = LocalFabric::new(p)?;
-        let mut eps: Vec<Box<dyn Endpoint>> = Vec::with_capacity(p);
-        for r in 0..p {
+        Communicator::local_each(vec![cfg; p])
+    }
+
+    /// Local communicators whose rank r runs with `cfgs[r]`.
+    fn local_each(cfgs: Vec<ExecConfig>) -> Result<Vec<Communicator>> {
+        let fabric = LocalFabric::new(cfgs.len())?;
+        let mut eps: Vec<Box<dyn Endpoint>> = Vec::with_capacity(cfgs.len());
+        for r in 0..cfgs.len() {
             eps.push(Box::new(fabric.endpoint(r, fabcoll_fabric::WaitPolicy::oversubscribed())?));
         }
         let blobs = eps.iter().map(|e| e.address()).collect::<fabcoll_fabric::Result<Vec<_>>>()?;
         let comms = eps
             .into_iter()
-            .map(|mut ep| {
+            .zip(cfgs)
+            .map(|(mut ep, cfg)| {
                 ep.insert_peers(&blobs)?;
-                Communicator::new(ep, cfg.clone())
+                Communicator::new(ep, cfg)
             })
             .collect::<Result<Vec<_>>>()?;
         for c in &comms {
@@ -285,7 +290,7 @@ impl Communicator {
     /// Turns checked mode on or off for this communicator (default: `FABCOLL_CHECK=1`). In checked
     /// mode every rank sends its call's signature (operation, count(s), root, datatype, op,
     /// algorithm) to every other rank before any data moves; a difference is an
-    /// [`Error::Mismatch`] naming the first differing rank, on every rank, and the communicator
+    /// [`Error::Mismatch`](crate::Error::Mismatch) naming the first differing rank, on every rank, and the communicator
     /// stays usable.
     pub fn set_checked(&mut self, on: bool) {
         self.check = on;
@@ -577,16 +582,6 @@ impl Communicator {
         WithOptions { comm: self, opts }
     }
 
-    /// The reduction op check shared by the typed calls.
-    fn check_op(
-        &self,
-        coll: fabcoll_collectives::Collective,
-        op: &ReduceOp,
-        dtype: fabcoll_collectives::datatype::Datatype,
-    ) -> Result<()> {
-        op.check(dtype).map_err(|e| Error::invalid(coll, e.to_string()))
-    }
-
     /// The timeout of collectives on this communicator's engine.
     pub fn timeout(&self) -> Duration {
         self.lock().core.cfg.timeout
@@ -607,35 +602,13 @@ impl Drop for Communicator {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `p` local communicators whose ranks use different executor settings.
-    fn local_mixed(cfgs: Vec<ExecConfig>) -> Vec<Communicator> {
-        let p = cfgs.len();
-        let fabric = LocalFabric::new(p).unwrap();
-        let mut eps: Vec<Box<dyn Endpoint>> = Vec::new();
-        for r in 0..p {
-            eps.push(Box::new(fabric.endpoint(r, fabcoll_fabric::WaitPolicy::oversubscribed()).unwrap()));
-        }
-        let blobs = eps.iter().map(|e| e.address()).collect::<fabcoll_fabric::Result<Vec<_>>>().unwrap();
-        let comms: Vec<Communicator> = eps
-            .into_iter()
-            .zip(cfgs)
-            .map(|(mut ep, cfg)| {
-                ep.insert_peers(&blobs).unwrap();
-                Communicator::new(ep, cfg).unwrap()
-            })
-            .collect();
-        for c in &comms {
-            c.lock().await_setups().unwrap();
-        }
-        comms
-    }
+    use fabcoll_collectives::op::ReduceOp;
 
     #[test]
     fn checked_mode_refuses_different_eager_thresholds() {
         let base = ExecConfig { timeout: Duration::from_secs(10), ..ExecConfig::default() };
         let small = ExecConfig { eager_threshold: 1024, ..base.clone() };
-        let mut comms = local_mixed(vec![base, small]);
+        let mut comms = Communicator::local_each(vec![base, small]).unwrap();
         comms.iter_mut().for_each(|c| c.set_checked(true));
         let errs: Vec<String> = std::thread::scope(|s| {
             let hs: Vec<_> = comms
@@ -654,7 +627,7 @@ mod tests {
             assert!(e.contains("eager<=1024") && e.contains("eager<=8192"), "{e}");
         }
         // Equal settings pass the check.
-        let mut same = local_mixed(vec![ExecConfig::default(), ExecConfig::default()]);
+        let mut same = Communicator::local_each(vec![ExecConfig::default(); 2]).unwrap();
         same.iter_mut().for_each(|c| c.set_checked(true));
         std::thread::scope(|s| {
             for c in &same {

@@ -23,10 +23,10 @@ use super::fasthash::FastMap;
 use super::mismatch::HINT;
 use super::proto::CallSig;
 use super::runner::{self, Fused, Lane, Stop};
-use super::straight;
 use super::wait::{Backoff, Patience, Pause};
 use super::Stats;
 use crate::error::{Error, Result};
+use fabcoll_collectives::straight;
 use fabcoll_fabric::shm::mailbox::{self, record_len, Mailbox, MAX_MESSAGE, RING};
 
 /// Fruitless polls between two looks at the rest of the world (`check` of [`run`]).
@@ -40,7 +40,7 @@ const NAP: Duration = Duration::from_micros(50);
 /// once, more than the user's buffer holds), no rank's schedule sends more than half an inbox to
 /// one peer (then no sender waits for inbox space while its receiver waits for it; the other half
 /// holds what earlier calls left), and every rank's steps can run in their straight-line order
-/// without deadlock (`super::straight`).
+/// without deadlock (`fabcoll_collectives::straight`).
 /// Schedules are a function of the arguments, so every rank decides alike.
 pub(crate) fn fits(args: &CollArgs, alg: &str) -> bool {
     let Ok(a) = registry::find(args.coll, alg) else { return false };

@@ -27,7 +27,6 @@ pub(crate) mod progress;
 pub(crate) mod proto;
 mod ring;
 pub(crate) mod runner;
-pub(crate) mod straight;
 pub(crate) mod wait;
 
 pub(crate) use bufs::{Bound, Bufs};

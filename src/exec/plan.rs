@@ -1,5 +1,5 @@
 //! A built schedule compiled once into what both ways of running it need: its straight-line
-//! order (`super::straight`, for the runner) and the dependency tables of the engine's ops
+//! order (`fabcoll_collectives::straight`, for the runner) and the dependency tables of the engine's ops
 //! (dependents, message indices, send/receive lookup, fusable Recv→Reduce pairs). Immutable and
 //! shared (`Arc`): a communicator prepares it once per distinct call (see `comm::memo`).
 
@@ -33,7 +33,7 @@ pub(crate) struct Plan {
     pub local_roots: Vec<StepId>,
     /// Per step: a local step (Copy or Reduce), issued after every ready Send and Recv.
     pub local: Vec<bool>,
-    /// The straight-line order of the steps (`super::straight::order`).
+    /// The straight-line order of the steps (`fabcoll_collectives::straight::order`).
     pub order: Box<[StepId]>,
     /// The longest Send or Recv, in elements.
     pub max_message: u64,
@@ -47,7 +47,7 @@ impl Plan {
         let n = sched.len();
         let mut deps = vec![0u32; n];
         let mut dependents = vec![Vec::new(); n];
-        let idx = super::straight::message_indices(&sched);
+        let idx = fabcoll_collectives::straight::message_indices(&sched);
         let mut recv_of = FastMap::default();
         let mut send_of = FastMap::default();
         for (id, k, ds) in sched.iter() {
@@ -72,7 +72,7 @@ impl Plan {
         let (local_roots, roots) =
             (0..n as StepId).rev().filter(|&i| deps[i as usize] == 0).partition(|&i| local[i as usize]);
         let sends_only = sends_only(&sched);
-        let order = super::straight::order(&sched).into();
+        let order = fabcoll_collectives::straight::order(&sched).into();
         let max_message = sched
             .iter()
             .map(|(_, k, _)| match *k {

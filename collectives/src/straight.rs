@@ -1,5 +1,6 @@
-//! The straight-line order of a schedule's steps (what the executor's runner follows),
-//! and the check that every rank running its steps in that order cannot deadlock.
+//! The straight-line order of a schedule's steps (what the executor's runner follows instead of
+//! tracking dependencies), and the check that every rank running its steps in that order cannot
+//! deadlock.
 //!
 //! Why: tracking dependencies per call (a copy of the deps counts, work stacks, lists of pending
 //! Sends and Recvs, a dependents walk per completed step) costs a small call a large share of its
@@ -19,17 +20,15 @@
 //! O(p · steps) once per plan.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
-use fabcoll_collectives::schedule::{Schedule, StepId, StepKind};
-
-use super::fasthash::{FastMap, FastSet};
+use crate::schedule::{Schedule, StepId, StepKind};
 
 /// Message index of each Send and Recv step: the k-th Send to (Recv from) its peer, by step id.
 /// The k-th Send of a rank to a peer is that peer's k-th Recv from the rank.
-pub(crate) fn message_indices(sched: &Schedule) -> Vec<u32> {
-    let mut sent: FastMap<u32, u32> = FastMap::default();
-    let mut recvd: FastMap<u32, u32> = FastMap::default();
+pub fn message_indices(sched: &Schedule) -> Vec<u32> {
+    let mut sent: HashMap<u32, u32> = HashMap::new();
+    let mut recvd: HashMap<u32, u32> = HashMap::new();
     sched
         .iter()
         .map(|(_, k, _)| {
@@ -45,7 +44,7 @@ pub(crate) fn message_indices(sched: &Schedule) -> Vec<u32> {
 }
 
 /// The straight-line order of `sched`'s steps (see the module doc).
-pub(crate) fn order(sched: &Schedule) -> Vec<StepId> {
+pub fn order(sched: &Schedule) -> Vec<StepId> {
     let n = sched.len();
     let mut deps_left = vec![0u32; n];
     let mut dependents = vec![Vec::new(); n];
@@ -81,7 +80,7 @@ pub(crate) fn order(sched: &Schedule) -> Vec<StepId> {
 /// Whether every rank `r` running `scheds[r]`'s steps in `orders[r]` (a Send never waits, a Recv
 /// waits until its message was sent) ends: a replay that advances every rank as far as it can
 /// until none can. Also `false` when an order is not a permutation of its schedule's steps.
-pub(crate) fn deadlock_free(scheds: &[Schedule], orders: &[Vec<StepId>]) -> bool {
+pub fn deadlock_free(scheds: &[Schedule], orders: &[Vec<StepId>]) -> bool {
     if scheds.len() != orders.len() {
         return false;
     }
@@ -95,7 +94,7 @@ pub(crate) fn deadlock_free(scheds: &[Schedule], orders: &[Vec<StepId>]) -> bool
         }
     }
     // (sender, receiver, message index) of every message sent so far.
-    let mut sent: FastSet<(u32, u32, u32)> = FastSet::default();
+    let mut sent: HashSet<(u32, u32, u32)> = HashSet::new();
     let mut pos = vec![0usize; scheds.len()];
     loop {
         let mut moved = false;
@@ -123,9 +122,10 @@ pub(crate) fn deadlock_free(scheds: &[Schedule], orders: &[Vec<StepId>]) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fabcoll_collectives::registry;
-    use fabcoll_collectives::schedule::{Buf, Region, ScheduleBuilder};
-    use fabcoll_collectives::{CollArgs, Collective};
+    use crate::registry;
+    use crate::schedule::{Buf, Region, ScheduleBuilder};
+    use crate::topology::Topology;
+    use crate::{CollArgs, Collective};
 
     fn region(len: u64) -> Region {
         Region { buf: Buf::Recv, off: 0, len }
@@ -164,22 +164,38 @@ mod tests {
     #[test]
     fn sends_go_first_then_local_steps_then_recvs() {
         assert_eq!(order(&recv_then_send(0)), vec![1, 0]);
-        for (coll, alg) in [
-            (Collective::Allreduce, "recursive_doubling"),
-            (Collective::Bcast, "binomial"),
-            (Collective::Allgather, "ring"),
-            (Collective::Alltoall, "bruck"),
-            (Collective::Allgather, "mesh_2d"),
-        ] {
-            for p in [2, 3, 4, 7] {
+        for a in registry::all() {
+            let mut checked = 0;
+            // Flat, and two levels: 2 nodes × 2, 3 × 2 (equal nodes) and 1 + 3 (unequal).
+            for (p, nodes) in [
+                (2, None),
+                (3, None),
+                (4, None),
+                (7, None),
+                (4, Some(&[2, 2][..])),
+                (6, Some(&[2, 2, 2][..])),
+                (4, Some(&[1, 3][..])),
+            ] {
                 for rank in 0..p {
-                    let mut args = CollArgs::new(coll, rank, p, 3);
+                    let mut args = CollArgs::new(a.coll, rank, p, 3);
                     args.elem_size = 4;
-                    let a = registry::find(coll, alg).unwrap();
-                    let s = a.schedule(&a.prepare(&args).unwrap()).unwrap();
+                    if a.coll.is_vector() {
+                        // Uneven counts (alltoallv: a p × p matrix).
+                        let n = if a.coll == Collective::Alltoallv { p * p } else { p };
+                        args.counts = Some((0..u64::from(n)).map(|i| i % 3 + 1).collect());
+                    }
+                    if let Some(sizes) = nodes {
+                        args = args.with_topology(Topology::from_sizes(sizes).unwrap());
+                    }
+                    if a.restrictions.violated(&args).is_some() {
+                        continue;
+                    }
+                    let s = a.prepare(&args).and_then(|args| a.schedule(&args)).unwrap();
                     assert_priority_order(&s, &order(&s));
+                    checked += 1;
                 }
             }
+            assert!(checked > 0, "{}:{} was never checked", a.coll, a.name);
         }
     }
 
