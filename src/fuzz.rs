@@ -9,7 +9,7 @@ use fabcoll_collectives::{CollArgs, Collective};
 use fabcoll_fabric::fuzz::Target;
 use fabcoll_fabric::{Access, NodeKey, RemoteMr};
 
-use crate::exec::proto::{self, CallSig, GrantEntry, Imm, ImmLayout, Kind, Setup};
+use crate::exec::proto::{self, CallSig, GrantEntry, Imm, ImmLayout, Kind, Offer, Setup};
 use crate::select::model::{cache, compare, predict};
 use crate::select::Decisions;
 
@@ -56,7 +56,12 @@ pub fn exec_control(data: &[u8]) {
                 assert_eq!(out, payload);
             }
         }
-        Kind::Rts | Kind::Abort => {
+        Kind::Offer => {
+            if let Ok(o) = Offer::from_bytes(payload) {
+                assert_eq!(o.to_bytes(), payload);
+            }
+        }
+        Kind::Rts | Kind::Abort | Kind::Pulled => {
             if let Ok(v) = proto::parse_u32s(payload) {
                 assert_eq!(v.len() * 4, payload.len());
             }
@@ -120,6 +125,8 @@ fn control_seeds() -> Vec<Vec<u8>> {
         msg(Kind::Grant, grants),
         msg(Kind::Rts, [0u32, 1, 2].iter().flat_map(|v| v.to_le_bytes()).collect()),
         msg(Kind::Abort, 3u32.to_le_bytes().to_vec()),
+        msg(Kind::Offer, Offer { idx: 1, from: 1 << 20, mr: routed, off: 64, len: 3 << 20 }.to_bytes()),
+        msg(Kind::Pulled, 1u32.to_le_bytes().to_vec()),
         msg(Kind::Check, b"allreduce:ring count=4".to_vec()),
         msg(Kind::Mismatch, b"collective #3: rank 1 made a different call".to_vec()),
         l.encode_eager(5, 1, 7, CallSig(0x5a), 3).expect("fits").to_le_bytes().to_vec(),

@@ -105,6 +105,7 @@ fn total(stats: &[Stats]) -> Stats {
         t.zcopy_msgs += s.zcopy_msgs;
         t.zcopy_bytes += s.zcopy_bytes;
         t.zcopy_copy_bytes += s.zcopy_copy_bytes;
+        t.zcopy_read_bytes += s.zcopy_read_bytes;
         t.local_copy_bytes += s.local_copy_bytes;
         t.rts_msgs += s.rts_msgs;
         t.grants += s.grants;
@@ -165,6 +166,29 @@ fn copy_counters_prove_zero_copy_and_single_copy_eager() {
     assert_eq!(t.eager_copy_bytes, t.eager_bytes, "eager bytes must be copied exactly once: {t:?}");
     assert_eq!(t.transport_copy_bytes(), t.eager_bytes);
     assert_eq!((t.rts_msgs, t.grants), (0, 0), "{t:?}");
+}
+
+/// A large message to a rank with nothing else to do is copied by both (`shared_copy_min`): the
+/// sender writes the first half and the receiver reads the rest out of the sender's buffer. Every
+/// byte moves once, by one of the two; with the setting at 0 the sender writes it all.
+#[test]
+fn idle_receivers_read_half_of_a_large_message() {
+    let bytes: usize = (1 << 20) + 8;
+    let half = bytes.div_ceil(2).next_multiple_of(4096);
+    for (min, read) in [(256 << 10, 2 * (bytes - half)), (0, 0)] {
+        let cfg = ExecConfig { shared_copy_min: min, ..common::cfg() };
+        let stats = job(3, cfg, |c| {
+            let mut b = if c.rank() == 1 { (0..bytes).map(|i| i as u8).collect() } else { vec![0u8; bytes] };
+            c.with(&Options::algorithm("binomial")).bcast(&mut b, 1).unwrap();
+            assert!(b.iter().enumerate().all(|(i, &v)| v == i as u8), "rank {}", c.rank());
+            c.stats()
+        });
+        let t = total(&stats);
+        assert_eq!(stats[1].zcopy_read_bytes, 0, "the root read: {t:?}");
+        assert_eq!(t.zcopy_read_bytes, read as u64, "{t:?}");
+        assert_eq!(t.zcopy_bytes + t.zcopy_read_bytes, 2 * bytes as u64, "{t:?}");
+        assert_eq!(t.transport_copy_bytes(), 0, "{t:?}");
+    }
 }
 
 /// The engine forgets a transfer once it is done: after zero-copy and eager calls, nothing is

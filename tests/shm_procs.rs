@@ -269,3 +269,87 @@ fn reused_heap_buffers_get_huge_pages() {
         unsafe { libc::munmap(ptr.cast(), LEN) };
     });
 }
+
+/// A zero-copy message of at least `FABCOLL_SHARED_COPY` bytes is copied by both ranks: the
+/// sender writes the first of its two pieces and the receiver reads the second from the sender's
+/// memory (counted in `zcopy_read_bytes`). Checked for heap buffers (`process_vm_readv`),
+/// `alloc`ated ones (through a mapping) and a tagged transfer, with an odd length; below the
+/// limit nothing is read, nor by a rank that is sending as it receives (a ring allgather).
+/// (Staged receives, off here, are not shared: see `heap_destinations_are_staged_up_to_the_limit`.)
+#[test]
+fn large_messages_share_their_copy() {
+    const MIN: usize = 1 << 20;
+    let env = [
+        ("FABCOLL_FABRIC", "shm"),
+        ("FABCOLL_TIMEOUT", "30"),
+        ("FABCOLL_SHARED_COPY", "1048576"),
+        ("FABCOLL_HUGE_PAGES", "0"),
+        ("FABCOLL_STAGED_RECEIVE", "0"),
+    ];
+    support::ranks("large_messages_share_their_copy", 3, LIMIT, &env, |_job| {
+        let c = Communicator::from_env().expect("communicator");
+        let r = u64::from(c.rank());
+        // The receiver reads what follows the sender's first piece (half the message, rounded up
+        // to 4 KiB).
+        let read_of = |bytes: usize| if bytes >= MIN { bytes - bytes.div_ceil(2).next_multiple_of(4096) } else { 0 };
+        let binomial = fabcoll::Options::algorithm("binomial");
+        for bytes in [MIN / 2, MIN, (3 << 20) + 8] {
+            let n = bytes / 8;
+            for round in 0..2u64 {
+                let before = c.stats().zcopy_read_bytes;
+                let mut b: Vec<u64> =
+                    if r == 1 { (0..n as u64).map(|i| (i * 3) ^ round).collect() } else { vec![0; n] };
+                c.with(&binomial).bcast(&mut b, 1).unwrap();
+                let bad = b.iter().enumerate().find(|&(i, &v)| v != (i as u64 * 3) ^ round);
+                assert!(bad.is_none(), "bcast of {bytes} B, round {round}: element {bad:?}");
+                let want = if r == 1 { 0 } else { read_of(bytes) as u64 };
+                assert_eq!(c.stats().zcopy_read_bytes - before, want, "bcast of {bytes} B: bytes read");
+            }
+        }
+        // A ring allgather sends while it receives: its receives do not invite reads.
+        let before = c.stats().zcopy_read_bytes;
+        let n = (3 << 20) / 8;
+        let send: Vec<u64> = (0..n as u64).map(|i| i + r).collect();
+        let mut recv = vec![0u64; 3 * n];
+        c.with(&fabcoll::Options::algorithm("ring")).allgather(&send, &mut recv).unwrap();
+        assert!(recv.iter().enumerate().all(|(j, &v)| v == (j % n) as u64 + (j / n) as u64), "allgather");
+        assert_eq!(c.stats().zcopy_read_bytes, before, "a rank that sends invited a read");
+        // `alloc`ated memory: read through a mapping of the sender's buffer.
+        let before = c.stats().zcopy_read_bytes;
+        let n = (MIN + 4096) / 8;
+        let mut b = c.alloc::<u64>(n).unwrap();
+        b.iter_mut().enumerate().for_each(|(i, v)| *v = if r == 0 { i as u64 + 5 } else { 0 });
+        c.with(&binomial).bcast(&mut b, 0).unwrap();
+        assert!(b.iter().enumerate().all(|(i, &v)| v == i as u64 + 5), "bcast into alloc'd memory");
+        let want = if r == 0 { 0 } else { read_of(n * 8) as u64 };
+        assert_eq!(c.stats().zcopy_read_bytes - before, want, "alloc'd memory: bytes read");
+        // A tagged transfer from rank 2 to rank 0.
+        let before = c.stats().zcopy_read_bytes;
+        let n = (2 << 20) / 8 + 1;
+        match r {
+            2 => c.send(&(0..n as u64).map(|i| !i).collect::<Vec<u64>>(), 0, 7).unwrap(),
+            0 => {
+                let mut got = vec![0u64; n];
+                c.recv(&mut got, 2, 7).unwrap();
+                assert!(got.iter().enumerate().all(|(i, &v)| v == !(i as u64)), "transfer");
+            }
+            _ => {}
+        }
+        let want = if r == 0 { read_of(n * 8) as u64 } else { 0 };
+        assert_eq!(c.stats().zcopy_read_bytes - before, want, "transfer: bytes read");
+        // From the heap into `alloc`ated memory the sender's copy is a memcpy through a mapping,
+        // the receiver's read would be a system call: the sender writes it all.
+        let before = c.stats().zcopy_read_bytes;
+        match r {
+            2 => c.send(&(0..n as u64).collect::<Vec<u64>>(), 0, 8).unwrap(),
+            0 => {
+                let mut got = c.alloc::<u64>(n).unwrap();
+                c.recv(&mut got, 2, 8).unwrap();
+                assert!(got.iter().enumerate().all(|(i, &v)| v == i as u64), "transfer into alloc'd memory");
+            }
+            _ => {}
+        }
+        assert_eq!(c.stats().zcopy_read_bytes, before, "a read from the heap into alloc'd memory");
+        c.barrier().unwrap();
+    });
+}

@@ -29,11 +29,11 @@
 //!   initiator (FIFO per pair); otherwise only the first rule holds and the protocol must use
 //!   immediates to learn arrival.
 //! - **Deregistered keys.** A write whose remote key is not (or no longer) registered at the
-//!   target fails with [`Error::InvalidKey`](crate::Error::InvalidKey) (synchronously, or as `Completion::WriteError` for
+//!   target fails with [`Error::InvalidKey`] (synchronously, or as `Completion::WriteError` for
 //!   asynchronous backends) and never touches the target's memory. Deregistration is on drop of the
 //!   last [`Mr`] clone; the race with a concurrently arriving write is closed per backend (documented
 //!   in each backend module): after `drop` returns, no write lands in that memory.
-//! - **Backpressure.** When queues are full, `write`/`send_ctrl` return [`Error::Busy`](crate::Error::Busy) without
+//! - **Backpressure.** When queues are full, `write`/`send_ctrl` return [`Error::Busy`] without
 //!   side effects; the caller polls (which lets peers drain) and retries. Neither call blocks on a
 //!   peer, so two ranks sending to each other can never deadlock inside the fabric.
 //! - **Progress.** With `Caps::progress == Progress::Manual`, operations advance only inside
@@ -51,7 +51,7 @@
 
 use std::time::Duration;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::mr::{Access, LocalRange, Mr, RemoteMr, RemoteRange};
 
 /// How operations make progress.
@@ -259,6 +259,21 @@ pub trait Endpoint: Send {
         self.write(peer, src, dst, imm, ctx).map(|()| false)
     }
 
+    /// One-sided read: copies `src`, a range of `peer`'s registration made with `REMOTE_READ`,
+    /// into `dst`, a range of this rank's own registration (equal lengths), and returns once the
+    /// bytes are there (no completion). Only where [`Endpoint::reads_from`] says so; the default
+    /// is `Unsupported`.
+    fn read(&mut self, peer: usize, src: RemoteRange, dst: LocalRange<'_>) -> Result<()> {
+        let _ = (peer, src, dst);
+        Err(Error::Unsupported { backend: self.caps().backend, what: "one-sided reads".into() })
+    }
+
+    /// Whether [`Endpoint::read`] from `peer` works, and `peer` can read from this rank alike
+    /// (`shm`: `process_vm_readv`, or a load through a mapping of `alloc`ated memory). Default: no.
+    fn reads_from(&self, _peer: usize) -> bool {
+        false
+    }
+
     /// Send a small tagged control message (≤ `Caps::max_ctrl` bytes); copied, no completion.
     fn send_ctrl(&mut self, peer: usize, tag: u64, data: &[u8]) -> Result<()>;
 
@@ -280,10 +295,17 @@ pub trait Endpoint: Send {
     fn hint_reused(&mut self, _mr: &Mr) {}
 
     /// Whether `peer`'s writes into `mr`, a registration of this rank, are a system call each
-    /// rather than stores through a mapping: on `shm`, memory of `register` is written with
-    /// `process_vm_writev`, which pins its pages one by one. The executor then has a write of
+    /// rather than stores through a mapping (as its reads from it are): on `shm`, memory of
+    /// `register` is written with `process_vm_writev`, which pins its pages one by one. The executor then has a write of
     /// moderate size land in memory of `alloc` and copies it out. Default: no.
     fn writes_by_syscall(&self, _peer: usize, _mr: &Mr) -> bool {
+        false
+    }
+
+    /// Whether this rank's writes into `mr`, a registration of `peer`, are a system call each
+    /// (as reads from it are): on `shm`, memory `peer` made with `register` rather than `alloc`.
+    /// Default: no.
+    fn writes_into_by_syscall(&self, _peer: usize, _mr: &RemoteMr) -> bool {
         false
     }
 

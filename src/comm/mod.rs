@@ -429,10 +429,12 @@ impl Communicator {
         });
         // SAFETY: the buffers are lent to this call by `Call`'s lifetime: blocking calls wait
         // before returning, nonblocking ones live in a `Scope` that waits for them before the
-        // borrows end. Send is only read (LOCAL), Recv may be written by peers (REMOTE_WRITE).
-        let send = unsafe { eng.bind_user(call.send.0, call.send.1, Access::LOCAL)? };
+        // borrows end. Send is only read (LOCAL), Recv may be written by peers (REMOTE_WRITE);
+        // peers may read either where they share copies (`Core::read_access`).
+        let read = eng.core.read_access;
+        let send = unsafe { eng.bind_user(call.send.0, call.send.1, Access::LOCAL | read)? };
         // SAFETY: as above.
-        let recv = unsafe { eng.bind_user(call.recv.0, call.recv.1, Access::REMOTE_WRITE)? };
+        let recv = unsafe { eng.bind_user(call.recv.0, call.recv.1, Access::REMOTE_WRITE | read)? };
         eng.start(self.ctx, &self.members, spec, send, recv, check, path == Path::Straight)
     }
 

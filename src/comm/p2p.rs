@@ -143,9 +143,9 @@ impl Communicator {
         // SAFETY: the buffer is lent to this transfer: a blocking call waits before returning, a
         // nonblocking one lives in a `Scope` (or, through `RawCalls`, under MPI's rule) that waits
         // for it before the borrow ends. A send is only read (LOCAL), a receive may be written by
-        // the peer (REMOTE_WRITE).
-        let buf =
-            unsafe { eng.bind_user(t.ptr, t.bytes, if t.outgoing { Access::LOCAL } else { Access::REMOTE_WRITE })? };
+        // the peer (REMOTE_WRITE); the peer may read either where they share copies.
+        let access = if t.outgoing { Access::LOCAL } else { Access::REMOTE_WRITE } | eng.core.read_access;
+        let buf = unsafe { eng.bind_user(t.ptr, t.bytes, access)? };
         let (send, recv) = match t.outgoing {
             true => (buf, crate::exec::Bound::empty()),
             false => (crate::exec::Bound::empty(), buf),

@@ -40,7 +40,8 @@ impl Communicator {
     pub fn alloc<T: Element>(&self, len: usize) -> Result<Pinned<T>> {
         let bytes = bytes_of::<T>(len)?;
         let mut eng = self.lock();
-        let mr = eng.core.ep.alloc(bytes.max(1), Access::REMOTE_WRITE)?;
+        let access = Access::REMOTE_WRITE | eng.core.read_access;
+        let mr = eng.core.ep.alloc(bytes.max(1), access)?;
         if !(mr.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
             return Err(Error::Protocol("backend returned a misaligned allocation".into()));
         }
@@ -55,9 +56,10 @@ impl Communicator {
         let mut eng = self.lock();
         let ptr = slice.as_mut_ptr() as *mut u8;
         // SAFETY: the guard borrows the slice mutably for 'a and drops the registration (and
-        // unpins it) before the borrow ends; peers only write it inside collectives that borrow
-        // the guard, i.e. the slice.
-        let mr = unsafe { eng.core.ep.register(ptr, bytes.max(1), Access::REMOTE_WRITE)? };
+        // unpins it) before the borrow ends; peers only write (or read) it inside collectives that
+        // borrow the guard, i.e. the slice.
+        let access = Access::REMOTE_WRITE | eng.core.read_access;
+        let mr = unsafe { eng.core.ep.register(ptr, bytes.max(1), access)? };
         if eng.core.cfg.huge_pages_after > 0 {
             eng.core.ep.hint_reused(&mr);
         }

@@ -49,6 +49,11 @@ pub struct ExecConfig {
     /// system call's pinning of 4 KiB pages up to about this size. 0 turns it off.
     /// `FABCOLL_STAGED_RECEIVE`.
     pub staged_receive_max: usize,
+    /// A zero-copy message of at least this many bytes to a peer that can read this rank's memory
+    /// (`Endpoint::reads_from`: shm) is copied by both ranks at once: the sender writes its first
+    /// half and offers the rest, which the receiver, waiting for it anyway, reads (`exec::op`). 0
+    /// turns it off. `FABCOLL_SHARED_COPY`.
+    pub shared_copy_min: usize,
     /// Use at most this many immediate bits even if the backend carries more (tests the narrow
     /// layouts of verbs-like backends on any backend). All ranks must agree.
     pub imm_bits: u32,
@@ -98,6 +103,7 @@ impl Default for ExecConfig {
             mr_cache: 64,
             huge_pages_after: DEFAULT_HUGE_PAGES_AFTER,
             staged_receive_max: DEFAULT_STAGED_RECEIVE,
+            shared_copy_min: DEFAULT_SHARED_COPY,
             imm_bits: 64,
             spin: Duration::from_micros(250),
             local_ranks: None,
@@ -117,6 +123,9 @@ pub const DEFAULT_HUGE_PAGES_AFTER: u32 = 8;
 /// Default of [`ExecConfig::staged_receive_max`]
 /// (`docs/measurements/2026-11-29-copy-distance.md`).
 pub const DEFAULT_STAGED_RECEIVE: usize = 1 << 20;
+
+/// Default of [`ExecConfig::shared_copy_min`].
+pub const DEFAULT_SHARED_COPY: usize = 256 << 10;
 
 /// Default mailbox limit (see [`ExecConfig::mailbox_limit`]).
 pub const DEFAULT_MAILBOX: usize = 16384;
@@ -183,7 +192,7 @@ impl ExecConfig {
     /// These settings overridden by the executor's knobs ([`fabcoll_fabric::settings`]: installed,
     /// else the environment's): `FABCOLL_EAGER` (raises the slot size to fit), `FABCOLL_SLOTS`,
     /// `FABCOLL_TIMEOUT`, `FABCOLL_MR_CACHE`, `FABCOLL_HUGE_PAGES`, `FABCOLL_STAGED_RECEIVE`,
-    /// `FABCOLL_SPIN_US`, `FABCOLL_YIELD`, `FABCOLL_LOCAL_CPUS`, `FABCOLL_MAILBOX` and `FABCOLL_STRAIGHT`.
+    /// `FABCOLL_SHARED_COPY`, `FABCOLL_SPIN_US`, `FABCOLL_YIELD`, `FABCOLL_LOCAL_CPUS`, `FABCOLL_MAILBOX` and `FABCOLL_STRAIGHT`.
     pub fn env_over(self) -> Result<ExecConfig> {
         use fabcoll_fabric::settings as s;
         let mut c = self;
@@ -206,6 +215,9 @@ impl ExecConfig {
         }
         if let Some(v) = s::FABCOLL_STAGED_RECEIVE.get()? {
             c.staged_receive_max = v;
+        }
+        if let Some(v) = s::FABCOLL_SHARED_COPY.get()? {
+            c.shared_copy_min = v;
         }
         if let Some(v) = s::FABCOLL_SPIN_US.get()? {
             c.spin = v;
@@ -246,6 +258,9 @@ pub struct Stats {
     /// ([`ExecConfig::staged_receive_max`]); otherwise that path does not copy, and tests prove
     /// this stays 0 (every executor copy adds to a counter).
     pub zcopy_copy_bytes: u64,
+    /// Bytes of zero-copy messages this rank read from its peers' memory: the tails their senders
+    /// offered ([`ExecConfig::shared_copy_min`]), the one copy of those bytes.
+    pub zcopy_read_bytes: u64,
     /// Rendezvous requests sent (eager message without a free slot) and grants sent.
     pub rts_msgs: u64,
     pub grants: u64,
@@ -308,6 +323,7 @@ stats_counters!(
     zcopy_msgs,
     zcopy_bytes,
     zcopy_copy_bytes,
+    zcopy_read_bytes,
     rts_msgs,
     grants,
     straight_calls,
@@ -360,8 +376,8 @@ mod tests {
         // Every field is listed (a new counter left out of the list would not compile in `since`,
         // whose struct literal names every field).
         let names: Vec<&str> = d.counters().iter().map(|&(n, _)| n).collect();
-        assert_eq!(names.len(), 24);
-        assert_eq!((names[0], names[19]), ("eager_msgs", "cache_hits"));
+        assert_eq!(names.len(), 25);
+        assert_eq!((names[0], names[20]), ("eager_msgs", "cache_hits"));
         let nonzero: Vec<(&str, u64)> = d.counters().into_iter().filter(|&(_, v)| v > 0).collect();
         assert_eq!(nonzero, [("eager_msgs", 7), ("mailbox_bytes", 64), ("cache_hits", 2)]);
     }

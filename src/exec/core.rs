@@ -31,6 +31,9 @@ pub(crate) struct Core {
     pub stats: Stats,
     pub mrs: MrCache,
     pub pool: Vec<Mr>,
+    /// `REMOTE_READ` when peers may read this rank's buffers ([`Core::shares_copy`]), which every
+    /// registration of a call's buffers then carries; else `LOCAL`.
+    pub read_access: Access,
 }
 
 /// What [`Core::send_eager`] did with a message.
@@ -150,6 +153,14 @@ impl Core {
     }
 
     /// Queues a control message (sent by `flush_ctrl`, retried while busy).
+    /// Whether a zero-copy message of `bytes` between this rank and endpoint rank `ep` is copied
+    /// by both (`ExecConfig::shared_copy_min`): the sender writes the first half, the receiver
+    /// reads the rest.
+    pub fn shares_copy(&self, ep: usize, bytes: usize) -> bool {
+        let min = self.cfg.shared_copy_min;
+        min > 0 && bytes >= min && self.read_access == Access::REMOTE_READ && self.ep.reads_from(ep)
+    }
+
     pub fn ctrl(&mut self, peer: usize, tag: u64, data: Vec<u8>) {
         self.ctrl_out.push((peer, tag, data));
     }
@@ -228,7 +239,7 @@ impl Core {
             return Ok(self.pool.swap_remove(i));
         }
         let size = bytes.next_power_of_two().max(4096);
-        Ok(self.ep.alloc(size, Access::REMOTE_WRITE)?)
+        Ok(self.ep.alloc(size, Access::REMOTE_WRITE | self.read_access)?)
     }
 
     pub fn give_back(&mut self, mr: Mr) {

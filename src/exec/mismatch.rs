@@ -89,7 +89,8 @@ impl Engine {
                 return Ok(None);
             }
             EarlyWhat::Ctrl { kind: Kind::Mismatch, data, .. } => notice(from, data),
-            EarlyWhat::Eager { .. } | EarlyWhat::Ctrl { kind: Kind::Grant | Kind::Rts, .. } => {
+            EarlyWhat::Eager { .. }
+            | EarlyWhat::Ctrl { kind: Kind::Grant | Kind::Rts | Kind::Offer | Kind::Pulled, .. } => {
                 let me = c.ep_to_comm.get(self.core.ep.rank()).copied().unwrap_or(NOT_A_MEMBER);
                 let msg = format!(
                     "{} made a different call: it sent data for a call that rank {me} finished without it; {HINT}",

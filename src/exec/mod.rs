@@ -49,7 +49,7 @@ use fasthash::FastMap;
 use mrcache::MrCache;
 use op::{CallSpec, Op, Parts};
 use plan::Plan;
-use proto::{CallSig, GrantEntry, Imm, ImmLayout, Kind, Setup};
+use proto::{CallSig, GrantEntry, Imm, ImmLayout, Kind, Offer, Setup};
 use ring::RingState;
 use wait::{yield_core, Backoff, Patience, Pause, CLOCK_EVERY};
 
@@ -228,6 +228,9 @@ impl Engine {
             ep.never_yield();
         }
         let mrs = MrCache::new(cfg.mr_cache > 0 && mrcache::cache_safe(&caps), cfg.mr_cache, cfg.huge_pages_after);
+        let me = ep.rank();
+        let readable = cfg.shared_copy_min > 0 && (0..p).any(|q| q != me && ep.reads_from(q));
+        let read_access = if readable { Access::REMOTE_READ } else { Access::LOCAL };
         let core = Core {
             ep,
             caps,
@@ -244,6 +247,7 @@ impl Engine {
             stats: Stats::default(),
             mrs,
             pool: Vec::new(),
+            read_access,
         };
         let mut e = Engine {
             core,
@@ -678,7 +682,7 @@ impl Engine {
         }
         let theirs = match &what {
             EarlyWhat::Eager { sig, .. } => *sig,
-            EarlyWhat::Ctrl { kind: Kind::Grant | Kind::Rts, sig, .. } => Some(*sig),
+            EarlyWhat::Ctrl { kind: Kind::Grant | Kind::Rts | Kind::Offer | Kind::Pulled, sig, .. } => Some(*sig),
             EarlyWhat::Ctrl { .. } => None,
         };
         if theirs.is_some_and(|s| s != op.sig) {
@@ -697,6 +701,12 @@ impl Engine {
             }
             EarlyWhat::Ctrl { kind: Kind::Rts, data, .. } => {
                 op.on_rts(&mut self.core, peer, &proto::parse_u32s(&data)?)
+            }
+            EarlyWhat::Ctrl { kind: Kind::Offer, data, .. } => {
+                op.on_offer(&mut self.core, peer, Offer::from_bytes(&data)?)
+            }
+            EarlyWhat::Ctrl { kind: Kind::Pulled, data, .. } => {
+                op.on_pulled(&mut self.core, peer, &proto::parse_u32s(&data)?)
             }
             EarlyWhat::Ctrl { kind: Kind::Abort, data, .. } => {
                 // A peer gave up on this collective: report whom we wait for at once, so that
@@ -821,7 +831,13 @@ impl Engine {
                         let mask = proto::credit_mask(peer, &data)?;
                         self.core.eager.on_credit(peer, mask)?;
                     }
-                    Kind::Grant | Kind::Rts | Kind::Check | Kind::Abort | Kind::Mismatch => {
+                    Kind::Grant
+                    | Kind::Rts
+                    | Kind::Offer
+                    | Kind::Pulled
+                    | Kind::Check
+                    | Kind::Abort
+                    | Kind::Mismatch => {
                         let mask = (1u64 << proto::TAG_SEQ_BITS) - 1;
                         self.route(ctx, seq_low, mask, peer, EarlyWhat::Ctrl { kind, data, sig })?;
                     }

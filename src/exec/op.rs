@@ -14,6 +14,12 @@
 //!   and of at most `ExecConfig::staged_receive_max` bytes is granted in pooled scratch instead,
 //!   copied out when the last piece arrives (a staged receive); an op that fails drops that
 //!   scratch rather than pooling it, as a peer may still write it.
+//! - shared copies (`ExecConfig::shared_copy_min`, where the two ranks can read each other's
+//!   memory: shm): a receiver with no Send of its own under way grants a large message in two
+//!   pieces; its sender writes the first and offers the second (`Kind::Offer`, unless the
+//!   receiver would read with a system call what the sender writes through a mapping), which the
+//!   receiver reads out of the sender's buffer (`Endpoint::read`) and confirms (`Kind::Pulled`),
+//!   so two cores copy at once; the sender's Send ends with the confirmation.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,13 +27,13 @@ use std::time::Instant;
 use fabcoll_collectives::datatype::Datatype;
 use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::schedule::{Region, StepId, StepKind};
-use fabcoll_fabric::{Mr, SILENT_WRITE};
+use fabcoll_fabric::{Access, Mr, SILENT_WRITE};
 
 use super::bufs::{local_step, Bound, Bufs};
 use super::core::EagerSent;
 use super::fasthash::{FastMap, FastSet};
 use super::plan::{Plan, NOT_FUSED};
-use super::proto::{CallSig, GrantEntry};
+use super::proto::{self, CallSig, GrantEntry, Kind, Offer};
 use super::runner::Fused;
 use super::wait::Backoff;
 use super::{Core, OpKey};
@@ -75,6 +81,9 @@ pub(crate) struct Op {
     fused_slot: Vec<Fused>,
     /// Staged receives in flight: the Recv step, its region and the scratch it was granted in.
     staged: Vec<(StepId, Region, Mr)>,
+    /// Receives granted whose sender may share their copy (`Core::shares_copy`): the Recv step,
+    /// the piece size granted (an offer starts at a whole piece) and the grant id.
+    shareable: Vec<(StepId, usize, u64)>,
     /// Ready Sends and Recvs (a stack), and ready local steps: `run` issues communication first.
     work: Vec<StepId>,
     work_local: Vec<StepId>,
@@ -182,6 +191,7 @@ impl Op {
             rts_in: FastSet::default(),
             fused_slot: Vec::new(),
             staged: Vec::new(),
+            shareable: Vec::new(),
             work: Vec::new(),
             work_local: Vec::new(),
             done: 0,
@@ -238,6 +248,7 @@ impl Op {
         self.rts_in.clear();
         self.fused_slot.clear();
         self.staged.clear();
+        self.shareable.clear();
         self.work.clear();
         self.work_local.clear();
         self.done = 0;
@@ -441,10 +452,12 @@ impl Op {
         }
         let imm = core.layout.encode_zcopy(g.gid);
         let inline = core.caps.completes_inline(seg.min(bytes));
+        // Bytes from `end` on are the receiver's to read (an offer); we write the ones before.
+        let end = self.offer(core, ep, &mr, base, &g, seg);
         let mut off = 0;
         let mut n = 0;
-        while off < bytes {
-            let len = seg.min(bytes - off);
+        while off < end {
+            let len = seg.min(end - off);
             let dst = g.mr.slice(g.off as usize + off, len)?;
             let wid = if inline { SILENT_WRITE } else { core.new_write(self.key, s) };
             core.write(ep, &mr, base + off, len, dst, Some(imm), wid, false)?;
@@ -452,14 +465,44 @@ impl Op {
             n += 1;
         }
         core.stats.zcopy_msgs += 1;
-        core.stats.zcopy_bytes += bytes as u64;
-        if inline {
+        core.stats.zcopy_bytes += end as u64;
+        // An offered tail is done when the receiver says it has read it (`on_pulled`).
+        let pulled = u32::from(end < bytes);
+        match (inline, pulled) {
             // Every segment completed inside `write`.
-            self.complete(s);
-        } else {
-            self.pending[s as usize] = n;
+            (true, 0) => self.complete(s),
+            (true, _) => self.pending[s as usize] = pulled,
+            (false, _) => self.pending[s as usize] = n + pulled,
         }
         Ok(())
+    }
+
+    /// Offers the receiver of message `g` (in pieces of `seg`, from `mr` at `base`) the second
+    /// half of its pieces to read itself while we write the first, when the two share its copy
+    /// (`Core::shares_copy`) and it is at least two pieces from a source peers may read; returns
+    /// where the offered tail starts (the message's length when nothing is offered). A failure
+    /// to send the offer leaves the whole message to us.
+    fn offer(&self, core: &mut Core, ep: usize, mr: &Mr, base: usize, g: &GrantEntry, seg: usize) -> usize {
+        let bytes = g.len as usize;
+        let pieces = bytes.div_ceil(seg);
+        if pieces < 2 || !core.shares_copy(ep, bytes) || !mr.access().contains(Access::REMOTE_READ) {
+            return bytes;
+        }
+        // Not when the receiver would read with a system call what we write with a memcpy.
+        if core.ep.writes_by_syscall(ep, mr) && !core.ep.writes_into_by_syscall(ep, &g.mr) {
+            return bytes;
+        }
+        let from = pieces / 2 * seg;
+        let o = Offer { idx: g.idx, from: from as u64, mr: mr.remote(), off: base as u64, len: g.len };
+        let tag = proto::tag(Kind::Offer, self.key.ctx, self.key.seq, self.sig);
+        // Sent at once, so that the receiver reads while we write.
+        match core.ep.send_ctrl(ep, tag, &o.to_bytes()) {
+            Ok(()) => from,
+            Err(e) => {
+                tracing::debug!(%e, "no offer sent; writing the whole message");
+                bytes
+            }
+        }
     }
 
     fn grant(&mut self, core: &mut Core, s: StepId, peer: u32, dst: Region) {
@@ -479,9 +522,21 @@ impl Op {
                 Err(e) => tracing::debug!(%e, "no scratch for a staged receive; granting the destination"),
             }
         }
-        let seg = core.ep.write_segment(ep).clamp(1, core.caps.max_write.max(1));
+        let mut seg = core.ep.write_segment(ep).clamp(1, core.caps.max_write.max(1));
+        let shares = core.shares_copy(ep, bytes);
+        // Two pieces invite the sender to leave us the second (an offer) while it writes the
+        // first, unless this rank is busy sending too (the offer would only add a round trip) or
+        // the message is staged (the sender writes the scratch through a mapping, faster than
+        // this rank reads the sender's memory with a system call).
+        let staged = self.staged.last().is_some_and(|&(t, ..)| t == s);
+        if shares && !staged && !self.sending() {
+            seg = seg.min(bytes.div_ceil(2).next_multiple_of(4096));
+        }
         let segs = bytes.div_ceil(seg) as u32;
         let gid = core.new_grant(ep, self.key, s, segs);
+        if shares {
+            self.shareable.push((s, seg, gid));
+        }
         self.pending[s as usize] = segs;
         core.stats.grants += 1;
         core.ctrl_queued = true;
@@ -493,6 +548,14 @@ impl Op {
             len: bytes as u64,
             seg: seg as u64,
         });
+    }
+
+    /// Whether a Send of this op is ready or under way: this rank's core has copies of its own
+    /// to make.
+    fn sending(&self) -> bool {
+        let send = |s: StepId| matches!(self.plan.sched.step(s), StepKind::Send { .. });
+        self.work.iter().any(|&s| send(s))
+            || self.st.iter().enumerate().any(|(i, &st)| st == St::Waiting && send(i as StepId))
     }
 
     fn eager_copy(&mut self, core: &mut Core, s: StepId, peer: u32, slot: u32, dst: Region) -> Result<()> {
@@ -603,6 +666,57 @@ impl Op {
             }
         }
         self.run(core)
+    }
+
+    /// `peer` offers the tail of message `o.idx` for us to read (see `offer`): we read it into
+    /// the destination we granted, count its pieces as arrived and tell `peer` its source is free.
+    pub fn on_offer(&mut self, core: &mut Core, peer: u32, o: Offer) -> Result<()> {
+        let bad = |why: String| {
+            Error::Protocol(format!("{} #{}: offer {} from rank {peer}: {why}", self.coll, self.key.seq, o.idx))
+        };
+        let Some(&s) = self.plan.recv_of.get(&(peer, o.idx)) else { return Err(bad("matches no receive".into())) };
+        let StepKind::Recv { dst, .. } = *self.plan.sched.step(s) else { unreachable!("recv_of holds Recv steps") };
+        let (ep, bytes) = (self.ep(peer), dst.len as usize * self.elem);
+        let Some(i) = self.shareable.iter().position(|&(t, ..)| t == s) else {
+            return Err(bad("the receive was not granted to share its copy".into()));
+        };
+        let (_, seg, gid) = self.shareable.swap_remove(i);
+        let (from, len) = (o.from as usize, bytes.saturating_sub(o.from as usize));
+        let pieces = len.div_ceil(seg) as u32;
+        if o.len as usize != bytes || !from.is_multiple_of(seg) || len == 0 || from == 0 {
+            return Err(bad(format!("bytes {from}..{} of a message of {bytes} in pieces of {seg}", o.len)));
+        }
+        if self.st[s as usize] != St::Waiting || self.pending[s as usize] < pieces {
+            return Err(bad(format!("{pieces} pieces offered, {} awaited", self.pending[s as usize])));
+        }
+        let (mr, off) = match self.staged.iter().find(|&&(t, ..)| t == s) {
+            Some((_, _, scratch)) => (scratch.clone(), 0),
+            None => self.bufs().mr(dst).map(|(m, off)| (m.clone(), off))?,
+        };
+        let src = o.mr.slice(o.off as usize + from, len)?;
+        core.ep.read(ep, src, mr.slice(off + from, len)?)?;
+        core.stats.zcopy_read_bytes += len as u64;
+        core.ctrl(ep, proto::tag(Kind::Pulled, self.key.ctx, self.key.seq, self.sig), o.idx.to_le_bytes().to_vec());
+        for _ in 0..pieces {
+            // Read here rather than written: the grant is forgotten with its last piece all the same.
+            core.grant_arrived(ep, gid);
+            self.segment_done(core, s)?;
+        }
+        Ok(())
+    }
+
+    /// `peer` has read the tails we offered of messages `idxs`: those Sends' sources are free.
+    pub fn on_pulled(&mut self, core: &mut Core, peer: u32, idxs: &[u32]) -> Result<()> {
+        for &idx in idxs {
+            let Some(&s) = self.plan.send_of.get(&(peer, idx)) else {
+                return Err(Error::Protocol(format!(
+                    "{} #{}: rank {peer} read message {idx}, which matches no send",
+                    self.coll, self.key.seq
+                )));
+            };
+            self.segment_done(core, s)?;
+        }
+        Ok(())
     }
 
     /// Communicator ranks this op is waiting for (for timeout errors).

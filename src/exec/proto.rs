@@ -1,5 +1,6 @@
 //! Wire formats of the executor: the immediate value of a write, the tag of a control message and
-//! the payloads of control messages (eager-ring setup, credits, grants, rendezvous requests).
+//! the payloads of control messages (eager-ring setup, credits, grants, rendezvous requests,
+//! offers).
 //!
 //! # Immediate (`Caps::imm_bits` = B: 64 on local/shm, 64 − ⌈log2 p⌉ on ofi, 32 on verbs)
 //! - top bit 1 — **zero-copy**: the low B−1 bits are a grant id the receiver chose when it granted
@@ -168,6 +169,12 @@ pub(crate) enum Kind {
     Abort = 6,
     /// A rank found a call signature that is not its own: the text says which call.
     Mismatch = 7,
+    /// The sender of zero-copy messages offers their tails for the receiver to read itself:
+    /// [`Offer`] entries.
+    Offer = 8,
+    /// The receiver has read the offered tails of these messages (u32 message indices): the
+    /// sender's sources are free again.
+    Pulled = 9,
 }
 
 impl Kind {
@@ -180,6 +187,8 @@ impl Kind {
             5 => Kind::Check,
             6 => Kind::Abort,
             7 => Kind::Mismatch,
+            8 => Kind::Offer,
+            9 => Kind::Pulled,
             _ => return None,
         })
     }
@@ -309,6 +318,46 @@ impl GrantEntry {
     }
 }
 
+/// The tail of a zero-copy message that its sender leaves to the receiver: bytes `from..len` of
+/// message `idx`, which starts at `off` in the sender's registration `mr` (a whole number of the
+/// grant's segments: the receiver counts them as arrived once it has read them).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Offer {
+    pub idx: u32,
+    pub from: u64,
+    pub mr: RemoteMr,
+    pub off: u64,
+    pub len: u64,
+}
+
+impl Offer {
+    pub const LEN: usize = 4 + 8 + RemoteMr::WIRE_LEN + 16;
+
+    pub fn to_bytes(self) -> Vec<u8> {
+        let mut b = self.idx.to_le_bytes().to_vec();
+        b.extend_from_slice(&self.from.to_le_bytes());
+        b.extend_from_slice(&self.mr.to_bytes());
+        b.extend_from_slice(&self.off.to_le_bytes());
+        b.extend_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Result<Offer> {
+        if b.len() != Self::LEN {
+            return Err(Error::Protocol(format!("offer message of {} bytes, expected {}", b.len(), Self::LEN)));
+        }
+        let u = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let m = 12 + RemoteMr::WIRE_LEN;
+        Ok(Offer {
+            idx: u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")),
+            from: u(4),
+            mr: RemoteMr::from_bytes(&b[12..m])?,
+            off: u(m),
+            len: u(m + 8),
+        })
+    }
+}
+
 /// Message indices of a rendezvous request.
 pub(crate) fn parse_u32s(b: &[u8]) -> Result<Vec<u32>> {
     if !b.len().is_multiple_of(4) {
@@ -361,6 +410,10 @@ mod tests {
         g.put(&mut b);
         assert_eq!(GrantEntry::parse_all(&b).unwrap(), vec![g, g]);
         assert!(GrantEntry::parse_all(&b[1..]).is_err());
+        let o = Offer { idx: 2, from: 1 << 21, mr, off: 64, len: (1 << 22) + 5 };
+        assert_eq!(Offer::from_bytes(&o.to_bytes()).unwrap(), o);
+        assert!(Offer::from_bytes(&o.to_bytes()[1..]).is_err());
+        assert_eq!(untag(tag(Kind::Pulled, 3, 4, CallSig(5))).unwrap().kind, Kind::Pulled);
     }
 
     #[test]

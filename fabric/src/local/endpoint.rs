@@ -222,6 +222,30 @@ impl Endpoint for LocalEndpoint {
         Ok(())
     }
 
+    fn read(&mut self, peer: usize, src: RemoteRange, dst: LocalRange<'_>) -> Result<()> {
+        self.check_peer(peer)?;
+        check_bounds("local destination", dst.off, dst.len, dst.mr.len())?;
+        if src.len != dst.len {
+            return Err(Error::invalid(format!("read: source length {} != destination length {}", src.len, dst.len)));
+        }
+        let st = &self.shared.ranks[peer];
+        let regions = st.regions.read().map_err(|_| Error::Peer { peer, msg: "region table poisoned".into() })?;
+        let region = regions.get(&src.mr.key).ok_or(Error::InvalidKey { peer, key: src.mr.key })?;
+        if !region.access.contains(Access::REMOTE_READ) {
+            return Err(Error::Access(format!("key {:#x} on rank {peer} is not remotely readable", src.mr.key)));
+        }
+        check_bounds("remote source", src.off, src.len, region.len)?;
+        // SAFETY: the destination range is inside our live registration (bounds checked, `dst.mr`
+        // borrowed, lent to us to write); the source is inside a registration that cannot be
+        // deregistered while we hold the read lock; `copy` allows a loopback read to overlap.
+        unsafe { std::ptr::copy((region.addr as *const u8).add(src.off), dst.mr.as_ptr().add(dst.off), dst.len) };
+        Ok(())
+    }
+
+    fn reads_from(&self, peer: usize) -> bool {
+        peer < self.shared.ranks.len()
+    }
+
     fn send_ctrl(&mut self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
         self.check_peer(peer)?;
         if data.len() > MAX_CTRL {

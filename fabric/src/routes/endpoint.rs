@@ -101,7 +101,8 @@ impl RoutedEndpoint {
             e => e,
         }
     }
-
+    /// `(route, the source registration there, the destination descriptor there)` of a write (of a
+    /// read: the destination registration and the source descriptor).
     /// `(route, the source registration there, the destination descriptor there)` of a write.
     fn write_target<'a>(
         &self,
@@ -214,6 +215,27 @@ impl Endpoint for RoutedEndpoint {
         }
     }
 
+    fn read(&mut self, peer: usize, src: RemoteRange, dst: LocalRange<'_>) -> Result<()> {
+        let (route, mr, smr) = self.write_target(peer, &dst, &src)?;
+        let (ep, p) = self.via(route);
+        match ep.read(p, RemoteRange { mr: smr, ..src }, LocalRange { mr, ..dst }) {
+            Ok(()) => {
+                self.count(route, dst.len);
+                Ok(())
+            }
+            Err(e) if matches!(route, Route::Node(_)) => Err(self.globalise(e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn reads_from(&self, peer: usize) -> bool {
+        match self.table.route(peer) {
+            Ok(Route::Node(p)) => self.node.reads_from(p),
+            Ok(Route::Network(p)) => self.network.reads_from(p),
+            Err(_) => false,
+        }
+    }
+
     fn write_settled(
         &mut self,
         peer: usize,
@@ -323,6 +345,14 @@ impl Endpoint for RoutedEndpoint {
         match self.table.route(peer) {
             Ok(Route::Node(p)) => self.node.writes_by_syscall(p, routed.node()),
             Ok(Route::Network(p)) => self.network.writes_by_syscall(p, routed.network()),
+            Err(_) => false,
+        }
+    }
+
+    fn writes_into_by_syscall(&self, peer: usize, mr: &RemoteMr) -> bool {
+        match self.table.route(peer) {
+            Ok(Route::Node(p)) => mr.node_part().is_some_and(|m| self.node.writes_into_by_syscall(p, &m)),
+            Ok(Route::Network(p)) => self.network.writes_into_by_syscall(p, &mr.network_part()),
             Err(_) => false,
         }
     }

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::keys::KeySlot;
 use super::segment::{self, Msg, Queue, Segment, KIND_CTRL, KIND_WRITE, NKEYS, PAYLOAD};
 use super::sys;
 use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
@@ -188,6 +189,14 @@ impl ShmEndpoint {
         Ok((idx as usize, RemoteMr { addr: addr as u64, len: len as u64, key, access, node: None }))
     }
 
+    /// The error for `peer`'s `key` that no longer names a live registration; forgets its mapping.
+    fn stale_key(&mut self, peer: usize, key: u64) -> Error {
+        if self.maps.remove(&(peer, key)).is_some() {
+            sweep(&mut self.maps, &self.peers);
+        }
+        Error::InvalidKey { peer, key }
+    }
+
     fn dead_peer(&self, peer: usize) -> Option<Error> {
         let pid = self.peers.get(peer)?.pid;
         (!sys::pid_alive(pid)).then(|| Error::Peer { peer, msg: format!("process {pid} is gone") })
@@ -210,6 +219,69 @@ impl ShmEndpoint {
 }
 
 /// Drops cached mappings of keys that are no longer live at their peer; all of them if too many.
+/// Where a range of a peer's registration lies, for a copy into or out of it.
+enum Place {
+    /// In this process: our own registration.
+    Own(*mut u8),
+    /// In a mapping here of the peer's `alloc`ated memfd.
+    Mapped(*mut u8),
+    /// At `addr` in process `pid` (memory of `register`), reached by `process_vm_writev`/`readv`.
+    Process { pid: u32, addr: u64 },
+}
+
+/// Finds `[off, off+len)` of `peer`'s registration `key`, whose `slot` the caller has entered
+/// (so the registration stays live and its fd names its memfd), after checking its rights
+/// against `need` and its bounds; maps an `alloc`ated registration on first use.
+#[allow(clippy::too_many_arguments)]
+fn locate(
+    maps: &mut Maps,
+    peers: &[Peer],
+    me: usize,
+    peer: usize,
+    key: u64,
+    slot: &KeySlot,
+    off: usize,
+    len: usize,
+    need: Access,
+    what: &'static str,
+) -> Result<Place> {
+    let (addr, reg_len) = (slot.addr.load(Ordering::Relaxed), slot.len.load(Ordering::Relaxed) as usize);
+    let aux = slot.aux.load(Ordering::Relaxed);
+    let access = Access::from_bits((aux & 3) as u8)?;
+    if !access.contains(need) {
+        let right = if need == Access::REMOTE_READ { "readable" } else { "writable" };
+        return Err(Error::Access(format!("key {key:#x} on rank {peer} is not remotely {right}")));
+    }
+    check_bounds(what, off, len, reg_len)?;
+    if peer == me {
+        return Ok(Place::Own((addr as usize + off) as *mut u8));
+    }
+    if aux & HAS_FD == 0 || len == 0 {
+        return Ok(Place::Process { pid: peers[peer].pid, addr: addr + off as u64 });
+    }
+    if let Some(map) = maps.get(&(peer, key)) {
+        // SAFETY: `off + len <= reg_len`, the mapping's length (checked above).
+        return Ok(Place::Mapped(unsafe { map.as_ptr().add(off) }));
+    }
+    // While the slot is entered it cannot be retired, so the fd still names the registration's
+    // memfd (deregistration retires the slot before closing it). The registration's fd can only
+    // be missing if the peer is going away: an exiting process closes its descriptors before it is
+    // a zombie that `dead_peer` would see (a killed-peer test caught that window).
+    let pid = peers[peer].pid;
+    let fd = sys::open_proc_fd(pid, (aux >> 32) as u32).map_err(|e| match e {
+        Error::Os { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            Error::Peer { peer, msg: format!("process {pid} is exiting ({e})") }
+        }
+        e => e,
+    })?;
+    let map = sys::map_shared(fd.as_raw_fd(), reg_len)?;
+    sweep(maps, peers);
+    let base = map.as_ptr();
+    maps.insert((peer, key), map);
+    // SAFETY: as above, inside the new mapping of `reg_len` bytes.
+    Ok(Place::Mapped(unsafe { base.add(off) }))
+}
+
 fn sweep(maps: &mut Maps, peers: &[Peer]) {
     maps.retain(|&(peer, key), _| {
         let slot = peers.get(peer).and_then(|p| p.seg.key((key & 0xffff_ffff) as usize));
@@ -350,58 +422,36 @@ impl Endpoint for ShmEndpoint {
         let key = dst.mr.key;
         let slot = p.seg.key((key & 0xffff_ffff) as usize).ok_or(Error::InvalidKey { peer, key })?;
         if !slot.enter(key) {
-            if self.maps.remove(&(peer, key)).is_some() {
-                sweep(&mut self.maps, &self.peers);
-            }
-            return Err(Error::InvalidKey { peer, key });
+            return Err(self.stale_key(peer, key));
         }
-        let copied = (|| {
-            let (addr, len) = (slot.addr.load(Ordering::Relaxed), slot.len.load(Ordering::Relaxed) as usize);
-            let aux = slot.aux.load(Ordering::Relaxed);
-            let access = Access::from_bits((aux & 3) as u8)?;
-            if !access.contains(Access::REMOTE_WRITE) {
-                return Err(Error::Access(format!("key {key:#x} on rank {peer} is not remotely writable")));
-            }
-            check_bounds("remote destination", dst.off, dst.len, len)?;
+        let copied = (|| -> Result<()> {
             // SAFETY: the source range is inside a live registration (bounds checked, `src.mr`
             // borrowed for the call).
             let s = unsafe { src.mr.as_ptr().add(src.off) };
-            if peer == me {
+            let what = "remote destination";
+            match locate(
+                &mut self.maps,
+                &self.peers,
+                me,
+                peer,
+                key,
+                slot,
+                dst.off,
+                dst.len,
+                Access::REMOTE_WRITE,
+                what,
+            )? {
                 // SAFETY: our own registration, held live by the entered slot; `copy` allows overlap.
-                unsafe { std::ptr::copy(s, (addr as usize + dst.off) as *mut u8, dst.len) };
-                return Ok(());
+                Place::Own(d) => unsafe { std::ptr::copy(s, d, dst.len) },
+                // SAFETY: `d` starts `dst.len` mapped bytes of the registration's memfd (checked);
+                // source readable (above); shared memory is written only through raw copies,
+                // ordered before the notification by its Release (a streaming copy ends with its
+                // own store fence).
+                Place::Mapped(d) => unsafe { crate::copy::copy_bulk(d, s, dst.len) },
+                // SAFETY: source readable (above); the kernel checks the remote range.
+                Place::Process { pid, addr } => unsafe { sys::vm_write(pid, s, addr, dst.len, peer, &mut self.stage)? },
             }
-            if aux & HAS_FD != 0 && dst.len > 0 {
-                let base = match self.maps.get(&(peer, key)) {
-                    Some(map) => map.as_ptr(),
-                    None => {
-                        // While we are entered the slot cannot be retired, so the fd still names the
-                        // registration's memfd (deregistration retires the slot before closing it).
-                        // The registration's fd can only be missing if the peer is going away:
-                        // an exiting process closes its descriptors before it is a zombie that
-                        // `dead_peer` would see (a killed-peer test caught that window).
-                        let fd = sys::open_proc_fd(p.pid, (aux >> 32) as u32).map_err(|e| match e {
-                            Error::Os { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                                Error::Peer { peer, msg: format!("process {} is exiting ({e})", p.pid) }
-                            }
-                            e => e,
-                        })?;
-                        let map = sys::map_shared(fd.as_raw_fd(), len)?;
-                        sweep(&mut self.maps, &self.peers);
-                        let base = map.as_ptr();
-                        self.maps.insert((peer, key), map);
-                        base
-                    }
-                };
-                // SAFETY: the mapping is `len` bytes of the registration's memfd and
-                // `dst.off + dst.len <= len` (checked); source readable (above); shared memory is
-                // written only through raw copies, ordered before the notification by its Release
-                // (a streaming copy ends with its own store fence).
-                unsafe { crate::copy::copy_bulk(base.add(dst.off), s, dst.len) };
-                return Ok(());
-            }
-            // SAFETY: source readable (above); the kernel checks the remote range.
-            unsafe { sys::vm_write(p.pid, s, addr + dst.off as u64, dst.len, peer, &mut self.stage) }
+            Ok(())
         })();
         slot.leave();
         copied?;
@@ -421,6 +471,44 @@ impl Endpoint for ShmEndpoint {
             self.done.push_back(Completion::WriteDone { ctx });
         }
         Ok(())
+    }
+
+    fn read(&mut self, peer: usize, src: RemoteRange, dst: LocalRange<'_>) -> Result<()> {
+        let me = self.rank;
+        let p = self.peer(peer)?;
+        check_bounds("local destination", dst.off, dst.len, dst.mr.len())?;
+        if src.len != dst.len {
+            return Err(Error::invalid(format!("read: source length {} != destination length {}", src.len, dst.len)));
+        }
+        let key = src.mr.key;
+        let seg = p.seg.clone();
+        let slot = seg.key((key & 0xffff_ffff) as usize).ok_or(Error::InvalidKey { peer, key })?;
+        if !slot.enter(key) {
+            return Err(self.stale_key(peer, key));
+        }
+        // SAFETY: the destination range is inside our live registration (bounds checked, `dst.mr`
+        // borrowed for the call), which the caller lends us to write.
+        let d = unsafe { dst.mr.as_ptr().add(dst.off) };
+        let copied = (|| -> Result<()> {
+            let what = "remote source";
+            match locate(&mut self.maps, &self.peers, me, peer, key, slot, src.off, src.len, Access::REMOTE_READ, what)?
+            {
+                // SAFETY: our own registration, held live by the entered slot; `copy` allows overlap.
+                Place::Own(s) => unsafe { std::ptr::copy(s, d, dst.len) },
+                // SAFETY: `s` starts `src.len` mapped bytes of the peer's memfd (checked); the
+                // destination is ours (above).
+                Place::Mapped(s) => unsafe { crate::copy::copy_bulk(d, s, dst.len) },
+                // SAFETY: destination writable (above); the kernel checks the remote range.
+                Place::Process { pid, addr } => unsafe { sys::vm_read(pid, addr, d, dst.len, peer)? },
+            }
+            Ok(())
+        })();
+        slot.leave();
+        copied
+    }
+
+    fn reads_from(&self, peer: usize) -> bool {
+        peer < self.peers.len()
     }
 
     fn send_ctrl(&mut self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
@@ -532,6 +620,11 @@ impl Endpoint for ShmEndpoint {
 
     fn writes_by_syscall(&self, peer: usize, mr: &Mr) -> bool {
         peer != self.rank && !mr.owns_memory()
+    }
+
+    fn writes_into_by_syscall(&self, peer: usize, mr: &RemoteMr) -> bool {
+        let slot = self.peers.get(peer).and_then(|p| p.seg.key((mr.key & 0xffff_ffff) as usize));
+        peer != self.rank && slot.is_some_and(|s| s.aux.load(Ordering::Relaxed) & HAS_FD == 0)
     }
 
     fn hint_reused(&mut self, mr: &Mr) {

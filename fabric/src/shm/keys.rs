@@ -8,6 +8,7 @@
 //! memory, and a stale key never matches a reused slot (generation differs; aliasing would take 2^31
 //! reuses of the same slot while a stale descriptor is held). A slot whose `retire` timed out (a
 //! writer died mid-copy) is never reused, so a late `leave` cannot corrupt a newer generation.
+//! A reader (`Endpoint::read`) enters and leaves like a writer.
 
 #[cfg(loom)]
 use loom::sync::atomic::{AtomicU64, Ordering};

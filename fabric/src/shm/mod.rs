@@ -25,6 +25,11 @@
 //!   which has writes of up to 1 MiB into such memory land in `alloc`ated scratch instead and
 //!   copies them out. The kernel's copy is slow at some distances between source and
 //!   destination; `sys::vm_write` stages those.
+//! - **Reads.** [`Endpoint::read`] mirrors a write: the reader enters the key slot in the
+//!   source's table, checks rights (`REMOTE_READ`) and bounds, and copies out through its mapping
+//!   of an `alloc`ated memfd or with `process_vm_readv`. The executor uses it to share a large
+//!   copy: the receiver, idle until the message is in, reads half of it while the sender writes
+//!   the other half, two cores copying at once.
 //! - **Deregistration race** is closed by the in-flight count in the key slot
 //!   (`shm/keys.rs` doc): `Mr` drop waits (bounded by `Config::timeout`) for writers mid-copy. If
 //!   a writer dies mid-copy the wait times out, the slot is leaked (never reused) and a warning

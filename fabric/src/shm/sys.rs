@@ -181,6 +181,36 @@ unsafe fn vm_write_direct(pid: u32, src: *const u8, dst: u64, len: usize, peer: 
     Ok(())
 }
 
+/// Copies `len` bytes at `src` in process `pid` to `dst` here with `process_vm_readv`, looping
+/// over partial transfers; errors name `peer` (a gone process, no ptrace permission).
+///
+/// # Safety
+/// `[dst, dst+len)` must be writable memory of this process that nothing else uses meanwhile.
+pub(crate) unsafe fn vm_read(pid: u32, src: u64, dst: *mut u8, len: usize, peer: usize) -> Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        // SAFETY: caller guarantees the destination range; `done < len` keeps it in bounds.
+        let local = libc::iovec { iov_base: unsafe { dst.add(done) } as *mut libc::c_void, iov_len: len - done };
+        let remote = libc::iovec { iov_base: (src as usize + done) as *mut libc::c_void, iov_len: len - done };
+        // SAFETY: one valid local iovec (caller); the remote side is checked by the kernel.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            let msg = match err.raw_os_error() {
+                Some(libc::ESRCH) => format!("process {pid} is gone (process_vm_readv: {err})"),
+                Some(libc::EPERM) => format!("not allowed to read from process {pid} (ptrace permission): {err}"),
+                _ => format!("process_vm_readv from pid {pid} at {src:#x}+{done}: {err}"),
+            };
+            return Err(Error::Peer { peer, msg });
+        }
+        if n == 0 {
+            return Err(Error::Peer { peer, msg: format!("process_vm_readv from pid {pid} made no progress") });
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
 /// Size of a transparent huge page on x86-64 and arm64 (4 KiB base pages).
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
