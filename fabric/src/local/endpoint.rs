@@ -72,6 +72,44 @@ impl LocalEndpoint {
         LocalEndpoint { shared, rank, wait, caps, connected: false, done: VecDeque::new() }
     }
 
+    /// Copies between `local`, a range of our registration, and `remote`, a range of `peer`'s,
+    /// which must grant `need`: into it for `REMOTE_WRITE`, out of it for `REMOTE_READ`. `peer`'s
+    /// region table stays read-locked meanwhile, so its registration cannot go.
+    fn copy_remote(&self, peer: usize, local: &LocalRange<'_>, remote: &RemoteRange, need: Access) -> Result<()> {
+        self.check_peer(peer)?;
+        let write = need == Access::REMOTE_WRITE;
+        let (op, mine, theirs, right) = match write {
+            true => ("write", "local source", "remote destination", "writable"),
+            false => ("read", "local destination", "remote source", "readable"),
+        };
+        check_bounds(mine, local.off, local.len, local.mr.len())?;
+        if local.len != remote.len {
+            return Err(Error::invalid(format!("{op}: local length {} != remote length {}", local.len, remote.len)));
+        }
+        let st = &self.shared.ranks[peer];
+        let regions = st.regions.read().map_err(|_| Error::Peer { peer, msg: "region table poisoned".into() })?;
+        let key = remote.mr.key;
+        let region = regions.get(&key).ok_or(Error::InvalidKey { peer, key })?;
+        if !region.access.contains(need) {
+            return Err(Error::Access(format!("key {key:#x} on rank {peer} is not remotely {right}")));
+        }
+        check_bounds(theirs, remote.off, remote.len, region.len)?;
+        // SAFETY: our range is inside a live registration (bounds checked, `local.mr` borrowed,
+        // lent to us to write when reading); the remote one is inside a registration that cannot
+        // be deregistered while we hold the read lock. A loopback copy may overlap (`copy`);
+        // another rank's registration is a different allocation.
+        unsafe {
+            let (l, r) = (local.mr.as_ptr().add(local.off), (region.addr as *mut u8).add(remote.off));
+            let (s, d) = if write { (l, r) } else { (r, l) };
+            if peer == self.rank {
+                std::ptr::copy(s, d, local.len)
+            } else {
+                crate::copy::copy_bulk(d, s, local.len)
+            }
+        }
+        Ok(())
+    }
+
     fn check_peer(&self, peer: usize) -> Result<()> {
         if !self.connected {
             return Err(Error::invalid("insert_peers has not been called on this endpoint"));
@@ -187,32 +225,7 @@ impl Endpoint for LocalEndpoint {
     }
 
     fn write(&mut self, peer: usize, src: LocalRange<'_>, dst: RemoteRange, imm: Option<u64>, ctx: u64) -> Result<()> {
-        self.check_peer(peer)?;
-        check_bounds("local source", src.off, src.len, src.mr.len())?;
-        if src.len != dst.len {
-            return Err(Error::invalid(format!("write: source length {} != destination length {}", src.len, dst.len)));
-        }
-        {
-            let st = &self.shared.ranks[peer];
-            let regions = st.regions.read().map_err(|_| Error::Peer { peer, msg: "region table poisoned".into() })?;
-            let region = regions.get(&dst.mr.key).ok_or(Error::InvalidKey { peer, key: dst.mr.key })?;
-            if !region.access.contains(Access::REMOTE_WRITE) {
-                return Err(Error::Access(format!("key {:#x} on rank {peer} is not remotely writable", dst.mr.key)));
-            }
-            check_bounds("remote destination", dst.off, dst.len, region.len)?;
-            // SAFETY: the source range is inside a live registration (bounds checked, `src.mr`
-            // borrowed); the destination is inside a registration that cannot be deregistered
-            // while we hold the read lock. Loopback writes may overlap (`copy`); another rank's
-            // registration is a different allocation.
-            unsafe {
-                let (s, d) = (src.mr.as_ptr().add(src.off), (region.addr as *mut u8).add(dst.off));
-                if peer == self.rank {
-                    std::ptr::copy(s, d, src.len)
-                } else {
-                    crate::copy::copy_bulk(d, s, src.len)
-                }
-            };
-        }
+        self.copy_remote(peer, &src, &dst, Access::REMOTE_WRITE)?;
         if let Some(imm) = imm {
             self.push(peer, Completion::WriteArrived { peer: self.rank, imm })?;
         }
@@ -223,23 +236,7 @@ impl Endpoint for LocalEndpoint {
     }
 
     fn read(&mut self, peer: usize, src: RemoteRange, dst: LocalRange<'_>) -> Result<()> {
-        self.check_peer(peer)?;
-        check_bounds("local destination", dst.off, dst.len, dst.mr.len())?;
-        if src.len != dst.len {
-            return Err(Error::invalid(format!("read: source length {} != destination length {}", src.len, dst.len)));
-        }
-        let st = &self.shared.ranks[peer];
-        let regions = st.regions.read().map_err(|_| Error::Peer { peer, msg: "region table poisoned".into() })?;
-        let region = regions.get(&src.mr.key).ok_or(Error::InvalidKey { peer, key: src.mr.key })?;
-        if !region.access.contains(Access::REMOTE_READ) {
-            return Err(Error::Access(format!("key {:#x} on rank {peer} is not remotely readable", src.mr.key)));
-        }
-        check_bounds("remote source", src.off, src.len, region.len)?;
-        // SAFETY: the destination range is inside our live registration (bounds checked, `dst.mr`
-        // borrowed, lent to us to write); the source is inside a registration that cannot be
-        // deregistered while we hold the read lock; `copy` allows a loopback read to overlap.
-        unsafe { std::ptr::copy((region.addr as *const u8).add(src.off), dst.mr.as_ptr().add(dst.off), dst.len) };
-        Ok(())
+        self.copy_remote(peer, &dst, &src, Access::REMOTE_READ)
     }
 
     fn reads_from(&self, peer: usize) -> bool {

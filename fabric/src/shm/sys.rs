@@ -157,28 +157,8 @@ pub(crate) unsafe fn vm_write(
 /// # Safety
 /// As for [`vm_write`].
 unsafe fn vm_write_direct(pid: u32, src: *const u8, dst: u64, len: usize, peer: usize) -> Result<()> {
-    let mut done = 0usize;
-    while done < len {
-        // SAFETY: caller guarantees the source range; `done < len` keeps it in bounds.
-        let local = libc::iovec { iov_base: unsafe { src.add(done) } as *mut libc::c_void, iov_len: len - done };
-        let remote = libc::iovec { iov_base: (dst as usize + done) as *mut libc::c_void, iov_len: len - done };
-        // SAFETY: one valid local iovec (caller); the remote side is checked by the kernel.
-        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n < 0 {
-            let err = std::io::Error::last_os_error();
-            let msg = match err.raw_os_error() {
-                Some(libc::ESRCH) => format!("process {pid} is gone (process_vm_writev: {err})"),
-                Some(libc::EPERM) => format!("not allowed to write into process {pid} (ptrace permission): {err}"),
-                _ => format!("process_vm_writev into pid {pid} at {:#x}+{done}: {err}", dst),
-            };
-            return Err(Error::Peer { peer, msg });
-        }
-        if n == 0 {
-            return Err(Error::Peer { peer, msg: format!("process_vm_writev into pid {pid} made no progress") });
-        }
-        done += n as usize;
-    }
-    Ok(())
+    // SAFETY: forwarded; a write only reads the local range.
+    unsafe { vm_copy(Way::Write, pid, src as *mut u8, dst, len, peer) }
 }
 
 /// Copies `len` bytes at `src` in process `pid` to `dst` here with `process_vm_readv`, looping
@@ -187,24 +167,52 @@ unsafe fn vm_write_direct(pid: u32, src: *const u8, dst: u64, len: usize, peer: 
 /// # Safety
 /// `[dst, dst+len)` must be writable memory of this process that nothing else uses meanwhile.
 pub(crate) unsafe fn vm_read(pid: u32, src: u64, dst: *mut u8, len: usize, peer: usize) -> Result<()> {
+    // SAFETY: forwarded.
+    unsafe { vm_copy(Way::Read, pid, dst, src, len, peer) }
+}
+
+/// Which way [`vm_copy`] copies.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Way {
+    /// From this process into the other one.
+    Write,
+    /// From the other process into this one.
+    Read,
+}
+
+/// `len` bytes between `local` here and `remote` in process `pid`, either way, looping over
+/// partial transfers; errors name `peer`.
+///
+/// # Safety
+/// `[local, local+len)` must be readable (a write) or writable and otherwise unused (a read).
+unsafe fn vm_copy(way: Way, pid: u32, local: *mut u8, remote: u64, len: usize, peer: usize) -> Result<()> {
+    let (call, dir, verb) = match way {
+        Way::Write => ("process_vm_writev", "into", "write into"),
+        Way::Read => ("process_vm_readv", "from", "read from"),
+    };
     let mut done = 0usize;
     while done < len {
-        // SAFETY: caller guarantees the destination range; `done < len` keeps it in bounds.
-        let local = libc::iovec { iov_base: unsafe { dst.add(done) } as *mut libc::c_void, iov_len: len - done };
-        let remote = libc::iovec { iov_base: (src as usize + done) as *mut libc::c_void, iov_len: len - done };
+        // SAFETY: caller guarantees the local range; `done < len` keeps it in bounds.
+        let l = libc::iovec { iov_base: unsafe { local.add(done) } as *mut libc::c_void, iov_len: len - done };
+        let r = libc::iovec { iov_base: (remote as usize + done) as *mut libc::c_void, iov_len: len - done };
         // SAFETY: one valid local iovec (caller); the remote side is checked by the kernel.
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        let n = unsafe {
+            match way {
+                Way::Write => libc::process_vm_writev(pid as libc::pid_t, &l, 1, &r, 1, 0),
+                Way::Read => libc::process_vm_readv(pid as libc::pid_t, &l, 1, &r, 1, 0),
+            }
+        };
         if n < 0 {
             let err = std::io::Error::last_os_error();
             let msg = match err.raw_os_error() {
-                Some(libc::ESRCH) => format!("process {pid} is gone (process_vm_readv: {err})"),
-                Some(libc::EPERM) => format!("not allowed to read from process {pid} (ptrace permission): {err}"),
-                _ => format!("process_vm_readv from pid {pid} at {src:#x}+{done}: {err}"),
+                Some(libc::ESRCH) => format!("process {pid} is gone ({call}: {err})"),
+                Some(libc::EPERM) => format!("not allowed to {verb} process {pid} (ptrace permission): {err}"),
+                _ => format!("{call} {dir} pid {pid} at {remote:#x}+{done}: {err}"),
             };
             return Err(Error::Peer { peer, msg });
         }
         if n == 0 {
-            return Err(Error::Peer { peer, msg: format!("process_vm_readv from pid {pid} made no progress") });
+            return Err(Error::Peer { peer, msg: format!("{call} {dir} pid {pid} made no progress") });
         }
         done += n as usize;
     }
@@ -338,5 +346,19 @@ mod tests {
             }
         }
         assert_eq!(stage.0.is_empty(), !cfg!(target_arch = "x86_64"), "slow distances were staged");
+    }
+
+    #[test]
+    fn reads_from_a_process_are_exact_and_name_a_gone_one() {
+        let src: Vec<u8> = (0..70_001u32).map(|i| (i * 13 + 1) as u8).collect();
+        let mut dst = vec![0x5Au8; src.len() + 2];
+        // SAFETY: `dst[1..]` holds `src.len()` bytes, used by nothing else meanwhile.
+        unsafe { vm_read(std::process::id(), src.as_ptr() as u64, dst[1..].as_mut_ptr(), src.len(), 3) }.unwrap();
+        assert_eq!(&dst[1..=src.len()], &src[..]);
+        assert_eq!((dst[0], dst[src.len() + 1]), (0x5A, 0x5A), "read outside the range");
+        // No process has pid 2^22 + 1 (above Linux's pid_max limit).
+        // SAFETY: as above.
+        let e = unsafe { vm_read(4_194_305, src.as_ptr() as u64, dst.as_mut_ptr(), 8, 3) }.unwrap_err();
+        assert!(matches!(&e, Error::Peer { peer: 3, msg } if msg.contains("is gone")), "{e}");
     }
 }
