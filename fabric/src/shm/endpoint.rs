@@ -218,7 +218,6 @@ impl ShmEndpoint {
     }
 }
 
-/// Drops cached mappings of keys that are no longer live at their peer; all of them if too many.
 /// Where a range of a peer's registration lies, for a copy into or out of it.
 enum Place {
     /// In this process: our own registration.
@@ -282,6 +281,7 @@ fn locate(
     Ok(Place::Mapped(unsafe { base.add(off) }))
 }
 
+/// Drops cached mappings of keys that are no longer live at their peer; all of them if too many.
 fn sweep(maps: &mut Maps, peers: &[Peer]) {
     maps.retain(|&(peer, key), _| {
         let slot = peers.get(peer).and_then(|p| p.seg.key((key & 0xffff_ffff) as usize));
