@@ -182,16 +182,19 @@ fn map_anonymous(at: Option<*mut i64>, len: usize) -> *mut i64 {
 /// A zero-copy message into heap memory of at most `FABCOLL_STAGED_RECEIVE` bytes lands in
 /// scratch and is copied out (counted in `zcopy_copy_bytes`); a larger one, or one into
 /// `alloc`ated memory, goes straight in. Results are checked at both sides of the limit, for
-/// allgather (several messages per call) and bcast, called twice (the scratch comes back from
-/// the pool the second time).
+/// allgather (several messages per call, each in one piece: its ranks send while they receive)
+/// and bcast (whose receivers, each with a CPU of its own by `FABCOLL_LOCAL_CPUS`, get the
+/// limit's 3 pieces and 8 bytes, each copied out as it arrives), called twice (the scratch comes
+/// back from the pool the second time).
 #[test]
 fn heap_destinations_are_staged_up_to_the_limit() {
-    const LIMIT_BYTES: usize = 65536;
+    const LIMIT_BYTES: usize = 3 * (128 << 10) + 8;
     let env = [
         ("FABCOLL_FABRIC", "shm"),
         ("FABCOLL_TIMEOUT", "30"),
-        ("FABCOLL_STAGED_RECEIVE", "65536"),
+        ("FABCOLL_STAGED_RECEIVE", "393224"),
         ("FABCOLL_HUGE_PAGES", "0"),
+        ("FABCOLL_LOCAL_CPUS", "3"),
     ];
     support::ranks("heap_destinations_are_staged_up_to_the_limit", 3, LIMIT, &env, |_job| {
         let c = Communicator::from_env().expect("communicator");

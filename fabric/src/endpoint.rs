@@ -297,7 +297,8 @@ pub trait Endpoint: Send {
     /// Whether `peer`'s writes into `mr`, a registration of this rank, are a system call each
     /// rather than stores through a mapping (as its reads from it are): on `shm`, memory of
     /// `register` is written with `process_vm_writev`, which pins its pages one by one. The executor then has a write of
-    /// moderate size land in memory of `alloc` and copies it out. Default: no.
+    /// moderate size land in memory of `alloc` and copies it out, piece by piece as the pieces arrive: a backend that
+    /// answers yes must deliver one peer's writes with immediate data in the order they were made. Default: no.
     fn writes_by_syscall(&self, _peer: usize, _mr: &Mr) -> bool {
         false
     }

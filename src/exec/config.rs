@@ -45,8 +45,10 @@ pub struct ExecConfig {
     /// A zero-copy receive of at most this many bytes into memory that the sender would write
     /// with a system call (`Endpoint::writes_by_syscall`: on shm, the program's own memory,
     /// written with `process_vm_writev`) is granted in registered scratch instead, which the
-    /// sender writes through its mapping, and copied out on arrival: two `memcpy`s beat the
-    /// system call's pinning of 4 KiB pages up to about this size. 0 turns it off.
+    /// sender writes through its mapping, and copied out on arrival (by a receiver with a CPU of
+    /// its own and nothing to send, piece by piece while the sender writes the next): two
+    /// `memcpy`s beat the system call's pinning of 4 KiB pages up to about this size
+    /// (`docs/measurements/2026-11-29-pipelined-staging.md`). 0 turns it off.
     /// `FABCOLL_STAGED_RECEIVE`.
     pub staged_receive_max: usize,
     /// A zero-copy message of at least this many bytes to a peer that can read this rank's memory

@@ -34,6 +34,9 @@ pub(crate) struct Core {
     /// `REMOTE_READ` when peers may read this rank's buffers ([`Core::shares_copy`]), which every
     /// registration of a call's buffers then carries; else `LOCAL`.
     pub read_access: Access,
+    /// Every rank of this node has a CPU of its own (the engine's waiters are not
+    /// oversubscribed): a receiver can copy beside its sender rather than take turns with it.
+    pub own_cpu: bool,
 }
 
 /// What [`Core::send_eager`] did with a message.

@@ -248,6 +248,7 @@ impl Engine {
             mrs,
             pool: Vec::new(),
             read_access,
+            own_cpu: !oversubscribed,
         };
         let mut e = Engine {
             core,

@@ -12,8 +12,9 @@
 //!   (the receiver's `Endpoint::write_segment` for the connection, so both count them alike).
 //!   A Recv region the sender would write with a system call (`Endpoint::writes_by_syscall`)
 //!   and of at most `ExecConfig::staged_receive_max` bytes is granted in pooled scratch instead,
-//!   copied out when the last piece arrives (a staged receive); an op that fails drops that
-//!   scratch rather than pooling it, as a peer may still write it.
+//!   copied out when it arrives (a staged receive; a receiver with a CPU of its own and no Send
+//!   under way grants it in pieces of [`STAGED_PIECE`] and copies each out as it arrives); an op
+//!   that fails drops that scratch rather than pooling it, as a peer may still write it.
 //! - shared copies (`ExecConfig::shared_copy_min`, where the two ranks can read each other's
 //!   memory: shm): a receiver with no Send of its own under way grants a large message in two
 //!   pieces; its sender writes the first and offers the second (`Kind::Offer`, unless the
@@ -56,6 +57,21 @@ pub(crate) struct Check {
     pub describe: fn(&[u8]) -> String,
 }
 
+/// The pieces a staged receive is granted in: each is copied out of the scratch as soon as it
+/// has arrived, while the sender writes the next, so the copy-out trails the sender's copy by a
+/// piece instead of following all of it.
+const STAGED_PIECE: usize = 128 << 10;
+
+/// A staged receive in flight (`Op::grant`): the Recv step and its region, the scratch it was
+/// granted in, the piece size, and the bytes of written pieces copied out so far.
+struct Staged {
+    step: StepId,
+    dst: Region,
+    scratch: Mr,
+    seg: usize,
+    copied: usize,
+}
+
 pub(crate) struct Op {
     pub key: OpKey,
     /// The operation's name (a collective's, or `send` / `recv`), for messages.
@@ -79,8 +95,8 @@ pub(crate) struct Op {
     rts_in: FastSet<(u32, u32)>,
     /// Fused Recv steps done whose message still sits in its eager slot (a few at a time).
     fused_slot: Vec<Fused>,
-    /// Staged receives in flight: the Recv step, its region and the scratch it was granted in.
-    staged: Vec<(StepId, Region, Mr)>,
+    /// Staged receives in flight.
+    staged: Vec<Staged>,
     /// Receives granted whose sender may share their copy (`Core::shares_copy`): the Recv step,
     /// the piece size granted (an offer starts at a whole piece) and the grant id.
     shareable: Vec<(StepId, usize, u64)>,
@@ -513,22 +529,27 @@ impl Op {
             return;
         };
         let (mut mr, mut off) = (dst_mr.remote(), off);
+        let mut seg = core.ep.write_segment(ep).clamp(1, core.caps.max_write.max(1));
         if bytes <= core.cfg.staged_receive_max && core.ep.writes_by_syscall(ep, dst_mr) {
             match core.scratch(bytes) {
                 Ok(scratch) => {
                     (mr, off) = (scratch.remote(), 0);
-                    self.staged.push((s, dst, scratch));
+                    // In pieces where this rank has a CPU of its own and nothing else to copy:
+                    // it copies each out while the sender writes the next.
+                    if core.own_cpu && !self.sending() {
+                        seg = seg.min(STAGED_PIECE);
+                    }
+                    self.staged.push(Staged { step: s, dst, scratch, seg, copied: 0 });
                 }
                 Err(e) => tracing::debug!(%e, "no scratch for a staged receive; granting the destination"),
             }
         }
-        let mut seg = core.ep.write_segment(ep).clamp(1, core.caps.max_write.max(1));
         let shares = core.shares_copy(ep, bytes);
         // Two pieces invite the sender to leave us the second (an offer) while it writes the
         // first, unless this rank is busy sending too (the offer would only add a round trip) or
         // the message is staged (the sender writes the scratch through a mapping, faster than
         // this rank reads the sender's memory with a system call).
-        let staged = self.staged.last().is_some_and(|&(t, ..)| t == s);
+        let staged = self.staged.last().is_some_and(|x| x.step == s);
         if shares && !staged && !self.sending() {
             seg = seg.min(bytes.div_ceil(2).next_multiple_of(4096));
         }
@@ -574,15 +595,17 @@ impl Op {
 
     /// One of our writes for step `s` finished locally.
     pub fn on_write_done(&mut self, core: &mut Core, s: StepId) -> Result<()> {
-        self.segment_done(core, s)
+        self.segment_done(core, s, false)
     }
 
     /// One zero-copy segment for Recv step `s` arrived.
     pub fn on_arrived(&mut self, core: &mut Core, s: StepId) -> Result<()> {
-        self.segment_done(core, s)
+        self.segment_done(core, s, true)
     }
 
-    fn segment_done(&mut self, core: &mut Core, s: StepId) -> Result<()> {
+    /// A segment of step `s` is done: `written` (a peer's write arrived) or otherwise (our write
+    /// finished, or we read an offered piece).
+    fn segment_done(&mut self, core: &mut Core, s: StepId, written: bool) -> Result<()> {
         let p = &mut self.pending[s as usize];
         if *p == 0 || self.st[s as usize] != St::Waiting {
             return Err(Error::Protocol(format!(
@@ -591,21 +614,37 @@ impl Op {
             )));
         }
         *p -= 1;
-        if *p == 0 {
-            if let Some(i) = self.staged.iter().position(|&(t, ..)| t == s) {
-                let (_, dst, scratch) = self.staged.swap_remove(i);
-                let (dp, n) = self.raw(dst);
-                // SAFETY: every piece of the grant arrived, so the scratch holds the message's `n`
-                // bytes and no peer writes it any more; the destination is this Recv's bound,
-                // quiet region of `n` bytes; different allocations.
-                unsafe { fabcoll_fabric::copy::copy_bulk(dp, scratch.as_ptr(), n) };
-                core.stats.zcopy_copy_bytes += n as u64;
-                core.give_back(scratch);
+        let last = *p == 0;
+        if let Some(i) = self.staged.iter().position(|x| x.step == s) {
+            if written {
+                self.copy_out_piece(core, i);
             }
+            if last {
+                core.give_back(self.staged.swap_remove(i).scratch);
+            }
+        }
+        if last {
             self.complete(s);
             self.run(core)?;
         }
         Ok(())
+    }
+
+    /// Copies the next written piece of staged receive `i` out of its scratch while the sender
+    /// writes the following ones. A peer's writes into one grant arrive in the order it makes
+    /// them, which is the order of their offsets (`zcopy`): the only fabric that stages, shm,
+    /// has one FIFO queue per pair, and its data is visible before its notice. Offered pieces
+    /// are read into the destination itself (`on_offer`) and never copied out.
+    fn copy_out_piece(&mut self, core: &mut Core, i: usize) {
+        let x = &self.staged[i];
+        let (dp, n) = self.raw(x.dst);
+        let (from, len) = (x.copied, x.seg.min(n.saturating_sub(x.copied)));
+        // SAFETY: the piece at `from` arrived (writes arrive in order, see above), so its `len`
+        // bytes in the scratch are the message's and no peer writes them any more; the
+        // destination is this Recv's bound, quiet region of `n` bytes, in another allocation.
+        unsafe { fabcoll_fabric::copy::copy_bulk(dp.add(from), x.scratch.as_ptr().add(from), len) };
+        self.staged[i].copied += len;
+        core.stats.zcopy_copy_bytes += len as u64;
     }
 
     /// An eager message from `peer` (communicator rank) sits in `slot`.
@@ -689,10 +728,8 @@ impl Op {
         if self.st[s as usize] != St::Waiting || self.pending[s as usize] < pieces {
             return Err(bad(format!("{pieces} pieces offered, {} awaited", self.pending[s as usize])));
         }
-        let (mr, off) = match self.staged.iter().find(|&&(t, ..)| t == s) {
-            Some((_, _, scratch)) => (scratch.clone(), 0),
-            None => self.bufs().mr(dst).map(|(m, off)| (m.clone(), off))?,
-        };
+        // Into the destination itself, also when it was staged: only written pieces are copied out.
+        let (mr, off) = self.bufs().mr(dst).map(|(m, off)| (m.clone(), off))?;
         let src = o.mr.slice(o.off as usize + from, len)?;
         core.ep.read(ep, src, mr.slice(off + from, len)?)?;
         core.stats.zcopy_read_bytes += len as u64;
@@ -700,7 +737,7 @@ impl Op {
         for _ in 0..pieces {
             // Read here rather than written: the grant is forgotten with its last piece all the same.
             core.grant_arrived(ep, gid);
-            self.segment_done(core, s)?;
+            self.segment_done(core, s, false)?;
         }
         Ok(())
     }
@@ -714,7 +751,7 @@ impl Op {
                     self.coll, self.key.seq
                 )));
             };
-            self.segment_done(core, s)?;
+            self.segment_done(core, s, false)?;
         }
         Ok(())
     }
