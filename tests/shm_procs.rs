@@ -185,7 +185,8 @@ fn map_anonymous(at: Option<*mut i64>, len: usize) -> *mut i64 {
 /// allgather (several messages per call, each in one piece: its ranks send while they receive)
 /// and bcast (whose receivers, each with a CPU of its own by `FABCOLL_LOCAL_CPUS`, get the
 /// limit's 3 pieces and 8 bytes, each copied out as it arrives), called twice (the scratch comes
-/// back from the pool the second time).
+/// back from the pool the second time); and a bcast from `alloc`ated memory, whose sender offers
+/// half of the pieces for the receivers to read.
 #[test]
 fn heap_destinations_are_staged_up_to_the_limit() {
     const LIMIT_BYTES: usize = 3 * (128 << 10) + 8;
@@ -227,6 +228,24 @@ fn heap_destinations_are_staged_up_to_the_limit() {
         c.bcast(&mut b, 0).unwrap();
         assert!(b.iter().enumerate().all(|(i, &v)| v == i as u64), "bcast into alloc'd memory");
         assert_eq!(c.stats().zcopy_copy_bytes, before, "a write into alloc'd memory was staged");
+        // From `alloc`ated memory into the heap: staged in its 4 pieces, of which the sender writes
+        // the first two (copied out) and offers the others (read straight into the destination).
+        let before = c.stats();
+        let n = LIMIT_BYTES / 8;
+        let binomial = fabcoll::Options::algorithm("binomial");
+        if r == 0 {
+            let mut b = c.alloc::<u64>(n).unwrap();
+            b.iter_mut().enumerate().for_each(|(i, v)| *v = i as u64 * 3);
+            c.with(&binomial).bcast(&mut b, 0).unwrap();
+        } else {
+            let mut b = vec![0u64; n];
+            c.with(&binomial).bcast(&mut b, 0).unwrap();
+            assert!(b.iter().enumerate().all(|(i, &v)| v == i as u64 * 3), "bcast from alloc'd memory");
+        }
+        let moved = c.stats().since(&before);
+        let written = 2 * (128 << 10);
+        let want = if r == 0 { (0, 0) } else { ((LIMIT_BYTES - written) as u64, written as u64) };
+        assert_eq!((moved.zcopy_read_bytes, moved.zcopy_copy_bytes), want, "bytes read, bytes copied out");
         c.barrier().unwrap();
     });
 }
