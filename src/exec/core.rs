@@ -7,7 +7,7 @@ use super::eager::Eager;
 use super::fasthash::FastMap;
 use super::mrcache::MrCache;
 use super::proto::{self, CallSig, ImmLayout, Kind};
-use super::wait::retry_busy;
+use super::wait::{retry_busy, Patience};
 use super::{ExecConfig, OpKey, Stats};
 use crate::error::Result;
 
@@ -34,9 +34,9 @@ pub(crate) struct Core {
     /// `REMOTE_READ` when peers may read this rank's buffers ([`Core::shares_copy`]), which every
     /// registration of a call's buffers then carries; else `LOCAL`.
     pub read_access: Access,
-    /// Every rank of this node has a CPU of its own (the engine's waiters are not
-    /// oversubscribed): a receiver can copy beside its sender rather than take turns with it.
-    pub own_cpu: bool,
+    /// When waiters yield and stop spinning; `oversubscribed` also tells a receiver whether it
+    /// can copy beside its sender rather than take turns with it on a shared CPU.
+    pub patience: Patience,
 }
 
 /// What [`Core::send_eager`] did with a message.

@@ -144,8 +144,6 @@ pub(crate) struct Engine {
     comp: Vec<Completion>,
     /// Registrations of pinned buffers (`Communicator::alloc` / `register`), used before the cache.
     pinned: Vec<Mr>,
-    /// When waiters yield and stop spinning.
-    patience: Patience,
     /// Bumped by every `progress` that handled something (a waiter's poll brought news).
     events: u64,
     /// Endpoint ranks the waited-for op waits for, as of (op, `events`): recomputed when
@@ -248,7 +246,7 @@ impl Engine {
             mrs,
             pool: Vec::new(),
             read_access,
-            own_cpu: !oversubscribed,
+            patience: Patience::new(oversubscribed, load_store, cfg_spin),
         };
         let mut e = Engine {
             core,
@@ -262,7 +260,6 @@ impl Engine {
             next_ctx: 1,
             comp: Vec::new(),
             pinned: Vec::new(),
-            patience: Patience::new(oversubscribed, load_store, cfg_spin),
             events: 0,
             awaited: Vec::new(),
             awaited_at: None,
@@ -326,7 +323,7 @@ impl Engine {
 
     /// How a mailbox call waits: the engine's patience, and the deadline.
     pub fn mailbox_patience(&self) -> (Patience, Duration) {
-        (self.patience, self.core.cfg.timeout)
+        (self.core.patience, self.core.cfg.timeout)
     }
 
     /// One progress round for the collectives in flight on the engine while this thread runs a
@@ -1072,7 +1069,7 @@ impl Engine {
             self.fail(key, e);
         }
         if self.events == ev {
-            let patience = self.patience;
+            let patience = self.core.patience;
             w.next = Some(w.b.fruitless(&patience, || self.awaited_busy(key)));
         } else {
             w.b.news();

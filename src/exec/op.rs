@@ -536,7 +536,7 @@ impl Op {
                     (mr, off) = (scratch.remote(), 0);
                     // In pieces where this rank has a CPU of its own and nothing else to copy:
                     // it copies each out while the sender writes the next.
-                    if core.own_cpu && !self.sending() {
+                    if !core.patience.oversubscribed && !self.sending() {
                         seg = seg.min(STAGED_PIECE);
                     }
                     self.staged.push(Staged { step: s, dst, scratch, seg, copied: 0 });

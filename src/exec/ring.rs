@@ -297,7 +297,7 @@ impl RingLane<'_> {
             return Err(Stop::HandOver);
         }
         let ep = &*eng.core.ep;
-        match self.w.fruitless(&eng.patience, || awaited.is_some_and(|p| ep.peer_busy_elsewhere(p))) {
+        match self.w.fruitless(&eng.core.patience, || awaited.is_some_and(|p| ep.peer_busy_elsewhere(p))) {
             Pause::Poll => Ok(()),
             Pause::Yield => {
                 yield_core(ep);
