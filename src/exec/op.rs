@@ -12,11 +12,11 @@
 //!   (the receiver's `Endpoint::write_segment` for the connection, so both count them alike).
 //!   A Recv region the sender would write with a system call (`Endpoint::writes_by_syscall`)
 //!   and of at most `ExecConfig::staged_receive_max` bytes is granted in pooled scratch instead,
-//!   copied out when it arrives (a staged receive; a receiver with a CPU of its own and no Send
-//!   under way grants it in pieces of [`STAGED_PIECE`] and copies each out as it arrives); an op
+//!   copied out when it arrives (a staged receive; a receiver with a CPU of its own that sends
+//!   nothing in the call grants it in pieces of [`STAGED_PIECE`] and copies each out as it arrives); an op
 //!   that fails drops that scratch rather than pooling it, as a peer may still write it.
 //! - shared copies (`ExecConfig::shared_copy_min`, where the two ranks can read each other's
-//!   memory: shm): a receiver with no Send of its own under way grants a large message in two
+//!   memory: shm): a receiver that sends nothing in the call grants a large message in two
 //!   pieces; its sender writes the first and offers the second (`Kind::Offer`, unless the
 //!   receiver would read with a system call what the sender writes through a mapping), which the
 //!   receiver reads out of the sender's buffer (`Endpoint::read`) and confirms (`Kind::Pulled`),
@@ -546,7 +546,7 @@ impl Op {
         }
         let shares = core.shares_copy(ep, bytes);
         // Two pieces invite the sender to leave us the second (an offer) while it writes the
-        // first, unless this rank is busy sending too (the offer would only add a round trip) or
+        // first, unless this rank sends in the call too (the offer would only add a round trip) or
         // the message is staged (the sender writes the scratch through a mapping, faster than
         // this rank reads the sender's memory with a system call).
         let staged = self.staged.last().is_some_and(|x| x.step == s);
@@ -571,12 +571,12 @@ impl Op {
         });
     }
 
-    /// Whether a Send of this op is ready or under way: this rank's core has copies of its own
-    /// to make.
+    /// Whether this rank sends in this call: its core has copies of its own to make. Read off the
+    /// schedule, not off which Sends happen to be under way when a receive is granted (that
+    /// depends on how early the peers' grants came, so a ring's receives were shared in some runs
+    /// and not in others).
     fn sending(&self) -> bool {
-        let send = |s: StepId| matches!(self.plan.sched.step(s), StepKind::Send { .. });
-        self.work.iter().any(|&s| send(s))
-            || self.st.iter().enumerate().any(|(i, &st)| st == St::Waiting && send(i as StepId))
+        (0..self.st.len() as StepId).any(|s| matches!(self.plan.sched.step(s), StepKind::Send { .. }))
     }
 
     fn eager_copy(&mut self, core: &mut Core, s: StepId, peer: u32, slot: u32, dst: Region) -> Result<()> {
