@@ -13,10 +13,11 @@
 # `auto` is always measured too. Writes OUT/raw.csv (round,op,fabric,p,algo,chosen,bytes,usec) and
 # OUT/summary.md: per p and size, the median µs of each row, the best forced row, auto / best (the
 # median over rounds of the per-round ratio) and what auto chose. Timed iterations: 200 up to
-# 1 MiB, fewer in proportion above (at least 20), back to back (--sync none).
+# 1 MiB, fewer in proportion above (at least 20), back to back (--sync none). BENCH_LIMIT (seconds,
+# default 600) bounds each launch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-op="" algos="" procs=4 fabric=shm min=64K max=64M rounds=3 bin="" out=target/bench-algs
+limit=${BENCH_LIMIT:-600} op="" algos="" procs=4 fabric=shm min=64K max=64M rounds=3 bin="" out=target/bench-algs
 while [ $# -gt 0 ]; do
   case "$1" in
     --op) op=$2; shift 2 ;;
@@ -47,7 +48,7 @@ for round in $(seq "$rounds"); do
     for i in $(seq 0 $((n - 1))); do
       alg=${rows[$(((i + round) % n))]}
       echo "bench-algs: round $round $op p=$p $alg" >&2
-      if ! timeout 600 "$bin/fabrun" -n "$p" --fabric "$fabric" --timeout 580 "$bin/fabcoll" bench --op "$op" \
+      if ! timeout "$limit" "$bin/fabrun" -n "$p" --fabric "$fabric" --timeout $((limit - 20)) "$bin/fabcoll" bench --op "$op" \
           --algo "$alg" --min-size "$min" --max-size "$max" --iters 200 --warmup 21 --large-size 1M --sync none \
           --format csv --output "$out/one.csv" >"$out/one.log" 2>&1; then
         echo "bench-algs: $op $alg p=$p failed:" >&2

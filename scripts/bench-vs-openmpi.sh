@@ -20,6 +20,7 @@
 #                        per-cell geomeans stray from 1 by noise alone)
 #     --heap             fabcoll's buffers from the heap (`fabcoll bench --heap`), as mpibench's
 #                        are (malloc), instead of `Communicator::alloc`'s shared memory
+# BENCH_LIMIT (seconds, default 900) bounds each launch of either side.
 #
 # Sizes are mpibench's: the whole per-rank buffer, also for allgather and alltoall (fabcoll runs
 # those with a per-rank / per-pair block of size/p, and rows are reported at the mpibench size).
@@ -35,7 +36,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-peers="" ops="allreduce bcast allgather alltoall" procs="2 4" fabrics="shm tcp ofi:tcp"
+limit=${BENCH_LIMIT:-900} peers="" ops="allreduce bcast allgather alltoall" procs="2 4" fabrics="shm tcp ofi:tcp"
 min=8 max=16777216 runs=3 out="$root/target/bench-vs-openmpi" base="" prebuilt="" heap=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -82,7 +83,7 @@ run_fabcoll() { # run fabric op p [bin impl]
     [ "$hi" -gt "$max" ] && hi=$max
     [ "$lo" -gt "$hi" ] && continue
     local f="$out/fabcoll.csv"
-    if ! timeout 900 "$b/fabrun" -n "$p" --fabric "$fabric" --timeout 850 "$b/fabcoll" bench --op "$op" \
+    if ! timeout "$limit" "$b/fabrun" -n "$p" --fabric "$fabric" --timeout $((limit - 20)) "$b/fabcoll" bench --op "$op" \
         --min-size $((lo / div)) --max-size $((hi / div)) --iters "$iters" --warmup $((iters / 10 + 1)) \
         --large-size 1G --sync none $heap --format csv --output "$f" >"$out/fabcoll.log" 2>&1; then
       echo "$impl $fabric $op p=$p failed:" >&2
@@ -102,7 +103,7 @@ run_ompi() { # run fabric op p
     label="openmpi-tcp"
   fi
   case "$op" in allgather|alltoall) [ "$lo" -lt $((4 * p)) ] && lo=$((4 * p)) ;; esac
-  if ! timeout 900 "${ompi[@]}" "${mca[@]}" -n "$p" "$out/mpibench" "$op" "$lo" "$max" >"$out/mpi.log" 2>&1; then
+  if ! timeout "$limit" "${ompi[@]}" "${mca[@]}" -n "$p" "$out/mpibench" "$op" "$lo" "$max" >"$out/mpi.log" 2>&1; then
     echo "mpibench $label $op p=$p failed:" >&2
     tail -5 "$out/mpi.log" >&2
     return

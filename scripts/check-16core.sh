@@ -8,23 +8,27 @@
 #                                [--runs N] [--rounds N] [--tcp-fabrics "tcp ofi:tcp"] [--tune-log FILE] [--small]
 #
 # Stages, in order of what they decide; one that would start after --deadline seconds is skipped
-# (default 3000) and says so in log.txt. Each stage's table is appended to summary.md:
+# (default 450: the device lends 15 minutes a session, its start included) and says so in log.txt;
+# every launch is bounded by BENCH_LIMIT (default 90 s) so a hang costs one launch, not the run.
+# Each stage's table is appended to summary.md:
 #   1. host.txt: the machine and its memcpy bandwidth (membw, the floor of large messages);
-#   2. forced allreduce algorithms and auto, 64 KiB-64 MiB, at each p (bench-algs.sh);
-#   3. fabcoll shm against Open MPI vader, all four ops, 8 B-16 MiB (bench-vs-openmpi.sh);
+#   2. fabcoll shm against Open MPI vader, all four ops, 8 B-16 MiB (bench-vs-openmpi.sh);
+#   3. forced allreduce algorithms and auto, 64 KiB-16 MiB, at each p (bench-algs.sh);
 #   4. forced alltoall algorithms and auto at the largest p;
-#   5. forced bcast algorithms and auto over tcp at the largest p, 4 KiB-4 MiB (where the binomial
+#   5. the first of --tcp-fabrics (default tcp, then ofi:tcp) against Open MPI's tcp BTL on lo;
+#   6. forced bcast algorithms and auto over tcp at the largest p, 4 KiB-4 MiB (where the binomial
 #      tree should give way to scatter + allgather on a network);
-#   6. --tcp-fabrics (default tcp and ofi:tcp) against Open MPI's tcp BTL on lo;
-#   7. `fabcoll tune` of allreduce and alltoall on shm at the largest p until the deadline:
-#      tune-decisions.json (this machine's rules) and tune-log.jsonl (its measured points; pass it
-#      back with --tune-log to resume where it stopped).
-# raw.csv holds every measurement of stages 2-6 (bench-algs rows, then bench-vs-openmpi's).
+#   7. the other --tcp-fabrics against Open MPI's tcp BTL;
+#   8. `fabcoll tune` of allreduce and alltoall on shm at the largest p until the deadline, when a
+#      minute is left: tune-decisions.json (this machine's rules) and tune-log.jsonl (its measured
+#      points; pass it back with --tune-log to resume where it stopped).
+# raw.csv holds every measurement of stages 2-7 (bench-algs rows, then bench-vs-openmpi's).
 # --small: a trial of the whole path here (p = 2, small sizes, one round).
 set -u
 cd "$(dirname "$0")/.."
-bundle=target/devb out=${OUT:-/tmp/check-16core} deadline=3000 procs="8 16" runs=2 rounds=2 small=0
+bundle=target/devb out=${OUT:-/tmp/check-16core} deadline=450 procs="8 16" runs=2 rounds=2 small=0
 tcp_fabrics="tcp ofi:tcp" tune_log=""
+export BENCH_LIMIT=${BENCH_LIMIT:-90}
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle=$2; shift 2 ;;
@@ -36,11 +40,12 @@ while [ $# -gt 0 ]; do
     --tcp-fabrics) tcp_fabrics=$2; shift 2 ;;
     --tune-log) tune_log=$2; shift 2 ;;
     --small) small=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "check-16core: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 D=$(cd "$bundle" && pwd) || { echo "check-16core: no bundle at $bundle" >&2; exit 2; }
+rm -rf "$D"/algs-* "$D"/vs-* # a former run's tables would be appended to
 mkdir -p "$out"
 log="$out/log.txt"
 : >"$log"
@@ -49,7 +54,7 @@ left() { # stage name: is there time for it?
   if [ "$SECONDS" -ge "$deadline" ]; then say "skipped $1: past the deadline of $deadline s"; return 1; fi
   say "stage $1"
 }
-ar_min=64K ar_max=64M a2a_min=1K a2a_max=1M bc_max=4M vs_max=16777216
+ar_min=64K ar_max=16M a2a_min=1K a2a_max=1M bc_max=4M vs_max=16777216
 if [ "$small" = 1 ]; then
   procs=2 runs=1 rounds=1 ar_min=64K ar_max=256K a2a_min=1K a2a_max=4K bc_max=8K vs_max=4096
 fi
@@ -84,24 +89,27 @@ vs() { # fabrics name
   { echo; cat "$D/vs-$2/summary.md"; } >>"$out/summary.md" 2>/dev/null
   tail -n +2 "$D/vs-$2/raw.csv" 2>/dev/null | sed 's/^/vs,/' >>"$out/raw.csv"
 }
-if left "2 (allreduce algorithms)"; then
-  algs allreduce "shmem_cyclic shmem_parallel rabenseifner rsag_pairwise_ring reduce_bcast" "$procs" \
-    "$ar_min" "$ar_max" allreduce
+if left "2 (shm against Open MPI)"; then vs shm shm; fi
+if left "3 (allreduce algorithms)"; then
+  algs allreduce "shmem_cyclic shmem_parallel rabenseifner rsag_pairwise_ring" "$procs" "$ar_min" "$ar_max" allreduce
 fi
-if left "3 (shm against Open MPI)"; then vs shm shm; fi
 if left "4 (alltoall algorithms)"; then
-  algs alltoall "simple spreading_simple pairwise_xor pairwise_matching pair_light_barrier mesh_2d" "$largest" \
+  algs alltoall "simple spreading_simple pairwise_xor pairwise_matching pair_light_barrier" "$largest" \
     "$a2a_min" "$a2a_max" alltoall
 fi
-if left "5 (bcast algorithms over tcp)"; then
+first_tcp=${tcp_fabrics%% *} other_tcp=${tcp_fabrics#"$first_tcp"}
+if left "5 ($first_tcp against Open MPI)"; then vs "$first_tcp" tcp; fi
+if left "6 (bcast algorithms over tcp)"; then
   algs bcast "binomial scatter_recursive_doubling_allgather scatter_ring_allgather" "$largest" 4K "$bc_max" bcast-tcp tcp
 fi
-if left "6 (tcp against Open MPI)"; then vs "$tcp_fabrics" tcp; fi
-if left "7 (tune)"; then
+if [ -n "${other_tcp// /}" ] && left "7 ($other_tcp against Open MPI)"; then vs "$other_tcp" tcp-other; fi
+if [ $((deadline - SECONDS)) -lt 60 ] && [ "$small" = 0 ]; then
+  say "skipped 8 (tune): less than a minute left before the deadline of $deadline s"
+elif left "8 (tune)"; then
   minutes=$(((deadline - SECONDS) / 60)); [ "$minutes" -lt 1 ] && minutes=1
   [ -n "$tune_log" ] && cp "$tune_log" "$out/tune-log.jsonl"
-  tune_max=64M; [ "$small" = 1 ] && tune_max=4K
-  (cd "$out" && timeout $((minutes * 60 + 300)) "$D/bin/fabrun" -n "$largest" --fabric shm --timeout $((minutes * 60 + 240)) \
+  tune_max=16M; [ "$small" = 1 ] && tune_max=4K
+  (cd "$out" && timeout $((minutes * 60 + 40)) "$D/bin/fabrun" -n "$largest" --fabric shm --timeout $((minutes * 60 + 30)) \
     "$D/bin/fabcoll" tune --ops allreduce,alltoall --max-size "$tune_max" --budget-minutes "$minutes" \
     --out tune-decisions.json --log tune-log.jsonl >>"$log" 2>&1) || say "tune failed"
 fi
