@@ -11,8 +11,12 @@
 //! the machine.
 //!
 //! "Beyond noise" ([`Sample::beats`]): `a` beats `b` when its median is lower by more than a
-//! relative margin (3 % by default) AND their kept repetitions do not overlap (`a`'s slowest
-//! kept one is faster than `b`'s fastest) — so a tie keeps the incumbent.
+//! relative margin (3 % by default) AND the middle halves of their kept repetitions do not overlap
+//! (`a`'s upper quartile is below `b`'s lower quartile; with fewer than four repetitions, their
+//! whole ranges) — so a tie keeps the incumbent. Whole ranges of 18 repetitions were asked to be
+//! apart before: at p = 16 on 16 cores one slow repetition in 18 joined them, and `shmem_cyclic`
+//! at 1 MiB, well ahead of Rabenseifner by the medians of every confirmation round, was never
+//! chosen (`docs/measurements/2026-11-29-sixteen-cores.md`).
 
 /// The repetitions within [`DISTURBED`] × the second-fastest must be at least 1 in this many
 /// for the second test to apply. Interleaved rounds expose every candidate of a batch to the same
@@ -27,14 +31,18 @@ const MAD_TO_SD: f64 = 1.4826;
 /// Undisturbed repetitions of one candidate in one batch spread by less (`docs/measurements/2026-11-27-tuner.md`).
 pub const DISTURBED: f64 = 1.5;
 
-/// One measured point: median of the kept repetitions, their robust standard deviation and
-/// their range (µs).
+/// One measured point: median of the kept repetitions, their robust standard deviation, their
+/// range and their quartiles (µs).
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct Sample {
     pub median: f64,
     pub noise: f64,
     pub lo: f64,
     pub hi: f64,
+    /// Lower and upper quartile (the medians of the lower and upper half; below four
+    /// repetitions, `lo` and `hi`).
+    pub q1: f64,
+    pub q3: f64,
 }
 
 fn median(sorted: &[f64]) -> f64 {
@@ -80,18 +88,21 @@ impl Sample {
             return None;
         }
         let m = median(&k);
-        Some(Sample { median: m, noise: MAD_TO_SD * mad(&k, m), lo: k[0], hi: k[k.len() - 1] })
+        let (lo, hi) = (k[0], k[k.len() - 1]);
+        let n = k.len();
+        let (q1, q3) = if n < 4 { (lo, hi) } else { (median(&k[..n / 2]), median(&k[n.div_ceil(2)..])) };
+        Some(Sample { median: m, noise: MAD_TO_SD * mad(&k, m), lo, hi, q1, q3 })
     }
 
     /// A noise-free figure (synthetic measurements, tests).
     pub fn exact(us: f64) -> Sample {
-        Sample { median: us, noise: 0.0, lo: us, hi: us }
+        Sample { median: us, noise: 0.0, lo: us, hi: us, q1: us, q3: us }
     }
 
     /// Whether `self` is faster than `other` beyond noise: by more than `rel` of `other`'s median,
-    /// with no overlap of the kept repetitions.
+    /// with no overlap of the middle halves of the kept repetitions (the module doc).
     pub fn beats(&self, other: &Sample, rel: f64) -> bool {
-        other.median - self.median > rel * other.median && self.hi < other.lo
+        other.median - self.median > rel * other.median && self.q3 < other.q1
     }
 }
 
@@ -132,5 +143,29 @@ mod tests {
         assert!(!a.beats(&noisy, 0.03), "the repetitions overlap");
         assert!(!b.beats(&a, 0.0));
         assert!(Sample::exact(1.0).beats(&Sample::exact(2.0), 0.03));
+    }
+
+    /// A confirmation round of `fabcoll tune` at p = 16 on 16 cores, 1 MiB allreduce:
+    /// shmem_cyclic against the default, Rabenseifner (the last of three). Their kept ranges overlap,
+    /// their middle halves are far apart.
+    #[test]
+    fn one_slow_repetition_does_not_hide_a_clear_win() {
+        let cyclic = [
+            465.0, 507.0, 518.0, 534.0, 541.0, 542.0, 547.0, 559.0, 567.0, 573.0, 597.0, 598.0, 615.0, 618.0, 779.0,
+            908.0, 1018.0, 1043.0,
+        ];
+        let rab = [
+            612.0, 650.0, 673.0, 683.0, 701.0, 701.0, 711.0, 712.0, 722.0, 725.0, 730.0, 745.0, 760.0, 772.0, 841.0,
+            854.0, 952.0, 1010.0,
+        ];
+        let (a, b) = (Sample::from_reps(&cyclic).unwrap(), Sample::from_reps(&rab).unwrap());
+        assert!(a.hi > b.lo, "the ranges overlap: {a:?} {b:?}");
+        assert!(a.beats(&b, 0.03), "{a:?} {b:?}");
+        assert!(!b.beats(&a, 0.03));
+        // Middle halves that overlap are a tie, whatever the medians say.
+        let c = Sample::from_reps(&[20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0, 27.0]).unwrap();
+        let d = Sample::from_reps(&[23.0, 24.0, 25.0, 26.0, 27.0, 28.0, 29.0, 30.0]).unwrap();
+        assert_eq!((c.q1, c.q3), (21.5, 25.5), "{c:?}");
+        assert!(c.median < 0.9 * d.median && c.q3 > d.q1 && !c.beats(&d, 0.03), "{c:?} {d:?}");
     }
 }

@@ -31,8 +31,8 @@ Method (faraj-yuan 2005 §3): phase 1 tunes each algorithm's parameters (segment
 two from half the message down to 4 KiB; alltoall barriers: 1, 2, 4, … ≤ p-1) at every grid size
 (1 B, 64 B, 512 B, 1 KiB, 2 KiB, … doubling to --max-size) and binary-searches the size where the
 best value changes (to a factor √2); phase 2 does the same across algorithms, with the embedded
-default as the incumbent: another choice wins only if it is faster by more than --margin AND its
-repetitions do not overlap the incumbent's (after dropping repetitions slower than median +
+default as the incumbent: another choice wins only if it is faster by more than --margin AND the
+middle half of its repetitions lies below the incumbent's (after dropping repetitions slower than median +
 3·1.4826·MAD or than 1.5 × the second-fastest), AND the default does not beat it so at both
 neighbouring grid sizes, AND it wins so again in 3 fresh rounds measuring it and the default
 together. Each point is verified once per algorithm and size; failures are skipped.
@@ -163,11 +163,13 @@ fn space(op: Collective, p: u32) -> Vec<AlgSpace> {
 }
 
 /// The embedded default's algorithm for `op` at `p` and `bytes` (commutative reductions) on a
-/// fabric of class `fabric`.
-pub(crate) fn default_choice(op: Collective, p: u32, bytes: u64, fabric: FabricClass) -> Candidate {
+/// fabric of class `fabric`, with ranks that share CPUs or not (`sharing`).
+pub(crate) fn default_choice(op: Collective, p: u32, bytes: u64, fabric: FabricClass, sharing: bool) -> Candidate {
     let es = elem_size(op);
     let args = CollArgs::new(op, 0, p, bytes / es).with_commutative(true);
-    let f = Features { msg: bytes, total: bytes.saturating_mul(u64::from(p)), p, commutative: true, fabric };
+    let f =
+        Features { msg: bytes, total: bytes.saturating_mul(u64::from(p)), p, commutative: true, fabric, own_cpu: true }
+            .sharing_cpus(sharing);
     match Decisions::embedded().and_then(|d| d.choose(&args, &f)) {
         Ok((a, _)) => Candidate::new(a.name),
         Err(_) => Candidate::new(registry::eligible(&args).next().map_or("?", |a| a.name)),
@@ -262,8 +264,8 @@ impl Run<'_> {
         let big = ops::shape(op, p, r, max, es).ok_or_else(|| format!("{op}: bad size {max}"))?;
         let mut sendbuf = c.alloc::<T>(big.send_len).map_err(err)?;
         let mut recvbuf = c.alloc::<T>(big.recv_len).map_err(err)?;
-        let class = FabricClass::of_name(&c.fabric_name());
-        let def = move |b: u64| default_choice(op, p, b, class);
+        let (class, sharing) = (FabricClass::of_name(&c.fabric_name()), c.shares_cpus());
+        let def = move |b: u64| default_choice(op, p, b, class, sharing);
         let problem = Problem {
             grid: grid.clone(),
             align: es as u64,
@@ -500,7 +502,15 @@ fn machine() -> String {
 
 /// The decision map of `op` from the log: every p logged for this fabric, its grid winners
 /// (recomputed by the same search over the logged points).
-fn plot(op: Collective, a: &TuneArgs, fabric: &str, this_p: u32, this: &Tuned, path: &Path) -> Result<(), String> {
+/// `sharing`: whether this run's ranks share CPUs, taken for the other p of the log too.
+fn plot(
+    op: Collective,
+    a: &TuneArgs,
+    (fabric, sharing): (&str, bool),
+    this_p: u32,
+    this: &Tuned,
+    path: &Path,
+) -> Result<(), String> {
     let log = read_or_empty(&a.log)?;
     let resume = Resume::parse(&log, &read_or_empty(&failed_path(&a.log))?, a.touch);
     let mut ps: BTreeSet<u32> = log
@@ -516,7 +526,7 @@ fn plot(op: Collective, a: &TuneArgs, fabric: &str, this_p: u32, this: &Tuned, p
             this.grid.clone()
         } else {
             let class = FabricClass::of_name(fabric);
-            let def = move |b: u64| default_choice(op, p, b, class);
+            let def = move |b: u64| default_choice(op, p, b, class, sharing);
             let problem = Problem {
                 grid: grid_of(op, p, a),
                 align: elem_size(op),
@@ -671,7 +681,7 @@ fn rank_main(c: &Communicator, a: &TuneArgs) -> Result<(), String> {
         if let Some(base) = &a.plot {
             for (op, t) in &tuned {
                 let path = plot_path(base, *op, a.ops.len() > 1);
-                match plot(*op, a, &fabric, p, t, &path) {
+                match plot(*op, a, (&fabric, c.shares_cpus()), p, t, &path) {
                     Ok(()) => println!("# map: {}", path.display()),
                     Err(e) => eprintln!("tune: --plot {}: {e}", path.display()),
                 }
