@@ -35,12 +35,13 @@ fn holds(r: &RuleSpec, f: &Features, args: &CollArgs) -> bool {
         && within(r.total, f.total)
         && r.commutative.is_none_or(|c| c == f.commutative)
         && r.pow2.is_none_or(|b| b == f.p.is_power_of_two())
+        && r.own_cpu.is_none_or(|b| b == f.own_cpu)
 }
 
 /// (algorithm, parameters) by the semantics: first rule of the op whose conditions hold and whose
 /// algorithm, else first fallback, is eligible; `segment` bytes → elements (≥ 1 unless 0).
-fn reference(rules: &[RuleSpec], args: &CollArgs, fabric: FabricClass) -> (String, Params) {
-    let f = Features::of(args).unwrap().on(fabric);
+fn reference(rules: &[RuleSpec], args: &CollArgs, fabric: FabricClass, sharing: bool) -> (String, Params) {
+    let f = Features::of(args).unwrap().on(fabric).sharing_cpus(sharing);
     let ok = |name: &str| registry::find(args.coll, name).unwrap().restrictions.violated(args).is_none();
     for r in rules.iter().filter(|r| r.op == args.coll.name() && holds(r, &f, args)) {
         if ok(&r.algorithm) {
@@ -100,18 +101,20 @@ fn rules_for(d: &Decisions, coll: Collective) -> Vec<RuleSpec> {
 
 fn assert_same_choices(a: &Decisions, b: &Decisions) {
     for args in grid() {
-        for fabric in [FabricClass::Node, FabricClass::Network] {
-            let f = Features::of(&args).unwrap().on(fabric);
+        for (fabric, sharing) in
+            [FabricClass::Node, FabricClass::Network].into_iter().flat_map(|c| [(c, false), (c, true)])
+        {
+            let f = Features::of(&args).unwrap().on(fabric).sharing_cpus(sharing);
             let (x, px) = a.choose(&args, &f).unwrap();
             let (y, py) = b.choose(&args, &f).unwrap();
-            assert_eq!((x.name, &px), (y.name, &py), "{args:?} on {fabric}");
-            let (name, params) = reference(&rules_for(a, args.coll), &args, fabric);
-            assert_eq!((x.name, &px), (name.as_str(), &params), "{args:?} on {fabric}");
+            assert_eq!((x.name, &px), (y.name, &py), "{args:?} on {fabric}, sharing CPUs {sharing}");
+            let (name, params) = reference(&rules_for(a, args.coll), &args, fabric, sharing);
+            assert_eq!((x.name, &px), (name.as_str(), &params), "{args:?} on {fabric}, sharing CPUs {sharing}");
         }
         // Without a class, a call is on a node-local fabric.
         assert_eq!(
             a.choose_for(&args).unwrap().0.name,
-            reference(&rules_for(a, args.coll), &args, FabricClass::Node).0
+            reference(&rules_for(a, args.coll), &args, FabricClass::Node, false).0
         );
     }
 }
@@ -143,9 +146,9 @@ fn conditional_rule(coll: Collective) -> impl Strategy<Value = RuleSpec> {
         proptest::option::of(0u64..100_000),
         proptest::collection::vec(proptest::sample::select(algs), 0..3),
         proptest::option::of(prop_oneof![Just(FabricClass::Node), Just(FabricClass::Network)]),
-        (range(16).prop_map(at_least_1), range(8).prop_map(at_least_1)),
+        (range(16).prop_map(at_least_1), range(8).prop_map(at_least_1), any::<Option<bool>>()),
     )
-        .prop_filter("needs a condition", |(p, b, t, c, w, .., f, (n, k))| {
+        .prop_filter("needs a condition", |(p, b, t, c, w, .., f, (n, k, o))| {
             p.is_some()
                 || b.is_some()
                 || t.is_some()
@@ -154,21 +157,25 @@ fn conditional_rule(coll: Collective) -> impl Strategy<Value = RuleSpec> {
                 || f.is_some()
                 || n.is_some()
                 || k.is_some()
+                || o.is_some()
         })
         .prop_map(
-            move |(p, bytes, total, commutative, pow2, alg, segment, fallbacks, fabric, (nodes, per_node))| RuleSpec {
-                op: coll.name().into(),
-                fabric,
-                p,
-                nodes,
-                per_node,
-                bytes,
-                total,
-                commutative,
-                pow2,
-                algorithm: alg.into(),
-                params: segment.map(|s| (SEGMENT.to_owned(), s)).into_iter().collect(),
-                fallbacks: fallbacks.into_iter().map(String::from).collect(),
+            move |(p, bytes, total, commutative, pow2, alg, segment, fallbacks, fabric, (nodes, per_node, own_cpu))| {
+                RuleSpec {
+                    op: coll.name().into(),
+                    fabric,
+                    p,
+                    nodes,
+                    per_node,
+                    bytes,
+                    total,
+                    commutative,
+                    pow2,
+                    own_cpu,
+                    algorithm: alg.into(),
+                    params: segment.map(|s| (SEGMENT.to_owned(), s)).into_iter().collect(),
+                    fallbacks: fallbacks.into_iter().map(String::from).collect(),
+                }
             },
         )
 }
@@ -183,6 +190,7 @@ fn final_rule(coll: Collective) -> impl Strategy<Value = RuleSpec> {
         p: None,
         nodes: None,
         per_node: None,
+        own_cpu: None,
         bytes: None,
         total: None,
         commutative: None,

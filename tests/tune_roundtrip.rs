@@ -65,6 +65,7 @@ fn tune_file_load_gives_the_same_choices() {
                 p: *p,
                 commutative: true,
                 fabric: FabricClass::Node,
+                own_cpu: true,
             };
             let (alg, params) = loaded.choose(&args, &f).unwrap();
             assert_eq!(alg.name, want.algorithm, "p={p} at {bytes} B");
@@ -75,7 +76,8 @@ fn tune_file_load_gives_the_same_choices() {
     }
     // Sizes that were not tuned fall back to the embedded defaults.
     let args = CollArgs::new(Collective::Allreduce, 0, 8, 1 << 20).with_commutative(true);
-    let f = Features { msg: 4 << 20, total: 32 << 20, p: 8, commutative: true, fabric: FabricClass::Node };
+    let f =
+        Features { msg: 4 << 20, total: 32 << 20, p: 8, commutative: true, fabric: FabricClass::Node, own_cpu: true };
     let (ours, _) = loaded.choose(&args, &f).unwrap();
     let (embedded, _) = Decisions::embedded().unwrap().choose(&args, &f).unwrap();
     assert_eq!(ours.name, embedded.name);

@@ -79,6 +79,9 @@ pub struct Communicator {
     decisions: Arc<Decisions>,
     /// The class of the endpoint's fabric, a condition of the decisions' rules.
     fabric: FabricClass,
+    /// Whether each rank of this node has a CPU of its own (the engine's test of oversubscription),
+    /// a condition of the decisions' rules.
+    own_cpu: bool,
     /// Where the ranks sit (`nodes`); attached to the arguments of calls as they are prepared.
     topology: Arc<Topology>,
     /// The prepared calls and the mailboxes (registered in `registry`).
@@ -170,6 +173,7 @@ impl Communicator {
             inline_completion: engine.core.caps.inline_completion,
             straight: engine.core.cfg.straight,
         };
+        let own_cpu = !engine.core.patience.oversubscribed;
         let breaks = engine.breaks();
         let lock_waiters = engine.lock_waiters();
         let progress = Arc::new(ProgressThread::new(engine.core.cfg.progress_thread, engine.left_count()));
@@ -183,6 +187,7 @@ impl Communicator {
             check: env_check()?,
             decisions,
             fabric,
+            own_cpu,
             topology: nodes::default_topology(size, fabric),
             calls: CallsRegistry::register(&registry),
             registry,
@@ -287,6 +292,12 @@ impl Communicator {
         self.size
     }
 
+    /// Whether the ranks on this node share its CPUs (more ranks than CPUs, as the engine counts
+    /// them): the `own_cpu` condition of the decision rules reads this.
+    pub fn shares_cpus(&self) -> bool {
+        !self.own_cpu
+    }
+
     /// Turns checked mode on or off for this communicator (default: `FABCOLL_CHECK=1`). In checked
     /// mode every rank sends its call's signature (operation, count(s), root, datatype, op,
     /// algorithm) to every other rank before any data moves; a difference is an
@@ -386,7 +397,8 @@ impl Communicator {
         let alg = match forced {
             Some(a) => a,
             None => {
-                let (a, params) = self.decisions.choose(&args, &Features::of(&args)?.on(self.fabric))?;
+                let (a, params) =
+                    self.decisions.choose(&args, &Features::of(&args)?.on(self.fabric).sharing_cpus(!self.own_cpu))?;
                 args.params = params;
                 a
             }
@@ -556,6 +568,7 @@ impl Communicator {
             check: self.check,
             decisions: self.decisions.clone(),
             fabric: self.fabric,
+            own_cpu: self.own_cpu,
             topology,
             calls: CallsRegistry::register(&self.registry),
             registry: self.registry.clone(),

@@ -42,6 +42,7 @@ struct Rule {
     total: Range,
     commutative: Option<bool>,
     pow2: Option<bool>,
+    own_cpu: Option<bool>,
     alg: &'static Algorithm,
     /// As in the file (`segment` in bytes).
     params: Vec<(String, u64)>,
@@ -80,6 +81,7 @@ impl Rule {
             && self.total.is_none()
             && self.commutative.is_none()
             && self.pow2.is_none()
+            && self.own_cpu.is_none()
     }
 
     fn holds(&self, f: &Features, at: Placement) -> bool {
@@ -91,6 +93,7 @@ impl Rule {
             && within(self.total, f.total)
             && self.commutative.is_none_or(|c| c == f.commutative)
             && self.pow2.is_none_or(|b| b == f.p.is_power_of_two())
+            && self.own_cpu.is_none_or(|b| b == f.own_cpu)
     }
 
     /// Whether some algorithm of this rule has no restrictions (so the rule answers every call
@@ -197,6 +200,7 @@ fn compile(spec: &RuleSpec) -> std::result::Result<(Collective, Rule), String> {
         total: range("total", spec.total)?,
         commutative: spec.commutative,
         pow2: spec.pow2,
+        own_cpu: spec.own_cpu,
         alg,
         params: spec.params.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         fallbacks,

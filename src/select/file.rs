@@ -27,8 +27,10 @@
 //! (`"node"`: shm, local, libfabric's shm provider; `"network"`: every other libfabric provider
 //! such as tcp, verbs, efa, cxi), `nodes` the number of nodes the communicator's ranks sit on and
 //! `per_node` the most ranks on one node (from the call's topology; a call without one counts
-//! every rank as a node of its own: nodes = p, per_node = 1). A file written before `fabric`,
-//! `nodes` or `per_node` existed has no such condition and loads unchanged. Every operation must end with a rule without conditions (the
+//! every rank as a node of its own: nodes = p, per_node = 1), `own_cpu` whether each rank on a
+//! node has a CPU of its own (`FABCOLL_LOCAL_CPUS`, else the CPUs the process may run on, against
+//! the ranks on the node). A file written before `fabric`,
+//! `nodes`, `per_node` or `own_cpu` existed has no such condition and loads unchanged. Every operation must end with a rule without conditions (the
 //! fallback), so every call gets an answer.
 //!
 //! A file may cover only some operations; the embedded default answers the others. Validation
@@ -159,6 +161,10 @@ pub struct RuleSpec {
     /// Holds only when p is (`true`) or is not (`false`) a power of two.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pow2: Option<bool>,
+    /// Holds only when every rank on a node has a CPU of its own (`true`) or when they share
+    /// (`false`; more ranks on the node than CPUs, as the executor counts them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_cpu: Option<bool>,
     /// Registered algorithm name (`fabcoll info`).
     pub algorithm: String,
     /// The algorithm's parameters (`segment`, `barriers`, …). `segment` is in BYTES here (the

@@ -35,6 +35,9 @@ pub struct Features {
     /// The class of the communicator's fabric ([`FabricClass::Node`] unless set with
     /// [`Features::on`]).
     pub fabric: FabricClass,
+    /// Whether every rank on a node has a CPU of its own (`true` unless set with
+    /// [`Features::sharing_cpus`]): algorithms in which all ranks copy at once win only then.
+    pub own_cpu: bool,
 }
 
 impl Features {
@@ -50,12 +53,24 @@ impl Features {
             let msg = args.count.saturating_mul(es);
             (msg, msg.saturating_mul(p))
         };
-        Ok(Features { msg, total, p: args.size, commutative: args.commutative, fabric: FabricClass::Node })
+        Ok(Features {
+            msg,
+            total,
+            p: args.size,
+            commutative: args.commutative,
+            fabric: FabricClass::Node,
+            own_cpu: true,
+        })
     }
 
     /// These features on a fabric of class `fabric`.
     pub fn on(self, fabric: FabricClass) -> Features {
         Features { fabric, ..self }
+    }
+
+    /// These features where the ranks of a node share its CPUs (`sharing` = more ranks than CPUs).
+    pub fn sharing_cpus(self, sharing: bool) -> Features {
+        Features { own_cpu: !sharing, ..self }
     }
 }
 
@@ -131,7 +146,8 @@ mod tests {
                     total: count * 4 * u64::from(p),
                     p,
                     commutative: comm,
-                    fabric: FabricClass::Node
+                    fabric: FabricClass::Node,
+                    own_cpu: true
                 }
             );
             d.choose(&args, &f).unwrap().0.name
@@ -139,7 +155,7 @@ mod tests {
         assert_eq!(pick(Collective::Allreduce, 8, 256, true), "recursive_doubling");
         assert_eq!(pick(Collective::Allreduce, 8, 512, true), "recursive_doubling");
         assert_eq!(pick(Collective::Allreduce, 8, 513, true), "rabenseifner");
-        assert_eq!(pick(Collective::Allreduce, 8, 1 << 20, true), "rabenseifner");
+        assert_eq!(pick(Collective::Allreduce, 8, 1 << 14, true), "rabenseifner");
         assert_eq!(pick(Collective::Bcast, 4, 1 << 20, true), "binomial");
         assert_eq!(pick(Collective::Bcast, 4, 16, true), "binomial");
         assert_eq!(pick(Collective::Bcast, 3, 16, true), "linear");
@@ -147,12 +163,16 @@ mod tests {
         assert_eq!(pick(Collective::Bcast, 5, 16, true), "binomial");
         assert_eq!(pick(Collective::Bcast, 16, 3071, true), "binomial");
         assert_eq!(pick(Collective::Bcast, 16, 1 << 14, true), "scatter_recursive_doubling_allgather");
-        // on networks the tree stays up to 32 KiB (its lg p messages against 2 lg p)
+        // on networks the tree stays up to 512 KiB (its lg p messages against 2 lg p), then
+        // scatter + recursive doubling at power-of-two p (16 cores, tcp, p = 16)
         assert_eq!(pick_on(Collective::Bcast, 16, 32 << 10, FabricClass::Network), "binomial");
+        assert_eq!(pick_on(Collective::Bcast, 16, (512 << 10) - 4, FabricClass::Network), "binomial");
         assert_eq!(
-            pick_on(Collective::Bcast, 16, 64 << 10, FabricClass::Network),
+            pick_on(Collective::Bcast, 16, 512 << 10, FabricClass::Network),
             "scatter_recursive_doubling_allgather"
         );
+        assert_eq!(pick_on(Collective::Bcast, 12, 1 << 20, FabricClass::Network), "scatter_ring_allgather");
+        assert_eq!(pick_on(Collective::Bcast, 4, 1 << 20, FabricClass::Network), "binomial");
         assert_eq!(pick(Collective::Bcast, 16, 1 << 17, true), "scatter_ring_allgather");
         assert_eq!(pick(Collective::Bcast, 12, 1 << 14, true), "scatter_ring_allgather");
         assert_eq!(pick(Collective::Reduce, 8, 1 << 10, false), "binomial");
@@ -193,6 +213,41 @@ mod tests {
         assert_eq!(pick(4, 64 << 10, FabricClass::Network), "rabenseifner");
         assert_eq!(pick(8, 64 << 10, FabricClass::Network), "rabenseifner");
         assert_eq!(pick(4, 4 << 10, FabricClass::Node), "rabenseifner");
+    }
+
+    /// shmem_cyclic where every rank of the node has a CPU of its own (16 cores), Rabenseifner
+    /// where they share (its p concurrent copies queue for the CPUs), and never on networks.
+    #[test]
+    fn allreduce_on_a_node_of_own_cpus_reduces_in_cyclic_blocks() {
+        let d = Decisions::embedded().unwrap();
+        let pick = |p: u32, bytes: u64, fabric, sharing| {
+            let args = CollArgs::new(Collective::Allreduce, 0, p, bytes / 4).with_commutative(true);
+            d.choose(&args, &Features::of(&args).unwrap().on(fabric).sharing_cpus(sharing)).unwrap().0.name
+        };
+        assert_eq!(pick(8, 128 << 10, FabricClass::Node, false), "shmem_cyclic");
+        assert_eq!(pick(8, (128 << 10) - 4, FabricClass::Node, false), "rabenseifner");
+        assert_eq!(pick(16, 256 << 10, FabricClass::Node, false), "rabenseifner");
+        assert_eq!(pick(16, 512 << 10, FabricClass::Node, false), "shmem_cyclic");
+        assert_eq!(pick(32, 16 << 20, FabricClass::Node, false), "shmem_cyclic");
+        assert_eq!(pick(8, 1 << 20, FabricClass::Node, true), "rabenseifner");
+        assert_eq!(pick(4, 1 << 20, FabricClass::Node, false), "rabenseifner");
+        assert_eq!(pick(16, 1 << 20, FabricClass::Network, false), "rabenseifner");
+        // Non-commutative: any op folds in rank order.
+        let args = CollArgs::new(Collective::Allreduce, 0, 8, 1 << 18).with_commutative(false);
+        assert_eq!(d.choose(&args, &Features::of(&args).unwrap()).unwrap().0.name, "shmem_cyclic");
+    }
+
+    /// Allgather on networks: recursive doubling up to 4 MiB total at power-of-two p up to 16 (the
+    /// ring's p - 1 dependent steps cost 2x at p = 16 over tcp), the ring above.
+    #[test]
+    fn network_allgather_doubles_up_to_16_ranks() {
+        let pick = |p, bytes| pick_on(Collective::Allgather, p, bytes, FabricClass::Network);
+        assert_eq!(pick(16, 64 << 10), "recursive_doubling");
+        assert_eq!(pick(16, 256 << 10), "recursive_doubling");
+        assert_eq!(pick(16, 512 << 10), "ring");
+        assert_eq!(pick(32, 64 << 10), "ring");
+        assert_eq!(pick(12, 64 << 10), "ring");
+        assert_eq!(pick_on(Collective::Allgather, 16, 64 << 10, FabricClass::Node), "ring");
     }
 
     #[test]

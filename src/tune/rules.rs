@@ -63,6 +63,7 @@ pub fn rules_for(op: &str, at: TunedAt, commutative: Option<bool>, pieces: &[Pie
             total: None,
             commutative,
             pow2: None,
+            own_cpu: None,
             algorithm: pc.candidate.algorithm.clone(),
             params: pc.candidate.params.clone(),
             fallbacks: Vec::new(),

@@ -77,11 +77,19 @@ pub fn noise_band(points: &[Point]) -> (f64, f64) {
 }
 
 /// The file's choice as a tuner candidate (`segment` back in bytes).
-fn tuned_choice(d: &Decisions, op: Collective, p: u32, bytes: u64, fabric: FabricClass) -> Result<Candidate, String> {
+fn tuned_choice(
+    d: &Decisions,
+    op: Collective,
+    p: u32,
+    bytes: u64,
+    (fabric, sharing): (FabricClass, bool),
+) -> Result<Candidate, String> {
     let es = elem_size(op);
     let mut args = CollArgs::new(op, 0, p, bytes / es).with_commutative(true);
     args.elem_size = es as u32;
-    let f = Features { msg: bytes, total: bytes.saturating_mul(u64::from(p)), p, commutative: true, fabric };
+    let f =
+        Features { msg: bytes, total: bytes.saturating_mul(u64::from(p)), p, commutative: true, fabric, own_cpu: true }
+            .sharing_cpus(sharing);
     let (alg, params) = d.choose(&args, &f).map_err(err)?;
     let mut c = Candidate::new(alg.name);
     for (k, v) in params.iter() {
@@ -108,13 +116,13 @@ fn compare_op<T: BenchElem>(
     let big = ops::shape(op, p, r, max, es).ok_or_else(|| format!("{op}: bad size {max}"))?;
     let mut sendbuf = c.alloc::<T>(big.send_len).map_err(err)?;
     let mut recvbuf = c.alloc::<T>(big.recv_len).map_err(err)?;
-    let class = FabricClass::of_name(&c.fabric_name());
+    let (class, sharing) = (FabricClass::of_name(&c.fabric_name()), c.shares_cpus());
     let mut out = Vec::with_capacity(grid.len());
     for &bytes in &grid {
         let s = ops::shape(op, p, r, bytes, es).ok_or_else(|| format!("{op}: bad size {bytes}"))?;
         let (send, recv) = (&mut sendbuf[..s.send_len], &mut recvbuf[..s.recv_len]);
-        let def = default_choice(op, p, bytes, class);
-        let tuned = tuned_choice(d, op, p, bytes, class)?;
+        let def = default_choice(op, p, bytes, class, sharing);
+        let tuned = tuned_choice(d, op, p, bytes, (class, sharing))?;
         let median_of = |res: &Result<Vec<f64>, String>, cand: &Candidate| match res {
             Ok(reps) => Ok(Sample::from_reps(reps).map_or(f64::NAN, |x| x.median)),
             Err(why) => Err(format!("{op} {cand} at {bytes} B: {why}")),
@@ -252,13 +260,16 @@ mod tests {
             {"op": "allreduce", "algorithm": "recursive_doubling"}]}"#;
         let d = Decisions::from_json(text).unwrap();
         assert_eq!(
-            tuned_choice(&d, Collective::Bcast, 2, 32768, FabricClass::Node).unwrap(),
+            tuned_choice(&d, Collective::Bcast, 2, 32768, (FabricClass::Node, false)).unwrap(),
             Candidate::new("binomial").with("segment", 8192)
         );
-        assert_eq!(tuned_choice(&d, Collective::Bcast, 2, 64, FabricClass::Node).unwrap(), Candidate::new("binomial"));
+        assert_eq!(
+            tuned_choice(&d, Collective::Bcast, 2, 64, (FabricClass::Node, false)).unwrap(),
+            Candidate::new("binomial")
+        );
         // f32 elements: 4096 bytes = 1024 elements in the call, 4096 bytes again here
         assert_eq!(
-            tuned_choice(&d, Collective::Allreduce, 2, 1 << 20, FabricClass::Node).unwrap(),
+            tuned_choice(&d, Collective::Allreduce, 2, 1 << 20, (FabricClass::Node, false)).unwrap(),
             Candidate::new("ring").with("segment", 4096)
         );
     }
