@@ -13,9 +13,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fabcoll::collectives::{registry, CollArgs, Collective};
+use fabcoll::collectives::registry::{self, Algorithm};
+use fabcoll::collectives::{CollArgs, Collective, Params, Topology};
 use fabcoll::select::file::DecisionFile;
 use fabcoll::select::{Decisions, FabricClass, Features};
 use fabcoll::tune::log::{self as tlog, Key, Resume};
@@ -162,15 +164,47 @@ fn space(op: Collective, p: u32) -> Vec<AlgSpace> {
         .collect()
 }
 
-/// The embedded default's algorithm for `op` at `p` and `bytes` (commutative reductions) on a
-/// fabric of class `fabric`, with ranks that share CPUs or not (`sharing`).
-pub(crate) fn default_choice(op: Collective, p: u32, bytes: u64, fabric: FabricClass, sharing: bool) -> Candidate {
+/// What a rule sees of the job besides the call: the fabric's class, whether the ranks share
+/// CPUs, and where they sit (the communicator's topology; the placement rules of a tuned file
+/// hold only with it).
+#[derive(Clone, Debug)]
+pub(crate) struct Venue {
+    pub class: FabricClass,
+    pub sharing: bool,
+    pub topology: Option<Arc<Topology>>,
+}
+
+impl Venue {
+    pub fn of(c: &Communicator) -> Venue {
+        Venue {
+            class: FabricClass::of_name(&c.fabric_name()),
+            sharing: c.shares_cpus(),
+            topology: Some(c.topology().clone()),
+        }
+    }
+
+    /// This venue at another size `p` (the decision map's other p): the topology only fits its own.
+    fn at(&self, p: u32) -> Venue {
+        Venue { topology: self.topology.clone().filter(|t| t.size() == p), ..self.clone() }
+    }
+
+    /// `d`'s choice for `args` (commutative reductions) with this venue's topology and features.
+    pub fn choose(&self, d: &Decisions, args: CollArgs) -> fabcoll::Result<(&'static Algorithm, Params)> {
+        let args = match &self.topology {
+            Some(t) if t.size() == args.size => args.with_topology(t.clone()),
+            _ => args,
+        };
+        let f = Features::of(&args)?.on(self.class).sharing_cpus(self.sharing);
+        d.choose(&args, &f)
+    }
+}
+
+/// The embedded default's algorithm for `op` at `p` and `bytes` (commutative reductions) at `venue`.
+pub(crate) fn default_choice(op: Collective, p: u32, bytes: u64, venue: &Venue) -> Candidate {
     let es = elem_size(op);
-    let args = CollArgs::new(op, 0, p, bytes / es).with_commutative(true);
-    let f =
-        Features { msg: bytes, total: bytes.saturating_mul(u64::from(p)), p, commutative: true, fabric, own_cpu: true }
-            .sharing_cpus(sharing);
-    match Decisions::embedded().and_then(|d| d.choose(&args, &f)) {
+    let mut args = CollArgs::new(op, 0, p, bytes / es).with_commutative(true);
+    args.elem_size = es as u32;
+    match Decisions::embedded().and_then(|d| venue.choose(d, args.clone())) {
         Ok((a, _)) => Candidate::new(a.name),
         Err(_) => Candidate::new(registry::eligible(&args).next().map_or("?", |a| a.name)),
     }
@@ -264,8 +298,8 @@ impl Run<'_> {
         let big = ops::shape(op, p, r, max, es).ok_or_else(|| format!("{op}: bad size {max}"))?;
         let mut sendbuf = c.alloc::<T>(big.send_len).map_err(err)?;
         let mut recvbuf = c.alloc::<T>(big.recv_len).map_err(err)?;
-        let (class, sharing) = (FabricClass::of_name(&c.fabric_name()), c.shares_cpus());
-        let def = move |b: u64| default_choice(op, p, b, class, sharing);
+        let venue = Venue::of(c);
+        let def = move |b: u64| default_choice(op, p, b, &venue);
         let problem = Problem {
             grid: grid.clone(),
             align: es as u64,
@@ -502,11 +536,11 @@ fn machine() -> String {
 
 /// The decision map of `op` from the log: every p logged for this fabric, its grid winners
 /// (recomputed by the same search over the logged points).
-/// `sharing`: whether this run's ranks share CPUs, taken for the other p of the log too.
+/// `venue`: this run's, taken for the other p of the log too (without its topology).
 fn plot(
     op: Collective,
     a: &TuneArgs,
-    (fabric, sharing): (&str, bool),
+    (fabric, venue): (&str, &Venue),
     this_p: u32,
     this: &Tuned,
     path: &Path,
@@ -525,8 +559,8 @@ fn plot(
         let points = if p == this_p {
             this.grid.clone()
         } else {
-            let class = FabricClass::of_name(fabric);
-            let def = move |b: u64| default_choice(op, p, b, class, sharing);
+            let venue = venue.at(p);
+            let def = move |b: u64| default_choice(op, p, b, &venue);
             let problem = Problem {
                 grid: grid_of(op, p, a),
                 align: elem_size(op),
@@ -681,7 +715,7 @@ fn rank_main(c: &Communicator, a: &TuneArgs) -> Result<(), String> {
         if let Some(base) = &a.plot {
             for (op, t) in &tuned {
                 let path = plot_path(base, *op, a.ops.len() > 1);
-                match plot(*op, a, (&fabric, c.shares_cpus()), p, t, &path) {
+                match plot(*op, a, (&fabric, &Venue::of(c)), p, t, &path) {
                     Ok(()) => println!("# map: {}", path.display()),
                     Err(e) => eprintln!("tune: --plot {}: {e}", path.display()),
                 }

@@ -11,12 +11,12 @@
 //! *slower* above it, else *within noise*.
 
 use fabcoll::collectives::{CollArgs, Collective};
-use fabcoll::select::{Decisions, FabricClass, Features};
+use fabcoll::select::Decisions;
 use fabcoll::tune::{Candidate, Sample};
 use fabcoll::Communicator;
 
 use crate::ops::{self, BenchElem};
-use crate::tune::{default_choice, elem_size, err, grid_of, measure_batch, TuneArgs};
+use crate::tune::{default_choice, elem_size, err, grid_of, measure_batch, TuneArgs, Venue};
 
 /// One grid size's verdict.
 #[derive(Clone, Debug)]
@@ -77,20 +77,11 @@ pub fn noise_band(points: &[Point]) -> (f64, f64) {
 }
 
 /// The file's choice as a tuner candidate (`segment` back in bytes).
-fn tuned_choice(
-    d: &Decisions,
-    op: Collective,
-    p: u32,
-    bytes: u64,
-    (fabric, sharing): (FabricClass, bool),
-) -> Result<Candidate, String> {
+fn tuned_choice(d: &Decisions, op: Collective, p: u32, bytes: u64, venue: &Venue) -> Result<Candidate, String> {
     let es = elem_size(op);
     let mut args = CollArgs::new(op, 0, p, bytes / es).with_commutative(true);
     args.elem_size = es as u32;
-    let f =
-        Features { msg: bytes, total: bytes.saturating_mul(u64::from(p)), p, commutative: true, fabric, own_cpu: true }
-            .sharing_cpus(sharing);
-    let (alg, params) = d.choose(&args, &f).map_err(err)?;
+    let (alg, params) = venue.choose(d, args).map_err(err)?;
     let mut c = Candidate::new(alg.name);
     for (k, v) in params.iter() {
         let v = if k == fabcoll::collectives::args::SEGMENT { v * es } else { v };
@@ -116,13 +107,13 @@ fn compare_op<T: BenchElem>(
     let big = ops::shape(op, p, r, max, es).ok_or_else(|| format!("{op}: bad size {max}"))?;
     let mut sendbuf = c.alloc::<T>(big.send_len).map_err(err)?;
     let mut recvbuf = c.alloc::<T>(big.recv_len).map_err(err)?;
-    let (class, sharing) = (FabricClass::of_name(&c.fabric_name()), c.shares_cpus());
+    let venue = Venue::of(c);
     let mut out = Vec::with_capacity(grid.len());
     for &bytes in &grid {
         let s = ops::shape(op, p, r, bytes, es).ok_or_else(|| format!("{op}: bad size {bytes}"))?;
         let (send, recv) = (&mut sendbuf[..s.send_len], &mut recvbuf[..s.recv_len]);
-        let def = default_choice(op, p, bytes, class, sharing);
-        let tuned = tuned_choice(d, op, p, bytes, (class, sharing))?;
+        let def = default_choice(op, p, bytes, &venue);
+        let tuned = tuned_choice(d, op, p, bytes, &venue)?;
         let median_of = |res: &Result<Vec<f64>, String>, cand: &Candidate| match res {
             Ok(reps) => Ok(Sample::from_reps(reps).map_or(f64::NAN, |x| x.median)),
             Err(why) => Err(format!("{op} {cand} at {bytes} B: {why}")),
@@ -216,6 +207,9 @@ pub fn rank_main(c: &Communicator, a: &TuneArgs, file: &std::path::Path, rounds:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fabcoll::select::FabricClass;
+    use fabcoll::Topology;
+    use std::sync::Arc;
 
     fn pt(bytes: u64, alg: &str, ratios: &[f64]) -> Point {
         Point {
@@ -259,19 +253,41 @@ mod tests {
             {"op": "allreduce", "p": [2, 2], "algorithm": "ring", "params": {"segment": 4096}},
             {"op": "allreduce", "algorithm": "recursive_doubling"}]}"#;
         let d = Decisions::from_json(text).unwrap();
+        let node = Venue { class: FabricClass::Node, sharing: false, topology: None };
         assert_eq!(
-            tuned_choice(&d, Collective::Bcast, 2, 32768, (FabricClass::Node, false)).unwrap(),
+            tuned_choice(&d, Collective::Bcast, 2, 32768, &node).unwrap(),
             Candidate::new("binomial").with("segment", 8192)
         );
-        assert_eq!(
-            tuned_choice(&d, Collective::Bcast, 2, 64, (FabricClass::Node, false)).unwrap(),
-            Candidate::new("binomial")
-        );
+        assert_eq!(tuned_choice(&d, Collective::Bcast, 2, 64, &node).unwrap(), Candidate::new("binomial"));
         // f32 elements: 4096 bytes = 1024 elements in the call, 4096 bytes again here
         assert_eq!(
-            tuned_choice(&d, Collective::Allreduce, 2, 1 << 20, (FabricClass::Node, false)).unwrap(),
+            tuned_choice(&d, Collective::Allreduce, 2, 1 << 20, &node).unwrap(),
             Candidate::new("ring").with("segment", 4096)
         );
+    }
+
+    /// A tuned file's rules name their placement (`nodes`, `per_node`), which holds only with the
+    /// communicator's topology: without it every rank counts as a node of its own, and the
+    /// comparison measured the defaults against themselves.
+    #[test]
+    fn tuned_placement_rules_hold_on_the_communicators_topology() {
+        let text = r#"{"format": "fabcoll-decisions", "version": 1, "rules": [
+            {"op": "allreduce", "p": [4, 4], "nodes": [1, 1], "per_node": [4, 4], "bytes": [0, 9741], "commutative": true, "algorithm": "shmem_cyclic"},
+            {"op": "allreduce", "p": [4, 4], "nodes": [1, 1], "per_node": [4, 4], "commutative": true, "algorithm": "rabenseifner"},
+            {"op": "allreduce", "algorithm": "binary_blocks"}]}"#;
+        let d = Decisions::from_json(text).unwrap();
+        let one_node = Venue {
+            class: FabricClass::Node,
+            sharing: true,
+            topology: Some(Arc::new(Topology::from_sizes(&[4]).unwrap())),
+        };
+        let pick = |v: &Venue| tuned_choice(&d, Collective::Allreduce, 4, 8192, v).unwrap().algorithm;
+        assert_eq!(pick(&one_node), "shmem_cyclic");
+        assert_eq!(pick(&Venue { topology: None, ..one_node.clone() }), "binary_blocks");
+        // The defaults read it too: a two-node placement meets their hierarchical rules.
+        let two_nodes = Venue { topology: Some(Arc::new(Topology::regular(2, 2).unwrap())), ..one_node.clone() };
+        assert_eq!(default_choice(Collective::Allreduce, 4, 8192, &two_nodes).algorithm, "hier_multi_leader");
+        assert_ne!(default_choice(Collective::Allreduce, 4, 8192, &one_node).algorithm, "hier_multi_leader");
     }
 
     #[test]
