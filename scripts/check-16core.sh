@@ -13,8 +13,8 @@
 # Each stage's table is appended to summary.md:
 #   1. host.txt: the machine and its memcpy bandwidth (membw, the floor of large messages);
 #   2. fabcoll shm against Open MPI vader, all four ops, 8 B-16 MiB (bench-vs-openmpi.sh);
-#   3. forced allreduce algorithms and auto, 64 KiB-16 MiB, at each p (bench-algs.sh);
-#   4. forced alltoall algorithms and auto at the largest p;
+#   3. forced allreduce algorithms and auto, 8 B-16 MiB, at each p (bench-algs.sh);
+#   4. forced alltoall algorithms and auto at the largest p, 8 B-1 MiB per block;
 #   5. the first of --tcp-fabrics (default tcp, then ofi:tcp) against Open MPI's tcp BTL on lo;
 #   6. forced bcast algorithms and auto over tcp at the largest p, 4 KiB-4 MiB (where the binomial
 #      tree should give way to scatter + allgather on a network);
@@ -54,7 +54,7 @@ left() { # stage name: is there time for it?
   if [ "$SECONDS" -ge "$deadline" ]; then say "skipped $1: past the deadline of $deadline s"; return 1; fi
   say "stage $1"
 }
-ar_min=64K ar_max=16M a2a_min=1K a2a_max=1M bc_max=4M vs_max=16777216
+ar_min=8 ar_max=16M a2a_min=8 a2a_max=1M bc_max=4M vs_max=16777216
 if [ "$small" = 1 ]; then
   procs=2 runs=1 rounds=1 ar_min=64K ar_max=256K a2a_min=1K a2a_max=4K bc_max=8K vs_max=4096
 fi
@@ -91,10 +91,10 @@ vs() { # fabrics name
 }
 if left "2 (shm against Open MPI)"; then vs shm shm; fi
 if left "3 (allreduce algorithms)"; then
-  algs allreduce "shmem_cyclic shmem_parallel rabenseifner rsag_pairwise_ring" "$procs" "$ar_min" "$ar_max" allreduce
+  algs allreduce "recursive_doubling shmem_cyclic shmem_parallel rabenseifner rsag_pairwise_ring" "$procs" "$ar_min" "$ar_max" allreduce
 fi
 if left "4 (alltoall algorithms)"; then
-  algs alltoall "simple spreading_simple pairwise_xor pairwise_matching pair_light_barrier" "$largest" \
+  algs alltoall "bruck simple spreading_simple pairwise_xor pairwise_matching pair_light_barrier" "$largest" \
     "$a2a_min" "$a2a_max" alltoall
 fi
 first_tcp=${tcp_fabrics%% *} other_tcp=${tcp_fabrics#"$first_tcp"}
