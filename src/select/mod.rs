@@ -173,6 +173,10 @@ mod tests {
         );
         assert_eq!(pick_on(Collective::Bcast, 12, 1 << 20, FabricClass::Network), "scatter_ring_allgather");
         assert_eq!(pick_on(Collective::Bcast, 4, 1 << 20, FabricClass::Network), "binomial");
+        // ... unless the ranks share CPUs: then the tree's fewer bytes copied win at every size
+        let args = CollArgs::new(Collective::Bcast, 0, 16, 1 << 20);
+        let f = Features::of(&args).unwrap().on(FabricClass::Network).sharing_cpus(true);
+        assert_eq!(d.choose(&args, &f).unwrap().0.name, "binomial");
         assert_eq!(pick(Collective::Bcast, 16, 1 << 17, true), "scatter_ring_allgather");
         assert_eq!(pick(Collective::Bcast, 12, 1 << 14, true), "scatter_ring_allgather");
         assert_eq!(pick(Collective::Reduce, 8, 1 << 10, false), "binomial");
