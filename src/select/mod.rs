@@ -219,8 +219,9 @@ mod tests {
         assert_eq!(pick(4, 4 << 10, FabricClass::Node), "rabenseifner");
     }
 
-    /// shmem_cyclic where every rank of the node has a CPU of its own (16 cores), Rabenseifner
-    /// where they share (its p concurrent copies queue for the CPUs), and never on networks.
+    /// shmem_cyclic where every rank of the node has a CPU of its own (16 cores) from 128 or
+    /// 512 KiB, where they share only up to 64 KiB (above, its p concurrent copies queue for the
+    /// CPUs), and never on networks.
     #[test]
     fn allreduce_on_a_node_of_own_cpus_reduces_in_cyclic_blocks() {
         let d = Decisions::embedded().unwrap();
@@ -234,6 +235,17 @@ mod tests {
         assert_eq!(pick(16, 512 << 10, FabricClass::Node, false), "shmem_cyclic");
         assert_eq!(pick(32, 16 << 20, FabricClass::Node, false), "shmem_cyclic");
         assert_eq!(pick(8, 1 << 20, FabricClass::Node, true), "rabenseifner");
+        // Ranks sharing the CPUs: recursive doubling up to 16 KiB, cyclic blocks up to 64 KiB ...
+        assert_eq!(pick(4, 16 << 10, FabricClass::Node, true), "recursive_doubling");
+        assert_eq!(pick(3, 4 << 10, FabricClass::Node, true), "recursive_doubling");
+        assert_eq!(pick(8, 32 << 10, FabricClass::Node, true), "shmem_cyclic");
+        assert_eq!(pick(6, 64 << 10, FabricClass::Node, true), "shmem_cyclic");
+        assert_eq!(pick(8, 128 << 10, FabricClass::Node, true), "rabenseifner");
+        // ... and at every size above 16 KiB where p is not a power of two.
+        assert_eq!(pick(6, 4 << 20, FabricClass::Node, true), "shmem_cyclic");
+        assert_eq!(pick(3, 128 << 10, FabricClass::Node, true), "shmem_cyclic");
+        assert_eq!(pick(4, 16 << 10, FabricClass::Node, false), "rabenseifner");
+        assert_eq!(pick(2, 32 << 10, FabricClass::Node, true), "rabenseifner");
         assert_eq!(pick(4, 1 << 20, FabricClass::Node, false), "rabenseifner");
         assert_eq!(pick(16, 1 << 20, FabricClass::Network, false), "rabenseifner");
         // Non-commutative: any op folds in rank order.
