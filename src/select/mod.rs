@@ -173,10 +173,20 @@ mod tests {
         );
         assert_eq!(pick_on(Collective::Bcast, 12, 1 << 20, FabricClass::Network), "scatter_ring_allgather");
         assert_eq!(pick_on(Collective::Bcast, 4, 1 << 20, FabricClass::Network), "binomial");
-        // ... unless the ranks share CPUs: then the tree's fewer bytes copied win at every size
-        let args = CollArgs::new(Collective::Bcast, 0, 16, 1 << 20);
-        let f = Features::of(&args).unwrap().on(FabricClass::Network).sharing_cpus(true);
-        assert_eq!(d.choose(&args, &f).unwrap().0.name, "binomial");
+        // ... unless the ranks share CPUs: then the tree's fewer bytes copied win at every size,
+        // as do recursive doubling's for allgather and one send per block for alltoall
+        let sharing = |coll, p: u32, bytes: u64, fabric| {
+            let args = CollArgs::new(coll, 0, p, bytes / 4);
+            d.choose(&args, &Features::of(&args).unwrap().on(fabric).sharing_cpus(true)).unwrap().0.name
+        };
+        for fabric in [FabricClass::Node, FabricClass::Network] {
+            assert_eq!(sharing(Collective::Bcast, 16, 1 << 20, fabric), "binomial");
+            assert_eq!(sharing(Collective::Allgather, 8, 1 << 20, fabric), "recursive_doubling");
+        }
+        assert_eq!(sharing(Collective::Allgather, 6, 1 << 20, FabricClass::Node), "ring");
+        assert_eq!(sharing(Collective::Alltoall, 8, 64, FabricClass::Node), "simple");
+        assert_eq!(sharing(Collective::Alltoall, 8, 256 << 10, FabricClass::Node), "simple");
+        assert_eq!(sharing(Collective::Alltoall, 8, 64, FabricClass::Network), "bruck");
         assert_eq!(pick(Collective::Bcast, 16, 1 << 17, true), "scatter_ring_allgather");
         assert_eq!(pick(Collective::Bcast, 12, 1 << 14, true), "scatter_ring_allgather");
         assert_eq!(pick(Collective::Reduce, 8, 1 << 10, false), "binomial");
