@@ -79,9 +79,9 @@ pub struct Communicator {
     decisions: Arc<Decisions>,
     /// The class of the endpoint's fabric, a condition of the decisions' rules.
     fabric: FabricClass,
-    /// Whether each rank of this node has a CPU of its own (the engine's test of oversubscription),
-    /// a condition of the decisions' rules.
-    own_cpu: bool,
+    /// Whether the ranks of this node share its CPUs (the engine's test of oversubscription), a
+    /// condition of the decisions' rules (`own_cpu`).
+    shares_cpus: bool,
     /// Where the ranks sit (`nodes`); attached to the arguments of calls as they are prepared.
     topology: Arc<Topology>,
     /// The prepared calls and the mailboxes (registered in `registry`).
@@ -173,7 +173,7 @@ impl Communicator {
             inline_completion: engine.core.caps.inline_completion,
             straight: engine.core.cfg.straight,
         };
-        let own_cpu = !engine.core.patience.oversubscribed;
+        let shares_cpus = engine.core.patience.oversubscribed;
         let breaks = engine.breaks();
         let lock_waiters = engine.lock_waiters();
         let progress = Arc::new(ProgressThread::new(engine.core.cfg.progress_thread, engine.left_count()));
@@ -187,7 +187,7 @@ impl Communicator {
             check: env_check()?,
             decisions,
             fabric,
-            own_cpu,
+            shares_cpus,
             topology: nodes::default_topology(size, fabric),
             calls: CallsRegistry::register(&registry),
             registry,
@@ -295,7 +295,7 @@ impl Communicator {
     /// Whether the ranks on this node share its CPUs (more ranks than CPUs, as the engine counts
     /// them): the `own_cpu` condition of the decision rules reads this.
     pub fn shares_cpus(&self) -> bool {
-        !self.own_cpu
+        self.shares_cpus
     }
 
     /// Turns checked mode on or off for this communicator (default: `FABCOLL_CHECK=1`). In checked
@@ -397,8 +397,9 @@ impl Communicator {
         let alg = match forced {
             Some(a) => a,
             None => {
-                let (a, params) =
-                    self.decisions.choose(&args, &Features::of(&args)?.on(self.fabric).sharing_cpus(!self.own_cpu))?;
+                let (a, params) = self
+                    .decisions
+                    .choose(&args, &Features::of(&args)?.on(self.fabric).sharing_cpus(self.shares_cpus))?;
                 args.params = params;
                 a
             }
@@ -568,7 +569,7 @@ impl Communicator {
             check: self.check,
             decisions: self.decisions.clone(),
             fabric: self.fabric,
-            own_cpu: self.own_cpu,
+            shares_cpus: self.shares_cpus,
             topology,
             calls: CallsRegistry::register(&self.registry),
             registry: self.registry.clone(),

@@ -183,12 +183,8 @@ impl Venue {
         }
     }
 
-    /// This venue at another size `p` (the decision map's other p): the topology only fits its own.
-    fn at(&self, p: u32) -> Venue {
-        Venue { topology: self.topology.clone().filter(|t| t.size() == p), ..self.clone() }
-    }
-
-    /// `d`'s choice for `args` (commutative reductions) with this venue's topology and features.
+    /// `d`'s choice for `args` with this venue's features, and its topology where that has
+    /// `args.size` ranks (the decision map's other p go without).
     pub fn choose(&self, d: &Decisions, args: CollArgs) -> fabcoll::Result<(&'static Algorithm, Params)> {
         let args = match &self.topology {
             Some(t) if t.size() == args.size => args.with_topology(t.clone()),
@@ -536,11 +532,12 @@ fn machine() -> String {
 
 /// The decision map of `op` from the log: every p logged for this fabric, its grid winners
 /// (recomputed by the same search over the logged points).
-/// `venue`: this run's, taken for the other p of the log too (without its topology).
+/// `venue`: this run's, taken for the other p of the log too.
 fn plot(
     op: Collective,
     a: &TuneArgs,
-    (fabric, venue): (&str, &Venue),
+    fabric: &str,
+    venue: &Venue,
     this_p: u32,
     this: &Tuned,
     path: &Path,
@@ -559,8 +556,7 @@ fn plot(
         let points = if p == this_p {
             this.grid.clone()
         } else {
-            let venue = venue.at(p);
-            let def = move |b: u64| default_choice(op, p, b, &venue);
+            let def = |b: u64| default_choice(op, p, b, venue);
             let problem = Problem {
                 grid: grid_of(op, p, a),
                 align: elem_size(op),
@@ -715,7 +711,7 @@ fn rank_main(c: &Communicator, a: &TuneArgs) -> Result<(), String> {
         if let Some(base) = &a.plot {
             for (op, t) in &tuned {
                 let path = plot_path(base, *op, a.ops.len() > 1);
-                match plot(*op, a, (&fabric, &Venue::of(c)), p, t, &path) {
+                match plot(*op, a, &fabric, &Venue::of(c), p, t, &path) {
                     Ok(()) => println!("# map: {}", path.display()),
                     Err(e) => eprintln!("tune: --plot {}: {e}", path.display()),
                 }
