@@ -268,6 +268,23 @@ pub trait Endpoint: Send {
         Err(Error::Unsupported { backend: self.caps().backend, what: "one-sided reads".into() })
     }
 
+    /// One-sided read without a copy where possible: hands `f` the bytes of `src` (a range of
+    /// `peer`'s registration made with `REMOTE_READ`) with their offset in `src`, all at once
+    /// where they are mapped here (`shm`: `alloc`ated memory), else in pieces of at most `piece`
+    /// bytes read into a buffer of the endpoint's (a consumer that reduces them keeps the pieces
+    /// in cache). The peer must leave the range unchanged until told it was read. Only where
+    /// [`Endpoint::reads_from`] says so; the default is `Unsupported`.
+    fn read_with(
+        &mut self,
+        peer: usize,
+        src: RemoteRange,
+        piece: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        let _ = (peer, src, piece, f);
+        Err(Error::Unsupported { backend: self.caps().backend, what: "one-sided reads".into() })
+    }
+
     /// Whether [`Endpoint::read`] from `peer` works, and `peer` can read from this rank alike
     /// (`shm`: `process_vm_readv`, or a load through a mapping of `alloc`ated memory). Default: no.
     fn reads_from(&self, _peer: usize) -> bool {

@@ -239,6 +239,30 @@ impl Endpoint for LocalEndpoint {
         self.copy_remote(peer, &dst, &src, Access::REMOTE_READ)
     }
 
+    fn read_with(
+        &mut self,
+        peer: usize,
+        src: RemoteRange,
+        _piece: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        self.check_peer(peer)?;
+        let regions = self.shared.ranks[peer]
+            .regions
+            .read()
+            .map_err(|_| Error::Peer { peer, msg: "region table poisoned".into() })?;
+        let key = src.mr.key;
+        let region = regions.get(&key).ok_or(Error::InvalidKey { peer, key })?;
+        if !region.access.contains(Access::REMOTE_READ) {
+            return Err(Error::Access(format!("key {key:#x} on rank {peer} is not remotely readable")));
+        }
+        check_bounds("remote source", src.off, src.len, region.len)?;
+        // SAFETY: inside a registration that cannot be deregistered while we hold the read lock
+        // (bounds checked); its owner lends it to be read and leaves it unchanged until told.
+        f(0, unsafe { std::slice::from_raw_parts((region.addr as *const u8).add(src.off), src.len) });
+        Ok(())
+    }
+
     fn reads_from(&self, peer: usize) -> bool {
         peer < self.shared.ranks.len()
     }

@@ -110,20 +110,28 @@ impl RoutedEndpoint {
         src: &LocalRange<'a>,
         dst: &RemoteRange,
     ) -> Result<(Route, &'a Mr, RemoteMr)> {
-        let route = self.table.route(peer)?;
         let routed = RoutedMr::of(src.mr)?;
+        let (route, mr) = self.read_source(peer, dst)?;
+        let local = if matches!(route, Route::Node(_)) { routed.node() } else { routed.network() };
+        Ok((route, local, mr))
+    }
+
+    /// The route to `peer` and the part of its registration `range` names that the route's
+    /// endpoint knows.
+    fn read_source(&self, peer: usize, range: &RemoteRange) -> Result<(Route, RemoteMr)> {
+        let route = self.table.route(peer)?;
         Ok(match route {
             Route::Node(_) => {
-                let mr = dst.mr.node_part().ok_or_else(|| {
+                let mr = range.mr.node_part().ok_or_else(|| {
                     Error::invalid(format!(
                         "rank {peer}'s registration (key {:#x}) has no node-local key: it was not made by a \
                          routed endpoint",
-                        dst.mr.key
+                        range.mr.key
                     ))
                 })?;
-                (route, routed.node(), mr)
+                (route, mr)
             }
-            Route::Network(_) => (route, routed.network(), dst.mr.network_part()),
+            Route::Network(_) => (route, range.mr.network_part()),
         })
     }
 
@@ -221,6 +229,25 @@ impl Endpoint for RoutedEndpoint {
         match ep.read(p, RemoteRange { mr: smr, ..src }, LocalRange { mr, ..dst }) {
             Ok(()) => {
                 self.count(route, dst.len);
+                Ok(())
+            }
+            Err(e) if matches!(route, Route::Node(_)) => Err(self.globalise(e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn read_with(
+        &mut self,
+        peer: usize,
+        src: RemoteRange,
+        piece: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        let (route, smr) = self.read_source(peer, &src)?;
+        let (ep, p) = self.via(route);
+        match ep.read_with(p, RemoteRange { mr: smr, ..src }, piece, f) {
+            Ok(()) => {
+                self.count(route, src.len);
                 Ok(())
             }
             Err(e) if matches!(route, Route::Node(_)) => Err(self.globalise(e)),

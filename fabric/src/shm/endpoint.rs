@@ -71,6 +71,8 @@ pub struct ShmEndpoint {
     maps: Maps,
     /// Where writes into a peer's heap memory are staged at a slow copy distance.
     stage: sys::Stage,
+    /// Where `read_with` reads a peer's heap memory piece by piece.
+    bounce: Vec<u8>,
 }
 
 /// Peer mappings by (peer, key) (a write looks its destination up here).
@@ -166,6 +168,7 @@ impl ShmEndpoint {
             next: 0,
             maps: Maps::default(),
             stage: sys::Stage::default(),
+            bounce: Vec::new(),
         })
     }
 
@@ -195,6 +198,29 @@ impl ShmEndpoint {
             sweep(&mut self.maps, &self.peers);
         }
         Error::InvalidKey { peer, key }
+    }
+
+    /// Enters the key slot of `src` (a range of `peer`'s registration that peers may read),
+    /// locates its bytes and hands them to `use_them`, leaving the slot after: the registration
+    /// stays live meanwhile.
+    fn with_source(
+        &mut self,
+        peer: usize,
+        src: &RemoteRange,
+        use_them: impl FnOnce(Place) -> Result<()>,
+    ) -> Result<()> {
+        let me = self.rank;
+        let key = src.mr.key;
+        let seg = self.peer(peer)?.seg.clone();
+        let slot = seg.key((key & 0xffff_ffff) as usize).ok_or(Error::InvalidKey { peer, key })?;
+        if !slot.enter(key) {
+            return Err(self.stale_key(peer, key));
+        }
+        let (maps, peers) = (&mut self.maps, &self.peers);
+        let used = locate(maps, peers, me, peer, key, slot, src.off, src.len, Access::REMOTE_READ, "remote source")
+            .and_then(use_them);
+        slot.leave();
+        used
     }
 
     fn dead_peer(&self, peer: usize) -> Option<Error> {
@@ -474,25 +500,15 @@ impl Endpoint for ShmEndpoint {
     }
 
     fn read(&mut self, peer: usize, src: RemoteRange, dst: LocalRange<'_>) -> Result<()> {
-        let me = self.rank;
-        let p = self.peer(peer)?;
         check_bounds("local destination", dst.off, dst.len, dst.mr.len())?;
         if src.len != dst.len {
             return Err(Error::invalid(format!("read: source length {} != destination length {}", src.len, dst.len)));
         }
-        let key = src.mr.key;
-        let seg = p.seg.clone();
-        let slot = seg.key((key & 0xffff_ffff) as usize).ok_or(Error::InvalidKey { peer, key })?;
-        if !slot.enter(key) {
-            return Err(self.stale_key(peer, key));
-        }
         // SAFETY: the destination range is inside our live registration (bounds checked, `dst.mr`
         // borrowed for the call), which the caller lends us to write.
         let d = unsafe { dst.mr.as_ptr().add(dst.off) };
-        let copied = (|| -> Result<()> {
-            let what = "remote source";
-            match locate(&mut self.maps, &self.peers, me, peer, key, slot, src.off, src.len, Access::REMOTE_READ, what)?
-            {
+        self.with_source(peer, &src, |place| {
+            match place {
                 // SAFETY: our own registration, held live by the entered slot; `copy` allows overlap.
                 Place::Own(s) => unsafe { std::ptr::copy(s, d, dst.len) },
                 // SAFETY: `s` starts `src.len` mapped bytes of the peer's memfd (checked); the
@@ -502,9 +518,41 @@ impl Endpoint for ShmEndpoint {
                 Place::Process { pid, addr } => unsafe { sys::vm_read(pid, addr, d, dst.len, peer)? },
             }
             Ok(())
-        })();
-        slot.leave();
-        copied
+        })
+    }
+
+    fn read_with(
+        &mut self,
+        peer: usize,
+        src: RemoteRange,
+        piece: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        let mut bounce = std::mem::take(&mut self.bounce);
+        let piece = piece.max(1);
+        let lent = self.with_source(peer, &src, |place| {
+            match place {
+                Place::Own(s) | Place::Mapped(s) => {
+                    // SAFETY: `s` starts `src.len` bytes of a live registration, our own or the
+                    // peer's memfd mapped here (bounds and rights checked, slot entered); the
+                    // peer lends them to be read and leaves them unchanged until told they were.
+                    f(0, unsafe { std::slice::from_raw_parts(s, src.len) })
+                }
+                Place::Process { pid, addr } => {
+                    bounce.resize(piece.min(src.len), 0);
+                    for off in (0..src.len).step_by(piece) {
+                        let len = piece.min(src.len - off);
+                        // SAFETY: the bounce buffer is ours and holds `len` bytes; the kernel
+                        // checks the remote range.
+                        unsafe { sys::vm_read(pid, addr + off as u64, bounce.as_mut_ptr(), len, peer)? };
+                        f(off, &bounce[..len]);
+                    }
+                }
+            }
+            Ok(())
+        });
+        self.bounce = bounce;
+        lent
     }
 
     fn reads_from(&self, peer: usize) -> bool {
