@@ -116,8 +116,8 @@ fn control_seeds() -> Vec<Vec<u8>> {
         b
     };
     let mut grants = Vec::new();
-    GrantEntry { idx: 1, gid: 9, mr, off: 0, len: 800, seg: 512 }.put(&mut grants);
-    GrantEntry { idx: 2, gid: 10, mr: routed, off: 800, len: 8, seg: 8 }.put(&mut grants);
+    GrantEntry { idx: 1, gid: 9, mr, off: 0, len: 800, seg: 512, whole: false }.put(&mut grants);
+    GrantEntry { idx: 2, gid: 10, mr: routed, off: 800, len: 8, seg: 8, whole: true }.put(&mut grants);
     let l = ImmLayout::new(64);
     vec![
         msg(Kind::Setup, Setup { mr: routed, off: 128, slots: 16, slot_size: 8192 }.to_bytes()),

@@ -106,6 +106,8 @@ fn total(stats: &[Stats]) -> Stats {
         t.zcopy_bytes += s.zcopy_bytes;
         t.zcopy_copy_bytes += s.zcopy_copy_bytes;
         t.zcopy_read_bytes += s.zcopy_read_bytes;
+        t.pulled_msgs += s.pulled_msgs;
+        t.pulled_bytes += s.pulled_bytes;
         t.local_copy_bytes += s.local_copy_bytes;
         t.rts_msgs += s.rts_msgs;
         t.grants += s.grants;
@@ -187,6 +189,39 @@ fn idle_receivers_read_half_of_a_large_message() {
         assert_eq!(stats[1].zcopy_read_bytes, 0, "the root read: {t:?}");
         assert_eq!(t.zcopy_read_bytes, read as u64, "{t:?}");
         assert_eq!(t.zcopy_bytes + t.zcopy_read_bytes, 2 * bytes as u64, "{t:?}");
+        assert_eq!(t.transport_copy_bytes(), 0, "{t:?}");
+    }
+}
+
+/// A large message whose Recv only feeds a Reduce is reduced straight out of the sender's buffer
+/// (`pull_reduce_min`), never copied, when nothing after the sender's Send waits for that
+/// buffer. shmem_cyclic out of place at p = 4: of each rank's three contributions, those
+/// reduced into a partial are pulled (ranks 0, 2 and 3: two, rank 1: one; the rest start a
+/// partial, received where it is kept), the rest written. In place, the allgather overwrites the sent blocks, so the senders write them all;
+/// with the setting at 0 nothing is pulled.
+#[test]
+fn reductions_read_large_contributions_out_of_the_senders_buffers() {
+    let (n, block) = (4 * 65_536, 65_536 * 8);
+    for (min, in_place, pulled) in [(64 << 10, false, 7), (64 << 10, true, 0), (0, false, 0)] {
+        let cfg = ExecConfig { pull_reduce_min: min, ..engine_only() };
+        let stats = job(4, cfg, |c| {
+            let x: Vec<f64> = (0..n).map(|i| (i % 1000) as f64 * f64::from(c.rank() + 1)).collect();
+            let mut y = vec![0.0f64; n];
+            let opts = Options::algorithm("shmem_cyclic");
+            for _ in 0..2 {
+                if in_place {
+                    y.copy_from_slice(&x);
+                    c.with(&opts).allreduce_in_place(&mut y, &ReduceOp::Sum).unwrap();
+                } else {
+                    c.with(&opts).allreduce(&x, &mut y, &ReduceOp::Sum).unwrap();
+                }
+                assert!(y.iter().enumerate().all(|(i, &v)| v == (i % 1000) as f64 * 10.0), "rank {}", c.rank());
+            }
+            c.stats()
+        });
+        let t = total(&stats);
+        assert_eq!((t.pulled_msgs, t.pulled_bytes), (2 * pulled, 2 * pulled * block), "{min} {in_place}: {t:?}");
+        assert_eq!(t.zcopy_bytes + t.pulled_bytes, 2 * 4 * 6 * block, "every block moves once: {t:?}");
         assert_eq!(t.transport_copy_bytes(), 0, "{t:?}");
     }
 }

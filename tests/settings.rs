@@ -182,6 +182,7 @@ fn the_executor_defaults_in_the_table_are_the_code_s() {
     has("FABCOLL_HUGE_PAGES", node.huge_pages_after.to_string());
     has("FABCOLL_STAGED_RECEIVE", node.staged_receive_max.to_string());
     has("FABCOLL_SHARED_COPY", node.shared_copy_min.to_string());
+    has("FABCOLL_PULL_REDUCE", node.pull_reduce_min.to_string());
     has("FABCOLL_SPIN_US", node.spin.as_micros().to_string());
     has("FABCOLL_MAILBOX", node.mailbox_limit.to_string());
     has("FABCOLL_STRAIGHT", u8::from(node.straight).to_string());

@@ -591,6 +591,8 @@ settings! {
         "shm: zero-copy messages up to this size into the program's own memory go through scratch (0 = never)";
     FABCOLL_SHARED_COPY shared_copy: usize as Bytes, Executor, EachUse, "262144",
         "shm: an idle receiver reads half of a message this large while the sender writes the rest (0 = never)";
+    FABCOLL_PULL_REDUCE pull_reduce: usize as Bytes, Executor, EachUse, "65536",
+        "shm: a receiver reduces a message this large straight out of the sender's buffer (0 = never)";
     FABCOLL_SPIN_US spin: Duration as Micros, Executor, EachUse, "250",
         "how long a waiting rank polls on shm and local before it sleeps on the doorbell";
     FABCOLL_YIELD yield_when_idle: bool as Bool, Executor, EachUse, "on when this node's ranks outnumber its CPUs",

@@ -56,6 +56,14 @@ pub struct ExecConfig {
     /// half and offers the rest, which the receiver, waiting for it anyway, reads (`exec::op`). 0
     /// turns it off. `FABCOLL_SHARED_COPY`.
     pub shared_copy_min: usize,
+    /// A zero-copy message of at least this many bytes to a peer that can read this rank's memory
+    /// (`Endpoint::reads_from`: shm), whose Recv only feeds a Reduce (`Plan::fuse`), is not copied
+    /// at all: the receiver asks for it whole, and its Reduce reads the sender's buffer
+    /// (`Endpoint::read_with`, a load through a mapping or a system call into a cached piece) —
+    /// mamidala-2008 §4's reductions straight out of the peers' buffers. The sender offers it
+    /// only when nothing after its Send waits for that buffer, and writes it as granted otherwise.
+    /// 0 turns it off. `FABCOLL_PULL_REDUCE`.
+    pub pull_reduce_min: usize,
     /// Use at most this many immediate bits even if the backend carries more (tests the narrow
     /// layouts of verbs-like backends on any backend). All ranks must agree.
     pub imm_bits: u32,
@@ -106,6 +114,7 @@ impl Default for ExecConfig {
             huge_pages_after: DEFAULT_HUGE_PAGES_AFTER,
             staged_receive_max: DEFAULT_STAGED_RECEIVE,
             shared_copy_min: DEFAULT_SHARED_COPY,
+            pull_reduce_min: DEFAULT_PULL_REDUCE,
             imm_bits: 64,
             spin: Duration::from_micros(250),
             local_ranks: None,
@@ -128,6 +137,9 @@ pub const DEFAULT_STAGED_RECEIVE: usize = 1 << 20;
 
 /// Default of [`ExecConfig::shared_copy_min`].
 pub const DEFAULT_SHARED_COPY: usize = 256 << 10;
+
+/// Default of [`ExecConfig::pull_reduce_min`].
+pub const DEFAULT_PULL_REDUCE: usize = 64 << 10;
 
 /// Default mailbox limit (see [`ExecConfig::mailbox_limit`]).
 pub const DEFAULT_MAILBOX: usize = 16384;
@@ -194,7 +206,7 @@ impl ExecConfig {
     /// These settings overridden by the executor's knobs ([`fabcoll_fabric::settings`]: installed,
     /// else the environment's): `FABCOLL_EAGER` (raises the slot size to fit), `FABCOLL_SLOTS`,
     /// `FABCOLL_TIMEOUT`, `FABCOLL_MR_CACHE`, `FABCOLL_HUGE_PAGES`, `FABCOLL_STAGED_RECEIVE`,
-    /// `FABCOLL_SHARED_COPY`, `FABCOLL_SPIN_US`, `FABCOLL_YIELD`, `FABCOLL_LOCAL_CPUS`, `FABCOLL_MAILBOX` and `FABCOLL_STRAIGHT`.
+    /// `FABCOLL_SHARED_COPY`, `FABCOLL_PULL_REDUCE`, `FABCOLL_SPIN_US`, `FABCOLL_YIELD`, `FABCOLL_LOCAL_CPUS`, `FABCOLL_MAILBOX` and `FABCOLL_STRAIGHT`.
     pub fn env_over(self) -> Result<ExecConfig> {
         use fabcoll_fabric::settings as s;
         let mut c = self;
@@ -220,6 +232,9 @@ impl ExecConfig {
         }
         if let Some(v) = s::FABCOLL_SHARED_COPY.get()? {
             c.shared_copy_min = v;
+        }
+        if let Some(v) = s::FABCOLL_PULL_REDUCE.get()? {
+            c.pull_reduce_min = v;
         }
         if let Some(v) = s::FABCOLL_SPIN_US.get()? {
             c.spin = v;
@@ -263,6 +278,10 @@ pub struct Stats {
     /// Bytes of zero-copy messages this rank read from its peers' memory: the tails their senders
     /// offered ([`ExecConfig::shared_copy_min`]), the one copy of those bytes.
     pub zcopy_read_bytes: u64,
+    /// Messages this rank offered whole to be reduced out of its buffer, and bytes it reduced
+    /// straight out of its peers' buffers ([`ExecConfig::pull_reduce_min`]): never copied.
+    pub pulled_msgs: u64,
+    pub pulled_bytes: u64,
     /// Rendezvous requests sent (eager message without a free slot) and grants sent.
     pub rts_msgs: u64,
     pub grants: u64,
@@ -326,6 +345,8 @@ stats_counters!(
     zcopy_bytes,
     zcopy_copy_bytes,
     zcopy_read_bytes,
+    pulled_msgs,
+    pulled_bytes,
     rts_msgs,
     grants,
     straight_calls,
@@ -378,8 +399,8 @@ mod tests {
         // Every field is listed (a new counter left out of the list would not compile in `since`,
         // whose struct literal names every field).
         let names: Vec<&str> = d.counters().iter().map(|&(n, _)| n).collect();
-        assert_eq!(names.len(), 25);
-        assert_eq!((names[0], names[20]), ("eager_msgs", "cache_hits"));
+        assert_eq!(names.len(), 27);
+        assert_eq!((names[0], names[22]), ("eager_msgs", "cache_hits"));
         let nonzero: Vec<(&str, u64)> = d.counters().into_iter().filter(|&(_, v)| v > 0).collect();
         assert_eq!(nonzero, [("eager_msgs", 7), ("mailbox_bytes", 64), ("cache_hits", 2)]);
     }

@@ -164,6 +164,19 @@ impl Core {
         min > 0 && bytes >= min && self.read_access == Access::REMOTE_READ && self.ep.reads_from(ep)
     }
 
+    /// Whether a zero-copy message of `bytes` from endpoint rank `ep`, whose Recv only feeds a
+    /// Reduce, is asked for whole, for the Reduce to read it out of the sender's buffer
+    /// (`ExecConfig::pull_reduce_min`).
+    pub fn pulls_reduce(&self, ep: usize, bytes: usize) -> bool {
+        let min = self.cfg.pull_reduce_min;
+        min > 0 && bytes >= min && self.read_access == Access::REMOTE_READ && self.ep.reads_from(ep)
+    }
+
+    /// Forgets grant `gid` to endpoint rank `peer`: its message came another way (offered whole).
+    pub fn forget_grant(&mut self, peer: usize, gid: u64) {
+        self.grants_in.remove(&(peer, gid));
+    }
+
     pub fn ctrl(&mut self, peer: usize, tag: u64, data: Vec<u8>) {
         self.ctrl_out.push((peer, tag, data));
     }

@@ -227,7 +227,8 @@ impl Engine {
         }
         let mrs = MrCache::new(cfg.mr_cache > 0 && mrcache::cache_safe(&caps), cfg.mr_cache, cfg.huge_pages_after);
         let me = ep.rank();
-        let readable = cfg.shared_copy_min > 0 && (0..p).any(|q| q != me && ep.reads_from(q));
+        let readable =
+            (cfg.shared_copy_min > 0 || cfg.pull_reduce_min > 0) && (0..p).any(|q| q != me && ep.reads_from(q));
         let read_access = if readable { Access::REMOTE_READ } else { Access::LOCAL };
         let core = Core {
             ep,

@@ -21,13 +21,21 @@
 //!   receiver would read with a system call what the sender writes through a mapping), which the
 //!   receiver reads out of the sender's buffer (`Endpoint::read`) and confirms (`Kind::Pulled`),
 //!   so two cores copy at once; the sender's Send ends with the confirmation.
+//! - pulled reductions (`ExecConfig::pull_reduce_min`, same fabrics): a Recv whose region only a
+//!   Reduce reads (`Plan::fuse`) is granted whole (`GrantEntry::whole`); a sender with nothing
+//!   after its Send offers the whole message instead of writing it (`Kind::Offer` from byte 0),
+//!   the Recv is done at once, and its Reduce, when its turn comes, reads the sender's buffer
+//!   (`Endpoint::read_with`: a load through a mapping, or `process_vm_readv` into pieces that
+//!   stay in cache) and confirms (`Kind::Pulled`). The message is never copied: each reducer
+//!   reads its peers' inputs once (mamidala-2008 §4's shmem designs over the program's buffers).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use fabcoll_collectives::datatype::Datatype;
+use fabcoll_collectives::kernels;
 use fabcoll_collectives::op::ReduceOp;
-use fabcoll_collectives::schedule::{Region, StepId, StepKind};
+use fabcoll_collectives::schedule::{Order, Region, StepId, StepKind};
 use fabcoll_fabric::{Access, Mr, SILENT_WRITE};
 
 use super::bufs::{local_step, Bound, Bufs};
@@ -61,6 +69,10 @@ pub(crate) struct Check {
 /// has arrived, while the sender writes the next, so the copy-out trails the sender's copy by a
 /// piece instead of following all of it.
 const STAGED_PIECE: usize = 128 << 10;
+
+/// The pieces a pulled message is read in where the sender's memory is not mapped here (a
+/// system call each): small enough that each stays in cache for its reduction.
+const PULL_PIECE: usize = 64 << 10;
 
 /// A staged receive in flight (`Op::grant`): the Recv step and its region, the scratch it was
 /// granted in, the piece size, and the bytes of written pieces copied out so far.
@@ -100,6 +112,12 @@ pub(crate) struct Op {
     /// Receives granted whose sender may share their copy (`Core::shares_copy`): the Recv step,
     /// the piece size granted (an offer starts at a whole piece) and the grant id.
     shareable: Vec<(StepId, usize, u64)>,
+    /// Receives granted whole for their Reduce to read out of the sender's buffer
+    /// (`Core::pulls_reduce`): the Recv step and the grant id (the sender may write it instead).
+    pulls: Vec<(StepId, u64)>,
+    /// Messages offered whole, done as Recvs, that their Reduce reads out of the sender's buffer:
+    /// the Recv step, the sender (communicator rank) and the offer.
+    pulled: Vec<(StepId, u32, Offer)>,
     /// Ready Sends and Recvs (a stack), and ready local steps: `run` issues communication first.
     work: Vec<StepId>,
     work_local: Vec<StepId>,
@@ -208,6 +226,8 @@ impl Op {
             fused_slot: Vec::new(),
             staged: Vec::new(),
             shareable: Vec::new(),
+            pulls: Vec::new(),
+            pulled: Vec::new(),
             work: Vec::new(),
             work_local: Vec::new(),
             done: 0,
@@ -265,6 +285,8 @@ impl Op {
         self.fused_slot.clear();
         self.staged.clear();
         self.shareable.clear();
+        self.pulls.clear();
+        self.pulled.clear();
         self.work.clear();
         self.work_local.clear();
         self.done = 0;
@@ -415,20 +437,64 @@ impl Op {
                 }
                 // else: wait for the eager message or an RTS.
             }
-            StepKind::Reduce { .. } | StepKind::Copy { .. } => {
+            StepKind::Reduce { dst, order, .. } => {
                 let from = self.plan.fused_from[s as usize];
-                let fused = if from == NOT_FUSED {
-                    None
-                } else {
-                    self.fused_slot.iter().position(|f| f.step == from).map(|i| self.fused_slot.swap_remove(i))
-                };
-                local_step(kind, &self.bufs(), fused.map(|f| f.ptr), self.dtype, self.rop.as_ref(), &mut core.stats)?;
-                if let Some(f) = fused {
-                    core.release_slot(f.peer, f.at as u32)?;
+                if let Some(i) = self.pulled.iter().position(|x| from != NOT_FUSED && x.0 == from) {
+                    let (_, peer, o) = self.pulled.swap_remove(i);
+                    self.reduce_pulled(core, peer, o, dst, order)?;
+                    self.complete(s);
+                    return Ok(());
                 }
-                self.complete(s);
+                self.local(core, s, kind)?;
             }
+            StepKind::Copy { .. } => self.local(core, s, kind)?,
         }
+        Ok(())
+    }
+
+    /// Runs local step `s` (a Copy, or a Reduce whose source is in this rank's memory or in the
+    /// eager slot its fused Recv left the message in).
+    fn local(&mut self, core: &mut Core, s: StepId, kind: StepKind) -> Result<()> {
+        let from = self.plan.fused_from[s as usize];
+        let fused = if from == NOT_FUSED {
+            None
+        } else {
+            self.fused_slot.iter().position(|f| f.step == from).map(|i| self.fused_slot.swap_remove(i))
+        };
+        local_step(kind, &self.bufs(), fused.map(|f| f.ptr), self.dtype, self.rop.as_ref(), &mut core.stats)?;
+        if let Some(f) = fused {
+            core.release_slot(f.peer, f.at as u32)?;
+        }
+        self.complete(s);
+        Ok(())
+    }
+
+    /// Reduces message `o`, offered whole by `peer`, into `dst` straight out of the sender's
+    /// buffer (`Endpoint::read_with`: through a mapping, or in pieces that stay in cache), then
+    /// tells the sender its source is free (`Kind::Pulled`).
+    fn reduce_pulled(&mut self, core: &mut Core, peer: u32, o: Offer, dst: Region, order: Order) -> Result<()> {
+        let rop = self.rop.as_ref().ok_or_else(|| Error::Protocol("reduce step without an op".into()))?;
+        let (dp, n) = self.bufs().raw(dst);
+        let (ep, dtype) = (self.ep(peer), self.dtype);
+        let src = o.mr.slice(o.off as usize, n)?;
+        let piece = (PULL_PIECE / self.elem).max(1) * self.elem;
+        let mut failed = None;
+        core.ep.read_with(ep, src, piece, &mut |off, bytes| {
+            if failed.is_some() || off + bytes.len() > n {
+                return;
+            }
+            // SAFETY: `dst` is this Reduce's region of `n` bytes in the call's buffers (bounds
+            // checked), quiet (no peer writes a Reduce's destination) and apart from the sender's
+            // buffer; `off + bytes.len() <= n` (above).
+            let d = unsafe { std::slice::from_raw_parts_mut(dp.add(off), bytes.len()) };
+            failed = kernels::reduce(rop, dtype, bytes, d, order).err();
+        })?;
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        core.stats.reduce_bytes += n as u64;
+        core.stats.pulled_bytes += n as u64;
+        core.ctrl(ep, proto::tag(Kind::Pulled, self.key.ctx, self.key.seq, self.sig), o.idx.to_le_bytes().to_vec());
         Ok(())
     }
 
@@ -465,6 +531,14 @@ impl Op {
                 "{} #{}: rank {peer} granted message {} in pieces of {} bytes, outside 1..={}",
                 self.coll, self.key.seq, g.idx, g.seg, core.caps.max_write
             )));
+        }
+        // Nothing after this Send waits for its source: the receiver may read it at leisure.
+        if g.whole && self.plan.dependents[s as usize].is_empty() && mr.access().contains(Access::REMOTE_READ) {
+            let o = Offer { idx: g.idx, from: 0, mr: mr.remote(), off: base as u64, len: g.len };
+            core.ctrl(ep, proto::tag(Kind::Offer, self.key.ctx, self.key.seq, self.sig), o.to_bytes());
+            core.stats.pulled_msgs += 1;
+            self.pending[s as usize] = 1;
+            return Ok(());
         }
         let imm = core.layout.encode_zcopy(g.gid);
         let inline = core.caps.completes_inline(seg.min(bytes));
@@ -530,7 +604,10 @@ impl Op {
         };
         let (mut mr, mut off) = (dst_mr.remote(), off);
         let mut seg = core.ep.write_segment(ep).clamp(1, core.caps.max_write.max(1));
-        if bytes <= core.cfg.staged_receive_max && core.ep.writes_by_syscall(ep, dst_mr) {
+        // A message only its Reduce reads is asked for whole, for that Reduce to read it out of
+        // the sender's buffer (`reduce_pulled`); granted as is, for a sender that cannot offer it.
+        let whole = self.plan.fuse[s as usize] && core.pulls_reduce(ep, bytes);
+        if !whole && bytes <= core.cfg.staged_receive_max && core.ep.writes_by_syscall(ep, dst_mr) {
             match core.scratch(bytes) {
                 Ok(scratch) => {
                     (mr, off) = (scratch.remote(), 0);
@@ -544,7 +621,7 @@ impl Op {
                 Err(e) => tracing::debug!(%e, "no scratch for a staged receive; granting the destination"),
             }
         }
-        let shares = core.shares_copy(ep, bytes);
+        let shares = !whole && core.shares_copy(ep, bytes);
         // Two pieces invite the sender to leave us the second (an offer) while it writes the
         // first, unless this rank sends in the call too (the offer would only add a round trip) or
         // the message is staged (the sender writes the scratch through a mapping, faster than
@@ -558,6 +635,9 @@ impl Op {
         if shares {
             self.shareable.push((s, seg, gid));
         }
+        if whole {
+            self.pulls.push((s, gid));
+        }
         self.pending[s as usize] = segs;
         core.stats.grants += 1;
         core.ctrl_queued = true;
@@ -568,6 +648,7 @@ impl Op {
             off: off as u64,
             len: bytes as u64,
             seg: seg as u64,
+            whole,
         });
     }
 
@@ -716,6 +797,18 @@ impl Op {
         let Some(&s) = self.plan.recv_of.get(&(peer, o.idx)) else { return Err(bad("matches no receive".into())) };
         let StepKind::Recv { dst, .. } = *self.plan.sched.step(s) else { unreachable!("recv_of holds Recv steps") };
         let (ep, bytes) = (self.ep(peer), dst.len as usize * self.elem);
+        if let Some(i) = self.pulls.iter().position(|&(t, _)| t == s) {
+            // Offered whole: the Recv is done, and its Reduce reads the message where it is.
+            let (_, gid) = self.pulls.swap_remove(i);
+            if o.from != 0 || o.len as usize != bytes || self.st[s as usize] != St::Waiting {
+                return Err(bad(format!("bytes {}..{} offered whole for a receive of {bytes}", o.from, o.len)));
+            }
+            core.forget_grant(ep, gid);
+            self.pulled.push((s, peer, o));
+            self.pending[s as usize] = 0;
+            self.complete(s);
+            return self.run(core);
+        }
         let Some(i) = self.shareable.iter().position(|&(t, ..)| t == s) else {
             return Err(bad("the receive was not granted to share its copy".into()));
         };

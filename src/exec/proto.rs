@@ -283,10 +283,14 @@ pub(crate) struct GrantEntry {
     /// The pieces the initiator writes `len` in, one write each: the grantor counts them (its
     /// `Endpoint::write_segment` for the connection from the initiator).
     pub seg: u64,
+    /// The receiver would rather read the message itself, whole, for a Reduce (`Op::grant`): the
+    /// sender offers it from byte 0 where nothing after its Send waits for the source, and
+    /// writes it as granted otherwise.
+    pub whole: bool,
 }
 
 impl GrantEntry {
-    pub const LEN: usize = 4 + 8 + RemoteMr::WIRE_LEN + 24;
+    pub const LEN: usize = 4 + 8 + RemoteMr::WIRE_LEN + 25;
 
     pub fn put(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.idx.to_le_bytes());
@@ -295,6 +299,7 @@ impl GrantEntry {
         out.extend_from_slice(&self.off.to_le_bytes());
         out.extend_from_slice(&self.len.to_le_bytes());
         out.extend_from_slice(&self.seg.to_le_bytes());
+        out.push(u8::from(self.whole));
     }
 
     pub fn parse_all(b: &[u8]) -> Result<Vec<GrantEntry>> {
@@ -312,6 +317,11 @@ impl GrantEntry {
                     off: u(m),
                     len: u(m + 8),
                     seg: u(m + 16),
+                    whole: match c[m + 24] {
+                        0 => false,
+                        1 => true,
+                        v => return Err(Error::Protocol(format!("grant entry with whole = {v}"))),
+                    },
                 })
             })
             .collect()
@@ -404,7 +414,7 @@ mod tests {
         let mr = RemoteMr { addr: 1 << 33, len: 4096, key: 42, access: Access::REMOTE_WRITE, node: None };
         let s = Setup { mr, off: 128, slots: 16, slot_size: 8192 };
         assert_eq!(Setup::from_bytes(&s.to_bytes()).unwrap(), s);
-        let g = GrantEntry { idx: 3, gid: 1 << 35, mr, off: 8, len: 800, seg: 512 };
+        let g = GrantEntry { idx: 3, gid: 1 << 35, mr, off: 8, len: 800, seg: 512, whole: true };
         let mut b = Vec::new();
         g.put(&mut b);
         g.put(&mut b);

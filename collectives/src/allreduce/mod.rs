@@ -99,7 +99,17 @@ pub(crate) fn pairwise_rs_allreduce(
     let r = rank as usize;
     let out = Region::new(Buf::Recv, segs[r].0, segs[r].1);
     let how = PairwiseRs { order, land_in_out: !a.in_place };
-    let per_block = rs_pairwise(&mut b, rank, p, Buf::Send, &segs, out, how, &[]);
+    let mut per_block = rs_pairwise(&mut b, rank, p, Buf::Send, &segs, out, how, &[]);
+    if !a.in_place {
+        // The allgather writes `Recv`, which the sends of `Send`'s blocks do not read: it need
+        // not wait for them, and nothing waits for those sends (a sender with nothing after its
+        // Send can lend its buffer to the receiver's reduction: `exec::op`'s pulled reductions).
+        for (j, deps) in per_block.iter_mut().enumerate() {
+            if j != r {
+                deps.clear();
+            }
+        }
+    }
     allgather(&mut b, &segs, per_block);
     Ok(b.finish())
 }

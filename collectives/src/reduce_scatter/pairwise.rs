@@ -9,7 +9,7 @@
 use crate::args::{CollArgs, Collective};
 use crate::cost::Cost;
 use crate::error::Result;
-use crate::reduce_scatter::phases::{input_segs, rs_pairwise, PairwiseRs};
+use crate::reduce_scatter::phases::{input_segs, rs_pairwise, MeshOrder, PairwiseRs};
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Region, Schedule, ScheduleBuilder};
 
@@ -39,7 +39,11 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     let mut b = ScheduleBuilder::for_args(a);
     let segs = input_segs(a);
     let out = Region::new(Buf::Recv, 0, segs[a.rank as usize].1);
-    rs_pairwise(&mut b, a.rank, a.size, Buf::Send, &segs, out, PairwiseRs::ROTATED, &[]);
+    // Out of place the result may be written from the start: the first contribution lands in
+    // it, no final copy, and nothing waits for the sends (the executor may then reduce the other
+    // contributions straight out of the senders' buffers).
+    let how = PairwiseRs { order: MeshOrder::Rotated, land_in_out: !a.in_place };
+    rs_pairwise(&mut b, a.rank, a.size, Buf::Send, &segs, out, how, &[]);
     Ok(b.finish())
 }
 
