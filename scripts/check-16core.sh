@@ -6,6 +6,7 @@
 #
 #   bash scripts/check-16core.sh [--bundle DIR] [--out DIR] [--deadline SECONDS] [--procs "8 16"]
 #                                [--runs N] [--rounds N] [--tcp-fabrics "tcp ofi:tcp"] [--tune-log FILE] [--small]
+#                                [--stages "1 2 3"] [--ops "allreduce"] [--min BYTES] [--baseline-env VAR=VALUE]
 #
 # Stages, in order of what they decide; one that would start after --deadline seconds is skipped
 # (default 450: the device lends 15 minutes a session, its start included) and says so in log.txt;
@@ -24,10 +25,15 @@
 #      points; pass it back with --tune-log to resume where it stopped).
 # raw.csv holds every measurement of stages 2-7 (bench-algs rows, then bench-vs-openmpi's).
 # --small: a trial of the whole path here (p = 2, small sizes, one round).
+# --stages runs only the stages named; --ops and --min narrow the comparisons with Open MPI (and
+# --min the allreduce rows); --baseline-env VAR=VALUE runs fabcoll a second time in every run of
+# those comparisons with that setting, alternating, and appends vs-baseline.md (this build / the
+# setting: a same-run A/B of a setting, e.g. FABCOLL_PULL_REDUCE=0).
 set -u
 cd "$(dirname "$0")/.."
 bundle=target/devb out=${OUT:-/tmp/check-16core} deadline=450 procs="8 16" runs=2 rounds=2 small=0
-tcp_fabrics="tcp ofi:tcp" tune_log=""
+tcp_fabrics="tcp ofi:tcp" tune_log="" stages="1 2 3 4 5 6 7 8" ops="allreduce bcast allgather alltoall" vs_min=8
+baseline_env=""
 export BENCH_LIMIT=${BENCH_LIMIT:-90}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,7 +46,11 @@ while [ $# -gt 0 ]; do
     --tcp-fabrics) tcp_fabrics=$2; shift 2 ;;
     --tune-log) tune_log=$2; shift 2 ;;
     --small) small=1; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --stages) stages=$2; shift 2 ;;
+    --ops) ops=$2; shift 2 ;;
+    --min) vs_min=$2; shift 2 ;;
+    --baseline-env) baseline_env=$2; shift 2 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "check-16core: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -50,11 +60,12 @@ mkdir -p "$out"
 log="$out/log.txt"
 : >"$log"
 say() { echo "[$SECONDS s] $*" | tee -a "$log" >&2; }
-left() { # stage name: is there time for it?
+left() { # stage name: is it asked for, and is there time for it?
+  case " $stages " in *" ${1%% *} "*) ;; *) return 1 ;; esac
   if [ "$SECONDS" -ge "$deadline" ]; then say "skipped $1: past the deadline of $deadline s"; return 1; fi
   say "stage $1"
 }
-ar_min=8 ar_max=16M a2a_min=8 a2a_max=1M bc_max=4M vs_max=16777216
+ar_min=$vs_min ar_max=16M a2a_min=8 a2a_max=1M bc_max=4M vs_max=16777216
 if [ "$small" = 1 ]; then
   procs=2 runs=1 rounds=1 ar_min=64K ar_max=256K a2a_min=1K a2a_max=4K bc_max=8K vs_max=4096
 fi
@@ -83,10 +94,17 @@ algs() { # op algos procs min max name [fabric]
   { echo; cat "$D/algs-$6/summary.md"; } >>"$out/summary.md" 2>/dev/null
   tail -n +2 "$D/algs-$6/raw.csv" 2>/dev/null | sed 's/^/algs,/' >>"$out/raw.csv"
 }
+base=()
+if [ -n "$baseline_env" ]; then # the same binaries under the setting, as bench-vs-openmpi's baseline build
+  mkdir -p "$D/baseline" && ln -sf "$D/bin/fabrun" "$D/baseline/fabrun"
+  printf '#!/bin/sh\nexport %q\nexec %q "$@"\n' "$baseline_env" "$D/bin/fabcoll" >"$D/baseline/fabcoll"
+  chmod +x "$D/baseline/fabcoll" && base=(--baseline "$D/baseline")
+fi
 vs() { # fabrics name
-  bash scripts/.bench-vs-openmpi-bundle.sh --fabrics "$1" --procs "$procs" --runs "$runs" --max "$vs_max" \
-    --out "$D/vs-$2" >>"$log" 2>&1 || say "bench-vs-openmpi $1 failed"
+  bash scripts/.bench-vs-openmpi-bundle.sh --fabrics "$1" --procs "$procs" --runs "$runs" --min "$vs_min" --max "$vs_max" \
+    --ops "$ops" "${base[@]}" --out "$D/vs-$2" >>"$log" 2>&1 || say "bench-vs-openmpi $1 failed"
   { echo; cat "$D/vs-$2/summary.md"; } >>"$out/summary.md" 2>/dev/null
+  if [ -n "$baseline_env" ]; then { echo; echo "(baseline: $baseline_env)"; cat "$D/vs-$2/vs-baseline.md"; } >>"$out/summary.md" 2>/dev/null; fi
   tail -n +2 "$D/vs-$2/raw.csv" 2>/dev/null | sed 's/^/vs,/' >>"$out/raw.csv"
 }
 if left "2 (shm against Open MPI)"; then vs shm shm; fi
