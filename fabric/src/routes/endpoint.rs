@@ -135,6 +135,19 @@ impl RoutedEndpoint {
         })
     }
 
+    /// The result of a transfer of `len` bytes over `route`: counted when it went through, its
+    /// error in global ranks when the node-local endpoint made it.
+    fn counted(&mut self, route: Route, len: usize, r: Result<()>) -> Result<()> {
+        match r {
+            Ok(()) => {
+                self.count(route, len);
+                Ok(())
+            }
+            Err(e) if matches!(route, Route::Node(_)) => Err(self.globalise(e)),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Polls the node-local endpoint, translating the peers of what it appends.
     fn poll_node(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
         let before = out.len();
@@ -213,27 +226,14 @@ impl Endpoint for RoutedEndpoint {
         let (route, mr, dmr) = self.write_target(peer, &src, &dst)?;
         let (ep, p) = self.via(route);
         let r = ep.write(p, LocalRange { mr, ..src }, RemoteRange { mr: dmr, ..dst }, imm, ctx);
-        match r {
-            Ok(()) => {
-                self.count(route, src.len);
-                Ok(())
-            }
-            Err(e) if matches!(route, Route::Node(_)) => Err(self.globalise(e)),
-            Err(e) => Err(e),
-        }
+        self.counted(route, src.len, r)
     }
 
     fn read(&mut self, peer: usize, src: RemoteRange, dst: LocalRange<'_>) -> Result<()> {
         let (route, mr, smr) = self.write_target(peer, &dst, &src)?;
         let (ep, p) = self.via(route);
-        match ep.read(p, RemoteRange { mr: smr, ..src }, LocalRange { mr, ..dst }) {
-            Ok(()) => {
-                self.count(route, dst.len);
-                Ok(())
-            }
-            Err(e) if matches!(route, Route::Node(_)) => Err(self.globalise(e)),
-            Err(e) => Err(e),
-        }
+        let r = ep.read(p, RemoteRange { mr: smr, ..src }, LocalRange { mr, ..dst });
+        self.counted(route, dst.len, r)
     }
 
     fn read_with(
@@ -245,14 +245,8 @@ impl Endpoint for RoutedEndpoint {
     ) -> Result<()> {
         let (route, smr) = self.read_source(peer, &src)?;
         let (ep, p) = self.via(route);
-        match ep.read_with(p, RemoteRange { mr: smr, ..src }, piece, f) {
-            Ok(()) => {
-                self.count(route, src.len);
-                Ok(())
-            }
-            Err(e) if matches!(route, Route::Node(_)) => Err(self.globalise(e)),
-            Err(e) => Err(e),
-        }
+        let r = ep.read_with(p, RemoteRange { mr: smr, ..src }, piece, f);
+        self.counted(route, src.len, r)
     }
 
     fn reads_from(&self, peer: usize) -> bool {
@@ -287,14 +281,8 @@ impl Endpoint for RoutedEndpoint {
     fn send_ctrl(&mut self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
         let route = self.table.route(peer)?;
         let (ep, p) = self.via(route);
-        match ep.send_ctrl(p, tag, data) {
-            Ok(()) => {
-                self.count(route, data.len());
-                Ok(())
-            }
-            Err(e) if matches!(route, Route::Node(_)) => Err(self.globalise(e)),
-            Err(e) => Err(e),
-        }
+        let r = ep.send_ctrl(p, tag, data);
+        self.counted(route, data.len(), r)
     }
 
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
