@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Forced algorithms of one collective against each other and against `auto`, measured in the same
-# run and alternating (the order rotates every round, so drift hits them alike).
+# run and alternating: every round is one launch per p that measures all rows at each size in turn
+# (`fabcoll bench --algo auto,A,B,...`), so rows compare within the same processes and placement,
+# and the order rotates with the size and the round, so drift hits them alike.
 #
 #   scripts/bench-algs.sh --op OP --algos "A B ..." [options]
 #     --procs "LIST"   process counts (default: "4")
@@ -43,21 +45,19 @@ raw="$out/raw.csv"
 [ -f "$raw" ] || echo "round,op,fabric,p,algo,chosen,bytes,usec" >"$raw"
 rows=(auto $algos)
 for round in $(seq "$rounds"); do
+  n=${#rows[@]} list=""
+  for i in $(seq 0 $((n - 1))); do list="$list${list:+,}${rows[$(((i + round) % n))]}"; done
   for p in $procs; do
-    n=${#rows[@]}
-    for i in $(seq 0 $((n - 1))); do
-      alg=${rows[$(((i + round) % n))]}
-      echo "bench-algs: round $round $op p=$p $alg" >&2
-      if ! timeout "$limit" "$bin/fabrun" -n "$p" --fabric "$fabric" --timeout $((limit - 20)) "$bin/fabcoll" bench --op "$op" \
-          --algo "$alg" --min-size "$min" --max-size "$max" --iters 200 --warmup 21 --large-size 1M --sync none \
-          --format csv --output "$out/one.csv" >"$out/one.log" 2>&1; then
-        echo "bench-algs: $op $alg p=$p failed:" >&2
-        tail -3 "$out/one.log" >&2
-        continue
-      fi
-      awk -F, -v r="$round" -v op="$op" -v f="$fabric" -v p="$p" -v a="$alg" \
-        'NR > 1 { printf "%s,%s,%s,%s,%s,%s,%s,%s\n", r, op, f, p, a, $2, $5, $9 }' "$out/one.csv" >>"$raw"
-    done
+    echo "bench-algs: round $round $op p=$p $list" >&2
+    if ! timeout "$limit" "$bin/fabrun" -n "$p" --fabric "$fabric" --timeout $((limit - 20)) "$bin/fabcoll" bench --op "$op" \
+        --algo "$list" --min-size "$min" --max-size "$max" --iters 200 --warmup 21 --large-size 1M --sync none \
+        --format csv --output "$out/one.csv" >"$out/one.log" 2>&1; then
+      echo "bench-algs: $op p=$p round $round failed:" >&2
+      tail -3 "$out/one.log" >&2
+      continue
+    fi
+    awk -F, -v r="$round" -v op="$op" -v f="$fabric" -v p="$p" \
+      'NR > 1 { printf "%s,%s,%s,%s,%s,%s,%s,%s\n", r, op, f, p, $17, $2, $5, $9 }' "$out/one.csv" >>"$raw"
   done
 done
 rm -f "$out/one.csv" "$out/one.log"

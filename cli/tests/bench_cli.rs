@@ -32,6 +32,7 @@ const COLUMNS: &[&str] = &[
     "algbw_gbps",
     "busbw_gbps",
     "check",
+    "asked",
 ];
 
 /// Runs `prog args` with a wall-clock limit; returns (success, stdout, stderr).
@@ -101,6 +102,32 @@ fn local_allreduce_csv_back_to_back() {
     let (ok, out, err) = run(FABCOLL, &args);
     assert!(ok, "{err}");
     check_allreduce_rows(&parse_csv(&out), 2, "local");
+}
+
+/// Several rows in one launch (`--algo auto,ring,recursive_doubling`): every size has one row
+/// per asked algorithm, the forced rows ran what they asked, each checked; the first row of a
+/// size moves one further along the list at each size.
+#[test]
+fn several_algorithms_in_one_launch() {
+    let args = ["bench", "--fabric", "local", "-n", "4", "--op", "allreduce", "--algo", "auto,ring,recursive_doubling"];
+    let sizes =
+        ["--min-size", "64", "--max-size", "256", "--iters", "3", "--warmup", "1", "--check", "--format", "csv"];
+    let (ok, out, err) = run(FABCOLL, &[&args[..], &sizes[..]].concat());
+    assert!(ok, "{err}");
+    let rows = parse_csv(&out);
+    let asked: Vec<&str> = rows.iter().map(|r| r["asked"].as_str()).collect();
+    #[rustfmt::skip]
+    let expected = ["auto", "ring", "recursive_doubling", "ring", "recursive_doubling", "auto",
+                    "recursive_doubling", "auto", "ring"];
+    assert_eq!(asked, expected);
+    for r in &rows {
+        assert_eq!(r["check"], "ok", "{r:?}");
+        if r["asked"] != "auto" {
+            assert_eq!(r["algorithm"], r["asked"], "{r:?}");
+        }
+    }
+    let bytes: Vec<&str> = rows.iter().map(|r| r["bytes"].as_str()).collect();
+    assert_eq!(bytes, ["64", "64", "64", "128", "128", "128", "256", "256", "256"]);
 }
 
 /// The counters of one `--stats` line (`stats rank=R bytes=B calls=C name=value …`).

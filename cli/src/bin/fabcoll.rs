@@ -118,7 +118,9 @@ struct BenchArgs {
     /// alltoall(v), reduce_scatter, reduce_scatter_block, scan, exscan).
     #[arg(long, default_value = "allreduce", value_parser = parse_coll)]
     op: Collective,
-    /// Algorithm name (see `fabcoll info`) or `auto` for the automatic choice.
+    /// Algorithm name (see `fabcoll info`) or `auto` for the automatic choice; a comma-separated
+    /// list measures each at every size in turn, in this one launch (rows compare within the
+    /// same processes; the CSV's `asked` column says which row is which).
     #[arg(long, default_value = "auto")]
     algo: String,
     /// Smallest size (bytes; suffixes K, M, G = KiB, MiB, GiB).
@@ -248,19 +250,20 @@ fn rank_main(c: &Communicator, a: &BenchArgs, cfg: &bench::Config, meta: &Meta) 
 }
 
 fn bench_main(a: BenchArgs) -> Result<bool, String> {
-    let algo = match a.algo.as_str() {
-        "auto" => None,
-        name => {
-            registry::find(a.op, name).map_err(|e| e.to_string())?;
-            Some(name.to_owned())
-        }
-    };
+    let rows = a
+        .algo
+        .split(',')
+        .map(|name| match name.trim() {
+            "auto" => Ok(None),
+            name => registry::find(a.op, name).map(|_| Some(name.to_owned())).map_err(|e| e.to_string()),
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     if a.min_size > a.max_size {
         return Err(format!("--min-size {} is larger than --max-size {}", a.min_size, a.max_size));
     }
     let cfg = bench::Config {
         coll: a.op,
-        algo,
+        rows,
         min_size: a.min_size,
         max_size: a.max_size,
         iters: a.iters,

@@ -13,8 +13,10 @@ use crate::ops::{self, BenchElem, Shape};
 #[derive(Clone, Debug)]
 pub struct Config {
     pub coll: Collective,
-    /// Forced algorithm, or `None` for the automatic choice.
-    pub algo: Option<String>,
+    /// The rows measured at every size, in one launch: a forced algorithm, or `None` for the
+    /// automatic choice. With several, each size runs them in turn, starting one further along
+    /// the list at each size, so that rows compare within the same processes and placement.
+    pub rows: Vec<Option<String>>,
     pub min_size: u64,
     pub max_size: u64,
     /// Timed iterations and warm-up at sizes up to `large`; scaled down above it.
@@ -84,7 +86,10 @@ impl Config {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Row {
     pub op: String,
+    /// The algorithm that ran.
     pub algorithm: String,
+    /// What the row asked for: `auto` or the forced algorithm's name.
+    pub asked: String,
     pub ranks: u32,
     pub bytes: u64,
     pub count: usize,
@@ -220,80 +225,101 @@ fn sweep<T: BenchElem>(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row
         recv_pinned = c.alloc::<T>(max_recv).map_err(err)?;
         (&mut send_pinned, &mut recv_pinned)
     };
-    let opts = Options { algorithm: cfg.algo.clone(), ..Options::default() };
-    let w = c.with(&opts);
     let mut all_ok = true;
-    for s in &shapes {
+    for (i, s) in shapes.iter().enumerate() {
         let (send, recv) = (&mut sendbuf[..s.send_len], &mut recvbuf[..s.recv_len]);
-        // One untimed call: checks the result (with --check) and learns the algorithm.
-        ops::fill(s, r, send, recv);
-        let alg = c
-            .scope(|sc| {
-                sc.set_options(opts.clone());
-                let req = ops::issue(sc, s, send, recv)?;
-                let alg = sc.algorithm_of(&req);
-                req.wait()?;
-                Ok(alg)
-            })
-            .map_err(|e| format!("{} at {} bytes: {e}", cfg.coll, s.bytes))?;
-        let mut check = "-".to_owned();
-        if cfg.check {
-            let bad = ops::verify(s, r, recv);
-            if let Some(why) = &bad {
-                eprintln!("check failed: {} {} bytes: {why}", cfg.coll, s.bytes);
-            }
-            // Every rank learns how many ranks failed, so all agree on the verdict.
-            let mut mine = [u32::from(bad.is_some())];
-            c.allreduce_in_place(&mut mine[..], &ReduceOp::Sum).map_err(err)?;
-            all_ok &= mine[0] == 0;
-            check = if mine[0] == 0 { "ok".into() } else { format!("FAIL({} ranks)", mine[0]) };
-        }
-        let (iters, warmup) = cfg.iterations(s.bytes);
-        let back_to_back = !cfg.pace.barrier && !cfg.pace.touch;
-        let before = cfg.stats.then(|| c.stats());
-        let block = if back_to_back {
-            Some(timed_calls(c, &w, s, send, recv, iters, warmup, Pace { block: true, ..cfg.pace })?[0])
-        } else {
-            None
-        };
-        let warmup_left = if back_to_back { 0 } else { warmup };
-        let samples = timed_calls(c, &w, s, send, recv, iters, warmup_left, cfg.pace)?;
-        if let Some(before) = before {
-            // Warm-ups, and with --sync barrier the barriers, are counted too.
-            let calls = iters * if back_to_back { 2 } else { 1 } + warmup;
-            eprintln!("{}", stats_line(r, s.bytes, calls, &c.stats().since(&before)));
-        }
-        let avg = block.unwrap_or(if iters == 0 { 0.0 } else { samples.iter().sum::<f64>() / iters as f64 });
-        let mut avgs = vec![0f64; if r == 0 { p as usize } else { 0 }];
-        c.gather(&[avg][..], &mut avgs[..], 0).map_err(err)?;
-        let mut pooled = vec![0f64; if r == 0 { iters * p as usize } else { 0 }];
-        c.gather(&samples[..], &mut pooled[..], 0).map_err(err)?;
-        if r == 0 {
-            let mean = avgs.iter().sum::<f64>() / f64::from(p);
-            let lo = avgs.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = avgs.iter().copied().fold(0.0, f64::max);
-            pooled.sort_by(f64::total_cmp);
-            let algbw = if mean > 0.0 { s.nccl_bytes as f64 / (mean * 1e3) } else { 0.0 };
-            emit(&Row {
-                op: cfg.coll.name().to_owned(),
-                algorithm: alg.unwrap_or("?").to_owned(),
-                ranks: p,
-                bytes: s.bytes,
-                count: s.n,
-                iters,
-                warmup,
-                avg_us: mean,
-                min_us: lo,
-                max_us: hi,
-                p50_us: percentile(&pooled, 0.50),
-                p99_us: percentile(&pooled, 0.99),
-                algbw_gbps: algbw,
-                busbw_gbps: algbw * ops::bus_factor(cfg.coll, p),
-                check,
-            });
+        for k in 0..cfg.rows.len() {
+            let asked = &cfg.rows[(i + k) % cfg.rows.len()];
+            all_ok &= measure(c, cfg, s, send, recv, asked, emit)?;
         }
     }
     // Nobody leaves (and frees its buffers) while a peer may still write into them.
     c.barrier().map_err(err)?;
     Ok(all_ok)
+}
+
+/// One row at one size: an untimed call (checked with `--check`; it learns the algorithm), then
+/// the timed calls; rank 0 emits the row. Returns whether the check passed.
+fn measure<T: BenchElem>(
+    c: &Communicator,
+    cfg: &Config,
+    s: &Shape,
+    send: &mut [T],
+    recv: &mut [T],
+    asked: &Option<String>,
+    emit: &mut dyn FnMut(&Row),
+) -> Result<bool, String> {
+    let (r, p) = (c.rank(), c.size());
+    let opts = Options { algorithm: asked.clone(), ..Options::default() };
+    let w = c.with(&opts);
+    let mut ok = true;
+    // One untimed call: checks the result (with --check) and learns the algorithm.
+    ops::fill(s, r, send, recv);
+    let alg = c
+        .scope(|sc| {
+            sc.set_options(opts.clone());
+            let req = ops::issue(sc, s, send, recv)?;
+            let alg = sc.algorithm_of(&req);
+            req.wait()?;
+            Ok(alg)
+        })
+        .map_err(|e| format!("{} at {} bytes: {e}", cfg.coll, s.bytes))?;
+    let mut check = "-".to_owned();
+    if cfg.check {
+        let bad = ops::verify(s, r, recv);
+        if let Some(why) = &bad {
+            eprintln!("check failed: {} {} bytes: {why}", cfg.coll, s.bytes);
+        }
+        // Every rank learns how many ranks failed, so all agree on the verdict.
+        let mut mine = [u32::from(bad.is_some())];
+        c.allreduce_in_place(&mut mine[..], &ReduceOp::Sum).map_err(err)?;
+        ok = mine[0] == 0;
+        check = if mine[0] == 0 { "ok".into() } else { format!("FAIL({} ranks)", mine[0]) };
+    }
+    let (iters, warmup) = cfg.iterations(s.bytes);
+    let back_to_back = !cfg.pace.barrier && !cfg.pace.touch;
+    let before = cfg.stats.then(|| c.stats());
+    let block = if back_to_back {
+        Some(timed_calls(c, &w, s, send, recv, iters, warmup, Pace { block: true, ..cfg.pace })?[0])
+    } else {
+        None
+    };
+    let warmup_left = if back_to_back { 0 } else { warmup };
+    let samples = timed_calls(c, &w, s, send, recv, iters, warmup_left, cfg.pace)?;
+    if let Some(before) = before {
+        // Warm-ups, and with --sync barrier the barriers, are counted too.
+        let calls = iters * if back_to_back { 2 } else { 1 } + warmup;
+        eprintln!("{}", stats_line(r, s.bytes, calls, &c.stats().since(&before)));
+    }
+    let avg = block.unwrap_or(if iters == 0 { 0.0 } else { samples.iter().sum::<f64>() / iters as f64 });
+    let mut avgs = vec![0f64; if r == 0 { p as usize } else { 0 }];
+    c.gather(&[avg][..], &mut avgs[..], 0).map_err(err)?;
+    let mut pooled = vec![0f64; if r == 0 { iters * p as usize } else { 0 }];
+    c.gather(&samples[..], &mut pooled[..], 0).map_err(err)?;
+    if r == 0 {
+        let mean = avgs.iter().sum::<f64>() / f64::from(p);
+        let lo = avgs.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = avgs.iter().copied().fold(0.0, f64::max);
+        pooled.sort_by(f64::total_cmp);
+        let algbw = if mean > 0.0 { s.nccl_bytes as f64 / (mean * 1e3) } else { 0.0 };
+        emit(&Row {
+            op: cfg.coll.name().to_owned(),
+            algorithm: alg.unwrap_or("?").to_owned(),
+            asked: asked.as_deref().unwrap_or("auto").to_owned(),
+            ranks: p,
+            bytes: s.bytes,
+            count: s.n,
+            iters,
+            warmup,
+            avg_us: mean,
+            min_us: lo,
+            max_us: hi,
+            p50_us: percentile(&pooled, 0.50),
+            p99_us: percentile(&pooled, 0.99),
+            algbw_gbps: algbw,
+            busbw_gbps: algbw * ops::bus_factor(cfg.coll, p),
+            check,
+        });
+    }
+    Ok(ok)
 }

@@ -39,7 +39,7 @@ pub struct Meta {
 }
 
 pub const CSV_HEADER: &str = "op,algorithm,fabric,ranks,bytes,count,iters,warmup,avg_us,min_us,max_us,p50_us,p99_us,\
-                              algbw_gbps,busbw_gbps,check";
+                              algbw_gbps,busbw_gbps,check,asked";
 
 pub struct Report {
     format: Format,
@@ -102,7 +102,11 @@ impl Report {
                 "{:>10} {:>6} {:<22} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>9.3} {:>9.3} {:>6}",
                 r.bytes,
                 r.iters,
-                r.algorithm,
+                if r.asked == "auto" && self.meta.algo.contains(',') {
+                    format!("auto:{}", r.algorithm)
+                } else {
+                    r.algorithm.clone()
+                },
                 r.avg_us,
                 r.min_us,
                 r.max_us,
@@ -114,7 +118,7 @@ impl Report {
             )?,
             Format::Csv => writeln!(
                 self.out,
-                "{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4},{}",
+                "{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4},{},{}",
                 r.op,
                 r.algorithm,
                 self.meta.fabric,
@@ -130,7 +134,8 @@ impl Report {
                 r.p99_us,
                 r.algbw_gbps,
                 r.busbw_gbps,
-                r.check
+                r.check,
+                r.asked
             )?,
             Format::Json => self.rows.push(r.clone()),
         }
