@@ -230,8 +230,8 @@ mod tests {
     }
 
     /// shmem_cyclic where every rank of the node has a CPU of its own (16 cores) from 128 or
-    /// 512 KiB, where they share only up to 64 KiB (above, its p concurrent copies queue for the
-    /// CPUs), and never on networks.
+    /// 512 KiB, where they share from 16 KiB up (its contributions are reduced straight out of
+    /// the senders' buffers), and never on networks.
     #[test]
     fn allreduce_on_a_node_of_own_cpus_reduces_in_cyclic_blocks() {
         let d = Decisions::embedded().unwrap();
@@ -244,14 +244,15 @@ mod tests {
         assert_eq!(pick(16, 256 << 10, FabricClass::Node, false), "rabenseifner");
         assert_eq!(pick(16, 512 << 10, FabricClass::Node, false), "shmem_cyclic");
         assert_eq!(pick(32, 16 << 20, FabricClass::Node, false), "shmem_cyclic");
-        assert_eq!(pick(8, 1 << 20, FabricClass::Node, true), "rabenseifner");
-        // Ranks sharing the CPUs: recursive doubling up to 16 KiB, cyclic blocks up to 64 KiB ...
+        assert_eq!(pick(8, 1 << 20, FabricClass::Node, true), "shmem_cyclic");
+        // Ranks sharing the CPUs: recursive doubling up to 16 KiB, cyclic blocks above ...
         assert_eq!(pick(4, 16 << 10, FabricClass::Node, true), "recursive_doubling");
         assert_eq!(pick(3, 4 << 10, FabricClass::Node, true), "recursive_doubling");
         assert_eq!(pick(8, 32 << 10, FabricClass::Node, true), "shmem_cyclic");
         assert_eq!(pick(6, 64 << 10, FabricClass::Node, true), "shmem_cyclic");
-        assert_eq!(pick(8, 128 << 10, FabricClass::Node, true), "rabenseifner");
-        // ... and at every size above 16 KiB where p is not a power of two.
+        assert_eq!(pick(8, 128 << 10, FabricClass::Node, true), "shmem_cyclic");
+        assert_eq!(pick(4, 4 << 20, FabricClass::Node, true), "shmem_cyclic");
+        // ... at every p from 3.
         assert_eq!(pick(6, 4 << 20, FabricClass::Node, true), "shmem_cyclic");
         assert_eq!(pick(3, 128 << 10, FabricClass::Node, true), "shmem_cyclic");
         assert_eq!(pick(4, 16 << 10, FabricClass::Node, false), "rabenseifner");
