@@ -203,6 +203,10 @@ impl std::fmt::Debug for Mapping {
     }
 }
 
+/// Where [`Endpoint::read_with`] hands a peer's bytes: their offset in the source range, and
+/// the bytes.
+pub type Pieces<'a> = &'a mut dyn FnMut(usize, &[u8]);
+
 /// The contract. Object-safe: the executor holds a `Box<dyn Endpoint>`.
 pub trait Endpoint: Send {
     /// This endpoint's rank in its group.
@@ -274,13 +278,7 @@ pub trait Endpoint: Send {
     /// bytes read into a buffer of the endpoint's (a consumer that reduces them keeps the pieces
     /// in cache). The peer must leave the range unchanged until told it was read. Only where
     /// [`Endpoint::reads_from`] says so; the default is `Unsupported`.
-    fn read_with(
-        &mut self,
-        peer: usize,
-        src: RemoteRange,
-        piece: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> Result<()> {
+    fn read_with(&mut self, peer: usize, src: RemoteRange, piece: usize, f: Pieces<'_>) -> Result<()> {
         let _ = (peer, src, piece, f);
         Err(Error::Unsupported { backend: self.caps().backend, what: "one-sided reads".into() })
     }

@@ -34,7 +34,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-pub use endpoint::{Caps, Completion, Endpoint, Mapping, Progress, RouteCount, RouteCounters, SILENT_WRITE};
+pub use endpoint::{Caps, Completion, Endpoint, Mapping, Pieces, Progress, RouteCount, RouteCounters, SILENT_WRITE};
 pub use error::{Error, Result};
 pub use local::LocalFabric;
 pub use mr::{Access, LocalRange, Mr, NodeKey, RemoteMr, RemoteRange};

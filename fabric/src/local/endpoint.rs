@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Region, Shared};
-use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
+use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Pieces, Progress};
 use crate::error::{Error, Result};
 use crate::mr::{check_bounds, Access, AlignedBuf, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
 use crate::wait::{poll_until, WaitPolicy};
@@ -239,13 +239,7 @@ impl Endpoint for LocalEndpoint {
         self.copy_remote(peer, &dst, &src, Access::REMOTE_READ)
     }
 
-    fn read_with(
-        &mut self,
-        peer: usize,
-        src: RemoteRange,
-        _piece: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> Result<()> {
+    fn read_with(&mut self, peer: usize, src: RemoteRange, _piece: usize, f: Pieces<'_>) -> Result<()> {
         self.check_peer(peer)?;
         let regions = self.shared.ranks[peer]
             .regions

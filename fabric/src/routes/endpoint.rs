@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::caps::joint_caps;
 use super::mr::RoutedMr;
 use super::table::{Route, RouteTable};
-use crate::endpoint::{Caps, Completion, Endpoint, Mapping, RouteCounters};
+use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Pieces, RouteCounters};
 use crate::error::{Error, Result};
 use crate::mr::{Access, LocalRange, Mr, RemoteMr, RemoteRange};
 use crate::wait::{Backoff, Step, WaitPolicy};
@@ -236,13 +236,7 @@ impl Endpoint for RoutedEndpoint {
         self.counted(route, dst.len, r)
     }
 
-    fn read_with(
-        &mut self,
-        peer: usize,
-        src: RemoteRange,
-        piece: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> Result<()> {
+    fn read_with(&mut self, peer: usize, src: RemoteRange, piece: usize, f: Pieces<'_>) -> Result<()> {
         let (route, smr) = self.read_source(peer, &src)?;
         let (ep, p) = self.via(route);
         let r = ep.read_with(p, RemoteRange { mr: smr, ..src }, piece, f);

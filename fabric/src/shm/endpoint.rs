@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::keys::KeySlot;
 use super::segment::{self, Msg, Queue, Segment, KIND_CTRL, KIND_WRITE, NKEYS, PAYLOAD};
 use super::sys;
-use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Progress};
+use crate::endpoint::{Caps, Completion, Endpoint, Mapping, Pieces, Progress};
 use crate::error::{Error, Result};
 use crate::keymap::KeyMap;
 use crate::mr::{check_bounds, Access, LocalRange, Mr, MrBackend, RemoteMr, RemoteRange};
@@ -521,13 +521,7 @@ impl Endpoint for ShmEndpoint {
         })
     }
 
-    fn read_with(
-        &mut self,
-        peer: usize,
-        src: RemoteRange,
-        piece: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> Result<()> {
+    fn read_with(&mut self, peer: usize, src: RemoteRange, piece: usize, f: Pieces<'_>) -> Result<()> {
         let mut bounce = std::mem::take(&mut self.bounce);
         let piece = piece.max(1);
         let lent = self.with_source(peer, &src, |place| {
