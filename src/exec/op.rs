@@ -23,7 +23,9 @@
 //!   so two cores copy at once; the sender's Send ends with the confirmation.
 //! - pulled reductions (`ExecConfig::pull_reduce_min`, same fabrics): a Recv whose region only a
 //!   Reduce reads (`Plan::fuse`) is granted whole (`GrantEntry::whole`); a sender with nothing
-//!   after its Send offers the whole message instead of writing it (`Kind::Offer` from byte 0),
+//!   after its Send offers the whole message instead of writing it (`Kind::Offer` from byte 0;
+//!   not a message of at most the staging limit from memory the receiver would read with a
+//!   system call: that one fills the grant, staged scratch, with a memcpy),
 //!   the Recv is done at once, and its Reduce, when its turn comes, reads the sender's buffer
 //!   (`Endpoint::read_with`: a load through a mapping, or `process_vm_readv` into pieces that
 //!   stay in cache) and confirms (`Kind::Pulled`). The message is never copied: each reducer
@@ -532,8 +534,12 @@ impl Op {
                 self.coll, self.key.seq, g.idx, g.seg, core.caps.max_write
             )));
         }
-        // Nothing after this Send waits for its source: the receiver may read it at leisure.
-        if g.whole && self.plan.dependents[s as usize].is_empty() && mr.access().contains(Access::REMOTE_READ) {
+        // Nothing after this Send waits for its source: the receiver may read it at leisure —
+        // unless it would read it with a system call (the program's own memory on shm) and the
+        // message is small enough that its grant is staged scratch, which we fill with a memcpy.
+        let by_syscall = bytes <= core.cfg.staged_receive_max && core.ep.writes_by_syscall(ep, &mr);
+        let lend = self.plan.dependents[s as usize].is_empty() && mr.access().contains(Access::REMOTE_READ);
+        if g.whole && lend && !by_syscall {
             let o = Offer { idx: g.idx, from: 0, mr: mr.remote(), off: base as u64, len: g.len };
             core.ctrl(ep, proto::tag(Kind::Offer, self.key.ctx, self.key.seq, self.sig), o.to_bytes());
             core.stats.pulled_msgs += 1;
@@ -605,9 +611,10 @@ impl Op {
         let (mut mr, mut off) = (dst_mr.remote(), off);
         let mut seg = core.ep.write_segment(ep).clamp(1, core.caps.max_write.max(1));
         // A message only its Reduce reads is asked for whole, for that Reduce to read it out of
-        // the sender's buffer (`reduce_pulled`); granted as is, for a sender that cannot offer it.
+        // the sender's buffer (`reduce_pulled`); granted as well, for a sender that does not
+        // offer it (`zcopy`).
         let whole = self.plan.fuse[s as usize] && core.pulls_reduce(ep, bytes);
-        if !whole && bytes <= core.cfg.staged_receive_max && core.ep.writes_by_syscall(ep, dst_mr) {
+        if bytes <= core.cfg.staged_receive_max && core.ep.writes_by_syscall(ep, dst_mr) {
             match core.scratch(bytes) {
                 Ok(scratch) => {
                     (mr, off) = (scratch.remote(), 0);
@@ -804,6 +811,10 @@ impl Op {
                 return Err(bad(format!("bytes {}..{} offered whole for a receive of {bytes}", o.from, o.len)));
             }
             core.forget_grant(ep, gid);
+            if let Some(i) = self.staged.iter().position(|x| x.step == s) {
+                // Nobody writes the scratch the receive was staged in.
+                core.give_back(self.staged.swap_remove(i).scratch);
+            }
             self.pulled.push((s, peer, o));
             self.pending[s as usize] = 0;
             self.complete(s);
