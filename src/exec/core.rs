@@ -155,20 +155,24 @@ impl Core {
         r
     }
 
-    /// Queues a control message (sent by `flush_ctrl`, retried while busy).
     /// Whether a zero-copy message of `bytes` between this rank and endpoint rank `ep` is copied
     /// by both (`ExecConfig::shared_copy_min`): the sender writes the first half, the receiver
     /// reads the rest.
     pub fn shares_copy(&self, ep: usize, bytes: usize) -> bool {
-        let min = self.cfg.shared_copy_min;
-        min > 0 && bytes >= min && self.read_access == Access::REMOTE_READ && self.ep.reads_from(ep)
+        self.reads_at_least(self.cfg.shared_copy_min, ep, bytes)
     }
 
     /// Whether a zero-copy message of `bytes` from endpoint rank `ep`, whose Recv only feeds a
     /// Reduce, is asked for whole, for the Reduce to read it out of the sender's buffer
     /// (`ExecConfig::pull_reduce_min`).
     pub fn pulls_reduce(&self, ep: usize, bytes: usize) -> bool {
-        let min = self.cfg.pull_reduce_min;
+        self.reads_at_least(self.cfg.pull_reduce_min, ep, bytes)
+    }
+
+    /// Whether this rank and endpoint rank `ep` read each other's buffers (registered readable
+    /// and a fabric that reads: shm) for messages of `bytes`, given a setting's minimum `min`
+    /// (0: never).
+    fn reads_at_least(&self, min: usize, ep: usize, bytes: usize) -> bool {
         min > 0 && bytes >= min && self.read_access == Access::REMOTE_READ && self.ep.reads_from(ep)
     }
 
@@ -177,6 +181,7 @@ impl Core {
         self.grants_in.remove(&(peer, gid));
     }
 
+    /// Queues a control message (sent by `flush_ctrl`, retried while busy).
     pub fn ctrl(&mut self, peer: usize, tag: u64, data: Vec<u8>) {
         self.ctrl_out.push((peer, tag, data));
     }

@@ -537,9 +537,11 @@ impl Op {
         // Nothing after this Send waits for its source: the receiver may read it at leisure —
         // unless it would read it with a system call (the program's own memory on shm) and the
         // message is small enough that its grant is staged scratch, which we fill with a memcpy.
-        let by_syscall = bytes <= core.cfg.staged_receive_max && core.ep.writes_by_syscall(ep, &mr);
-        let lend = self.plan.dependents[s as usize].is_empty() && mr.access().contains(Access::REMOTE_READ);
-        if g.whole && lend && !by_syscall {
+        let lend = g.whole
+            && self.plan.dependents[s as usize].is_empty()
+            && mr.access().contains(Access::REMOTE_READ)
+            && !(bytes <= core.cfg.staged_receive_max && core.ep.writes_by_syscall(ep, &mr));
+        if lend {
             let o = Offer { idx: g.idx, from: 0, mr: mr.remote(), off: base as u64, len: g.len };
             core.ctrl(ep, proto::tag(Kind::Offer, self.key.ctx, self.key.seq, self.sig), o.to_bytes());
             core.stats.pulled_msgs += 1;

@@ -73,19 +73,41 @@ impl LocalEndpoint {
     }
 
     /// Copies between `local`, a range of our registration, and `remote`, a range of `peer`'s,
-    /// which must grant `need`: into it for `REMOTE_WRITE`, out of it for `REMOTE_READ`. `peer`'s
-    /// region table stays read-locked meanwhile, so its registration cannot go.
+    /// which must grant `need`: into it for `REMOTE_WRITE`, out of it for `REMOTE_READ`.
     fn copy_remote(&self, peer: usize, local: &LocalRange<'_>, remote: &RemoteRange, need: Access) -> Result<()> {
-        self.check_peer(peer)?;
         let write = need == Access::REMOTE_WRITE;
-        let (op, mine, theirs, right) = match write {
-            true => ("write", "local source", "remote destination", "writable"),
-            false => ("read", "local destination", "remote source", "readable"),
-        };
+        let (op, mine) = if write { ("write", "local source") } else { ("read", "local destination") };
         check_bounds(mine, local.off, local.len, local.mr.len())?;
         if local.len != remote.len {
             return Err(Error::invalid(format!("{op}: local length {} != remote length {}", local.len, remote.len)));
         }
+        self.with_remote(peer, remote, need, |r| {
+            // SAFETY: our range is inside a live registration (bounds checked, `local.mr`
+            // borrowed, lent to us to write when reading); `r` starts the remote range, inside a
+            // registration held live (`with_remote`). A loopback copy may overlap (`copy`);
+            // another rank's registration is a different allocation.
+            unsafe {
+                let l = local.mr.as_ptr().add(local.off);
+                let (s, d) = if write { (l, r) } else { (r, l) };
+                if peer == self.rank {
+                    std::ptr::copy(s, d, local.len)
+                } else {
+                    crate::copy::copy_bulk(d, s, local.len)
+                }
+            }
+        })
+    }
+
+    /// Hands `use_it` the start of `remote`, a range of `peer`'s registration that must grant
+    /// `need`, after checking the rights and bounds; `peer`'s region table stays read-locked
+    /// meanwhile, so its registration cannot go.
+    fn with_remote(&self, peer: usize, remote: &RemoteRange, need: Access, use_it: impl FnOnce(*mut u8)) -> Result<()> {
+        self.check_peer(peer)?;
+        let (theirs, right) = if need == Access::REMOTE_WRITE {
+            ("remote destination", "writable")
+        } else {
+            ("remote source", "readable")
+        };
         let st = &self.shared.ranks[peer];
         let regions = st.regions.read().map_err(|_| Error::Peer { peer, msg: "region table poisoned".into() })?;
         let key = remote.mr.key;
@@ -94,19 +116,8 @@ impl LocalEndpoint {
             return Err(Error::Access(format!("key {key:#x} on rank {peer} is not remotely {right}")));
         }
         check_bounds(theirs, remote.off, remote.len, region.len)?;
-        // SAFETY: our range is inside a live registration (bounds checked, `local.mr` borrowed,
-        // lent to us to write when reading); the remote one is inside a registration that cannot
-        // be deregistered while we hold the read lock. A loopback copy may overlap (`copy`);
-        // another rank's registration is a different allocation.
-        unsafe {
-            let (l, r) = (local.mr.as_ptr().add(local.off), (region.addr as *mut u8).add(remote.off));
-            let (s, d) = if write { (l, r) } else { (r, l) };
-            if peer == self.rank {
-                std::ptr::copy(s, d, local.len)
-            } else {
-                crate::copy::copy_bulk(d, s, local.len)
-            }
-        }
+        // SAFETY: `remote.off` is inside the registration (bounds checked).
+        use_it(unsafe { (region.addr as *mut u8).add(remote.off) });
         Ok(())
     }
 
@@ -240,21 +251,11 @@ impl Endpoint for LocalEndpoint {
     }
 
     fn read_with(&mut self, peer: usize, src: RemoteRange, _piece: usize, f: Pieces<'_>) -> Result<()> {
-        self.check_peer(peer)?;
-        let regions = self.shared.ranks[peer]
-            .regions
-            .read()
-            .map_err(|_| Error::Peer { peer, msg: "region table poisoned".into() })?;
-        let key = src.mr.key;
-        let region = regions.get(&key).ok_or(Error::InvalidKey { peer, key })?;
-        if !region.access.contains(Access::REMOTE_READ) {
-            return Err(Error::Access(format!("key {key:#x} on rank {peer} is not remotely readable")));
-        }
-        check_bounds("remote source", src.off, src.len, region.len)?;
-        // SAFETY: inside a registration that cannot be deregistered while we hold the read lock
-        // (bounds checked); its owner lends it to be read and leaves it unchanged until told.
-        f(0, unsafe { std::slice::from_raw_parts((region.addr as *const u8).add(src.off), src.len) });
-        Ok(())
+        self.with_remote(peer, &src, Access::REMOTE_READ, |s| {
+            // SAFETY: `s` starts `src.len` bytes of a registration held live meanwhile
+            // (`with_remote`); its owner lends them to be read and leaves them unchanged until told.
+            f(0, unsafe { std::slice::from_raw_parts(s, src.len) })
+        })
     }
 
     fn reads_from(&self, peer: usize) -> bool {
