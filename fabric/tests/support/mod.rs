@@ -93,6 +93,7 @@ fn run(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], stoppable: b
     let watcher = stoppable.then(|| TcpStore::connect(addr, &token, Duration::from_secs(5)).expect("store watcher"));
     let exe = std::env::current_exe().expect("test binary path");
     let mut children: Vec<(Child, Arc<Mutex<Vec<u8>>>)> = Vec::new();
+    let mut readers = Vec::new();
     for r in 0..n {
         let mut cmd = Command::new(&exe);
         // `--include-ignored`: the parent runs this test, so its ranks must too (an ignored test
@@ -122,7 +123,7 @@ fn run(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], stoppable: b
         .flatten()
         {
             let out = out.clone();
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 let mut pipe = pipe;
                 let mut buf = [0u8; 4096];
                 while let Ok(k) = pipe.read(&mut buf) {
@@ -131,7 +132,7 @@ fn run(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], stoppable: b
                     }
                     out.lock().unwrap().extend_from_slice(&buf[..k]);
                 }
-            });
+            }));
         }
         children.push((child, out));
     }
@@ -148,7 +149,13 @@ fn run(name: &str, n: u32, timeout: Duration, env: &[(&str, &str)], stoppable: b
             break Some(format!("rank {r} failed ({})", status[r].unwrap()));
         }
         if status.iter().all(|s| s.is_some()) {
-            break None;
+            // Every rank has exited, so its pipes close: read them to the end. A rank that ran no
+            // test (`name` is not the test's own name) would pass without running the body.
+            readers.drain(..).for_each(|t| drop(t.join()));
+            let idle = children
+                .iter()
+                .position(|(_, out)| String::from_utf8_lossy(&out.lock().unwrap()).contains("running 0 tests"));
+            break idle.map(|r| format!("rank {r} ran no test: is {name:?} the name of the test that calls it?"));
         }
         if Instant::now() >= deadline {
             let running: Vec<usize> = (0..n as usize).filter(|&r| status[r].is_none()).collect();
