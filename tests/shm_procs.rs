@@ -375,3 +375,46 @@ fn large_messages_share_their_copy() {
         c.barrier().unwrap();
     });
 }
+
+/// An in-place allreduce on heap buffers reads its peers' contributions out of their buffers
+/// (`process_vm_readv`) like an out-of-place one: shmem_cyclic at p = 4 pulls 7 of the 12 blocks
+/// of a call (see `tests/local_api.rs`), each sender's reduced block coming back only once its
+/// reader is done with it. Blocks of 1.5 MiB, above the staging limit (heap sources up to it are
+/// written instead). Exact sums, two rounds; with the setting at 0 nothing is pulled.
+fn in_place_pulls(name: &str, min: &'static str) {
+    let env = [
+        ("FABCOLL_FABRIC", "shm"),
+        ("FABCOLL_TIMEOUT", "30"),
+        ("FABCOLL_PULL_REDUCE", min),
+        ("FABCOLL_HUGE_PAGES", "0"),
+    ];
+    support::ranks(name, 4, LIMIT, &env, |_job| {
+        let c = Communicator::from_env().expect("communicator");
+        let r = f64::from(c.rank() + 1);
+        let n = 4 * (3 << 20) / 2 / 8;
+        let opts = fabcoll::Options::algorithm("shmem_cyclic");
+        let before = c.stats();
+        for round in 0..2 {
+            let mut y: Vec<f64> = (0..n).map(|i| ((i + round) % 1000) as f64 * r).collect();
+            c.with(&opts).allreduce_in_place(&mut y, &ReduceOp::Sum).unwrap();
+            let bad = y.iter().enumerate().find(|&(i, &v)| v != ((i + round) % 1000) as f64 * 10.0);
+            assert!(bad.is_none(), "round {round}: element {bad:?}");
+        }
+        let moved = c.stats().since(&before);
+        let mut pulled = [moved.pulled_msgs];
+        c.allreduce_in_place(&mut pulled, &ReduceOp::Sum).unwrap();
+        let want = if min == "0" { 0 } else { 2 * 7 };
+        assert_eq!(pulled[0], want, "blocks pulled in two calls");
+        c.barrier().unwrap();
+    });
+}
+
+#[test]
+fn in_place_reductions_read_their_peers_heap_buffers() {
+    in_place_pulls("in_place_reductions_read_their_peers_heap_buffers", "65536");
+}
+
+#[test]
+fn in_place_reductions_without_pulls_write_every_block() {
+    in_place_pulls("in_place_reductions_without_pulls_write_every_block", "0");
+}

@@ -3,6 +3,8 @@
 //! - [`schedule`]: the IR — per rank, a DAG of Send/Recv/Reduce/Copy steps over buffer regions.
 //! - [`straight`]: the fixed order the executor runs a schedule in without tracking its
 //!   dependencies, and the check that all ranks following it cannot deadlock.
+//! - [`lending`]: which messages a receiver may read out of the sender's buffer (the executor's
+//!   pulled reductions), and the whole-job check that the sender's wait cannot deadlock.
 //! - [`args`]: what a call is (operation, rank, size, counts, root, op properties, parameters).
 //! - [`registry`]: one table of every algorithm (restrictions, parameters, cost, constructor).
 //! - one module per operation (`bcast`, `allreduce`, …), one file per algorithm, cost formula
@@ -19,6 +21,7 @@ pub mod args;
 pub mod blocks;
 pub mod cost;
 pub mod error;
+pub mod lending;
 pub mod registry;
 pub mod schedule;
 pub mod straight;

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use fabcoll_collectives::{CollArgs, Collective, Params, Topology};
+use fabcoll_collectives::{lending, registry, CollArgs, Collective, Params, Topology};
 
 use super::call::fnv;
 use crate::exec::mailboxes;
@@ -21,6 +21,11 @@ pub(crate) const CAPACITY: usize = 32;
 
 /// Largest communicator whose calls may take the mailboxes (they take p · 64 KiB per rank).
 pub(crate) const MAILBOX_RANKS: u32 = 64;
+
+/// Largest communicator on which a call checks whether lending the Sends that only Recvs wait
+/// for keeps the whole job deadlock-free (`fabcoll_collectives::lending`): the check replays every
+/// rank's schedule once per prepared call.
+const LENDING_CHECK_MAX_P: u32 = 64;
 
 /// A call as made: its arguments before selection and its options (forced algorithm, parameters).
 #[derive(Debug)]
@@ -106,6 +111,9 @@ pub(crate) struct Lanes {
     pub inline_completion: usize,
     /// Straight calls on the rings are on.
     pub straight: bool,
+    /// Messages of at least this many bytes may be pulled into their receiver's reduction
+    /// (`ExecConfig::pull_reduce_min`; 0: no peer reads this rank's buffers).
+    pub pull_reduce_min: usize,
 }
 
 /// A call prepared: its algorithm, the arguments it runs with, its plan and the lanes it fits.
@@ -126,8 +134,15 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     /// Prepares the plan of `alg` for `args` (the arguments it runs with, parameters resolved).
-    pub fn new(alg: &'static str, args: CollArgs, plan: Plan, lanes: &Lanes) -> Prepared {
+    pub fn new(alg: &'static str, args: CollArgs, mut plan: Plan, lanes: &Lanes) -> Prepared {
         let bytes = plan.max_message.saturating_mul(u64::from(args.elem_size));
+        if lanes.pull_reduce_min > 0 && bytes >= lanes.pull_reduce_min as u64 && plan.has_waited_sends() {
+            let job_ok = registry::find(args.coll, alg)
+                .is_ok_and(|a| lending::lending_job_completes(a, &args, LENDING_CHECK_MAX_P));
+            if job_ok {
+                plan.lend_waited();
+            }
+        }
         let straight = lanes.straight && bytes <= lanes.eager_limit as u64;
         let straight_nonblocking = straight && plan.sends_only && bytes <= lanes.inline_completion as u64;
         let mailbox = fits_mailboxes(&args, lanes.mailbox_limit) && mailboxes::fits(&args, alg);
@@ -239,8 +254,13 @@ mod tests {
     use super::*;
     use fabcoll_collectives::registry;
 
-    const LANES: Lanes =
-        Lanes { mailbox_limit: 16384, eager_limit: 8192, inline_completion: usize::MAX, straight: true };
+    const LANES: Lanes = Lanes {
+        mailbox_limit: 16384,
+        eager_limit: 8192,
+        inline_completion: usize::MAX,
+        straight: true,
+        pull_reduce_min: 0,
+    };
 
     fn prepared(coll: Collective, alg: &str, rank: u32, p: u32, count: u64, lanes: &Lanes) -> Prepared {
         let mut a = CollArgs::new(coll, rank, p, count);
@@ -325,6 +345,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// In place, shmem_cyclic's Sends of contributions are waited for by the Recvs of the reduced
+    /// blocks: lent only where peers may pull messages that large, once the job check passed.
+    #[test]
+    fn waited_sends_are_lent_only_where_pulls_may_happen() {
+        let pulling = Lanes { pull_reduce_min: 64 << 10, ..LANES };
+        let lends = |count: u64, lanes: &Lanes| {
+            let mut a = CollArgs::new(Collective::Allreduce, 1, 4, count);
+            a.elem_size = 4;
+            a.in_place = true;
+            let alg = registry::find(Collective::Allreduce, "shmem_cyclic").unwrap();
+            let plan = Plan::new(alg.schedule(&a).unwrap());
+            assert!(plan.has_waited_sends());
+            Prepared::new(alg.name, a, plan, lanes).plan.lends_waited
+        };
+        assert!(lends(4 * 65_536, &pulling), "256 KiB blocks");
+        assert!(!lends(4 * 1024, &pulling), "4 KiB blocks are never pulled");
+        assert!(!lends(4 * 65_536, &LANES), "no peer reads this rank's buffers");
     }
 
     #[test]

@@ -172,6 +172,7 @@ impl Communicator {
             eager_limit: engine.eager_limit(),
             inline_completion: engine.core.caps.inline_completion,
             straight: engine.core.cfg.straight,
+            pull_reduce_min: engine.pull_reduce_min(),
         };
         let shares_cpus = engine.core.patience.oversubscribed;
         let breaks = engine.breaks();

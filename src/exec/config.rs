@@ -61,8 +61,9 @@ pub struct ExecConfig {
     /// at all: the receiver asks for it whole, and its Reduce reads the sender's buffer
     /// (`Endpoint::read_with`, a load through a mapping or a system call into a cached piece) —
     /// mamidala-2008 §4's reductions straight out of the peers' buffers. The sender offers it
-    /// only when nothing after its Send waits for that buffer, and not when the receiver would
-    /// read it with a system call (the program's own memory on shm) up to
+    /// only when nothing after its Send waits for that buffer, or only Recvs do (in place) and
+    /// the whole job completes with them waiting (`fabcoll_collectives::lending`), and not when
+    /// the receiver would read it with a system call (the program's own memory on shm) up to
     /// [`ExecConfig::staged_receive_max`], where it writes the grant instead.
     /// 0 turns it off. `FABCOLL_PULL_REDUCE`.
     pub pull_reduce_min: usize,

@@ -312,6 +312,15 @@ impl Engine {
         )
     }
 
+    /// Messages of at least this many bytes may be read by their receiver's reduction out of
+    /// this rank's buffers (0: none may, see `Core::pulls_reduce`).
+    pub fn pull_reduce_min(&self) -> usize {
+        match self.core.read_access {
+            Access::REMOTE_READ => self.core.cfg.pull_reduce_min,
+            _ => 0,
+        }
+    }
+
     /// Calls up to this many bytes may run on the node-local mailboxes (0 where the fabric has
     /// no load/store).
     pub fn mailbox_limit(&self) -> usize {

@@ -23,7 +23,8 @@
 //!   so two cores copy at once; the sender's Send ends with the confirmation.
 //! - pulled reductions (`ExecConfig::pull_reduce_min`, same fabrics): a Recv whose region only a
 //!   Reduce reads (`Plan::fuse`) is granted whole (`GrantEntry::whole`); a sender with nothing
-//!   after its Send offers the whole message instead of writing it (`Kind::Offer` from byte 0;
+//!   after its Send, or only Recvs where the whole job completes with them waiting (in place:
+//!   `Plan::lends`), offers the whole message instead of writing it (`Kind::Offer` from byte 0;
 //!   not a message of at most the staging limit from memory the receiver would read with a
 //!   system call: that one fills the grant, staged scratch, with a memcpy),
 //!   the Recv is done at once, and its Reduce, when its turn comes, reads the sender's buffer
@@ -534,11 +535,12 @@ impl Op {
                 self.coll, self.key.seq, g.idx, g.seg, core.caps.max_write
             )));
         }
-        // Nothing after this Send waits for its source: the receiver may read it at leisure —
-        // unless it would read it with a system call (the program's own memory on shm) and the
-        // message is small enough that its grant is staged scratch, which we fill with a memcpy.
+        // Nothing after this Send waits for its source (or only Recvs do, and the job completes
+        // with them waiting: `Plan::lends`): the receiver may read it at leisure — unless it
+        // would read it with a system call (the program's own memory on shm) and the message is
+        // small enough that its grant is staged scratch, which we fill with a memcpy.
         let lend = g.whole
-            && self.plan.dependents[s as usize].is_empty()
+            && self.plan.lends(s)
             && mr.access().contains(Access::REMOTE_READ)
             && !(bytes <= core.cfg.staged_receive_max && core.ep.writes_by_syscall(ep, &mr));
         if lend {

@@ -1,14 +1,14 @@
 //! A built schedule compiled once into what both ways of running it need: its straight-line
 //! order (`fabcoll_collectives::straight`, for the runner) and the dependency tables of the engine's ops
-//! (dependents, message indices, send/receive lookup, fusable Recv→Reduce pairs). Immutable and
+//! (dependents, message indices, send/receive lookup, fusable Recv→Reduce pairs, lendable Sends). Immutable and
 //! shared (`Arc`): a communicator prepares it once per distinct call (see `comm::memo`).
 
-use fabcoll_collectives::schedule::{Region, Schedule, StepId, StepKind};
+use fabcoll_collectives::lending::{self, Lend};
+use fabcoll_collectives::schedule::{Schedule, StepId, StepKind};
 
 use super::fasthash::FastMap;
 
-/// `Plan::fused_from` of a step that is not a fused Reduce.
-pub(crate) const NOT_FUSED: StepId = StepId::MAX;
+pub(crate) use fabcoll_collectives::lending::NOT_FUSED;
 
 /// A schedule ready to run, shared by every call with the same algorithm and arguments.
 #[derive(Debug)]
@@ -22,8 +22,15 @@ pub(crate) struct Plan {
     pub recv_of: FastMap<(u32, u32), StepId>,
     pub send_of: FastMap<(u32, u32), StepId>,
     /// Per step: a Recv whose region is read by exactly one step, a Reduce (fusable: that Reduce
-    /// reads straight out of the eager slot, the Recv region is never written).
+    /// reads straight out of the eager slot, or the sender's buffer; the Recv region is never
+    /// written; `fabcoll_collectives::lending::fusable`).
     pub fuse: Vec<bool>,
+    /// Per step: a Send whose source the receiver may read while this rank waits
+    /// (`fabcoll_collectives::lending`): one nothing waits for, and after [`Plan::lend_waited`]
+    /// one that only Recvs wait for.
+    pub lend: Vec<Lend>,
+    /// [`Lend::Waited`] Sends are lent too.
+    pub lends_waited: bool,
     /// Per step: for a Reduce, its fused Recv step, else [`NOT_FUSED`].
     pub fused_from: Vec<StepId>,
     /// Steps without deps, in reverse order (a work stack that issues them in order): the
@@ -65,7 +72,8 @@ impl Plan {
                 _ => {}
             }
         }
-        let (fuse, fused_from) = fusable(&sched, &dependents);
+        let (fuse, fused_from) = lending::fusable(&sched, &dependents);
+        let lend = lending::lendable(&sched, &dependents);
         let local: Vec<bool> = (0..n as StepId)
             .map(|i| matches!(sched.step(i), StepKind::Copy { .. } | StepKind::Reduce { .. }))
             .collect();
@@ -93,53 +101,34 @@ impl Plan {
             send_of,
             fuse,
             fused_from,
+            lend,
+            lends_waited: false,
             roots,
             local_roots,
             local,
         }
     }
-}
 
-/// Recv steps whose region is consumed by exactly one Reduce (as its source, its only direct
-/// dependent): their eager messages can be reduced straight out of the slot and the region is
-/// never written. Safe when every other step touching the region is itself such a (Recv, Reduce)
-/// pair on exactly that region (e.g. recursive doubling reusing one scratch block per round): by
-/// race freedom each pair's Recv → Reduce window excludes the other pairs' steps. Only for
-/// schedules of up to 512 steps (the check is quadratic); longer (pipelined) ones copy as usual.
-type Fusion = (Vec<bool>, Vec<StepId>);
-
-fn fusable(s: &Schedule, dependents: &[Vec<StepId>]) -> Fusion {
-    let (mut fuse, mut from) = (vec![false; s.len()], vec![NOT_FUSED; s.len()]);
-    if s.len() > 512 {
-        return (fuse, from);
+    /// Whether some Send could be lent if [`Lend::Waited`] ones were.
+    pub fn has_waited_sends(&self) -> bool {
+        self.lend.contains(&Lend::Waited)
     }
-    // Candidate pairs and the region each of their steps stands for.
-    let mut pair_region: FastMap<StepId, Region> = FastMap::default();
-    let mut pairs = Vec::new();
-    for (r, k, _) in s.iter() {
-        let StepKind::Recv { dst, .. } = *k else { continue };
-        let [d] = dependents[r as usize][..] else { continue };
-        let StepKind::Reduce { src, .. } = *s.step(d) else { continue };
-        if src == dst && dst.len > 0 {
-            pairs.push((r, d, dst));
-            pair_region.insert(r, dst);
-            pair_region.insert(d, dst);
+
+    /// Lends [`Lend::Waited`] Sends too: the caller checked that the whole job completes with
+    /// them lent (`fabcoll_collectives::lending::lending_job_completes`).
+    pub fn lend_waited(&mut self) {
+        self.lends_waited = true;
+    }
+
+    /// Whether Send `s`'s source may be lent to a receiver that reads it.
+    #[inline]
+    pub fn lends(&self, s: StepId) -> bool {
+        match self.lend[s as usize] {
+            Lend::No => false,
+            Lend::Free => true,
+            Lend::Waited => self.lends_waited,
         }
     }
-    for (r, d, g) in pairs {
-        let ok = s.iter().all(|(i, k, _)| {
-            if i == r || i == d {
-                return true;
-            }
-            let touches = [k.reads(), k.writes()].into_iter().flatten().any(|x| x.overlaps(&g));
-            !touches || pair_region.get(&i) == Some(&g)
-        });
-        if ok {
-            fuse[r as usize] = true;
-            from[d as usize] = r;
-        }
-    }
-    (fuse, from)
 }
 
 /// Whether a plan's steps are all Sends, each to a different peer, with no scratch: a call that

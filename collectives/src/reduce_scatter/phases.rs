@@ -681,8 +681,9 @@ pub(crate) fn rs_pairwise(
     let mut sends = Vec::new();
     let mut recvs = vec![None; p as usize];
     for (to, from) in how.order.peers(rank, p) {
-        if let Some(s) = send(b, to, seg_region(src, segs, to as usize, to as usize + 1), deps) {
-            sends.push(s);
+        let sent = seg_region(src, segs, to as usize, to as usize + 1);
+        if let Some(s) = send(b, to, sent, deps) {
+            sends.push((s, sent));
             per_block[to as usize] = vec![s];
         }
         // the slot of the contribution from `from` is its distance below this rank
@@ -722,8 +723,11 @@ pub(crate) fn rs_pairwise(
         (None, Some(rt)) => (slot(1), b.reduce(own, slot(1), Order::SrcFirst, &[rt])),
         (None, None) => return per_block,
     };
-    // landed in `out`: the last reduction wrote it, and the sends read only `src`
-    per_block[r] = if res == out { vec![last] } else { vec![b.copy(res, out, &union(&[&[last], &sends]))] };
+    // landed in `out`: the last reduction wrote it, and the sends read only `src`; else the copy
+    // into `out` waits for the sends that read it (in place: none, so that nothing but the
+    // result's Recvs waits for a contribution's Send; see `crate::lending`)
+    let reading: Vec<StepId> = sends.iter().filter(|(_, sent)| sent.overlaps(&out)).map(|&(s, _)| s).collect();
+    per_block[r] = if res == out { vec![last] } else { vec![b.copy(res, out, &union(&[&[last], &reading]))] };
     per_block
 }
 
