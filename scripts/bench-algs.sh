@@ -10,6 +10,7 @@
 #     --min B --max B  bench's size range (suffixes K, M; default 64K .. 64M); for allgather and
 #                      alltoall that is the block per rank / pair, as `fabcoll bench` takes it
 #     --rounds N       alternating rounds (default: 3)
+#     --in-place       the calls in place (allreduce, allgather, alltoall: `fabcoll bench --in-place`)
 #     --bin DIR        where fabrun and fabcoll are (default: this tree's release build)
 #     --out DIR        results (default: target/bench-algs)
 # `auto` is always measured too. Writes OUT/raw.csv (round,op,fabric,p,algo,chosen,bytes,usec) and
@@ -20,6 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 limit=${BENCH_LIMIT:-600} op="" algos="" procs=4 fabric=shm min=64K max=64M rounds=3 bin="" out=target/bench-algs
+in_place=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --op) op=$2; shift 2 ;;
@@ -29,9 +31,10 @@ while [ $# -gt 0 ]; do
     --min) min=$2; shift 2 ;;
     --max) max=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --in-place) in_place=(--in-place); shift ;;
     --bin) bin=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "bench-algs: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -51,7 +54,7 @@ for round in $(seq "$rounds"); do
     echo "bench-algs: round $round $op p=$p $list" >&2
     if ! timeout "$limit" "$bin/fabrun" -n "$p" --fabric "$fabric" --timeout $((limit - 20)) "$bin/fabcoll" bench --op "$op" \
         --algo "$list" --min-size "$min" --max-size "$max" --iters 200 --warmup 21 --large-size 1M --sync none \
-        --format csv --output "$out/one.csv" >"$out/one.log" 2>&1; then
+        "${in_place[@]}" --format csv --output "$out/one.csv" >"$out/one.log" 2>&1; then
       echo "bench-algs: $op p=$p round $round failed:" >&2
       tail -3 "$out/one.log" >&2
       continue
@@ -62,7 +65,7 @@ for round in $(seq "$rounds"); do
 done
 rm -f "$out/one.csv" "$out/one.log"
 {
-  echo "# $op: forced algorithms and auto ($fabric, $(nproc) cores, $rounds alternating rounds, $(date -u +%Y-%m-%dT%H:%MZ))"
+  echo "# $op${in_place:+ in place}: forced algorithms and auto ($fabric, $(nproc) cores, $rounds alternating rounds, $(date -u +%Y-%m-%dT%H:%MZ))"
   echo
   echo "Median µs per row; best = the fastest forced row; auto/best = median over rounds of the"
   echo "per-round ratio of auto to that row; chose = auto's choice."

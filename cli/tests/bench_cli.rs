@@ -316,6 +316,35 @@ fn heap_buffers_at_a_chosen_page_offset_check_out() {
 }
 
 #[test]
+fn in_place_calls_check_out_and_say_so() {
+    // --in-place: the input in the receive buffer, as ML frameworks pass it; with --check a call
+    // that ignored it (or left its own block unset) would fail. Other operations are refused.
+    for op in ["allreduce", "allgather", "alltoall"] {
+        let args = ["bench", "--fabric", "local", "-n", "3", "--op", op, "--min-size", "1", "--max-size", "256K"];
+        let mut args = args.to_vec();
+        args.extend_from_slice(&[
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--check",
+            "--in-place",
+            "--heap",
+            "--format",
+            "json",
+        ]);
+        let (ok, out, err) = run(FABCOLL, &args);
+        assert!(ok, "{op}: {err}");
+        let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(doc["in_place"].as_bool(), Some(true), "{op}");
+        let rows = doc["rows"].as_array().unwrap();
+        assert!(rows.len() > 10 && rows.iter().all(|r| r["check"] == "ok"), "{op}: {rows:?}");
+    }
+    let (ok, _, err) = run(FABCOLL, &["bench", "--fabric", "local", "-n", "2", "--op", "bcast", "--in-place"]);
+    assert!(!ok && err.contains("bcast is not measured in place"), "{err}");
+}
+
+#[test]
 fn every_operation_checks_out_over_local() {
     for coll in Collective::ALL {
         let args =

@@ -167,6 +167,10 @@ struct BenchArgs {
     /// Copies run at different speeds at different offsets.
     #[arg(long, value_name = "BYTES", requires = "heap")]
     heap_offset: Option<usize>,
+    /// Calls made in place, as ML frameworks make them (allreduce, allgather and alltoall only):
+    /// the input is in the receive buffer, which the result overwrites.
+    #[arg(long)]
+    in_place: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -261,6 +265,9 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
     if a.min_size > a.max_size {
         return Err(format!("--min-size {} is larger than --max-size {}", a.min_size, a.max_size));
     }
+    if a.in_place && !ops::IN_PLACE.contains(&a.op) {
+        return Err(format!("--in-place: {} is not measured in place (allreduce, allgather and alltoall are)", a.op));
+    }
     let cfg = bench::Config {
         coll: a.op,
         rows,
@@ -275,6 +282,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         stats: a.stats,
         heap: a.heap,
         heap_offset: a.heap_offset,
+        in_place: a.in_place,
     };
     let local = a.fabric.as_deref() == Some("local");
     let meta = |fabric: String, c: &Communicator| Meta {
@@ -289,6 +297,7 @@ fn bench_main(a: BenchArgs) -> Result<bool, String> {
         touch: cfg.pace.touch,
         heap: cfg.heap,
         heap_offset: cfg.heap_offset,
+        in_place: cfg.in_place,
     };
     if local {
         let n = a.n.unwrap_or(1);

@@ -36,6 +36,8 @@ pub struct Config {
     pub heap: bool,
     /// With `heap`: the buffers start this many bytes past a 4 KiB boundary.
     pub heap_offset: Option<usize>,
+    /// The calls are made in place (`ops::IN_PLACE`).
+    pub in_place: bool,
 }
 
 /// What happens after each timed call, untimed.
@@ -189,7 +191,12 @@ pub fn run(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row)) -> Result
 fn sweep<T: BenchElem>(c: &Communicator, cfg: &Config, emit: &mut dyn FnMut(&Row)) -> Result<bool, String> {
     let (r, p) = (c.rank(), c.size());
     let es = std::mem::size_of::<T>();
-    let shapes: Vec<Shape> = cfg.sizes().into_iter().filter_map(|b| ops::shape(cfg.coll, p, r, b, es)).collect();
+    let shapes: Vec<Shape> = cfg
+        .sizes()
+        .into_iter()
+        .filter_map(|b| ops::shape(cfg.coll, p, r, b, es))
+        .map(|s| Shape { in_place: cfg.in_place, ..s })
+        .collect();
     if shapes.is_empty() {
         return Err(format!(
             "no size in {}..={} bytes holds a whole {} element for {}",

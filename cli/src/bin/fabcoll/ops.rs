@@ -57,7 +57,14 @@ pub struct Shape {
     pub bytes: u64,
     /// The size S of nccl-tests' algbw = S / t, in bytes.
     pub nccl_bytes: u64,
+    /// The call is made in place ([`IN_PLACE`] operations): the input is in the receive buffer.
+    pub in_place: bool,
 }
+
+/// The operations `fabcoll bench --in-place` measures in place (the forms ML frameworks call):
+/// allreduce's input is the whole buffer, allgather's this rank's block at its place, alltoall's
+/// the p blocks it sends.
+pub const IN_PLACE: [Collective; 3] = [Collective::Allreduce, Collective::Allgather, Collective::Alltoall];
 
 /// The call shape for `bytes` per OSU semantics (see the module doc), or `None` if the size holds
 /// no whole element (or, for reduce_scatter_block, no element per rank).
@@ -106,7 +113,8 @@ pub fn shape(coll: Collective, p: u32, rank: u32, bytes: u64, es: usize) -> Opti
         | Collective::Alltoallv => (block, whole),
         _ => (block, block),
     };
-    Some(Shape { coll, p, n, counts, uniform: vec![n; p as usize], send_len, recv_len, bytes: osu, nccl_bytes: nccl })
+    let uniform = vec![n; p as usize];
+    Some(Shape { coll, p, n, counts, uniform, send_len, recv_len, bytes: osu, nccl_bytes: nccl, in_place: false })
 }
 
 /// nccl-tests' busbw / algbw factor (PERFORMANCE.md): allreduce 2(n−1)/n; allgather,
@@ -139,6 +147,17 @@ pub fn issue<'b, C: Collectives<'b>, T: BenchElem>(
 ) -> fabcoll::Result<C::Out> {
     let sum = ReduceOp::Sum;
     let uniform = &s.uniform;
+    if s.in_place {
+        return match s.coll {
+            Collective::Allreduce => c.allreduce_in_place(recv, &sum),
+            Collective::Allgather => c.allgather_in_place(recv),
+            Collective::Alltoall => c.alltoall_in_place(recv),
+            coll => Err(fabcoll::Error::InvalidArgument {
+                coll: coll.name(),
+                msg: "fabcoll bench measures only allreduce, allgather and alltoall in place".into(),
+            }),
+        };
+    }
     match s.coll {
         Collective::Barrier => c.barrier(),
         Collective::Bcast => c.bcast(recv, ROOT),
@@ -160,16 +179,18 @@ pub fn issue<'b, C: Collectives<'b>, T: BenchElem>(
 }
 
 /// Fills the inputs of rank `r` for a checked call: `send` with the pattern, `recv` with the
-/// sentinel (bcast root: the pattern).
+/// sentinel (bcast root: the pattern). In place, `recv` holds the input: the pattern (allgather:
+/// in this rank's block).
 pub fn fill<T: BenchElem>(s: &Shape, r: u32, send: &mut [T], recv: &mut [T]) {
     for (i, x) in send.iter_mut().enumerate() {
         *x = T::from_u64(val(s.coll, r, i));
     }
+    let own = if s.coll == Collective::Allgather { r as usize * s.n..(r as usize + 1) * s.n } else { 0..recv.len() };
     for (i, x) in recv.iter_mut().enumerate() {
-        *x = if s.coll == Collective::Bcast && r == ROOT {
-            T::from_u64(val(s.coll, ROOT, i))
-        } else {
-            T::from_u64(SENTINEL)
+        *x = match (s.in_place, s.coll) {
+            (true, _) if own.contains(&i) => T::from_u64(val(s.coll, r, i - own.start)),
+            (false, Collective::Bcast) if r == ROOT => T::from_u64(val(s.coll, ROOT, i)),
+            _ => T::from_u64(SENTINEL),
         };
     }
 }

@@ -36,6 +36,9 @@ pub struct Meta {
     /// Where the heap buffers start past a 4 KiB boundary (`--heap-offset`), if placed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub heap_offset: Option<usize>,
+    /// Whether the calls were made in place (`--in-place`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub in_place: bool,
 }
 
 pub const CSV_HEADER: &str = "op,algorithm,fabric,ranks,bytes,count,iters,warmup,avg_us,min_us,max_us,p50_us,p99_us,\
@@ -54,7 +57,7 @@ impl Report {
             Format::Table => {
                 writeln!(
                     out,
-                    "# fabcoll bench: {} ({} sum for reductions), algorithm {}, fabric {}{}, {} ranks, topology {}, sync {}{}{}{}",
+                    "# fabcoll bench: {} ({} sum for reductions), algorithm {}, fabric {}{}, {} ranks, topology {}, sync {}{}{}{}{}",
                     meta.op,
                     meta.dtype,
                     meta.algo,
@@ -65,7 +68,8 @@ impl Report {
                     meta.sync,
                     if meta.touch { ", receive buffers read after each call" } else { "" },
                     if meta.heap { ", buffers on the heap" } else { "" },
-                    meta.heap_offset.map(|o| format!(" {o} bytes past a page")).unwrap_or_default()
+                    meta.heap_offset.map(|o| format!(" {o} bytes past a page")).unwrap_or_default(),
+                    if meta.in_place { ", in place" } else { "" }
                 )?;
                 writeln!(
                     out,
