@@ -22,7 +22,10 @@
 #   7. the other --tcp-fabrics against Open MPI's tcp BTL;
 #   8. `fabcoll tune` of allreduce and alltoall on shm at the largest p until the deadline, when a
 #      minute is left: tune-decisions.json (this machine's rules) and tune-log.jsonl (its measured
-#      points; pass it back with --tune-log to resume where it stopped).
+#      points; pass it back with --tune-log to resume where it stopped);
+#   9. (only when named in --stages; runs before 8) in-place allreduce on heap buffers, as torch calls
+#      it, with and without the pulled reductions (FABCOLL_PULL_REDUCE=0), alternating, 1-16 MiB, at
+#      each p: pulls.md (with / without, median over rounds of the per-round ratio).
 # raw.csv holds every measurement of stages 2-7 (bench-algs rows, then bench-vs-openmpi's).
 # --small: a trial of the whole path here (p = 2, small sizes, one round).
 # --stages runs only the stages named; --ops and --min narrow the comparisons with Open MPI (and
@@ -50,7 +53,7 @@ while [ $# -gt 0 ]; do
     --ops) ops=$2; shift 2 ;;
     --min) vs_min=$2; shift 2 ;;
     --baseline-env) baseline_env=$2; shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "check-16core: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -121,6 +124,37 @@ if left "6 (bcast algorithms over tcp)"; then
   algs bcast "binomial scatter_recursive_doubling_allgather scatter_ring_allgather" "$largest" 4K "$bc_max" bcast-tcp tcp
 fi
 if [ -n "${other_tcp// /}" ] && left "7 ($other_tcp against Open MPI)"; then vs "$other_tcp" tcp-other; fi
+if left "9 (in-place allreduce with and without pulls)"; then
+  pulls="$D/pulls" && rm -rf "$pulls" && mkdir -p "$pulls"
+  pull_min=1M; [ "$small" = 1 ] && pull_min=$ar_min
+  for round in $(seq "$rounds"); do
+    settings="0 65536"; [ $((round % 2)) = 0 ] && settings="65536 0"
+    for p in $procs; do for v in $settings; do
+      FABCOLL_PULL_REDUCE=$v timeout "$BENCH_LIMIT" "$D/bin/fabrun" -n "$p" --fabric shm --timeout $((BENCH_LIMIT - 10)) \
+        "$D/bin/fabcoll" bench --op allreduce --in-place --heap --min-size "$pull_min" --max-size "$ar_max" --iters 20 \
+        --warmup 3 --sync none --format csv --output "$pulls/one.csv" >>"$log" 2>&1 || say "in-place p=$p pulls=$v failed"
+      awk -F, -v r="$round" -v p="$p" -v v="$v" 'NR > 1 { print r "," p "," v "," $5 "," $9 "," $2 }' "$pulls/one.csv" \
+        >>"$pulls/raw.csv" 2>/dev/null
+    done; done
+  done
+  # per (round, p, bytes): with / without; then, sorted, the median per (p, bytes) (mawk: no sort of its own)
+  awk -F, '{ t[$1 "," $2 "," $4 "," $3] = $5; alg[$2 "," $4] = $6 }
+    END { for (k in t) { split(k, f, ","); if (f[4] != 0) continue
+            on = t[f[1] "," f[2] "," f[3] ",65536"]; off = t[k]
+            if (on > 0 && off > 0) printf "%s,%s,%.4f,%s\n", f[2], f[3], on / off, alg[f[2] "," f[3]] } }' \
+    "$pulls/raw.csv" | sort -t, -k1,1n -k2,2n -k3,3g |
+    awk -F, 'function flush() { if (m == 0) return
+               med = (m % 2) ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2
+               printf "| %s | %s | %s | %.2f | %s |\n", pp, bb, a, med, list }
+      BEGIN { print "# in-place allreduce, heap buffers: with the pulled reductions / without (FABCOLL_PULL_REDUCE=0)"
+              print ""; print "| p | bytes | algorithm | ratio (median) | sorted per-round ratios |"
+              print "|---|---:|---|---:|---|" }
+      $1 != pp || $2 != bb { flush(); pp = $1; bb = $2; a = $4; m = 0; list = "" }
+      { x[++m] = $3; list = list sprintf(" %.2f", $3) }
+      END { flush() }' >"$pulls/pulls.md" 2>>"$log"
+  { echo; cat "$pulls/pulls.md"; } >>"$out/summary.md"
+  cp "$pulls/pulls.md" "$out/"
+fi
 if [ $((deadline - SECONDS)) -lt 60 ] && [ "$small" = 0 ]; then
   say "skipped 8 (tune): less than a minute left before the deadline of $deadline s"
 elif left "8 (tune)"; then
