@@ -11,8 +11,9 @@
 //!   Recv was posted (rendezvous).
 //!
 //! Cost: [`fusable`] is quadratic in the steps (so only schedules of up to 512 steps fuse);
-//! [`job_completes`] visits each step of every rank a bounded number of times, O(p · steps), once
-//! per prepared call ([`lending_job_completes`]).
+//! [`job_completes`] builds and fuses every rank's schedule and replays them in passes of
+//! O(p · steps) until nothing moves (at most the job's longest chain of waits), once per prepared
+//! call ([`lending_job_completes`]).
 
 use std::collections::HashMap;
 
@@ -133,7 +134,7 @@ pub fn job_completes(scheds: &[Schedule], lend_waited: bool) -> bool {
             let StepKind::Send { peer, src } = *k else { continue };
             let q = peer as usize;
             let Some(&rv) = recv_of.get(&(r, q, idx[r][id as usize])) else { return false };
-            if q >= p || src.len == 0 {
+            if src.len == 0 {
                 continue;
             }
             let lends = match lend[r][id as usize] {

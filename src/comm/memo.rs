@@ -252,7 +252,6 @@ impl<K, V> Memo<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fabcoll_collectives::registry;
 
     const LANES: Lanes = Lanes {
         mailbox_limit: 16384,

@@ -1,7 +1,8 @@
 //! A built schedule compiled once into what both ways of running it need: its straight-line
-//! order (`fabcoll_collectives::straight`, for the runner) and the dependency tables of the engine's ops
-//! (dependents, message indices, send/receive lookup, fusable Recv→Reduce pairs, lendable Sends). Immutable and
-//! shared (`Arc`): a communicator prepares it once per distinct call (see `comm::memo`).
+//! order (`fabcoll_collectives::straight`, for the runner) and the dependency tables of the
+//! engine's ops (dependents, message indices, send/receive lookup, fusable Recv→Reduce pairs,
+//! lendable Sends: `fabcoll_collectives::lending`). Immutable and shared (`Arc`): a communicator
+//! prepares it once per distinct call (see `comm::memo`).
 
 use fabcoll_collectives::lending::{self, Lend};
 use fabcoll_collectives::schedule::{Schedule, StepId, StepKind};
