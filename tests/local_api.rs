@@ -197,13 +197,14 @@ fn idle_receivers_read_half_of_a_large_message() {
 /// (`pull_reduce_min`), never copied, when nothing after the sender's Send waits for that
 /// buffer. shmem_cyclic out of place at p = 4: of each rank's three contributions, those
 /// reduced into a partial are pulled (ranks 0, 2 and 3: two, rank 1: one; the rest start a
-/// partial, received where it is kept), the rest written. In place the same: the reduced block
+/// partial, received where it is kept), the rest written. In place (sum: commutative) every
+/// contribution folds straight into the rank's own block, so all 12 are pulled; the reduced block
 /// that comes back into a sent block waits for the reader's word (`fabcoll_collectives::lending`).
 /// With the setting at 0 nothing is pulled.
 #[test]
 fn reductions_read_large_contributions_out_of_the_senders_buffers() {
     let (n, block) = (4 * 65_536, 65_536 * 8);
-    for (min, in_place, pulled) in [(64 << 10, false, 7), (64 << 10, true, 7), (0, false, 0)] {
+    for (min, in_place, pulled) in [(64 << 10, false, 7), (64 << 10, true, 12), (0, false, 0)] {
         let cfg = ExecConfig { pull_reduce_min: min, ..engine_only() };
         let stats = job(4, cfg, |c| {
             let x: Vec<f64> = (0..n).map(|i| (i % 1000) as f64 * f64::from(c.rank() + 1)).collect();

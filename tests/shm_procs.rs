@@ -377,10 +377,11 @@ fn large_messages_share_their_copy() {
 }
 
 /// An in-place allreduce on heap buffers reads its peers' contributions out of their buffers
-/// (`process_vm_readv`) like an out-of-place one: shmem_cyclic at p = 4 pulls 7 of the 12 blocks
-/// of a call (see `tests/local_api.rs`), each sender's reduced block coming back only once its
-/// reader is done with it. Blocks of 1.5 MiB, above the staging limit (heap sources up to it are
-/// written instead). Exact sums, two rounds; with the setting at 0 nothing is pulled.
+/// (`process_vm_readv`): shmem_cyclic at p = 4 folds every contribution (a sum) straight into the
+/// rank's own block and pulls all 12 blocks of a call (see `tests/local_api.rs`), each sender's
+/// reduced block coming back only once its reader is done with it. Blocks of 1.5 MiB, above the
+/// staging limit (heap sources up to it are written instead). Exact sums, two rounds; with the
+/// setting at 0 nothing is pulled.
 fn in_place_pulls(name: &str, min: &'static str) {
     let env = [
         ("FABCOLL_FABRIC", "shm"),
@@ -403,7 +404,7 @@ fn in_place_pulls(name: &str, min: &'static str) {
         let moved = c.stats().since(&before);
         let mut pulled = [moved.pulled_msgs];
         c.allreduce_in_place(&mut pulled, &ReduceOp::Sum).unwrap();
-        let want = if min == "0" { 0 } else { 2 * 7 };
+        let want = if min == "0" { 0 } else { 2 * 12 };
         assert_eq!(pulled[0], want, "blocks pulled in two calls");
         c.barrier().unwrap();
     });

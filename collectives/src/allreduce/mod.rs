@@ -98,7 +98,8 @@ pub(crate) fn pairwise_rs_allreduce(
     let segs = even_segs(n, p);
     let r = rank as usize;
     let out = Region::new(Buf::Recv, segs[r].0, segs[r].1);
-    let how = PairwiseRs { order, land_in_out: !a.in_place };
+    // In place `out` is this rank's own block of the input: commutative contributions fold into it.
+    let how = PairwiseRs { order, land_in_out: !a.in_place, accumulate: a.in_place && a.commutative };
     let mut per_block = rs_pairwise(&mut b, rank, p, Buf::Send, &segs, out, how, &[]);
     if !a.in_place {
         // The allgather writes `Recv`, which the sends of `Send`'s blocks do not read: it need

@@ -6,7 +6,8 @@
 //! design on a NUMA machine and ties the plain parallel order where cores share caches.
 //!
 //! Cost (any p): 2(p−1)α + 2(p−1)/p·nβ + (p−1)/p·nγ (two mesh phases, `pairwise_rs_cost`).
-//! Restrictions: none — contributions are folded in rank order (`rs_pairwise`).
+//! Restrictions: none — contributions are folded in rank order (`rs_pairwise`), or in arrival order
+//! where the op commutes in place.
 //! Paper: mamidala-2008 §4.2 ("shmem-cyclic"); the reduce-scatter is thakur §4.4's pairwise.
 
 use crate::allreduce::{mesh_allreduce, pairwise_rs_cost};

@@ -11,11 +11,13 @@
 //! writes of its turn one after another and each phase is half again as long as the cyclic
 //! one's (the simulator's replay; the contention the paper describes for shared caches).
 //! Memory: each rank reads its input once, writes (p−1)/p·n into peers, reads its block's p−1
-//! contributions, and writes (p−1)/p·n of results into peers. Out of place on a fabric where ranks
-//! read each other's memory (shm), the executor drops the first write for the contributions folded
-//! into a partial: the reducer reads them out of the senders' inputs (`exec::op`'s pulled
-//! reductions), so that phase reads each input block once and writes nothing.
-//! Restrictions: none — contributions are folded in rank order (`rs_pairwise`).
+//! contributions, and writes (p−1)/p·n of results into peers. On a fabric where ranks read each
+//! other's memory (shm), the executor drops the first write for the contributions folded into a
+//! partial: the reducer reads them out of the senders' inputs (`exec::op`'s pulled reductions), so
+//! that phase reads each input block once and writes nothing; in place with a commutative op every
+//! contribution folds straight into the rank's own block (all of them pulled, no final copy).
+//! Restrictions: none — contributions are folded in rank order (`rs_pairwise`), or in arrival order
+//! where the op commutes in place.
 //! Paper: mamidala-2008 §4.2 ("shmem-parallel"); the reduce-scatter is thakur §4.4's pairwise.
 
 use crate::allreduce::{mesh_allreduce, pairwise_rs_cost};

@@ -42,7 +42,7 @@ fn build(a: &CollArgs) -> Result<Schedule> {
     // Out of place the result may be written from the start: the first contribution lands in
     // it, no final copy, and nothing waits for the sends (the executor may then reduce the other
     // contributions straight out of the senders' buffers).
-    let how = PairwiseRs { order: MeshOrder::Rotated, land_in_out: !a.in_place };
+    let how = PairwiseRs { order: MeshOrder::Rotated, land_in_out: !a.in_place, accumulate: false };
     rs_pairwise(&mut b, a.rank, a.size, Buf::Send, &segs, out, how, &[]);
     Ok(b.finish())
 }

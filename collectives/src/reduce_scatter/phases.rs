@@ -633,11 +633,17 @@ pub(crate) struct PairwiseRs {
     /// the contribution from distance 1 lands in `out` itself, which then holds the partials and
     /// the result, with one scratch slot less and no final copy.
     pub land_in_out: bool,
+    /// `out` already holds this rank's own contribution (an allreduce in place: `src`'s block r
+    /// is `out`) and the op is commutative: each contribution is folded straight into `out`, in
+    /// the order it arrives, and nothing lands in `out` but the folds (every Recv feeds only its
+    /// Reduce, so its message may be read out of the sender's buffer), with no final copy.
+    pub accumulate: bool,
 }
 
 impl PairwiseRs {
     /// Rotated order, the result copied to `out` at the end.
-    pub(crate) const ROTATED: PairwiseRs = PairwiseRs { order: MeshOrder::Rotated, land_in_out: false };
+    pub(crate) const ROTATED: PairwiseRs =
+        PairwiseRs { order: MeshOrder::Rotated, land_in_out: false, accumulate: false };
 }
 
 /// Pairwise-exchange reduce-scatter (thakur §4.4): in step i = 1..p−1 rank r sends its input block
@@ -646,7 +652,8 @@ impl PairwiseRs {
 /// contributions of ranks r−1, r−2, …, 0 arrive in that order and are folded from the left; those
 /// of ranks p−1, …, r+1 likewise into a second partial, so the result `out` = `x_0 ⊕ … ⊕ x_{p−1}`
 /// is in rank order (non-commutative ops are fine). `out` is written by the last step only, after
-/// every read of `src`, unless `how.land_in_out`. Returns, per block j, the steps that read or
+/// every read of `src`, unless `how.land_in_out`; with `how.accumulate` every contribution is
+/// folded into `out` as it arrives instead (commutative, in place). Returns, per block j, the steps that read or
 /// wrote it (the send of block j, or for j = rank the final write of `out`), so later phases can
 /// depend on exactly those.
 #[allow(clippy::too_many_arguments)]
@@ -694,6 +701,15 @@ pub(crate) fn rs_pairwise(
         return per_block;
     }
     let dep = |x: Option<StepId>| -> Vec<StepId> { x.into_iter().collect() };
+    if how.accumulate {
+        let mut last: Option<StepId> = None;
+        for i in 1..p {
+            let after = union(&[&dep(last), &dep(recvs[i as usize])]);
+            last = Some(b.reduce(slot(i), out, Order::SrcFirst, &after));
+        }
+        per_block[r] = dep(last);
+        return per_block;
+    }
     // left partial in slot 1: x_{r-1}, then x_{r-2} ⊕ ·, …, x_0 ⊕ ·, then · ⊕ x_r
     let mut left: Option<StepId> = None;
     if rank >= 1 {
