@@ -197,25 +197,31 @@ pub fn job_completes(scheds: &[Schedule], lend_waited: bool) -> bool {
     }
 }
 
-/// [`job_completes`] for the job of which `args` is one rank's view, running `alg`: every rank
-/// with these arguments (in place at the root only for reduce and gather(v), as MPI gives it),
-/// and, where in place is every rank's choice, also with the other ranks choosing the opposite
-/// (the call's agreed arguments do not include it). `false` when a schedule cannot be built or
-/// p exceeds `max_p` (the check would cost more than it can save).
+/// [`job_completes`] for the job of which `args` is one rank's view, running `alg`, for every way
+/// the other ranks may have chosen in place (the call's agreed arguments do not include it): for
+/// reduce and gather(v) the root may give it and the others never do (MPI's rule); elsewhere the
+/// others all as this rank, or all the opposite. Lending fewer Sends than a check assumed only
+/// lets Sends finish sooner, so ranks that decide differently stay safe. `false` when a schedule
+/// cannot be built or p exceeds `max_p` (the check would cost more than it can save).
 pub fn lending_job_completes(alg: &Algorithm, args: &CollArgs, max_p: u32) -> bool {
     if args.size > max_p {
         return false;
     }
-    let rooted_in_place = matches!(args.coll, Collective::Reduce | Collective::Gather | Collective::Gatherv);
-    let variants: &[bool] = if rooted_in_place || alg.restrictions.no_in_place { &[false] } else { &[false, true] };
-    variants.iter().all(|&flip_others| {
+    let rooted = matches!(args.coll, Collective::Reduce | Collective::Gather | Collective::Gatherv);
+    // In place of the others: at the root (rooted operations), or at every other rank.
+    let others: &[bool] = match (rooted, args.rank == args.root) {
+        (true, true) => &[false],
+        (true, false) | (false, _) if !alg.restrictions.no_in_place => &[false, true],
+        _ => &[false],
+    };
+    others.iter().all(|&theirs| {
         let job: Option<Vec<Schedule>> = (0..args.size)
             .map(|r| {
                 let mut a = args.for_rank(r);
-                a.in_place = match (rooted_in_place, r == args.rank) {
-                    (true, _) => args.in_place && r == args.root,
-                    (false, true) => args.in_place,
-                    (false, false) => args.in_place != flip_others,
+                a.in_place = match (r == args.rank, rooted) {
+                    (true, _) => args.in_place,
+                    (false, true) => theirs && r == args.root,
+                    (false, false) => theirs,
                 };
                 alg.schedule(&a).ok()
             })
@@ -296,6 +302,21 @@ mod tests {
                 let lend = lendable(&s, &dependents(&s));
                 assert!(lend.contains(&Lend::Waited) || p == 2, "{name} p = {p}: nothing lent while waited for");
                 assert!(lending_job_completes(alg, &a, 256), "{name} p = {p}");
+            }
+        }
+    }
+
+    /// A rooted reduction is checked from every rank's view: the root's own choice of in place,
+    /// and at the other ranks both choices the root may have made.
+    #[test]
+    fn rooted_jobs_are_checked_from_every_view() {
+        let alg = registry::find(Collective::Reduce, "ring").unwrap();
+        for p in 2..=6 {
+            for rank in 0..p {
+                let mut a = CollArgs::new(Collective::Reduce, rank, p, 100 * u64::from(p) + 1).with_root(p / 2);
+                a.in_place = rank == p / 2;
+                assert!(lending_job_completes(alg, &a, 64), "p = {p}, rank {rank}");
+                assert!(!lending_job_completes(alg, &a, p - 1), "p = {p}: above the limit nothing is checked");
             }
         }
     }
