@@ -11,8 +11,9 @@ publishes both under the group's prefix in torch's store; the other ranks read t
 A ``FABCOLL_TOKEN`` already in the environment is used instead of a fresh one and never enters torch's store,
 which has no authentication: export one on every rank where strangers can reach torch's store.
 
-Work: each operation starts fabcoll's nonblocking collective on views of the tensors (no copy where the tensors
-are contiguous and the layouts match) and returns a :class:`Work`. The library's progress thread moves it while
+Work: each operation starts fabcoll's nonblocking collective on the tensors' memory (no copy where the tensors
+are contiguous and the layouts match; the native call reads each tensor's address, size and dtype off the tensor)
+and returns a :class:`Work`. The library's progress thread moves it while
 Python computes. ``wait()`` finishes it on the calling thread; ``get_future()`` (what DDP uses) hands it to one
 completion thread per group, which waits with the GIL released and completes the future in issue order.
 """
@@ -33,51 +34,18 @@ __all__ = ["ProcessGroupFabcoll", "Work", "BACKEND"]
 
 BACKEND = "fabcoll"
 
-# torch dtypes that numpy views directly; bfloat16 travels as int16 bytes with dtype="bfloat16".
-_NUMPY_DTYPES = {
-    torch.float16,
-    torch.float32,
-    torch.float64,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.uint8,
-}
-_UNSIGNED_EXTRA = ("uint16", "uint32", "uint64")
-for _name in _UNSIGNED_EXTRA:
-    if hasattr(torch, _name):
-        _NUMPY_DTYPES.add(getattr(torch, _name))
-
-
-def _buffer(t, what):
-    """A tensor as (buffer, dtype name or None): a view of its memory, never a copy."""
-    if not isinstance(t, torch.Tensor):
-        raise Error(f"fabcoll backend: {what} is a {type(t).__name__}, not a tensor")
-    if t.device.type != "cpu":
-        raise Error(f"fabcoll backend: {what} is on {t.device}; this backend moves CPU tensors only")
-    if t.is_sparse or not t.is_contiguous():
-        raise Error(f"fabcoll backend: {what} is not a dense contiguous tensor (call .contiguous() first)")
-    d = t.detach()
-    if d.dtype == torch.bfloat16:
-        return d.view(torch.int16).numpy(), "bfloat16"
-    if d.dtype == torch.bool:
-        return d.view(torch.uint8).numpy(), None
-    if d.dtype not in _NUMPY_DTYPES:
-        raise Error(f"fabcoll backend: {what} has dtype {t.dtype}, which fabcoll does not reduce or move")
-    return d.numpy(), None
+_R = dist.ReduceOp
+# torch's ReduceOp as fabcoll's op name; AVG is a sum divided by the size.
+_OPS = ((_R.SUM, "sum"), (_R.PRODUCT, "prod"), (_R.MIN, "min"), (_R.MAX, "max"), (_R.BAND, "band"),
+        (_R.BOR, "bor"), (_R.BXOR, "bxor"))
 
 
 def _op_name(op, dtype):
     """torch's ReduceOp as fabcoll's op name, plus whether the result is divided by the size (AVG)."""
-    R = dist.ReduceOp
-    for torch_op, name in ((R.SUM, "sum"), (R.PRODUCT, "prod"), (R.MIN, "min"), (R.MAX, "max")):
+    for torch_op, name in _OPS:
         if op == torch_op:
             return name, False
-    for torch_op, name in ((R.BAND, "band"), (R.BOR, "bor"), (R.BXOR, "bxor")):
-        if op == torch_op:
-            return name, False
-    if op == R.AVG:
+    if op == _R.AVG:
         if not dtype.is_floating_point:
             raise Error(f"fabcoll backend: ReduceOp.AVG needs a floating-point tensor, not {dtype}")
         return "sum", True
@@ -238,6 +206,7 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
     def __init__(self, store, rank, size, timeout=None):
         super().__init__(rank, size)
         self._comm = _join(store, rank, size, timeout)
+        self._c = self._comm._c
         self._completer = _Completer()
 
     def getBackendName(self):
@@ -252,16 +221,10 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         return self._comm
 
     def _start(self, kind, send, recv, op="sum", root=0):
-        """fabcoll's nonblocking ``kind`` on tensors ``send`` (None: in place) and ``recv``."""
-        dtype = None
-        s = None
-        if send is not None:
-            s, dtype = _buffer(send, "the input tensor")
-        r = None
-        if recv is not None:
-            r, dtype = _buffer(recv, "the output tensor")
-        c = self._comm._c
-        return c._call(kind, s, r, op=op, root=root, dtype=dtype, blocking=False)
+        """fabcoll's nonblocking ``kind`` on tensors ``send`` (None: in place) and ``recv``, which the native call
+        checks (CPU, dense, contiguous, a dtype fabcoll moves) and reads directly, holding them until it has
+        finished."""
+        return self._c._call(kind, send, recv, op, root, None, False, True)
 
     def _single(self, kind, send, recv, op="sum", root=0, post=None, result=None):
         req = self._start(kind, send, recv, op=op, root=root)
@@ -379,8 +342,7 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
 
     def _transfer(self, kind, tensors, peer, tag):
         (t,) = tensors
-        buf, dtype = _buffer(t, f"the {kind} tensor")
-        req = self._comm._c._transfer(kind, buf, peer, tag, dtype=dtype, blocking=False)
+        req = self._c._transfer(kind, t, peer, tag, None, False, True)
         return Work(self, [req], tensors)
 
     def send(self, tensors, dst, tag):

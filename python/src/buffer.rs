@@ -15,6 +15,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::error::fail;
+use crate::tensor::Tensor;
 
 /// CPython's `Py_buffer`.
 #[repr(C)]
@@ -169,7 +170,7 @@ impl Buffer {
     }
 
     /// The datatype its format says, if fabcoll has one.
-    pub fn format_datatype(&self) -> Option<Datatype> {
+    fn format_datatype(&self) -> Option<Datatype> {
         let v = &*self.view;
         let format = if v.format.is_null() {
             "B"
@@ -181,36 +182,13 @@ impl Buffer {
     }
 
     /// The format string, for error messages.
-    pub fn format(&self) -> String {
+    fn format(&self) -> String {
         let v = &*self.view;
         if v.format.is_null() {
             return "B".into();
         }
         // SAFETY: as in `format_datatype`.
         unsafe { CStr::from_ptr(v.format) }.to_string_lossy().into_owned()
-    }
-
-    /// The region it covers, as elements of `dt`: its length must be a whole number of elements
-    /// and its address aligned for them.
-    pub fn region(&self, dt: Datatype) -> PyResult<Region> {
-        let (addr, bytes, es) = (self.view.buf as usize, self.view.len as usize, dt.size());
-        if !bytes.is_multiple_of(es) {
-            return Err(fail(format!(
-                "{}: {bytes} bytes are not a whole number of {} elements",
-                self.what,
-                datatype_name(dt)
-            )));
-        }
-        // The datatypes named here are primitives: aligned to their size.
-        if bytes > 0 && !addr.is_multiple_of(es) {
-            return Err(fail(format!("{} is not aligned for {}", self.what, datatype_name(dt))));
-        }
-        Ok(Region { addr, bytes, what: self.what })
-    }
-
-    /// What the argument is called in errors.
-    pub fn what(&self) -> &'static str {
-        self.what
     }
 }
 
@@ -219,6 +197,68 @@ impl Drop for Buffer {
         // SAFETY: the view was filled by a successful `PyObject_GetBuffer` and is released once,
         // with the interpreter attached.
         Python::attach(|_| unsafe { PyBuffer_Release(&mut *self.view) });
+    }
+}
+
+/// The region of `bytes` bytes at `addr` as elements of `dt`: its length must be a whole number
+/// of elements and its address aligned for them.
+fn region(addr: usize, bytes: usize, dt: Datatype, what: &'static str) -> PyResult<Region> {
+    let es = dt.size();
+    if !bytes.is_multiple_of(es) {
+        return Err(fail(format!("{what}: {bytes} bytes are not a whole number of {} elements", datatype_name(dt))));
+    }
+    // The datatypes named here are primitives: aligned to their size.
+    if bytes > 0 && !addr.is_multiple_of(es) {
+        return Err(fail(format!("{what} is not aligned for {}", datatype_name(dt))));
+    }
+    Ok(Region { addr, bytes, what })
+}
+
+/// A call's buffer as the binding holds it until the call has finished: a buffer-protocol
+/// export, or a torch tensor read directly (`fabcoll.torch`'s calls, see [`Tensor`]).
+pub enum Source {
+    Export(Buffer),
+    Tensor(Tensor),
+}
+
+impl Source {
+    /// `obj` as a buffer export, or as a torch tensor when `tensors` (see [`Buffer::get`] and
+    /// [`Tensor::get`]).
+    pub fn get(obj: &Bound<'_, PyAny>, what: &'static str, write: bool, tensors: bool) -> PyResult<Source> {
+        match tensors {
+            true => Ok(Source::Tensor(Tensor::get(obj, what)?)),
+            false => Ok(Source::Export(Buffer::get(obj, what, write)?)),
+        }
+    }
+
+    /// The datatype its format or its dtype names.
+    pub fn datatype(&self) -> PyResult<Datatype> {
+        match self {
+            Source::Tensor(t) => Ok(t.dt),
+            Source::Export(b) => b.format_datatype().ok_or_else(|| {
+                fail(format!(
+                    "{} has buffer format {:?}, which fabcoll has no datatype for (pass dtype=... to reinterpret its bytes)",
+                    b.what,
+                    b.format()
+                ))
+            }),
+        }
+    }
+
+    /// The region it covers, as elements of `dt`.
+    pub fn region(&self, dt: Datatype) -> PyResult<Region> {
+        match self {
+            Source::Tensor(t) => region(t.addr, t.bytes, dt, t.what),
+            Source::Export(b) => region(b.view.buf as usize, b.view.len as usize, dt, b.what),
+        }
+    }
+
+    /// What the argument is called in errors.
+    pub fn what(&self) -> &'static str {
+        match self {
+            Source::Tensor(t) => t.what,
+            Source::Export(b) => b.what,
+        }
     }
 }
 

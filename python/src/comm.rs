@@ -9,7 +9,7 @@ use std::sync::Arc;
 use fabcoll::Datatype;
 use pyo3::prelude::*;
 
-use crate::buffer::{datatype_name, datatype_named, Buffer, Region};
+use crate::buffer::{datatype_name, datatype_named, Region, Source};
 use crate::call::{reduce_op, start, transfer, Kind, Spec};
 use crate::error::{fail, lib};
 use crate::request::Request;
@@ -20,20 +20,15 @@ pub struct Communicator {
     inner: Arc<fabcoll::Communicator>,
 }
 
-/// The datatype of a call: `dtype` when given, else the buffers' format (which must agree).
-fn resolve_datatype(dtype: Option<&str>, bufs: &[&Buffer]) -> PyResult<Datatype> {
+/// The datatype of a call: `dtype` when given, else the buffers' formats or dtypes (which must
+/// agree).
+fn resolve_datatype(dtype: Option<&str>, bufs: &[&Source]) -> PyResult<Datatype> {
     if let Some(name) = dtype {
         return datatype_named(name);
     }
-    let mut found: Option<(Datatype, &Buffer)> = None;
+    let mut found: Option<(Datatype, &Source)> = None;
     for b in bufs {
-        let Some(dt) = b.format_datatype() else {
-            return Err(fail(format!(
-                "{} has buffer format {:?}, which fabcoll has no datatype for (pass dtype=... to reinterpret its bytes)",
-                b.what(),
-                b.format()
-            )));
-        };
+        let dt = b.datatype()?;
         match found {
             Some((first, fb)) if first != dt => {
                 return Err(fail(format!(
@@ -92,12 +87,12 @@ impl Communicator {
         Ok(c.map(|c| Communicator { inner: Arc::new(c) }))
     }
 
-    /// One collective: `kind` names it, `send`/`recv` are buffer-protocol objects (`send=None`:
-    /// in place for allreduce, reduce and bcast; missing buffers the rank does not use), `op` a
-    /// reduction name, `dtype` a datatype name that overrides the buffers' format. Blocking
-    /// returns `None`; otherwise a `Request`.
+    /// One collective: `kind` names it, `send`/`recv` are buffer-protocol objects, or torch
+    /// tensors when `tensors` (`send=None`: in place for allreduce, reduce and bcast; missing
+    /// buffers the rank does not use), `op` a reduction name, `dtype` a datatype name that
+    /// overrides the buffers' format. Blocking returns `None`; otherwise a `Request`.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (kind, send, recv, op = "sum", root = 0, dtype = None, blocking = true))]
+    #[pyo3(signature = (kind, send, recv, op = "sum", root = 0, dtype = None, blocking = true, tensors = false))]
     fn _call(
         &self,
         py: Python<'_>,
@@ -108,6 +103,7 @@ impl Communicator {
         root: u32,
         dtype: Option<&str>,
         blocking: bool,
+        tensors: bool,
     ) -> PyResult<Option<Request>> {
         let kind = Kind::named(kind)?;
         let op = if kind.reduces() { reduce_op(op)? } else { fabcoll::ReduceOp::Sum };
@@ -117,10 +113,14 @@ impl Communicator {
         // In place, off the root of reduce, the buffer is only read.
         let in_place = kind.has_in_place() && send.is_none();
         let reads_only = in_place && kind == Kind::Reduce && self.inner.rank() != root;
-        let send = send.map(|b| Buffer::get(b, "send buffer", false)).transpose()?;
-        let recv_what = if in_place { "buffer" } else { "receive buffer" };
-        let recv = recv.map(|b| Buffer::get(b, recv_what, !reads_only)).transpose()?;
-        let bufs: Vec<&Buffer> = send.iter().chain(recv.iter()).collect();
+        let (send_what, recv_what) = match (tensors, in_place) {
+            (false, _) => ("send buffer", if in_place { "buffer" } else { "receive buffer" }),
+            (true, true) => ("the input tensor", "the tensor"),
+            (true, false) => ("the input tensor", "the output tensor"),
+        };
+        let send = send.map(|b| Source::get(b, send_what, false, tensors)).transpose()?;
+        let recv = recv.map(|b| Source::get(b, recv_what, !reads_only, tensors)).transpose()?;
+        let bufs: Vec<&Source> = send.iter().chain(recv.iter()).collect();
         let dt = resolve_datatype(dtype, &bufs)?;
         let send_region = send.as_ref().map(|b| b.region(dt)).transpose()?;
         let recv_region = recv.as_ref().map(|b| b.region(dt)).transpose()?.unwrap_or(Region::EMPTY);
@@ -128,7 +128,7 @@ impl Communicator {
             s.disjoint(&recv_region)?;
         }
         let spec = Spec { kind, dt, send: send_region, recv: recv_region, op, root };
-        let held: Vec<Buffer> = send.into_iter().chain(recv).collect();
+        let held: Vec<Source> = send.into_iter().chain(recv).collect();
         if blocking {
             let comm = &*self.inner;
             // SAFETY: `held` keeps the buffers exported (in place, unmoved) until the call has
@@ -146,10 +146,10 @@ impl Communicator {
     }
 
     /// A tagged point-to-point transfer: `kind` "send" (from `buf` to rank `peer`) or "recv"
-    /// (into `buf` from rank `peer`, exactly its size). Blocking returns `None`; otherwise a
-    /// `Request`.
+    /// (into `buf` from rank `peer`, exactly its size); `buf` a torch tensor when `tensors`.
+    /// Blocking returns `None`; otherwise a `Request`.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (kind, buf, peer, tag = 0, dtype = None, blocking = true))]
+    #[pyo3(signature = (kind, buf, peer, tag = 0, dtype = None, blocking = true, tensors = false))]
     fn _transfer(
         &self,
         py: Python<'_>,
@@ -159,14 +159,20 @@ impl Communicator {
         tag: u32,
         dtype: Option<&str>,
         blocking: bool,
+        tensors: bool,
     ) -> PyResult<Option<Request>> {
         let outgoing = match kind {
             "send" => true,
             "recv" => false,
             _ => return Err(fail(format!("unknown transfer {kind:?} (send or recv)"))),
         };
-        let what = if outgoing { "send buffer" } else { "receive buffer" };
-        let b = Buffer::get(buf, what, !outgoing)?;
+        let what = match (tensors, outgoing) {
+            (false, true) => "send buffer",
+            (false, false) => "receive buffer",
+            (true, true) => "the send tensor",
+            (true, false) => "the recv tensor",
+        };
+        let b = Source::get(buf, what, !outgoing, tensors)?;
         let dt = resolve_datatype(dtype, &[&b])?;
         let region = b.region(dt)?;
         if blocking {

@@ -3,13 +3,15 @@
 //! take any C-contiguous buffer-protocol object (numpy arrays, bytearray, memoryview, torch CPU
 //! tensors through `.numpy()`) without copying, blocking or as a `Request`, and the
 //! `fabcoll.Error` exception. It calls the public API of the `fabcoll` crate only; the
-//! `torch.distributed` backend is pure Python on top (`fabcoll/torch.py`).
+//! `torch.distributed` backend is Python on top (`fabcoll/torch.py`), whose calls hand their
+//! tensors over as they are (`tensor`).
 
 mod buffer;
 mod call;
 mod comm;
 mod error;
 mod request;
+mod tensor;
 
 use pyo3::prelude::*;
 

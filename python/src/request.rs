@@ -1,5 +1,5 @@
 //! `fabcoll._native.Request`: a nonblocking collective in flight, holding the exports of its
-//! buffers (so they stay where they are) until it has finished. `wait()` releases the GIL; the
+//! buffers, or its tensors (so they stay where they are), until it has finished. `wait()` releases the GIL; the
 //! library's progress thread moves the collective meanwhile (`FABCOLL_PROGRESS`), so Python code
 //! that computes between the start and the wait overlaps with it.
 
@@ -8,14 +8,14 @@ use std::sync::{Mutex, MutexGuard};
 use fabcoll::RawRequest;
 use pyo3::prelude::*;
 
-use crate::buffer::Buffer;
+use crate::buffer::Source;
 use crate::error::fail;
 
 /// The call and the buffers it was lent. Fields drop in order: the call (which waits when
 /// unfinished) before the buffers' exports.
 struct Pending {
     raw: RawRequest,
-    _held: Vec<Buffer>,
+    _held: Vec<Source>,
 }
 
 enum State {
@@ -35,7 +35,7 @@ pub struct Request {
 }
 
 impl Request {
-    pub fn new(raw: RawRequest, held: Vec<Buffer>) -> Request {
+    pub fn new(raw: RawRequest, held: Vec<Source>) -> Request {
         let algorithm = raw.algorithm();
         Request { state: Mutex::new(State::Running(Pending { raw, _held: held })), algorithm }
     }

@@ -106,6 +106,8 @@ dist.barrier()
 for what, f in (("unequal splits", lambda: dist.all_to_all_single(torch.zeros(p + 1), torch.zeros(p + 1),
                                                                   [1] * (p - 1) + [2], [1] * (p - 1) + [2])),
                 ("not a dense contiguous", lambda: dist.all_reduce(torch.zeros(4, 4)[:, 0])),
+                ("moves CPU tensors only", lambda: dist.broadcast(torch.zeros(4, device="meta"), src=0)),
+                ("does not reduce or move", lambda: dist.broadcast(torch.zeros(4, dtype=torch.float8_e5m2), src=0)),
                 ("allreduce", lambda: dist.all_reduce(torch.zeros(4), op=dist.ReduceOp.BAND)),
                 ("any source", lambda: dist.recv(torch.zeros(1)))):
     try:
