@@ -139,3 +139,80 @@ mod tests {
         assert_eq!(b.step(), Step::TimedOut);
     }
 }
+
+/// A one-shot timer that one thread sleeps on and others arm or disarm (Linux's `timerfd`): a
+/// wake-up that happens later, and not at all if it is disarmed first, at the cost of a system
+/// call to arm and one to disarm and no thread switch.
+#[derive(Debug)]
+pub struct Alarm {
+    fd: rustix::fd::OwnedFd,
+}
+
+impl Alarm {
+    /// A disarmed alarm.
+    pub fn new() -> std::io::Result<Alarm> {
+        use rustix::time::{timerfd_create, TimerfdClockId, TimerfdFlags};
+        let fd = timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC)?;
+        Ok(Alarm { fd })
+    }
+
+    /// Rings after `after` (at once for zero), replacing an earlier setting.
+    pub fn arm(&self, after: Duration) {
+        self.set(after.max(Duration::from_nanos(1)));
+    }
+
+    /// Will not ring (until armed again); a ring not yet slept through is forgotten.
+    pub fn disarm(&self) {
+        self.set(Duration::ZERO);
+    }
+
+    fn set(&self, after: Duration) {
+        use rustix::time::{timerfd_settime, Itimerspec, TimerfdTimerFlags, Timespec};
+        let zero = Timespec { tv_sec: 0, tv_nsec: 0 };
+        let value = Timespec { tv_sec: after.as_secs() as i64, tv_nsec: i64::from(after.subsec_nanos()) };
+        let spec = Itimerspec { it_interval: zero, it_value: value };
+        // Fails only for a bad descriptor or value, neither of which this type makes.
+        let r = timerfd_settime(&self.fd, TimerfdTimerFlags::empty(), &spec);
+        debug_assert!(r.is_ok(), "timerfd_settime: {r:?}");
+    }
+
+    /// Sleeps until the alarm rings (at once if it rang since the last sleep); a signal may end
+    /// it early.
+    pub fn sleep(&self) {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let _ = poll(&mut [PollFd::new(&self.fd, PollFlags::IN)], None);
+        let mut expirations = [0u8; 8];
+        // Clears the ring; nothing to read (disarmed meanwhile) is fine.
+        let _ = rustix::io::read(&self.fd, &mut expirations);
+    }
+}
+
+#[cfg(test)]
+mod alarm_tests {
+    use super::*;
+
+    #[test]
+    fn an_alarm_rings_once_armed_and_not_once_disarmed() {
+        let a = Alarm::new().expect("timerfd");
+        let t0 = Instant::now();
+        a.arm(Duration::from_millis(20));
+        a.sleep();
+        assert!(t0.elapsed() >= Duration::from_millis(20), "rang early: {:?}", t0.elapsed());
+        // Disarmed before it rings: a sleep then waits for the next arming.
+        a.arm(Duration::from_millis(5));
+        a.disarm();
+        std::thread::sleep(Duration::from_millis(15));
+        let rang = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let a = std::sync::Arc::new(a);
+        let (a2, rang2) = (a.clone(), rang.clone());
+        let sleeper = std::thread::spawn(move || {
+            a2.sleep();
+            rang2.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!rang.load(std::sync::atomic::Ordering::SeqCst), "a disarmed alarm rang");
+        a.arm(Duration::ZERO);
+        sleeper.join().unwrap();
+        assert!(rang.load(std::sync::atomic::Ordering::SeqCst));
+    }
+}

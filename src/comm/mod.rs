@@ -177,7 +177,7 @@ impl Communicator {
         let shares_cpus = engine.core.patience.oversubscribed;
         let breaks = engine.breaks();
         let lock_waiters = engine.lock_waiters();
-        let progress = Arc::new(ProgressThread::new(engine.core.cfg.progress_thread, engine.left_count()));
+        let progress = Arc::new(ProgressThread::new(engine.core.cfg.progress_thread, shares_cpus, engine.left_ops()));
         let registry = SharedRegistry::default();
         Ok(Communicator {
             engine: Arc::new(Mutex::new(engine)),
@@ -458,7 +458,7 @@ impl Communicator {
             return;
         }
         self.lock().leave_in_flight(key);
-        self.progress.ring(&self.engine, &self.lock_waiters);
+        self.progress.start(&self.engine, &self.lock_waiters);
     }
 
     /// Waits for `key`, releasing the engine between rounds so that other threads using
@@ -469,6 +469,7 @@ impl Communicator {
 
     /// [`Communicator::wait_key`] with a given wait state.
     fn wait_with(&self, key: OpKey, mut w: Waiter) -> Result<()> {
+        let _moving = self.progress.stand_by();
         loop {
             let mut eng = self.lock();
             if eng.wait_step(key, &mut w) {

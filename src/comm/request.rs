@@ -103,6 +103,8 @@ impl InFlight {
         if !eng.is_finished(key) {
             if let Some(w) = waker {
                 eng.set_waker(key, w);
+                drop(eng);
+                comm.progress.urge();
             }
             return None;
         }

@@ -33,7 +33,7 @@ pub(crate) use bufs::{Bound, Bufs};
 pub use config::{ExecConfig, Stats};
 pub(crate) use core::Core;
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -49,6 +49,7 @@ use fasthash::FastMap;
 use mrcache::MrCache;
 use op::{CallSpec, Op, Parts};
 use plan::Plan;
+use progress::LeftOps;
 use proto::{CallSig, GrantEntry, Imm, ImmLayout, Kind, Offer, Setup};
 use ring::RingState;
 use wait::{yield_core, Backoff, Patience, Pause, CLOCK_EVERY};
@@ -162,8 +163,9 @@ pub(crate) struct Engine {
     /// The ops nonblocking calls left in flight for the program to collect (few: a plain list):
     /// the progress thread's work. Blocking calls move their own ops.
     left: Vec<OpKey>,
-    /// `left.len()`, stored whenever it changes: the progress thread's idle check, without the lock.
-    left_count: Arc<AtomicUsize>,
+    /// `left.len()`, stored whenever it changes (the progress thread reads it without the lock),
+    /// and the progress thread's alarm.
+    left_ops: Arc<LeftOps>,
 }
 
 /// How long a rank that gave up on a collective listens for its peers' abort notices before it
@@ -268,7 +270,7 @@ impl Engine {
             breaks: Arc::default(),
             lock_waiters: Arc::default(),
             left: Vec::new(),
-            left_count: Arc::default(),
+            left_ops: Arc::default(),
         };
         for (q, s) in setups {
             e.core.ctrl(q, proto::tag(Kind::Setup, 0, 0, CallSig::default()), s.to_bytes());
@@ -403,17 +405,17 @@ impl Engine {
         self.lock_waiters.clone()
     }
 
-    /// The count of ops left in flight by nonblocking calls, which the progress thread reads
-    /// without the lock.
-    pub fn left_count(&self) -> Arc<AtomicUsize> {
-        self.left_count.clone()
+    /// The ops left in flight by nonblocking calls as the progress thread reads them, without
+    /// the lock.
+    pub fn left_ops(&self) -> Arc<LeftOps> {
+        self.left_ops.clone()
     }
 
     /// A nonblocking call left op `key` in flight: the progress thread moves it until it is taken.
     pub fn leave_in_flight(&mut self, key: OpKey) {
         if self.ops.contains_key(&key) && !self.left.contains(&key) {
             self.left.push(key);
-            self.left_count.store(self.left.len(), Ordering::Release);
+            self.left_ops.set(self.left.len());
         }
     }
 
@@ -983,7 +985,7 @@ impl Engine {
         let mut op = self.ops.remove(&key).expect("present");
         if let Some(i) = self.left.iter().position(|&k| k == key) {
             self.left.swap_remove(i);
-            self.left_count.store(self.left.len(), Ordering::Release);
+            self.left_ops.set(self.left.len());
         }
         if !self.wakers.is_empty() {
             self.wakers.retain(|(k, _)| *k != key);

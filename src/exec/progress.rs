@@ -7,27 +7,37 @@
 //! lack: a completion that runs code (libfabric's `FI_PROGRESS_AUTO` moves data, not our
 //! schedules) or an interrupt per message.
 //!
-//! How it shares the engine: it is started by the first nonblocking call that leaves an op in
-//! flight, and sleeps on a bell whenever no op of a nonblocking call is in flight, which it reads
-//! without the lock (`Engine::left_count`). The ops of blocking calls are not its work: their
-//! own threads move them, and a program that goes on with blocking calls after one nonblocking
-//! call does not wake it again, nor take CPU from them. While such ops are in flight it takes
-//! the engine's lock only with `try_lock` and only when no thread waits for it
-//! (`Engine::lock_waiters`), polls once without blocking (`Engine::progress_others`), and lets
-//! the lock go at once; between rounds that brought nothing it spins briefly, then yields, then
-//! sleeps (up to [`MAX_NAP`]) without the lock. So a blocking call of the program never waits
-//! for the thread longer than one poll, and meets it at all only while a nonblocking call's op
-//! is in flight.
+//! When it moves ops: it is started by the first nonblocking call that leaves an op in flight,
+//! and sleeps on an alarm (`fabcoll_fabric::wait::Alarm`). The ops of blocking calls are not its
+//! work: their own threads move them. When the program leaves a nonblocking call's op in flight
+//! while none is, the engine arms the alarm for [`GRACE`]; when the program has taken its last
+//! such op, the engine disarms it (`LeftOps`). So the thread wakes only for ops the program has
+//! left alone for the grace, and then moves them until none is left: a program that starts a
+//! call and waits for it at once (torch's synchronous calls) never wakes it. A wake-up per call
+//! would cost more than the call where this node's ranks outnumber its cores: it takes a core from
+//! a rank on the critical path (`docs/measurements/2026-11-30-torch-calls.md`). A task that awaits
+//! a request as a `Future` rings the alarm at once ([`ProgressThread::urge`]).
+//!
+//! How it shares the engine: it takes the lock only with `try_lock` and only when no thread waits
+//! for it (`Engine::lock_waiters`), polls once without blocking (`Engine::progress_others`), and
+//! lets the lock go at once; between rounds that brought nothing it spins briefly, then yields,
+//! then sleeps (up to [`MAX_NAP`]) without the lock, and naps from the first such round where
+//! ranks outnumber cores. So a blocking call of the program never waits for the thread longer
+//! than one poll. While a program thread waits for an op (`Communicator::wait_with`: a blocking
+//! call, a request's `wait`), that thread moves every op on the engine, and the progress thread
+//! stands by ([`ProgressThread::stand_by`]) for a grace at a time.
 //!
 //! A `Request` awaited as a `Future` registers its waker with the engine
 //! (`Engine::set_waker`); the thread wakes it when the op has finished, and runs the deadline
 //! check of awaited ops, whose waiters poll only when woken.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, TryLockError, Weak};
+use std::sync::{Arc, Mutex, TryLockError, Weak};
 use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use fabcoll_fabric::wait::Alarm;
 
 use super::Engine;
 
@@ -37,6 +47,8 @@ const YIELD_ROUNDS: u32 = 512;
 /// The first and the longest nap between fruitless rounds (doubling from one to the other).
 const MIN_NAP: Duration = Duration::from_micros(20);
 pub(crate) const MAX_NAP: Duration = Duration::from_micros(500);
+/// How long the program may leave its nonblocking calls' ops alone before the thread moves them.
+pub(crate) const GRACE: Duration = Duration::from_millis(1);
 /// How often the deadlines of awaited ops are checked.
 const DEADLINE_EVERY: Duration = Duration::from_millis(10);
 
@@ -45,23 +57,78 @@ const DEADLINE_EVERY: Duration = Duration::from_millis(10);
 pub(crate) struct ProgressThread {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
-    /// Off (`FABCOLL_PROGRESS=0`): requests move only when tested or waited for.
+    /// Off (`FABCOLL_PROGRESS=0`, or no alarm): requests move only when tested or waited for.
     on: bool,
-    /// The engine's count of ops left in flight by nonblocking calls (`Engine::left_count`).
-    left: Arc<AtomicUsize>,
+    /// The ops nonblocking calls left in flight, and the alarm (`Engine::left_ops`).
+    left: Arc<LeftOps>,
+}
+
+/// The ops nonblocking calls left in flight, as the thread reads them without the engine's lock,
+/// and the thread's alarm, which the engine arms and disarms as their count leaves and reaches 0.
+#[derive(Debug)]
+pub(crate) struct LeftOps {
+    count: AtomicUsize,
+    alarm: Option<Alarm>,
+}
+
+impl Default for LeftOps {
+    fn default() -> LeftOps {
+        let alarm = Alarm::new().map_err(|e| tracing::warn!("fabcoll: no progress thread (no timer: {e})")).ok();
+        LeftOps { count: AtomicUsize::new(0), alarm }
+    }
+}
+
+impl LeftOps {
+    /// The engine's count of left ops changed (under its lock).
+    pub fn set(&self, count: usize) {
+        let before = self.count.swap(count, Ordering::AcqRel);
+        if let Some(a) = &self.alarm {
+            if before == 0 && count > 0 {
+                a.arm(GRACE);
+            } else if before > 0 && count == 0 {
+                a.disarm();
+            }
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
 }
 
 struct Shared {
-    /// Set when an op was started for the thread to move; cleared when the thread takes it.
-    rung: Mutex<bool>,
-    bell: Condvar,
     stop: AtomicBool,
+    /// Program threads waiting for an op ([`ProgressThread::stand_by`]).
+    waiters: AtomicU32,
+    /// This node's ranks outnumber its cores: nap at once between fruitless rounds.
+    oversubscribed: bool,
+}
+
+/// A program thread's wait for an op, during which the progress thread stands by.
+pub(crate) struct StandBy<'a> {
+    shared: &'a Shared,
 }
 
 impl ProgressThread {
-    pub fn new(on: bool, left: Arc<AtomicUsize>) -> ProgressThread {
-        let shared = Arc::new(Shared { rung: Mutex::new(false), bell: Condvar::new(), stop: AtomicBool::new(false) });
+    pub fn new(on: bool, oversubscribed: bool, left: Arc<LeftOps>) -> ProgressThread {
+        let shared = Arc::new(Shared { stop: AtomicBool::new(false), waiters: AtomicU32::new(0), oversubscribed });
+        let on = on && left.alarm.is_some();
         ProgressThread { shared, thread: Mutex::new(None), on, left }
+    }
+
+    /// The calling thread is about to wait for an op, and moves the engine meanwhile: the
+    /// progress thread stands by until the returned guard drops.
+    pub fn stand_by(&self) -> StandBy<'_> {
+        self.shared.waiters.fetch_add(1, Ordering::AcqRel);
+        StandBy { shared: &self.shared }
+    }
+
+    /// A task awaits an op (its waker is with the engine): the thread moves the ops at once,
+    /// without their grace, and wakes the task when its op has finished.
+    pub fn urge(&self) {
+        if let (true, Some(a)) = (self.on, &self.left.alarm) {
+            a.arm(Duration::ZERO);
+        }
     }
 
     /// Whether the thread moves nonblocking calls (else their requests must be polled).
@@ -70,36 +137,39 @@ impl ProgressThread {
     }
 
     /// An op was left in flight for the program to collect later: start the thread if it has not
-    /// run yet, and wake it.
-    pub fn ring(&self, engine: &Arc<Mutex<Engine>>, lock_waiters: &Arc<AtomicU32>) {
+    /// run yet (the engine armed the alarm).
+    pub fn start(&self, engine: &Arc<Mutex<Engine>>, lock_waiters: &Arc<AtomicU32>) {
         if !self.on {
             return;
         }
-        {
-            let mut t = self.thread.lock().unwrap_or_else(|p| p.into_inner());
-            if t.is_none() {
-                let (shared, engine, waiters) = (self.shared.clone(), Arc::downgrade(engine), lock_waiters.clone());
-                let left = self.left.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("fabcoll-progress".into())
-                    .spawn(move || run(&shared, &engine, &waiters, &left));
-                match spawned {
-                    Ok(h) => *t = Some(h),
-                    // Without a thread the requests still finish when tested or waited for.
-                    Err(e) => tracing::warn!("fabcoll: no progress thread ({e}); requests move when tested"),
-                }
+        let mut t = self.thread.lock().unwrap_or_else(|p| p.into_inner());
+        if t.is_none() {
+            let (shared, engine, waiters) = (self.shared.clone(), Arc::downgrade(engine), lock_waiters.clone());
+            let left = self.left.clone();
+            let spawned = std::thread::Builder::new()
+                .name("fabcoll-progress".into())
+                .spawn(move || run(&shared, &engine, &waiters, &left));
+            match spawned {
+                Ok(h) => *t = Some(h),
+                // Without a thread the requests still finish when tested or waited for.
+                Err(e) => tracing::warn!("fabcoll: no progress thread ({e}); requests move when tested"),
             }
         }
-        *self.shared.rung.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.shared.bell.notify_one();
+    }
+}
+
+impl Drop for StandBy<'_> {
+    fn drop(&mut self) {
+        self.shared.waiters.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 impl Drop for ProgressThread {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        *self.shared.rung.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.shared.bell.notify_one();
+        if let Some(a) = &self.left.alarm {
+            a.arm(Duration::ZERO);
+        }
         let t = self.thread.get_mut().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = t {
             // Never join from the thread itself (it may drop the last handle of the engine).
@@ -112,8 +182,6 @@ impl Drop for ProgressThread {
 
 /// What one round found.
 enum Round {
-    /// No nonblocking call's op is in flight: sleep until rung.
-    Idle,
     /// Something happened (completions, an op finished).
     News,
     /// Ops in flight, nothing new.
@@ -122,37 +190,40 @@ enum Round {
     Busy,
 }
 
-fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, left: &AtomicUsize) {
-    let mut quiet = 0u32;
-    let mut nap = MIN_NAP;
+fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, left: &LeftOps) {
+    let Some(alarm) = &left.alarm else { return };
+    let (mut quiet, mut nap) = (0u32, MIN_NAP);
     let mut wake = Vec::new();
     let mut deadlines_at = Instant::now();
     while !shared.stop.load(Ordering::Acquire) {
+        if left.count() == 0 {
+            // The engine arms the alarm when the next op is left.
+            alarm.sleep();
+            (quiet, nap) = (0, MIN_NAP);
+            continue;
+        }
+        if shared.waiters.load(Ordering::Acquire) > 0 {
+            alarm.arm(GRACE);
+            alarm.sleep();
+            continue;
+        }
         let Some(engine) = engine.upgrade() else { return };
-        let round = one_round(&engine, lock_waiters, left, &mut wake, &mut deadlines_at);
+        let round = one_round(&engine, lock_waiters, &mut wake, &mut deadlines_at);
         drop(engine);
         for w in wake.drain(..) {
             w.wake();
         }
         match round {
-            Round::Idle => {
-                let mut rung = shared.rung.lock().unwrap_or_else(|p| p.into_inner());
-                while !*rung && !shared.stop.load(Ordering::Acquire) {
-                    rung = shared.bell.wait(rung).unwrap_or_else(|p| p.into_inner());
-                }
-                *rung = false;
-                (quiet, nap) = (0, MIN_NAP);
-            }
             Round::News => (quiet, nap) = (0, MIN_NAP),
             Round::Quiet | Round::Busy => {
                 quiet = quiet.saturating_add(1);
-                if quiet < SPIN_ROUNDS {
-                    std::hint::spin_loop();
-                } else if quiet < YIELD_ROUNDS {
-                    std::thread::yield_now();
-                } else {
+                if shared.oversubscribed || quiet >= YIELD_ROUNDS {
                     std::thread::sleep(nap);
                     nap = (nap * 2).min(MAX_NAP);
+                } else if quiet < SPIN_ROUNDS {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
                 }
             }
         }
@@ -163,13 +234,9 @@ fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, 
 fn one_round(
     engine: &Mutex<Engine>,
     lock_waiters: &AtomicU32,
-    left: &AtomicUsize,
     wake: &mut Vec<Waker>,
     deadlines_at: &mut Instant,
 ) -> Round {
-    if left.load(Ordering::Acquire) == 0 {
-        return Round::Idle;
-    }
     if lock_waiters.load(Ordering::Relaxed) > 0 {
         return Round::Busy;
     }
