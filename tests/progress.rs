@@ -54,6 +54,33 @@ fn a_nonblocking_call_finishes_while_the_program_computes() {
     assert!(without.iter().all(|&d| !d), "without it nothing moved while the ranks computed: {without:?}");
 }
 
+/// torch's synchronous calls: each request is waited for soon after its start (here 200 µs
+/// later, with the core given away meanwhile). The progress thread must not poll for them: where ranks
+/// share cores a wake-up per call takes a core from a rank the others wait for.
+#[test]
+fn requests_waited_for_soon_leave_the_progress_thread_asleep() {
+    const CALLS: u64 = 100;
+    let wakeups = job(2, cfg(true), |c| {
+        let a = vec![1i64; N];
+        let mut out = vec![0i64; N];
+        let before = c.stats();
+        for _ in 0..CALLS {
+            c.scope(|s| {
+                s.set_options(Options::algorithm("ring"));
+                let q = s.allreduce(&a, &mut out, &ReduceOp::Sum)?;
+                std::thread::sleep(Duration::from_micros(200));
+                q.wait()
+            })
+            .unwrap();
+        }
+        assert!(out.iter().all(|&x| x == 2));
+        c.stats().since(&before).progress_wakeups
+    });
+    // A rank descheduled for longer than the grace between a start and its wait wakes it a few
+    // times.
+    assert!(wakeups.iter().all(|&w| w < CALLS / 10), "progress thread wake-ups per rank in {CALLS} calls: {wakeups:?}");
+}
+
 /// A waker that counts nothing but whether it was woken; the task parks until it is.
 struct Flag {
     woken: AtomicBool,

@@ -314,6 +314,9 @@ pub struct Stats {
     pub node_route_bytes: u64,
     pub network_route_msgs: u64,
     pub network_route_bytes: u64,
+    /// Times the progress thread woke to move the ops nonblocking calls left in flight
+    /// (`exec::progress`): none while the program waits for each call soon after starting it.
+    pub progress_wakeups: u64,
 }
 
 /// `Stats::counters` and `Stats::since` over the one list of counters.
@@ -367,6 +370,7 @@ stats_counters!(
     node_route_bytes,
     network_route_msgs,
     network_route_bytes,
+    progress_wakeups,
 );
 
 impl Stats {
@@ -402,7 +406,7 @@ mod tests {
         // Every field is listed (a new counter left out of the list would not compile in `since`,
         // whose struct literal names every field).
         let names: Vec<&str> = d.counters().iter().map(|&(n, _)| n).collect();
-        assert_eq!(names.len(), 27);
+        assert_eq!(names.len(), 28);
         assert_eq!((names[0], names[22]), ("eager_msgs", "cache_hits"));
         let nonzero: Vec<(&str, u64)> = d.counters().into_iter().filter(|&(_, v)| v > 0).collect();
         assert_eq!(nonzero, [("eager_msgs", 7), ("mailbox_bytes", 64), ("cache_hits", 2)]);

@@ -415,7 +415,7 @@ impl Engine {
     pub fn leave_in_flight(&mut self, key: OpKey) {
         if self.ops.contains_key(&key) && !self.left.contains(&key) {
             self.left.push(key);
-            self.left_ops.set(self.left.len());
+            self.left_ops.left(self.left.len());
         }
     }
 
@@ -985,7 +985,7 @@ impl Engine {
         let mut op = self.ops.remove(&key).expect("present");
         if let Some(i) = self.left.iter().position(|&k| k == key) {
             self.left.swap_remove(i);
-            self.left_ops.set(self.left.len());
+            self.left_ops.taken(self.left.len());
         }
         if !self.wakers.is_empty() {
             self.wakers.retain(|(k, _)| *k != key);

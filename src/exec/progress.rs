@@ -12,8 +12,9 @@
 //! work: their own threads move them. When the program leaves a nonblocking call's op in flight
 //! while none is, the engine arms the alarm for [`GRACE`]; when the program has taken its last
 //! such op, the engine disarms it (`LeftOps`). So the thread wakes only for ops the program has
-//! left alone for the grace, and then moves them until none is left: a program that starts a
-//! call and waits for it at once (torch's synchronous calls) never wakes it. A wake-up per call
+//! left alone for the grace, and moves them until none is left or the program takes one (then it
+//! is at work again, and gets another grace): a program that starts a call and waits for it soon
+//! after (torch's synchronous calls) never wakes it. A wake-up per call
 //! would cost more than the call where this node's ranks outnumber its cores: it takes a core from
 //! a rank on the critical path (`docs/measurements/2026-11-30-torch-calls.md`). A task that awaits
 //! a request as a `Future` rings the alarm at once ([`ProgressThread::urge`]).
@@ -31,7 +32,7 @@
 //! (`Engine::set_waker`); the thread wakes it when the op has finished, and runs the deadline
 //! check of awaited ops, whose waiters poll only when woken.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, TryLockError, Weak};
 use std::task::Waker;
 use std::thread::JoinHandle;
@@ -63,31 +64,38 @@ pub(crate) struct ProgressThread {
     left: Arc<LeftOps>,
 }
 
-/// The ops nonblocking calls left in flight, as the thread reads them without the engine's lock,
-/// and the thread's alarm, which the engine arms and disarms as their count leaves and reaches 0.
+/// The ops nonblocking calls left in flight, as the thread reads them without the engine's lock
+/// (how many, and how many the program has taken so far), and the thread's alarm, which the
+/// engine arms when their count leaves 0 and disarms when it reaches 0.
 #[derive(Debug)]
 pub(crate) struct LeftOps {
     count: AtomicUsize,
+    taken: AtomicU64,
     alarm: Option<Alarm>,
 }
 
 impl Default for LeftOps {
     fn default() -> LeftOps {
         let alarm = Alarm::new().map_err(|e| tracing::warn!("fabcoll: no progress thread (no timer: {e})")).ok();
-        LeftOps { count: AtomicUsize::new(0), alarm }
+        LeftOps { count: AtomicUsize::new(0), taken: AtomicU64::new(0), alarm }
     }
 }
 
 impl LeftOps {
-    /// The engine's count of left ops changed (under its lock).
-    pub fn set(&self, count: usize) {
-        let before = self.count.swap(count, Ordering::AcqRel);
-        if let Some(a) = &self.alarm {
-            if before == 0 && count > 0 {
-                a.arm(GRACE);
-            } else if before > 0 && count == 0 {
-                a.disarm();
-            }
+    /// The engine left an op in flight; `count` are now (under its lock).
+    pub fn left(&self, count: usize) {
+        self.count.store(count, Ordering::Release);
+        if let (1, Some(a)) = (count, &self.alarm) {
+            a.arm(GRACE);
+        }
+    }
+
+    /// The program took a left op; `count` remain (under the engine's lock).
+    pub fn taken(&self, count: usize) {
+        self.taken.fetch_add(1, Ordering::AcqRel);
+        self.count.store(count, Ordering::Release);
+        if let (0, Some(a)) = (count, &self.alarm) {
+            a.disarm();
         }
     }
 
@@ -192,23 +200,38 @@ enum Round {
 
 fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, left: &LeftOps) {
     let Some(alarm) = &left.alarm else { return };
-    let (mut quiet, mut nap) = (0u32, MIN_NAP);
+    let (mut quiet, mut nap, mut woke) = (0u32, MIN_NAP, true);
+    // While moving: how many ops the program had taken when the thread began.
+    let mut moving: Option<u64> = None;
     let mut wake = Vec::new();
     let mut deadlines_at = Instant::now();
+    // Started for an op just left: the engine armed the alarm for its grace.
+    alarm.sleep();
     while !shared.stop.load(Ordering::Acquire) {
         if left.count() == 0 {
             // The engine arms the alarm when the next op is left.
             alarm.sleep();
-            (quiet, nap) = (0, MIN_NAP);
-            continue;
-        }
-        if shared.waiters.load(Ordering::Acquire) > 0 {
-            alarm.arm(GRACE);
-            alarm.sleep();
+            (quiet, nap, woke, moving) = (0, MIN_NAP, true, None);
             continue;
         }
         let Some(engine) = engine.upgrade() else { return };
-        let round = one_round(&engine, lock_waiters, &mut wake, &mut deadlines_at);
+        let taken = left.taken.load(Ordering::Acquire);
+        if shared.waiters.load(Ordering::Acquire) > 0 || moving.is_some_and(|t| t != taken) {
+            // A program thread waits and moves the ops, or has taken some since this thread
+            // began: it is at work, and gets another grace. The tasks awaiting ops that finished
+            // meanwhile are still this thread's to wake.
+            if let Ok(mut eng) = engine.try_lock() {
+                eng.take_finished_wakers(&mut wake);
+            }
+            drop(engine);
+            wake.drain(..).for_each(Waker::wake);
+            alarm.arm(GRACE);
+            alarm.sleep();
+            (quiet, nap, woke, moving) = (0, MIN_NAP, true, None);
+            continue;
+        }
+        moving.get_or_insert(taken);
+        let round = one_round(&engine, lock_waiters, &mut woke, &mut wake, &mut deadlines_at);
         drop(engine);
         for w in wake.drain(..) {
             w.wake();
@@ -230,10 +253,12 @@ fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, 
     }
 }
 
-/// One poll of the engine, unless another thread wants it.
+/// One poll of the engine, unless another thread wants it; `woke`: the first since the thread
+/// slept (counted, then cleared).
 fn one_round(
     engine: &Mutex<Engine>,
     lock_waiters: &AtomicU32,
+    woke: &mut bool,
     wake: &mut Vec<Waker>,
     deadlines_at: &mut Instant,
 ) -> Round {
@@ -246,6 +271,9 @@ fn one_round(
         Err(TryLockError::Poisoned(p)) => p.into_inner(),
     };
     let events = eng.events;
+    if std::mem::take(woke) {
+        eng.core.stats.progress_wakeups += 1;
+    }
     eng.progress_others();
     let now = Instant::now();
     if now >= *deadlines_at {
