@@ -48,8 +48,10 @@ const YIELD_ROUNDS: u32 = 512;
 /// The first and the longest nap between fruitless rounds (doubling from one to the other).
 const MIN_NAP: Duration = Duration::from_micros(20);
 pub(crate) const MAX_NAP: Duration = Duration::from_micros(500);
-/// How long the program may leave its nonblocking calls' ops alone before the thread moves them.
-pub(crate) const GRACE: Duration = Duration::from_millis(1);
+/// How long the program may leave its nonblocking calls' ops alone before the thread moves them:
+/// longer than the kernel's scheduler tick (4 ms at 250 Hz), so that arming the alarm never makes
+/// it the CPU's next timer event, which costs a reprogramming of the timer hardware per call.
+pub(crate) const GRACE: Duration = Duration::from_millis(5);
 /// How often the deadlines of awaited ops are checked.
 const DEADLINE_EVERY: Duration = Duration::from_millis(10);
 
