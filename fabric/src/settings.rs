@@ -604,7 +604,7 @@ settings! {
     FABCOLL_STRAIGHT straight: bool as Bool, Executor, EachUse, "1",
         "calls whose messages all go eager run straight inside the call, without the engine's op";
     FABCOLL_PROGRESS progress: bool as Bool, Executor, EachUse, "1",
-        "a thread per endpoint moves nonblocking calls while the program computes (0: only test/wait move them)";
+        "a thread per endpoint moves nonblocking calls the program leaves alone for 5 ms (0: only test/wait move them)";
     FABCOLL_TCP_ADDR tcp_addr: SocketAddr as Address, Fabric, EachUse,
         "the local address that routes to the store's host, else 127.0.0.1",
         "tcp: the address this rank listens on and publishes to its peers";
