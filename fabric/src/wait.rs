@@ -198,10 +198,13 @@ mod alarm_tests {
         a.arm(Duration::from_millis(20));
         a.sleep();
         assert!(t0.elapsed() >= Duration::from_millis(20), "rang early: {:?}", t0.elapsed());
-        // Disarmed before it rings: a sleep then waits for the next arming.
+        // Disarmed before it rings, or after it rang but before a sleep: a sleep then waits for the
+        // next arming.
         a.arm(Duration::from_millis(5));
         a.disarm();
+        a.arm(Duration::from_millis(1));
         std::thread::sleep(Duration::from_millis(15));
+        a.disarm();
         let rang = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let a = std::sync::Arc::new(a);
         let (a2, rang2) = (a.clone(), rang.clone());
