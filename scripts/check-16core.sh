@@ -24,7 +24,7 @@
 #      minute is left: tune-decisions.json (this machine's rules) and tune-log.jsonl (its measured
 #      points; pass it back with --tune-log to resume where it stopped);
 #   9. (only when named in --stages; runs before 8) in-place allreduce on heap buffers, as torch calls
-#      it, with and without the pulled reductions (FABCOLL_PULL_REDUCE=0), alternating, 1-16 MiB, at
+#      it, with and without the pulled reductions (FABCOLL_PULL_REDUCE=0), alternating, from 1 MiB to the largest size, at
 #      each p: pulls.md (with / without, median over rounds of the per-round ratio).
 # raw.csv holds every measurement of stages 2-7 (bench-algs rows, then bench-vs-openmpi's).
 # --small: a trial of the whole path here (p = 2, small sizes, one round).

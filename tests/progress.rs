@@ -54,9 +54,9 @@ fn a_nonblocking_call_finishes_while_the_program_computes() {
     assert!(without.iter().all(|&d| !d), "without it nothing moved while the ranks computed: {without:?}");
 }
 
-/// torch's synchronous calls: each request is waited for soon after its start (here 200 µs
-/// later, with the core given away meanwhile). The progress thread must not poll for them: where ranks
-/// share cores a wake-up per call takes a core from a rank the others wait for.
+/// torch's synchronous calls: each request is waited for soon after its start (here after a short
+/// sleep, well within the grace, the core given away meanwhile). The progress thread must not poll
+/// for them: where ranks share cores a wake-up per call takes a core from a rank the others wait for.
 #[test]
 fn requests_waited_for_soon_leave_the_progress_thread_asleep() {
     const CALLS: u64 = 100;

@@ -379,7 +379,7 @@ fn large_messages_share_their_copy() {
 /// An in-place allreduce on heap buffers reads its peers' contributions out of their buffers
 /// (`process_vm_readv`): shmem_cyclic at p = 4 folds every contribution (a sum) straight into the
 /// rank's own block and pulls all 12 blocks of a call (see `tests/local_api.rs`), each sender's
-/// reduced block coming back only once its reader is done with it. Blocks of 1.5 MiB, above the
+/// reduced block coming back only once its reader is done with it. Blocks above the
 /// staging limit (heap sources up to it are written instead). Exact sums, two rounds; with the
 /// setting at 0 nothing is pulled.
 fn in_place_pulls(name: &str, min: &'static str) {

@@ -1,7 +1,7 @@
 //! `fabcoll._native.Request`: a nonblocking collective in flight, holding the exports of its
-//! buffers, or its tensors (so they stay where they are), until it has finished. `wait()` releases the GIL; the
-//! library's progress thread moves the collective meanwhile (`FABCOLL_PROGRESS`), so Python code
-//! that computes between the start and the wait overlaps with it.
+//! buffers, or its tensors (so they stay where they are), until it has finished. `wait()` releases
+//! the GIL; the library's progress thread moves the collective meanwhile (`FABCOLL_PROGRESS`), so
+//! Python code that computes between the start and the wait overlaps with it.
 
 use std::sync::{Mutex, MutexGuard};
 

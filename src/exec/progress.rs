@@ -49,8 +49,9 @@ const YIELD_ROUNDS: u32 = 512;
 const MIN_NAP: Duration = Duration::from_micros(20);
 pub(crate) const MAX_NAP: Duration = Duration::from_micros(500);
 /// How long the program may leave its nonblocking calls' ops alone before the thread moves them:
-/// longer than the kernel's scheduler tick (4 ms at 250 Hz), so that arming the alarm never makes
-/// it the CPU's next timer event, which costs a reprogramming of the timer hardware per call.
+/// longer than the kernel's scheduler tick, so that arming the alarm never makes it the CPU's next
+/// timer event, which would cost a reprogramming of the timer hardware per call
+/// (`docs/measurements/2026-11-30-torch-calls.md`).
 pub(crate) const GRACE: Duration = Duration::from_millis(5);
 /// How often the deadlines of awaited ops are checked.
 const DEADLINE_EVERY: Duration = Duration::from_millis(10);
@@ -235,9 +236,7 @@ fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, 
         moving.get_or_insert(taken);
         let round = one_round(&engine, lock_waiters, &mut woke, &mut wake, &mut deadlines_at);
         drop(engine);
-        for w in wake.drain(..) {
-            w.wake();
-        }
+        wake.drain(..).for_each(Waker::wake);
         match round {
             Round::News => (quiet, nap) = (0, MIN_NAP),
             Round::Quiet | Round::Busy => {

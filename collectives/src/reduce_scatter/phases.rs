@@ -653,9 +653,9 @@ impl PairwiseRs {
 /// of ranks p−1, …, r+1 likewise into a second partial, so the result `out` = `x_0 ⊕ … ⊕ x_{p−1}`
 /// is in rank order (non-commutative ops are fine). `out` is written by the last step only, after
 /// every read of `src`, unless `how.land_in_out`; with `how.accumulate` every contribution is
-/// folded into `out` as it arrives instead (commutative, in place). Returns, per block j, the steps that read or
-/// wrote it (the send of block j, or for j = rank the final write of `out`), so later phases can
-/// depend on exactly those.
+/// folded into `out` as it arrives instead (commutative, in place). Returns, per block j, the steps
+/// that read or wrote it (the send of block j, or for j = rank the final write of `out`), so later
+/// phases can depend on exactly those.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn rs_pairwise(
     b: &mut ScheduleBuilder,
