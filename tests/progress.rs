@@ -25,12 +25,17 @@ fn cfg(progress_thread: bool) -> ExecConfig {
 /// A ring allreduce large enough to go zero-copy: 2(p − 1) steps, each waiting for a peer.
 const N: usize = 1 << 18;
 
-/// Starts the allreduce, computes (sleeps) without calling fabcoll, then tests once: whether the
-/// collective had finished by itself; the result is checked either way.
-fn finished_while_computing(progress_thread: bool) -> Vec<bool> {
+/// Makes `waited` nonblocking calls each waited for at once (they leave the progress thread's
+/// alarm set, for a grace), then starts the allreduce, computes (sleeps) without calling fabcoll,
+/// and tests once: whether the collective had finished by itself; the result is checked either
+/// way.
+fn finished_while_computing(progress_thread: bool, waited: usize) -> Vec<bool> {
     job(3, cfg(progress_thread), |c| {
         let a: Vec<i64> = (0..N as i64).map(|i| i + i64::from(c.rank())).collect();
         let mut out = vec![0i64; N];
+        for _ in 0..waited {
+            c.scope(|s| s.allreduce(&a[..8], &mut out[..8], &ReduceOp::Sum)?.wait()).unwrap();
+        }
         let done = c
             .scope(|s| {
                 s.set_options(Options::algorithm("ring"));
@@ -48,10 +53,18 @@ fn finished_while_computing(progress_thread: bool) -> Vec<bool> {
 
 #[test]
 fn a_nonblocking_call_finishes_while_the_program_computes() {
-    let with = finished_while_computing(true);
+    let with = finished_while_computing(true, 0);
     assert!(with.iter().all(|&d| d), "with the progress thread every rank's call finished: {with:?}");
-    let without = finished_while_computing(false);
+    let without = finished_while_computing(false, 0);
     assert!(without.iter().all(|&d| !d), "without it nothing moved while the ranks computed: {without:?}");
+}
+
+/// The calls waited for at once leave the alarm set: the thread wakes during the first grace of
+/// the left call, sees those takes, and must set another grace instead of sleeping for good.
+#[test]
+fn a_call_left_after_calls_waited_for_at_once_still_finishes_while_the_program_computes() {
+    let with = finished_while_computing(true, 50);
+    assert!(with.iter().all(|&d| d), "every rank's call finished: {with:?}");
 }
 
 /// torch's synchronous calls: each request is waited for soon after its start (here after a short

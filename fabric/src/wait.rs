@@ -140,16 +140,15 @@ mod tests {
     }
 }
 
-/// A one-shot timer that one thread sleeps on and others arm or disarm (Linux's `timerfd`): a
-/// wake-up that happens later, and not at all if it is disarmed first, at the cost of a system
-/// call to arm and one to disarm and no thread switch.
+/// A one-shot timer that one thread sleeps on and others arm (Linux's `timerfd`): a wake-up that
+/// happens later, at the cost of a system call to arm it and no thread switch.
 #[derive(Debug)]
 pub struct Alarm {
     fd: rustix::fd::OwnedFd,
 }
 
 impl Alarm {
-    /// A disarmed alarm.
+    /// An alarm not set.
     pub fn new() -> std::io::Result<Alarm> {
         use rustix::time::{timerfd_create, TimerfdClockId, TimerfdFlags};
         let fd = timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC)?;
@@ -158,16 +157,9 @@ impl Alarm {
 
     /// Rings after `after` (at once for zero), replacing an earlier setting.
     pub fn arm(&self, after: Duration) {
-        self.set(after.max(Duration::from_nanos(1)));
-    }
-
-    /// Will not ring (until armed again); a ring not yet slept through is forgotten.
-    pub fn disarm(&self) {
-        self.set(Duration::ZERO);
-    }
-
-    fn set(&self, after: Duration) {
         use rustix::time::{timerfd_settime, Itimerspec, TimerfdTimerFlags, Timespec};
+        // A zero setting would disarm it.
+        let after = after.max(Duration::from_nanos(1));
         let zero = Timespec { tv_sec: 0, tv_nsec: 0 };
         let value = Timespec { tv_sec: after.as_secs() as i64, tv_nsec: i64::from(after.subsec_nanos()) };
         let spec = Itimerspec { it_interval: zero, it_value: value };
@@ -182,7 +174,7 @@ impl Alarm {
         use rustix::event::{poll, PollFd, PollFlags};
         let _ = poll(&mut [PollFd::new(&self.fd, PollFlags::IN)], None);
         let mut expirations = [0u8; 8];
-        // Clears the ring; nothing to read (disarmed meanwhile) is fine.
+        // Clears the ring; nothing to read (woken by a signal) is fine.
         let _ = rustix::io::read(&self.fd, &mut expirations);
     }
 }
@@ -192,30 +184,20 @@ mod alarm_tests {
     use super::*;
 
     #[test]
-    fn an_alarm_rings_once_armed_and_not_once_disarmed() {
+    fn an_alarm_rings_once_armed_and_a_new_arming_replaces_the_last() {
         let a = Alarm::new().expect("timerfd");
         let t0 = Instant::now();
         a.arm(Duration::from_millis(20));
         a.sleep();
         assert!(t0.elapsed() >= Duration::from_millis(20), "rang early: {:?}", t0.elapsed());
-        // Disarmed before it rings, or after it rang but before a sleep: a sleep then waits for the
-        // next arming.
-        a.arm(Duration::from_millis(5));
-        a.disarm();
+        let t0 = Instant::now();
         a.arm(Duration::from_millis(1));
-        std::thread::sleep(Duration::from_millis(15));
-        a.disarm();
-        let rang = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let a = std::sync::Arc::new(a);
-        let (a2, rang2) = (a.clone(), rang.clone());
-        let sleeper = std::thread::spawn(move || {
-            a2.sleep();
-            rang2.store(true, std::sync::atomic::Ordering::SeqCst);
-        });
-        std::thread::sleep(Duration::from_millis(30));
-        assert!(!rang.load(std::sync::atomic::Ordering::SeqCst), "a disarmed alarm rang");
+        a.arm(Duration::from_millis(30));
+        a.sleep();
+        assert!(t0.elapsed() >= Duration::from_millis(30), "the first arming rang: {:?}", t0.elapsed());
+        let t0 = Instant::now();
         a.arm(Duration::ZERO);
-        sleeper.join().unwrap();
-        assert!(rang.load(std::sync::atomic::Ordering::SeqCst));
+        a.sleep();
+        assert!(t0.elapsed() < Duration::from_secs(5), "zero rings at once: {:?}", t0.elapsed());
     }
 }

@@ -10,14 +10,17 @@
 //! When it moves ops: it is started by the first nonblocking call that leaves an op in flight,
 //! and sleeps on an alarm (`fabcoll_fabric::wait::Alarm`). The ops of blocking calls are not its
 //! work: their own threads move them. When the program leaves a nonblocking call's op in flight
-//! while none is, the engine arms the alarm for [`GRACE`]; when the program has taken its last
-//! such op, the engine disarms it (`LeftOps`). So the thread wakes only for ops the program has
-//! left alone for the grace, and moves them until none is left or the program takes one (then it
-//! is at work again, and gets another grace): a program that starts a call and waits for it soon
-//! after (torch's synchronous calls) never wakes it. A wake-up per call
-//! would cost more than the call where this node's ranks outnumber its cores: it takes a core from
-//! a rank on the critical path (`docs/measurements/2026-11-30-torch-calls.md`). A task that awaits
-//! a request as a `Future` rings the alarm at once ([`ProgressThread::urge`]).
+//! and the alarm is not set, the engine sets it for [`GRACE`] (`LeftOps`). Taking an op does not
+//! disarm it: the thread wakes, and moves the ops left only if the program took none since the
+//! thread last went to sleep; if it took some, the program is at work and gets another grace,
+//! and if none is left the thread sleeps until the next op left sets the alarm. So the thread
+//! wakes only for ops the program has left alone for a grace, and at most once per grace while
+//! the program starts calls and waits for them soon after (torch's synchronous calls), at the
+//! cost of one flag per call: no system call. A wake-up per call would cost more than the call
+//! where this node's ranks outnumber its cores: it takes a core from a rank on the critical path
+//! (`docs/measurements/2026-11-30-torch-calls.md`), and so do two timer calls per call. Once
+//! moving, the thread stops when the program takes an op (another grace). A task that awaits a
+//! request as a `Future` rings the alarm at once ([`ProgressThread::urge`]).
 //!
 //! How it shares the engine: it takes the lock only with `try_lock` and only when no thread waits
 //! for it (`Engine::lock_waiters`), polls once without blocking (`Engine::progress_others`), and
@@ -69,37 +72,61 @@ pub(crate) struct ProgressThread {
 
 /// The ops nonblocking calls left in flight, as the thread reads them without the engine's lock
 /// (how many, and how many the program has taken so far), and the thread's alarm, which the
-/// engine arms when their count leaves 0 and disarms when it reaches 0.
+/// engine sets when it leaves an op while the alarm is not set. Only its ring (read by the
+/// thread, [`LeftOps::rang`]) unsets it: either the thread finds the ops left, or the engine
+/// finds the alarm unset and sets it (`SeqCst` on `count` and `armed` orders the two).
 #[derive(Debug)]
 pub(crate) struct LeftOps {
     count: AtomicUsize,
     taken: AtomicU64,
+    armed: AtomicBool,
+    /// A task awaits an op: move at once, whatever the program took.
+    urged: AtomicBool,
     alarm: Option<Alarm>,
 }
 
 impl Default for LeftOps {
     fn default() -> LeftOps {
         let alarm = Alarm::new().map_err(|e| tracing::warn!("fabcoll: no progress thread (no timer: {e})")).ok();
-        LeftOps { count: AtomicUsize::new(0), taken: AtomicU64::new(0), alarm }
+        let (armed, urged) = (AtomicBool::new(false), AtomicBool::new(false));
+        LeftOps { count: AtomicUsize::new(0), taken: AtomicU64::new(0), armed, urged, alarm }
     }
 }
 
 impl LeftOps {
     /// The engine left an op in flight; `count` are now (under its lock).
     pub fn left(&self, count: usize) {
-        self.count.store(count, Ordering::Release);
-        if let (1, Some(a)) = (count, &self.alarm) {
-            a.arm(GRACE);
-        }
+        self.count.store(count, Ordering::SeqCst);
+        self.set(GRACE);
     }
 
-    /// The program took a left op; `count` remain (under the engine's lock).
+    /// The program took a left op; `count` remain (under the engine's lock). The alarm stays
+    /// set: the thread, woken, sees the take and sleeps again.
     pub fn taken(&self, count: usize) {
         self.taken.fetch_add(1, Ordering::AcqRel);
         self.count.store(count, Ordering::Release);
-        if let (0, Some(a)) = (count, &self.alarm) {
-            a.disarm();
+    }
+
+    /// Sets the alarm for `after` unless it is set.
+    fn set(&self, after: Duration) {
+        if let Some(a) = &self.alarm {
+            if !self.armed.swap(true, Ordering::SeqCst) {
+                a.arm(after);
+            }
         }
+    }
+
+    /// Sets the alarm for `after`, replacing its setting.
+    fn reset(&self, alarm: &Alarm, after: Duration) {
+        self.armed.store(true, Ordering::SeqCst);
+        alarm.arm(after);
+    }
+
+    /// The thread woke (a ring, or a signal): the alarm is no longer set, and the next op left
+    /// sets it; returns how many ops are left now.
+    fn rang(&self) -> usize {
+        self.armed.store(false, Ordering::SeqCst);
+        self.count.load(Ordering::SeqCst)
     }
 
     fn count(&self) -> usize {
@@ -138,7 +165,8 @@ impl ProgressThread {
     /// without their grace, and wakes the task when its op has finished.
     pub fn urge(&self) {
         if let (true, Some(a)) = (self.on, &self.left.alarm) {
-            a.arm(Duration::ZERO);
+            self.left.urged.store(true, Ordering::Release);
+            self.left.reset(a, Duration::ZERO);
         }
     }
 
@@ -208,13 +236,31 @@ fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, 
     let mut moving: Option<u64> = None;
     let mut wake = Vec::new();
     let mut deadlines_at = Instant::now();
-    // Started for an op just left: the engine armed the alarm for its grace.
-    alarm.sleep();
+    // Started for an op just left: the engine set the alarm for its grace. `slept_at`: how many
+    // ops the program had taken when the thread last went to sleep.
+    let mut slept_at = left.taken.load(Ordering::Acquire);
+    let mut asleep = true;
     while !shared.stop.load(Ordering::Acquire) {
-        if left.count() == 0 {
-            // The engine arms the alarm when the next op is left.
+        if asleep {
             alarm.sleep();
+            asleep = false;
             (quiet, nap, woke, moving) = (0, MIN_NAP, true, None);
+            let urged = left.urged.swap(false, Ordering::AcqRel);
+            if left.rang() == 0 {
+                // The next op left sets the alarm.
+                (slept_at, asleep) = (left.taken.load(Ordering::Acquire), true);
+                continue;
+            }
+            let taken = left.taken.load(Ordering::Acquire);
+            if !urged && taken != slept_at {
+                // The program took ops since: it is at work, and gets another grace.
+                left.reset(alarm, GRACE);
+                (slept_at, asleep) = (taken, true);
+                continue;
+            }
+        }
+        if left.count() == 0 {
+            (slept_at, asleep) = (left.taken.load(Ordering::Acquire), true);
             continue;
         }
         let Some(engine) = engine.upgrade() else { return };
@@ -228,9 +274,8 @@ fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, 
             }
             drop(engine);
             wake.drain(..).for_each(Waker::wake);
-            alarm.arm(GRACE);
-            alarm.sleep();
-            (quiet, nap, woke, moving) = (0, MIN_NAP, true, None);
+            left.reset(alarm, GRACE);
+            (slept_at, asleep) = (taken, true);
             continue;
         }
         moving.get_or_insert(taken);
