@@ -91,7 +91,9 @@ fn the_probe_fits_a_network_level_on_several_nodes() {
     let (params, samples) = two[0];
     assert!(two.iter().all(|(p, _)| *p == params), "every rank ends with rank 0's fit");
     let net = params.network.expect("a network level on two nodes");
-    assert!(net.alpha > 0.0 && net.beta >= 0.0, "{net:?}");
+    // Either cost may come out 0 on a loaded machine (the fit drops a negative term and the
+    // overhead takes it), not both: the leaders' times grow with messages or bytes.
+    assert!(net.alpha >= 0.0 && net.beta >= 0.0 && net.alpha + net.beta > 0.0, "{net:?}");
     assert!(params.alpha > 0.0, "the node level is fitted too: {params}");
     assert!(samples > 0, "rank 0 keeps both levels' samples");
     let one = job(2, |c| c.probe_model().unwrap().params);
