@@ -4,6 +4,7 @@ mod allgather_reduce;
 mod binary_blocks;
 mod hier_leader;
 mod hier_multi_leader;
+mod hier_recursive_doubling;
 mod rabenseifner;
 mod recursive_doubling;
 mod reduce_bcast;
@@ -36,6 +37,7 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     shmem_cyclic::ALGORITHM,
     hier_leader::ALGORITHM,
     hier_multi_leader::ALGORITHM,
+    hier_recursive_doubling::ALGORITHM,
 ];
 
 /// The allreduces built as "2r fold + vector-halving reduce-scatter + some allgather + unfold"

@@ -276,6 +276,9 @@ fn inter_node_bytes_follow_the_documented_formulas() {
                             let (scatter, ring) = scatter_ring_formula(v, nodes, &blk);
                             let leads = leaders[node as usize] == r;
                             u64::from(leads) * scatter + u64::from(ring_rank.map_or(leads, |x| x == r)) * ring
+                        } else if alg.name == "hier_recursive_doubling" {
+                            // Every rank runs the network phase on the whole vector.
+                            leader_formula(alg.coll, v, nodes, &k_at, count * elem, elem)
                         } else if alg.name == "hier_multi_leader" {
                             // Every rank leads the slice of its local rank.
                             let (k, j) = (u64::from(t.local_size(r)), u64::from(t.local_rank(r)));
