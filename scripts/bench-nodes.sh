@@ -6,14 +6,16 @@
 #   allreduce 16 MiB                hier_leader, hier_multi_leader
 #                                                            vs ring, rabenseifner, recursive_doubling,
 #                                                               rsag_pairwise_ring
-#   allreduce 8 B .. --small-max    hier_leader, hier_multi_leader
+#   allreduce 8 B .. --small-max    hier_leader, hier_multi_leader, hier_recursive_doubling
 #                                                            vs recursive_doubling, reduce_bcast,
 #                                                               allgather_reduce, ring, rabenseifner
 #   bcast 8 B .. --small-max        hier_leader              vs binomial, linear, scatter_ring_allgather,
 #                                                               scatter_recursive_doubling_allgather
-# Each round runs every algorithm once (`fabcoll bench`, one job each), hierarchical first in even
-# rounds and flat first in odd ones. The time is bench's avg_us (mean over ranks of each rank's mean
-# per call). Per case and size, summary.md gives the medians over rounds of the best hierarchical
+# Each round runs every algorithm of a case in one job (`fabcoll bench --algo a,b,...`, which
+# alternates their order per size), hierarchical first in even rounds and flat first in odd ones:
+# the placement of the ranks on the cores changes from launch to launch and moves a small call's time
+# more than the algorithm does, so algorithms are compared within a launch. The time is bench's
+# avg_us (mean over ranks of each rank's mean per call). Per case and size, summary.md gives the medians over rounds of the best hierarchical
 # and best flat time, the paired ratios best hier / best flat (one per round: < 1 = hierarchical
 # faster) and their median, in how many rounds hierarchical was ahead, and the goal of the issue
 # (≤ 1/1.4 for allgather 1 MiB and allreduce 16 MiB, ≤ 1.05 for the small sizes); then every
@@ -50,7 +52,7 @@ while [ $# -gt 0 ]; do
     --bin) bin=${2-}; shift 2 ;;
     --out) out=${2-}; shift 2 ;;
     --summarize) summarize=${2-}; shift 2 ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "bench-nodes: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -203,7 +205,7 @@ grep -q "topology 2 nodes × 2 ranks" "$out/preflight.txt" || {
 # case | op | min size | max size | hierarchical algorithms | flat algorithms | goal (best hier / best flat ≤)
 cases="allgather-1M|allgather|1M|1M|hier_leader hier_multi_leader|ring recursive_doubling bruck|0.714
 allreduce-16M|allreduce|16M|16M|hier_leader hier_multi_leader|ring rabenseifner recursive_doubling rsag_pairwise_ring|0.714
-allreduce-small|allreduce|8|$small_max|hier_leader hier_multi_leader|recursive_doubling reduce_bcast allgather_reduce ring rabenseifner|1.05
+allreduce-small|allreduce|8|$small_max|hier_leader hier_multi_leader hier_recursive_doubling|recursive_doubling reduce_bcast allgather_reduce ring rabenseifner|1.05
 bcast-small|bcast|8|$small_max|hier_leader|binomial linear scatter_ring_allgather scatter_recursive_doubling_allgather|1.05"
 
 rows="$out/results.tsv"
@@ -213,24 +215,22 @@ printf 'round\tcase\tclass\talgorithm\tbytes\tavg_us\tgoal\n' > "$rows"
 for ((r = 0; r < rounds; r++)); do
   while IFS='|' read -r name op min max hier flat goal; do
     if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then continue; fi
-    runs=()
-    for a in $hier; do runs+=("hier:$a"); done
-    for a in $flat; do runs+=("flat:$a"); done
-    if [ $((r % 2)) = 1 ]; then # flat first
-      runs=(); for a in $flat; do runs+=("flat:$a"); done; for a in $hier; do runs+=("hier:$a"); done
+    # One job runs every algorithm of the case (bench alternates their order per size): a launch's
+    # placement of 4 ranks on this machine's cores moves every time it measures, so algorithms are
+    # compared within a launch, not across launches.
+    if [ $((r % 2)) = 1 ]; then list="$flat $hier"; else list="$hier $flat"; fi
+    list=$(echo $list | tr ' ' ',')
+    base="$out/raw/r$r-$name"
+    echo "bench-nodes: round $((r + 1))/$rounds $name ($list)" >&2
+    if ! job "$fabcoll" bench --op "$op" --algo "$list" --min-size "$min" --max-size "$max" ${extra[@]+"${extra[@]}"} \
+      --format csv --output "$base.csv" > "$base.log" 2>&1 < /dev/null; then
+      echo "bench-nodes: $name failed (round $((r + 1))), see $base.log:" >&2; tail -n 20 "$base.log" >&2; exit 1
     fi
-    for run in "${runs[@]}"; do
-      class=${run%%:*} algo=${run#*:}
-      base="$out/raw/r$r-$name-$algo"
-      echo "bench-nodes: round $((r + 1))/$rounds $name $algo" >&2
-      if ! job "$fabcoll" bench --op "$op" --algo "$algo" --min-size "$min" --max-size "$max" ${extra[@]+"${extra[@]}"} \
-        --format csv --output "$base.csv" > "$base.log" 2>&1 < /dev/null; then
-        echo "bench-nodes: $name $algo failed (round $((r + 1))), see $base.log:" >&2; tail -n 20 "$base.log" >&2; exit 1
-      fi
-      # Columns: op,algorithm,fabric,ranks,bytes,count,iters,warmup,avg_us,...
-      awk -F, -v r="$r" -v c="$name" -v k="$class" -v g="$goal" \
-        'NR > 1 { printf "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r, c, k, $2, $5, $9, g }' "$base.csv" >> "$rows"
-    done
+    # Columns by name: the algorithm asked for, bytes, avg_us.
+    awk -F, -v r="$r" -v c="$name" -v h=" $hier " -v g="$goal" '
+      NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+      { a = $col["asked"]; printf "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r, c, index(h, " " a " ") ? "hier" : "flat", a,
+          $col["bytes"], $col["avg_us"], g }' "$base.csv" >> "$rows"
   done <<< "$cases"
 done
 
