@@ -12,8 +12,9 @@
 //! Paper: mamidala §4.2 (reduction at the leader, inter-node allreduce, intra-node copy-out),
 //! thakur §4.5 (recursive doubling, binomial trees).
 
+use super::recursive_doubling::rounds;
 use crate::args::{CollArgs, Collective};
-use crate::cost::{ceil_log2, floor_log2, Cost};
+use crate::cost::{ceil_log2, Cost};
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder};
@@ -33,8 +34,7 @@ fn cost(a: &CollArgs) -> Cost {
     let n = (a.count * u64::from(a.elem_size)) as f64;
     let (nodes, k) = crate::two_level::shape(a);
     let lk = f64::from(ceil_log2(k));
-    let lg = f64::from(floor_log2(nodes));
-    let (msgs, reduces) = if nodes.is_power_of_two() { (lg, lg) } else { (lg + 2.0, lg + 1.0) };
+    let (msgs, reduces) = rounds(nodes);
     Cost::new(2.0 * lk + msgs, (2.0 * lk + msgs) * n, (lk + reduces) * n)
 }
 

@@ -15,8 +15,9 @@
 //! node (a Restriction error otherwise). Paper: mamidala §4.2 (every core of a node reduces a
 //! part of the vector; here each also carries its part across the network), thakur §4.4–4.5.
 
+use super::recursive_doubling::rounds;
 use crate::args::{CollArgs, Collective};
-use crate::cost::{floor_log2, Cost};
+use crate::cost::Cost;
 use crate::error::Result;
 use crate::reduce_scatter::phases::even_segs;
 use crate::registry::{Algorithm, Restrictions};
@@ -37,8 +38,7 @@ fn cost(a: &CollArgs) -> Cost {
     let n = (a.count * u64::from(a.elem_size)) as f64;
     let (nodes, k) = crate::two_level::shape(a);
     let (kf, slice) = ((k - 1) as f64, n / k as f64);
-    let lg = f64::from(floor_log2(nodes));
-    let (msgs, reduces) = if nodes.is_power_of_two() { (lg, lg) } else { (lg + 2.0, lg + 1.0) };
+    let (msgs, reduces) = rounds(nodes);
     let intra = kf / k as f64 * n;
     Cost::new(2.0 * kf + msgs, 2.0 * intra + msgs * slice, intra + reduces * slice)
 }

@@ -17,8 +17,9 @@
 //! node. Paper: thakur §4.5 (recursive doubling) in mamidala §4.2's two phases, every core of a
 //! node on the network at once as in the multi-leader designs, without splitting the vector.
 
+use super::recursive_doubling::rounds;
 use crate::args::{CollArgs, Collective};
-use crate::cost::{floor_log2, Cost};
+use crate::cost::Cost;
 use crate::error::Result;
 use crate::registry::{Algorithm, Restrictions};
 use crate::schedule::{Buf, Schedule, ScheduleBuilder};
@@ -33,16 +34,6 @@ pub(crate) const ALGORITHM: Algorithm = Algorithm {
     cost,
     build,
 };
-
-/// (rounds, reductions) of recursive doubling among `m` ranks.
-fn rounds(m: u64) -> (f64, f64) {
-    let lg = f64::from(floor_log2(m));
-    if m.is_power_of_two() {
-        (lg, lg)
-    } else {
-        (lg + 2.0, lg + 1.0)
-    }
-}
 
 fn cost(a: &CollArgs) -> Cost {
     let n = (a.count * u64::from(a.elem_size)) as f64;

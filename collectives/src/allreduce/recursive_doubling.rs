@@ -26,11 +26,19 @@ pub(crate) const ALGORITHM: Algorithm = Algorithm {
 
 fn cost(a: &CollArgs) -> Cost {
     let n = (a.count * u64::from(a.elem_size)) as f64;
-    let lg = f64::from(floor_log2(a.p()));
-    if a.size.is_power_of_two() {
-        Cost::new(lg, lg * n, lg * n)
+    let (msgs, reduces) = rounds(a.p());
+    Cost::new(msgs, msgs * n, reduces * n)
+}
+
+/// (messages, reductions) on the critical path of recursive doubling among `m` ranks: lg m each
+/// for m = 2^k, else ⌊lg m⌋ + 2 and ⌊lg m⌋ + 1 (the fold's steps before and after); the
+/// hierarchical allreduces' phases among nodes cost the same.
+pub(crate) fn rounds(m: u64) -> (f64, f64) {
+    let lg = f64::from(floor_log2(m));
+    if m.is_power_of_two() {
+        (lg, lg)
     } else {
-        Cost::new(lg + 2.0, (lg + 2.0) * n, (lg + 1.0) * n)
+        (lg + 2.0, lg + 1.0)
     }
 }
 
