@@ -122,6 +122,15 @@ impl LeftOps {
         alarm.arm(after);
     }
 
+    /// The program is at work: the thread sleeps another grace, unless a task awaits an op (an
+    /// `urge` that this setting might have replaced rings at once again).
+    fn another_grace(&self, alarm: &Alarm) {
+        self.reset(alarm, GRACE);
+        if self.urged.load(Ordering::SeqCst) {
+            self.reset(alarm, Duration::ZERO);
+        }
+    }
+
     /// The thread woke (a ring, or a signal): the alarm is no longer set, and the next op left
     /// sets it; returns how many ops are left now.
     fn rang(&self) -> usize {
@@ -165,7 +174,7 @@ impl ProgressThread {
     /// without their grace, and wakes the task when its op has finished.
     pub fn urge(&self) {
         if let (true, Some(a)) = (self.on, &self.left.alarm) {
-            self.left.urged.store(true, Ordering::Release);
+            self.left.urged.store(true, Ordering::SeqCst);
             self.left.reset(a, Duration::ZERO);
         }
     }
@@ -245,7 +254,7 @@ fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, 
             alarm.sleep();
             asleep = false;
             (quiet, nap, woke, moving) = (0, MIN_NAP, true, None);
-            let urged = left.urged.swap(false, Ordering::AcqRel);
+            let urged = left.urged.swap(false, Ordering::SeqCst);
             if left.rang() == 0 {
                 // The next op left sets the alarm.
                 (slept_at, asleep) = (left.taken.load(Ordering::Acquire), true);
@@ -254,7 +263,7 @@ fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, 
             let taken = left.taken.load(Ordering::Acquire);
             if !urged && taken != slept_at {
                 // The program took ops since: it is at work, and gets another grace.
-                left.reset(alarm, GRACE);
+                left.another_grace(alarm);
                 (slept_at, asleep) = (taken, true);
                 continue;
             }
@@ -274,7 +283,7 @@ fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, 
             }
             drop(engine);
             wake.drain(..).for_each(Waker::wake);
-            left.reset(alarm, GRACE);
+            left.another_grace(alarm);
             (slept_at, asleep) = (taken, true);
             continue;
         }
