@@ -72,8 +72,8 @@ pub(crate) struct ProgressThread {
 
 /// The ops nonblocking calls left in flight, as the thread reads them without the engine's lock
 /// (how many, and how many the program has taken so far), and the thread's alarm, which the
-/// engine sets when it leaves an op while the alarm is not set. Only its ring (read by the
-/// thread, [`LeftOps::rang`]) unsets it: either the thread finds the ops left, or the engine
+/// engine sets when it leaves an op while the alarm is not set. Only its ring (slept through by
+/// the thread, [`LeftOps::sleep`]) unsets it: either the thread finds the ops left, or the engine
 /// finds the alarm unset and sets it (`SeqCst` on `count` and `armed` orders the two).
 #[derive(Debug)]
 pub(crate) struct LeftOps {
@@ -94,10 +94,15 @@ impl Default for LeftOps {
 }
 
 impl LeftOps {
-    /// The engine left an op in flight; `count` are now (under its lock).
+    /// The engine left an op in flight; `count` are now (under its lock). Sets the alarm for
+    /// [`GRACE`] unless it is set.
     pub fn left(&self, count: usize) {
         self.count.store(count, Ordering::SeqCst);
-        self.set(GRACE);
+        if let Some(a) = &self.alarm {
+            if !self.armed.swap(true, Ordering::SeqCst) {
+                a.arm(GRACE);
+            }
+        }
     }
 
     /// The program took a left op; `count` remain (under the engine's lock). The alarm stays
@@ -107,39 +112,35 @@ impl LeftOps {
         self.count.store(count, Ordering::Release);
     }
 
-    /// Sets the alarm for `after` unless it is set.
-    fn set(&self, after: Duration) {
-        if let Some(a) = &self.alarm {
-            if !self.armed.swap(true, Ordering::SeqCst) {
-                a.arm(after);
-            }
-        }
-    }
-
     /// Sets the alarm for `after`, replacing its setting.
-    fn reset(&self, alarm: &Alarm, after: Duration) {
-        self.armed.store(true, Ordering::SeqCst);
-        alarm.arm(after);
+    fn reset(&self, after: Duration) {
+        if let Some(a) = &self.alarm {
+            self.armed.store(true, Ordering::SeqCst);
+            a.arm(after);
+        }
     }
 
     /// The program is at work: the thread sleeps another grace, unless a task awaits an op (an
     /// `urge` that this setting might have replaced rings at once again).
-    fn another_grace(&self, alarm: &Alarm) {
-        self.reset(alarm, GRACE);
+    fn another_grace(&self) {
+        self.reset(GRACE);
         if self.urged.load(Ordering::SeqCst) {
-            self.reset(alarm, Duration::ZERO);
+            self.reset(Duration::ZERO);
         }
     }
 
-    /// The thread woke (a ring, or a signal): the alarm is no longer set, and the next op left
-    /// sets it; returns how many ops are left now.
-    fn rang(&self) -> usize {
+    /// The thread sleeps until the alarm rings (or a signal); then it is no longer set, and the
+    /// next op left sets it. `count` is read after the flag is cleared (`SeqCst`), so that either
+    /// the thread sees the ops left or the engine sees the flag clear.
+    fn sleep(&self) {
+        if let Some(a) = &self.alarm {
+            a.sleep();
+        }
         self.armed.store(false, Ordering::SeqCst);
-        self.count.load(Ordering::SeqCst)
     }
 
     fn count(&self) -> usize {
-        self.count.load(Ordering::Acquire)
+        self.count.load(Ordering::SeqCst)
     }
 }
 
@@ -173,9 +174,9 @@ impl ProgressThread {
     /// A task awaits an op (its waker is with the engine): the thread moves the ops at once,
     /// without their grace, and wakes the task when its op has finished.
     pub fn urge(&self) {
-        if let (true, Some(a)) = (self.on, &self.left.alarm) {
+        if self.on {
             self.left.urged.store(true, Ordering::SeqCst);
-            self.left.reset(a, Duration::ZERO);
+            self.left.reset(Duration::ZERO);
         }
     }
 
@@ -239,55 +240,45 @@ enum Round {
 }
 
 fn run(shared: &Shared, engine: &Weak<Mutex<Engine>>, lock_waiters: &AtomicU32, left: &LeftOps) {
-    let Some(alarm) = &left.alarm else { return };
+    if left.alarm.is_none() {
+        return;
+    }
     let (mut quiet, mut nap, mut woke) = (0u32, MIN_NAP, true);
-    // While moving: how many ops the program had taken when the thread began.
-    let mut moving: Option<u64> = None;
     let mut wake = Vec::new();
     let mut deadlines_at = Instant::now();
-    // Started for an op just left: the engine set the alarm for its grace. `slept_at`: how many
-    // ops the program had taken when the thread last went to sleep.
-    let mut slept_at = left.taken.load(Ordering::Acquire);
+    // Started for an op just left: the engine set the alarm for its grace. `since`: how many ops
+    // the program had taken when the thread went to sleep; a take since means it is at work.
+    let mut since = left.taken.load(Ordering::Acquire);
     let mut asleep = true;
     while !shared.stop.load(Ordering::Acquire) {
         if asleep {
-            alarm.sleep();
-            asleep = false;
-            (quiet, nap, woke, moving) = (0, MIN_NAP, true, None);
-            let urged = left.urged.swap(false, Ordering::SeqCst);
-            if left.rang() == 0 {
-                // The next op left sets the alarm.
-                (slept_at, asleep) = (left.taken.load(Ordering::Acquire), true);
-                continue;
-            }
-            let taken = left.taken.load(Ordering::Acquire);
-            if !urged && taken != slept_at {
-                // The program took ops since: it is at work, and gets another grace.
-                left.another_grace(alarm);
-                (slept_at, asleep) = (taken, true);
-                continue;
+            left.sleep();
+            (quiet, nap, woke, asleep) = (0, MIN_NAP, true, false);
+            if left.urged.swap(false, Ordering::SeqCst) {
+                // A task awaits an op: move at once, whatever the program took.
+                since = left.taken.load(Ordering::Acquire);
             }
         }
         if left.count() == 0 {
-            (slept_at, asleep) = (left.taken.load(Ordering::Acquire), true);
+            // The next op left sets the alarm.
+            (since, asleep) = (left.taken.load(Ordering::Acquire), true);
             continue;
         }
         let Some(engine) = engine.upgrade() else { return };
         let taken = left.taken.load(Ordering::Acquire);
-        if shared.waiters.load(Ordering::Acquire) > 0 || moving.is_some_and(|t| t != taken) {
+        if shared.waiters.load(Ordering::Acquire) > 0 || taken != since {
             // A program thread waits and moves the ops, or has taken some since this thread
-            // began: it is at work, and gets another grace. The tasks awaiting ops that finished
+            // slept: it is at work, and gets another grace. The tasks awaiting ops that finished
             // meanwhile are still this thread's to wake.
             if let Ok(mut eng) = engine.try_lock() {
                 eng.take_finished_wakers(&mut wake);
             }
             drop(engine);
             wake.drain(..).for_each(Waker::wake);
-            left.another_grace(alarm);
-            (slept_at, asleep) = (taken, true);
+            left.another_grace();
+            (since, asleep) = (taken, true);
             continue;
         }
-        moving.get_or_insert(taken);
         let round = one_round(&engine, lock_waiters, &mut woke, &mut wake, &mut deadlines_at);
         drop(engine);
         wake.drain(..).for_each(Waker::wake);
