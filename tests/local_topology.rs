@@ -91,10 +91,12 @@ fn the_probe_fits_a_network_level_on_several_nodes() {
     let (params, samples) = two[0];
     assert!(two.iter().all(|(p, _)| *p == params), "every rank ends with rank 0's fit");
     let net = params.network.expect("a network level on two nodes");
-    // Either cost may come out 0 on a loaded machine (the fit drops a negative term and the
-    // overhead takes it), not both: the leaders' times grow with messages or bytes.
-    assert!(net.alpha >= 0.0 && net.beta >= 0.0 && net.alpha + net.beta > 0.0, "{net:?}");
-    assert!(params.alpha > 0.0, "the node level is fitted too: {params}");
+    // On either level α or β may come out 0 on a loaded machine (the fit drops a negative term
+    // and the per-call overhead takes it; seen on both levels of this 2 × 2 job), not both: the
+    // times grow with messages or bytes.
+    let fitted = |alpha: f64, beta: f64| alpha >= 0.0 && beta >= 0.0 && alpha + beta > 0.0;
+    assert!(fitted(net.alpha, net.beta), "{net:?}");
+    assert!(fitted(params.alpha, params.beta), "the node level is fitted too: {params}");
     assert!(samples > 0, "rank 0 keeps both levels' samples");
     let one = job(2, |c| c.probe_model().unwrap().params);
     assert!(one[0].network.is_none(), "one node, one level: {}", one[0]);
