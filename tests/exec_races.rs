@@ -88,10 +88,12 @@ fn watchdog(bound: Duration, f: impl FnOnce() + Send + 'static) {
     }
 }
 
-/// Settings of the executor in these tests: messages above 256 B go zero-copy.
+/// Settings of the executor in these tests: messages above 256 B go zero-copy (on any machine:
+/// no crowded limit).
 fn cfg() -> ExecConfig {
     ExecConfig {
         eager_threshold: 256,
+        crowded_eager: 0,
         slot_size: 256,
         slots: 8,
         ring_budget: 0,
@@ -134,6 +136,28 @@ fn an_engine_with_a_core_per_rank_tells_its_endpoint_never_to_yield() {
         let (wire, _comms) = job(WireConfig::default(), vec![own_cores, shared_core]);
         assert!(wire.never_yields(0), "2 ranks on 2 cores: no yields");
         assert!(!wire.never_yields(1), "2 ranks on 1 core: yields");
+    });
+}
+
+/// An engine whose node's ranks outnumber the cores sends up to 64 KiB eager (a grant would wait
+/// for the receiver to be scheduled); with a core per rank, without the crowded limit, or where
+/// 16 slots of 64 KiB per peer would pass 16 MiB, the node limit of 8 KiB stays.
+#[test]
+fn ranks_that_outnumber_the_cores_send_up_to_64_kib_eager() {
+    watchdog(Duration::from_secs(60), || {
+        let node = ExecConfig { timeout: Duration::from_secs(5), ..ExecConfig::default() };
+        let limits = |p: usize, cfg: ExecConfig| -> Vec<usize> {
+            let (_wire, comms) = job(WireConfig::default(), vec![cfg; p]);
+            comms.iter().map(|c| c.eager_limit()).collect()
+        };
+        let shared = ExecConfig { local_ranks: Some(4), local_cpus: Some(2), ..node.clone() };
+        assert_eq!(limits(4, shared.clone()), [65536; 4], "4 ranks on 2 cores");
+        let own = ExecConfig { local_ranks: Some(4), local_cpus: Some(4), ..node.clone() };
+        assert_eq!(limits(4, own), [8192; 4], "4 ranks on 4 cores");
+        let off = ExecConfig { crowded_eager: 0, ..shared.clone() };
+        assert_eq!(limits(4, off), [8192; 4], "no crowded limit");
+        let many = ExecConfig { local_ranks: Some(17), local_cpus: Some(2), ..node };
+        assert_eq!(limits(17, many), [8192; 17], "17 ranks: 17 MiB of rings each");
     });
 }
 

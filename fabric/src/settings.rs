@@ -578,7 +578,8 @@ settings! {
         "the directory of the cost model's cached parameter files";
     FABCOLL_TIMEOUT timeout: Duration as Seconds, Executor, EachUse, "60",
         "how long a collective waits for peers before an error names the silent ones";
-    FABCOLL_EAGER eager: usize as Bytes, Executor, EachUse, "8192 on node fabrics, 65536 on network fabrics",
+    FABCOLL_EAGER eager: usize as Bytes, Executor, EachUse,
+        "8192 on node fabrics (65536 where up to 16 ranks outnumber the CPUs), 65536 on network fabrics",
         "messages up to this size go eager (copied through a slot), larger ones zero-copy";
     FABCOLL_SLOTS slots: usize as Count, Executor, EachUse,
         "16; on network fabrics 16 to 64 (as many as fit 16 MiB of rings)",

@@ -624,7 +624,8 @@ mod tests {
 
     #[test]
     fn checked_mode_refuses_different_eager_thresholds() {
-        let base = ExecConfig { timeout: Duration::from_secs(10), ..ExecConfig::default() };
+        // Without the crowded limit, so that a machine of one core keeps 8 KiB too.
+        let base = ExecConfig { timeout: Duration::from_secs(10), crowded_eager: 0, ..ExecConfig::default() };
         let small = ExecConfig { eager_threshold: 1024, ..base.clone() };
         let mut comms = Communicator::local_each(vec![base, small]).unwrap();
         comms.iter_mut().for_each(|c| c.set_checked(true));

@@ -25,6 +25,12 @@ pub struct ExecConfig {
     pub ring_budget: usize,
     /// Bytes per eager slot.
     pub slot_size: usize,
+    /// The eager limit and slot size instead, on a fabric whose ranks share their CPUs (the
+    /// engine's judgement of [`ExecConfig::local_ranks`]), while a rank's rings stay within
+    /// `NETWORK_RING_BUDGET`: there a rendezvous waits for its receiver to be scheduled, which
+    /// costs more than the second copy (see `CROWDED_EAGER`). 0: `eager_threshold` throughout;
+    /// `FABCOLL_EAGER` sets that and turns this off.
+    pub crowded_eager: usize,
     /// A receiver returns the slots it freed in one credit message once it holds
     /// `slots / credit_fraction` of them (at least 1): a quarter of the ring on node-local
     /// fabrics, half on network fabrics, where each credit message is a TCP send (see
@@ -111,6 +117,7 @@ impl Default for ExecConfig {
             slots: 16,
             ring_budget: 0,
             slot_size: NODE_EAGER,
+            crowded_eager: CROWDED_EAGER,
             credit_fraction: 4,
             timeout: Duration::from_secs(60),
             mr_cache: 64,
@@ -153,6 +160,12 @@ pub const DEFAULT_MAILBOX: usize = 16384;
 /// (`docs/measurements/2026-11-27-executor.md`).
 pub const NODE_EAGER: usize = 8192;
 
+/// Eager limit and slot size on node-local fabrics whose ranks outnumber the CPUs
+/// ([`ExecConfig::crowded_eager`]): a zero-copy message's grant is answered only once the
+/// receiver runs again, so eager pays up to 64 KiB there
+/// (`docs/measurements/2026-11-30-crowded-eager.md`).
+pub const CROWDED_EAGER: usize = 65536;
+
 /// Eager limit and slot size on network fabrics ([`FabricClass::Network`]). A zero-copy message
 /// pays a rendezvous round trip (grant, then write) that costs more than copying 64 KiB there.
 pub const NETWORK_EAGER: usize = 65536;
@@ -174,6 +187,7 @@ impl ExecConfig {
             FabricClass::Network => ExecConfig {
                 eager_threshold: NETWORK_EAGER,
                 slot_size: NETWORK_EAGER,
+                crowded_eager: 0,
                 ring_budget: NETWORK_RING_BUDGET,
                 credit_fraction: 2,
                 ..ExecConfig::default()
@@ -207,15 +221,17 @@ impl ExecConfig {
     }
 
     /// These settings overridden by the executor's knobs ([`fabcoll_fabric::settings`]: installed,
-    /// else the environment's): `FABCOLL_EAGER` (raises the slot size to fit), `FABCOLL_SLOTS`,
+    /// else the environment's): `FABCOLL_EAGER` (raises the slot size to fit; no crowded limit), `FABCOLL_SLOTS`,
     /// `FABCOLL_TIMEOUT`, `FABCOLL_MR_CACHE`, `FABCOLL_HUGE_PAGES`, `FABCOLL_STAGED_RECEIVE`,
-    /// `FABCOLL_SHARED_COPY`, `FABCOLL_PULL_REDUCE`, `FABCOLL_SPIN_US`, `FABCOLL_YIELD`, `FABCOLL_LOCAL_CPUS`, `FABCOLL_MAILBOX` and `FABCOLL_STRAIGHT`.
+    /// `FABCOLL_SHARED_COPY`, `FABCOLL_PULL_REDUCE`, `FABCOLL_SPIN_US`, `FABCOLL_YIELD`,
+    /// `FABCOLL_LOCAL_CPUS`, `FABCOLL_MAILBOX` and `FABCOLL_STRAIGHT`.
     pub fn env_over(self) -> Result<ExecConfig> {
         use fabcoll_fabric::settings as s;
         let mut c = self;
         if let Some(v) = s::FABCOLL_EAGER.get()? {
             c.eager_threshold = v;
             c.slot_size = c.slot_size.max(c.eager_threshold);
+            c.crowded_eager = 0;
         }
         if let Some(v) = s::FABCOLL_SLOTS.get()? {
             c.slots = v;

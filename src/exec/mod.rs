@@ -209,21 +209,26 @@ impl Engine {
         let caps = ep.caps().clone();
         let layout = ImmLayout::new(caps.imm_bits.min(cfg.imm_bits));
         let mut cfg = cfg;
-        let slot_size = cfg.slot_size.min(caps.max_write);
-        cfg.eager_threshold = cfg.eager_threshold.min(slot_size);
-        let (eager, setups) = if layout.eager_possible() {
-            let slots = cfg.slots_for(ep.size(), slot_size);
-            Eager::new(&mut *ep, slots, slot_size, cfg.credit_fraction)?
-        } else {
-            Eager::new(&mut *ep, 0, 0, 1)?
-        };
         let p = ep.size();
-        let (load_store, cfg_spin) = (caps.load_store, cfg.spin);
         let oversubscribed = cfg.yield_when_idle.unwrap_or_else(|| {
             let local = cfg.local_ranks.unwrap_or(if matches!(caps.backend, "shm" | "local") { p } else { 1 });
             let cpus = cfg.local_cpus.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             local > cpus
         });
+        let crowded = cfg.crowded_eager;
+        if oversubscribed && crowded > cfg.eager_threshold && p * cfg.slots * crowded <= config::NETWORK_RING_BUDGET {
+            cfg.eager_threshold = crowded;
+            cfg.slot_size = cfg.slot_size.max(crowded);
+        }
+        let slot_size = cfg.slot_size.min(caps.max_write);
+        cfg.eager_threshold = cfg.eager_threshold.min(slot_size);
+        let (eager, setups) = if layout.eager_possible() {
+            let slots = cfg.slots_for(p, slot_size);
+            Eager::new(&mut *ep, slots, slot_size, cfg.credit_fraction)?
+        } else {
+            Eager::new(&mut *ep, 0, 0, 1)?
+        };
+        let (load_store, cfg_spin) = (caps.load_store, cfg.spin);
         if !oversubscribed {
             ep.never_yield();
         }
