@@ -149,6 +149,67 @@ fn shm_env_algorithm_override_and_checked_mode() {
     });
 }
 
+/// The CPUs this process may run on.
+fn own_cpus() -> Vec<usize> {
+    // SAFETY: `set` is a plain bit array that `sched_getaffinity` fills for this process.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+    }
+}
+
+/// Binds this process to `cpu`, as a launcher binds a rank before it starts.
+fn bind_to(cpu: usize) {
+    // SAFETY: as in `own_cpus`; the set names one CPU this process may already run on.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0);
+    }
+}
+
+/// Two ranks, each bound to one CPU before it joins: `apart` on CPUs of their own (what
+/// `srun --cpu-bind=cores` or `mpirun --bind-to core` leave), else both on the same one. Each
+/// sees a CPU set of one; the ranks of the machine count against the union of their sets, alike
+/// on both: apart they have a core each (8 KiB eager, no yielding), together they share one
+/// (64 KiB eager). A 32 KiB broadcast, eager only when they share, checks that they agree.
+fn bound_ranks(name: &str, apart: bool) {
+    let cpus = own_cpus();
+    if apart && cpus.len() < 2 {
+        eprintln!("{name}: skipped, this process may run on {cpus:?} only");
+        return;
+    }
+    let mark = procs::mark_path(name);
+    let env = [("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "30"), ("FABCOLL_TEST_MARK", mark.as_str())];
+    support::ranks(name, 2, LIMIT, &env, |job| {
+        bind_to(if apart { cpus[job.env.rank as usize] } else { cpus[0] });
+        let c = Communicator::from_env().expect("communicator");
+        assert_eq!(c.shares_cpus(), !apart, "rank {}: shares its CPUs", c.rank());
+        assert_eq!(c.eager_limit(), if apart { 8192 } else { 65536 }, "rank {}", c.rank());
+        let mut buf: Vec<u8> = (0..32 << 10).map(|i| if c.rank() == 0 { (i % 251) as u8 } else { 0 }).collect();
+        c.bcast(&mut buf, 0).unwrap();
+        assert!(buf.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8), "rank {}: wrong broadcast", c.rank());
+        c.barrier().unwrap();
+        if c.rank() == 0 {
+            std::fs::write(&mark, "1").unwrap();
+        }
+    });
+    if procs::is_parent() {
+        assert_eq!(procs::take_mark(&mark), Some(1), "{name}: rank 0 left no mark");
+    }
+}
+
+#[test]
+fn ranks_bound_to_cpus_of_their_own_do_not_share_them() {
+    bound_ranks("ranks_bound_to_cpus_of_their_own_do_not_share_them", true);
+}
+
+#[test]
+fn ranks_bound_to_one_cpu_share_it() {
+    bound_ranks("ranks_bound_to_one_cpu_share_it", false);
+}
+
 /// Bytes of transparent huge pages in the mapping that holds `addr` (`/proc/self/smaps`).
 fn huge_page_bytes_at(addr: usize) -> usize {
     let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");

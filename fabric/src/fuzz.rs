@@ -11,7 +11,7 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::AtomicBool;
 
 use crate::bootstrap::tcp as store;
-use crate::bootstrap::NodeId;
+use crate::bootstrap::{NodeId, Seat};
 use crate::mr::RemoteMr;
 
 /// One target: its name (the cargo-fuzz target and the corpus folder `fuzz/corpus/<name>`), its
@@ -97,8 +97,11 @@ pub fn store_response(data: &[u8]) {
             return;
         };
         assert_eq!(store::encode_response(status, &payload), before[..before.len() - rest.len()].to_vec());
-        if let Ok((node, blob)) = NodeId::split(&payload, 1) {
-            assert_eq!(node.prefix(blob), payload, "a node identity does not re-encode");
+        if let Ok((node, rest)) = NodeId::split(&payload, 1) {
+            assert_eq!(node.prefix(rest), payload, "a node identity does not re-encode");
+            if let Ok((seat, blob)) = Seat::split(rest, 1) {
+                assert_eq!(seat.prefix(blob), rest, "a seat does not re-encode");
+            }
         }
     }
 }
@@ -167,7 +170,8 @@ fn request_seeds() -> Vec<Vec<u8>> {
 }
 
 fn response_seeds() -> Vec<Vec<u8>> {
-    let node = NodeId { name: "host/boot".into(), explicit: false }.prefix(b"blob");
+    let seat = Seat { machine: "host/boot".into(), cpus: vec![0b11], usable: 2 };
+    let node = NodeId { name: "host/boot".into(), explicit: false }.prefix(&seat.prefix(b"blob"));
     vec![
         store::encode_response(0, &node),
         store::encode_response(1, &[]),

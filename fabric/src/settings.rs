@@ -598,7 +598,7 @@ settings! {
         "how long a waiting rank polls on shm and local before it sleeps on the doorbell";
     FABCOLL_YIELD yield_when_idle: bool as Bool, Executor, EachUse, "on when this node's ranks outnumber its CPUs",
         "force the oversubscribed wait policy (yield the core after 2 fruitless polls) on or off";
-    FABCOLL_LOCAL_CPUS local_cpus: usize as Count, Executor, EachUse, "this process's CPU set",
+    FABCOLL_LOCAL_CPUS local_cpus: usize as Count, Executor, EachUse, "the union of the CPU sets of this machine's ranks",
         "the CPUs this node's ranks share (fabrun sets it when it pins ranks)";
     FABCOLL_MAILBOX mailbox: usize as Bytes, Executor, EachUse, "16384, the maximum",
         "shm, local: blocking calls with buffers up to this size go through shared-memory mailboxes (0 = off)";

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use fabcoll_collectives::registry;
 use fabcoll_collectives::{CollArgs, Params, Topology};
-use fabcoll_fabric::bootstrap::{self, JobEnv, NodeId, TcpStoreServer};
+use fabcoll_fabric::bootstrap::{self, JobEnv, NodeId, Seat, TcpStoreServer};
 use fabcoll_fabric::routes::RoutedEndpoint;
 use fabcoll_fabric::settings::NodeFabric;
 use fabcoll_fabric::{Access, Backend, Config, Endpoint, LocalFabric};
@@ -234,16 +234,19 @@ impl Communicator {
         fcfg.timeout = cfg.timeout;
         let mut ep = fabcoll_fabric::open(&fcfg)?;
         // Each rank's node identity travels with its address: the placement costs no extra round.
-        let (ids, blobs) = bootstrap::exchange_with_node(
+        let seat = Seat::of_this_process();
+        let placed = bootstrap::exchange_with_node(
             &*store,
             "fabcoll/addr",
             env.rank,
             env.size,
-            &me,
+            (&me, &seat),
             &ep.address()?,
             cfg.timeout,
         )?;
+        let blobs: Vec<Vec<u8>> = placed.iter().map(|p| p.blob.clone()).collect();
         ep.insert_peers(&blobs)?;
+        let ids: Vec<NodeId> = placed.iter().map(|p| p.node.clone()).collect();
         let topology = nodes::world_topology(&ids, FabricClass::of(ep.caps()))?;
         // A job over several nodes, some holding several ranks: the peers on this node go over
         // the node-local fabric (FABCOLL_NODE_FABRIC, default shm), the others over this one.
@@ -276,9 +279,14 @@ impl Communicator {
             }
         }
         // The fabric's own defaults (network fabrics: a larger eager limit), under the environment's.
-        // Ranks sharing this node's cores: the launcher's count, else the placement's.
-        let here = env.local_size.unwrap_or_else(|| topology.local_size(env.rank)) as usize;
-        let cfg = ExecConfig { local_ranks: Some(here), ..ExecConfig::from_env_for(ep.caps())? };
+        // Ranks sharing this node's cores (the launcher's count, else this machine's) against the
+        // CPUs they share (FABCOLL_LOCAL_CPUS, else the union of this machine's ranks' CPU sets),
+        // counted alike on each of them (`bootstrap::Seat`).
+        let seats: Vec<Seat> = placed.into_iter().map(|p| p.seat).collect();
+        let (on_machine, cpus) = bootstrap::machine_share(&seats, &seat.machine);
+        let here = env.local_size.map_or(on_machine, |n| n as usize);
+        let cfg = ExecConfig::from_env_for(ep.caps())?;
+        let cfg = ExecConfig { local_ranks: Some(here), local_cpus: cfg.local_cpus.or(Some(cpus)), ..cfg };
         let mut c = Communicator::from_endpoint(ep, cfg)?;
         c._server = server.map(Arc::new);
         c.topology = topology;

@@ -90,8 +90,10 @@ pub struct ExecConfig {
     /// from `local_ranks` and `local_cpus`.
     pub yield_when_idle: Option<bool>,
     /// CPUs this node's ranks share (`FABCOLL_LOCAL_CPUS`, which `fabrun` sets when it pins
-    /// ranks); `None` = this process's own CPU set. A launcher that pins every rank to one CPU
-    /// leaves each process a set of one, which alone would call any 2-rank job oversubscribed.
+    /// ranks; a communicator that joins through the store sets the union of its machine's ranks'
+    /// CPU sets, `fabcoll_fabric::bootstrap::Seat`); `None` = this process's own CPU set. A
+    /// launcher that pins every rank to one CPU leaves each process a set of one, which alone
+    /// would call any 2-rank job oversubscribed.
     pub local_cpus: Option<usize>,
     /// Blocking collectives whose buffers are at most this many bytes (the largest buffer of
     /// any rank; v-variants never) run on load/store fabrics through per-communicator

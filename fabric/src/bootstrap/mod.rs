@@ -6,12 +6,13 @@
 //! every length bounded, every read timed out) and [`FileStore`] (a directory on a shared file
 //! system). [`JobEnv`] reads rank, size and the store's address from the conventions people
 //! already use: torchrun, Slurm and our own `FABCOLL_*`. Each rank's [`NodeId`] (which node it
-//! runs on) travels with its address ([`exchange_with_node`]).
+//! runs on) and [`Seat`] (its machine and CPUs) travel with its address ([`exchange_with_node`]).
 
 mod env;
 mod error;
 mod file;
 mod node;
+mod seat;
 pub(crate) mod tcp;
 
 use std::time::{Duration, Instant};
@@ -19,7 +20,8 @@ use std::time::{Duration, Instant};
 pub use env::{JobEnv, StoreAddr};
 pub use error::BootstrapError;
 pub use file::FileStore;
-pub use node::{all_on_one_node, exchange_with_node, NodeId};
+pub use node::{all_on_one_node, exchange_with_node, NodeId, Placed};
+pub use seat::{machine_share, Seat};
 pub use tcp::{TcpStore, TcpStoreServer, MAX_KEY_LEN, MAX_VALUE_LEN};
 
 pub type Result<T, E = BootstrapError> = std::result::Result<T, E>;

@@ -4,11 +4,12 @@
 //! identities share a node.
 //!
 //! Identities travel with the fabric addresses: [`exchange_with_node`] prefixes each rank's blob
-//! with its identity, so that learning the placement costs no store round trip of its own.
+//! with its identity and its [`Seat`], so that learning the placement costs no store round trip
+//! of its own.
 
 use std::time::Duration;
 
-use super::{exchange, BootstrapError, Result, Store};
+use super::{exchange, BootstrapError, Result, Seat, Store};
 use crate::settings;
 
 /// A rank's node identity (see the module doc).
@@ -72,26 +73,33 @@ impl NodeId {
     }
 }
 
-/// [`exchange`] of `blob` with this rank's identity `node`: every rank's identity and blob, by
-/// rank, in one round of the store.
+/// [`exchange`] of `blob` with this rank's identity `node` and its [`Seat`] `seat`: every rank's
+/// identity, seat and blob, by rank, in one round of the store.
 pub fn exchange_with_node(
     store: &dyn Store,
     name: &str,
     rank: u32,
     size: u32,
-    node: &NodeId,
+    (node, seat): (&NodeId, &Seat),
     blob: &[u8],
     timeout: Duration,
-) -> Result<(Vec<NodeId>, Vec<Vec<u8>>)> {
-    let all = exchange(store, name, rank, size, &node.prefix(blob), timeout)?;
-    let mut nodes = Vec::with_capacity(all.len());
-    let mut blobs = Vec::with_capacity(all.len());
+) -> Result<Vec<Placed>> {
+    let all = exchange(store, name, rank, size, &node.prefix(&seat.prefix(blob)), timeout)?;
+    let mut placed = Vec::with_capacity(all.len());
     for (r, b) in all.iter().enumerate() {
-        let (n, b) = NodeId::split(b, r as u32)?;
-        nodes.push(n);
-        blobs.push(b.to_vec());
+        let (node, b) = NodeId::split(b, r as u32)?;
+        let (seat, blob) = Seat::split(b, r as u32)?;
+        placed.push(Placed { node, seat, blob: blob.to_vec() });
     }
-    Ok((nodes, blobs))
+    Ok(placed)
+}
+
+/// One rank's part of [`exchange_with_node`].
+#[derive(Clone, Debug)]
+pub struct Placed {
+    pub node: NodeId,
+    pub seat: Seat,
+    pub blob: Vec<u8>,
 }
 
 /// Whether every rank's identity equals `node` (one round of the store under `name`): what
@@ -104,8 +112,8 @@ pub fn all_on_one_node(
     node: &NodeId,
     timeout: Duration,
 ) -> Result<bool> {
-    let (nodes, _) = exchange_with_node(store, name, rank, size, node, &[], timeout)?;
-    Ok(nodes.iter().all(|n| n.name == node.name))
+    let placed = exchange_with_node(store, name, rank, size, (node, &Seat::of_this_process()), &[], timeout)?;
+    Ok(placed.iter().all(|p| p.node.name == node.name))
 }
 
 #[cfg(test)]
