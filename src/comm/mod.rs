@@ -233,7 +233,8 @@ impl Communicator {
         let mut fcfg = Config::new(backend, env.rank as usize, env.size as usize, job);
         fcfg.timeout = cfg.timeout;
         let mut ep = fabcoll_fabric::open(&fcfg)?;
-        // Each rank's node identity travels with its address: the placement costs no extra round.
+        // Each rank's node identity and seat travel with its address: the placement costs no extra
+        // round.
         let seat = Seat::of_this_process();
         let placed = bootstrap::exchange_with_node(
             &*store,

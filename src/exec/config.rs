@@ -223,10 +223,10 @@ impl ExecConfig {
     }
 
     /// These settings overridden by the executor's knobs ([`fabcoll_fabric::settings`]: installed,
-    /// else the environment's): `FABCOLL_EAGER` (raises the slot size to fit; no crowded limit), `FABCOLL_SLOTS`,
-    /// `FABCOLL_TIMEOUT`, `FABCOLL_MR_CACHE`, `FABCOLL_HUGE_PAGES`, `FABCOLL_STAGED_RECEIVE`,
-    /// `FABCOLL_SHARED_COPY`, `FABCOLL_PULL_REDUCE`, `FABCOLL_SPIN_US`, `FABCOLL_YIELD`,
-    /// `FABCOLL_LOCAL_CPUS`, `FABCOLL_MAILBOX` and `FABCOLL_STRAIGHT`.
+    /// else the environment's): `FABCOLL_EAGER` (raises the slot size to fit; no crowded limit),
+    /// `FABCOLL_SLOTS`, `FABCOLL_TIMEOUT`, `FABCOLL_MR_CACHE`, `FABCOLL_HUGE_PAGES`,
+    /// `FABCOLL_STAGED_RECEIVE`, `FABCOLL_SHARED_COPY`, `FABCOLL_PULL_REDUCE`, `FABCOLL_SPIN_US`,
+    /// `FABCOLL_YIELD`, `FABCOLL_LOCAL_CPUS`, `FABCOLL_MAILBOX` and `FABCOLL_STRAIGHT`.
     pub fn env_over(self) -> Result<ExecConfig> {
         use fabcoll_fabric::settings as s;
         let mut c = self;
