@@ -210,6 +210,32 @@ fn ranks_bound_to_one_cpu_share_it() {
     bound_ranks("ranks_bound_to_one_cpu_share_it", false);
 }
 
+/// A rank whose eager limit differs from rank 0's (here `FABCOLL_EAGER` set on rank 1 alone)
+/// stops as it joins, with an error that names both limits; without the check its first call
+/// waited for messages that went another way until the timeout.
+#[test]
+fn a_rank_with_another_eager_limit_stops_as_it_joins() {
+    let name = "a_rank_with_another_eager_limit_stops_as_it_joins";
+    let mark = procs::mark_path(name);
+    let env = [("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "30"), ("FABCOLL_TEST_MARK", mark.as_str())];
+    support::ranks(name, 2, LIMIT, &env, |job| {
+        if job.env.rank == 1 {
+            std::env::set_var("FABCOLL_EAGER", "4096");
+        }
+        match (job.env.rank, Communicator::from_env()) {
+            (0, Ok(_)) => {}
+            (1, Err(Error::Mismatch(m))) => {
+                assert!(m.contains("rank 1") && m.contains("eager<=4096") && m.contains("FABCOLL_EAGER"), "{m}");
+                std::fs::write(&mark, "1").unwrap();
+            }
+            (r, other) => panic!("rank {r}: {:?}", other.map(|c| c.eager_limit())),
+        }
+    });
+    if procs::is_parent() {
+        assert_eq!(procs::take_mark(&mark), Some(1), "{name}: rank 1 left no mark");
+    }
+}
+
 /// Bytes of transparent huge pages in the mapping that holds `addr` (`/proc/self/smaps`).
 fn huge_page_bytes_at(addr: usize) -> usize {
     let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");

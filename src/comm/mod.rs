@@ -40,7 +40,7 @@ pub use request::{Request, Scope};
 use mailboxes::{CallsRegistry, Remembered, SharedCalls, SharedRegistry};
 use memo::{CallKey, Lanes, Path, Prepared};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exec::op::{CallSpec, Check};
 use crate::exec::plan::Plan;
 use crate::exec::progress::ProgressThread;
@@ -291,7 +291,33 @@ impl Communicator {
         let mut c = Communicator::from_endpoint(ep, cfg)?;
         c._server = server.map(Arc::new);
         c.topology = topology;
+        c.agree_with_rank_0(&*store, env.rank)?;
         Ok(c)
+    }
+
+    /// The executor settings every rank must share (`Engine::protocol_signature`: eager limit,
+    /// immediate width, mailbox limit), compared with rank 0's in one round of the store: a rank
+    /// whose environment says otherwise stops at its start with both, where its first call would
+    /// wait for messages that go another way until the timeout.
+    fn agree_with_rank_0(&self, store: &dyn bootstrap::Store, rank: u32) -> Result<()> {
+        const KEY: &str = "fabcoll/protocol";
+        let (mine, timeout) = {
+            let e = self.lock();
+            (e.protocol_signature(), e.core.cfg.timeout)
+        };
+        if rank == 0 {
+            store.set(KEY, mine.as_bytes())?;
+            return Ok(());
+        }
+        let theirs = store.wait(KEY, timeout)?;
+        if theirs == mine.as_bytes() {
+            return Ok(());
+        }
+        Err(Error::Mismatch(format!(
+            "rank {rank} runs the executor with {mine} where rank 0 runs {}: FABCOLL_EAGER, FABCOLL_MAILBOX, \
+             FABCOLL_LOCAL_CPUS and FABCOLL_YIELD must be alike on every rank",
+            String::from_utf8_lossy(&theirs)
+        )))
     }
 
     pub fn rank(&self) -> u32 {
