@@ -337,7 +337,7 @@ impl Communicator {
     /// Turns checked mode on or off for this communicator (default: `FABCOLL_CHECK=1`). In checked
     /// mode every rank sends its call's signature (operation, count(s), root, datatype, op,
     /// algorithm) to every other rank before any data moves; a difference is an
-    /// [`Error::Mismatch`](crate::Error::Mismatch) naming the first differing rank, on every rank, and the communicator
+    /// [`Error::Mismatch`] naming the first differing rank, on every rank, and the communicator
     /// stays usable.
     pub fn set_checked(&mut self, on: bool) {
         self.check = on;
