@@ -215,6 +215,7 @@ impl Communicator {
         let env = JobEnv::from_env()?;
         let (store, server) = env.open_store(cfg.timeout)?;
         let me = NodeId::of_this_process()?;
+        let seat = Seat::of_this_process();
         // Where the launcher does not say how many ranks share this node (FABCOLL_* without
         // FABCOLL_LOCAL_SIZE, as the torch backend's groups start, or a bare Slurm), the ranks'
         // node identities do, in one round of the store.
@@ -223,7 +224,14 @@ impl Communicator {
             (None, Some(n)) if n == env.size => Backend::Shm,
             (None, Some(_)) => Backend::Tcp,
             (None, None) => {
-                match bootstrap::all_on_one_node(&*store, "fabcoll/node", env.rank, env.size, &me, cfg.timeout)? {
+                match bootstrap::all_on_one_node(
+                    &*store,
+                    "fabcoll/node",
+                    env.rank,
+                    env.size,
+                    (&me, &seat),
+                    cfg.timeout,
+                )? {
                     true => Backend::Shm,
                     false => Backend::Tcp,
                 }
@@ -235,7 +243,6 @@ impl Communicator {
         let mut ep = fabcoll_fabric::open(&fcfg)?;
         // Each rank's node identity and seat travel with its address: the placement costs no extra
         // round.
-        let seat = Seat::of_this_process();
         let placed = bootstrap::exchange_with_node(
             &*store,
             "fabcoll/addr",
@@ -245,9 +252,13 @@ impl Communicator {
             &ep.address()?,
             cfg.timeout,
         )?;
-        let blobs: Vec<Vec<u8>> = placed.iter().map(|p| p.blob.clone()).collect();
+        let (mut ids, mut seats, mut blobs) = (Vec::new(), Vec::new(), Vec::new());
+        for p in placed {
+            ids.push(p.node);
+            seats.push(p.seat);
+            blobs.push(p.blob);
+        }
         ep.insert_peers(&blobs)?;
-        let ids: Vec<NodeId> = placed.iter().map(|p| p.node.clone()).collect();
         let topology = nodes::world_topology(&ids, FabricClass::of(ep.caps()))?;
         // A job over several nodes, some holding several ranks: the peers on this node go over
         // the node-local fabric (FABCOLL_NODE_FABRIC, default shm), the others over this one.
@@ -283,7 +294,6 @@ impl Communicator {
         // Ranks sharing this node's cores (the launcher's count, else this machine's) against the
         // CPUs they share (FABCOLL_LOCAL_CPUS, else the union of this machine's ranks' CPU sets),
         // counted alike on each of them (`bootstrap::Seat`).
-        let seats: Vec<Seat> = placed.into_iter().map(|p| p.seat).collect();
         let (on_machine, cpus) = bootstrap::machine_share(&seats, &seat.machine);
         let here = env.local_size.map_or(on_machine, |n| n as usize);
         let cfg = ExecConfig::from_env_for(ep.caps())?;
@@ -332,6 +342,14 @@ impl Communicator {
     /// them): the `own_cpu` condition of the decision rules reads this.
     pub fn shares_cpus(&self) -> bool {
         self.shares_cpus
+    }
+
+    /// The CPUs this node's ranks share, as the engine counts them: `FABCOLL_LOCAL_CPUS`, else the
+    /// union of the CPU sets of this machine's ranks (joined through the store, alike on every
+    /// rank), else (ranks as threads of one process) this process's count.
+    pub(crate) fn shared_cpus(&self) -> usize {
+        let cpus = self.lock().core.cfg.local_cpus;
+        cpus.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 
     /// Turns checked mode on or off for this communicator (default: `FABCOLL_CHECK=1`). In checked

@@ -18,13 +18,12 @@ mod timing;
 
 use std::time::Instant;
 
-use fabcoll_collectives::op::ReduceOp;
 use fabcoll_collectives::sim::Network;
 use fabcoll_collectives::Machine;
 
 use crate::comm::{Collectives, Communicator};
 use crate::error::Result;
-use crate::select::model::probe::{fit_timings, is_node_fabric, node_shape, parse_cpu_list, plan, ProbeReport};
+use crate::select::model::probe::{fit_timings, is_node_fabric, node_shape, plan, ProbeReport};
 use crate::select::model::{model_err, ModelParams};
 
 /// Probe rounds before a fit failure is an error.
@@ -84,7 +83,7 @@ fn run_one_level(comm: &Communicator) -> Result<ProbeReport> {
     let p = comm.size();
     // The endpoint's own limit: network fabrics default to a larger one than node fabrics.
     let eager_limit = comm.eager_limit() as u64;
-    let shape = node_shape(&comm.fabric_name(), job_cores(comm)?);
+    let shape = node_shape(&comm.fabric_name(), job_cores(comm));
     let engine = comm.dup_on_engine()?;
     // Rank 0 measures the CPU and fits; the result (or a failure flag) goes to every rank. On a
     // busy node one round of timings can be too noisy to fit (e.g. times that do not grow with
@@ -110,29 +109,14 @@ fn run_one_level(comm: &Communicator) -> Result<ProbeReport> {
 }
 
 /// The cores the job's ranks share when every rank is on this node (`shm`, `local`): the CPUs
-/// any of them may run on (the union of their affinity masks, agreed by two allreduces), else 0
-/// (unknown: one core per rank). Not this process's own count: `fabrun` pins rank r to one CPU,
-/// so `available_parallelism` says 1 in every rank of a 2-rank job on 2 CPUs, and the fit then
-/// priced every exchange as two ranks on one core (p = 2 shm: f_α = 0.28, f_β = 0.29).
-fn job_cores(comm: &Communicator) -> Result<u32> {
+/// any of them may run on, as the engine counts them (`Communicator::shared_cpus`: the union of
+/// the ranks' CPU sets, agreed as they joined), else 0 (unknown: one core per rank). Not this
+/// process's own count: `fabrun` pins rank r to one CPU, so `available_parallelism` says 1 in
+/// every rank of a 2-rank job on 2 CPUs, and the fit then priced every exchange as two ranks on
+/// one core (p = 2 shm: f_α = 0.28, f_β = 0.29).
+fn job_cores(comm: &Communicator) -> u32 {
     if !is_node_fabric(&comm.fabric_name()) {
-        return Ok(0);
+        return 0;
     }
-    let mine = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| parse_cpu_list(v.trim()))))
-        .flatten();
-    // Without /proc: this process's count, as a set of that many CPUs.
-    let mine =
-        mine.unwrap_or_else(|| (0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).collect());
-    let mut len = [mine.iter().max().map_or(0, |&c| c + 1)];
-    comm.allreduce_in_place(&mut len[..], &ReduceOp::Max)?;
-    let mut flags = vec![0u8; len[0] as usize];
-    for &c in &mine {
-        flags[c as usize] = 1;
-    }
-    if !flags.is_empty() {
-        comm.allreduce_in_place(&mut flags[..], &ReduceOp::Max)?;
-    }
-    Ok(flags.iter().map(|&f| u32::from(f)).sum())
+    u32::try_from(comm.shared_cpus()).unwrap_or(u32::MAX)
 }

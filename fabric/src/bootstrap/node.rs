@@ -102,17 +102,18 @@ pub struct Placed {
     pub blob: Vec<u8>,
 }
 
-/// Whether every rank's identity equals `node` (one round of the store under `name`): what
+/// Whether every rank's identity equals `node` (one round of the store under `name`, with this
+/// rank's `seat`, as [`exchange_with_node`]): what
 /// picks the default fabric when the launcher does not say how many ranks share this node.
 pub fn all_on_one_node(
     store: &dyn Store,
     name: &str,
     rank: u32,
     size: u32,
-    node: &NodeId,
+    (node, seat): (&NodeId, &Seat),
     timeout: Duration,
 ) -> Result<bool> {
-    let placed = exchange_with_node(store, name, rank, size, (node, &Seat::of_this_process()), &[], timeout)?;
+    let placed = exchange_with_node(store, name, rank, size, (node, seat), &[], timeout)?;
     Ok(placed.iter().all(|p| p.node.name == node.name))
 }
 
@@ -151,7 +152,10 @@ mod tests {
                 let ranks: Vec<_> = (0..3)
                     .map(|r| {
                         let (store, id) = (&store, NodeId { name: names[r].into(), explicit: true });
-                        sc.spawn(move || all_on_one_node(store, "t/node", r as u32, 3, &id, Duration::from_secs(20)))
+                        let seat = Seat::of_this_process();
+                        sc.spawn(move || {
+                            all_on_one_node(store, "t/node", r as u32, 3, (&id, &seat), Duration::from_secs(20))
+                        })
                     })
                     .collect();
                 ranks.into_iter().map(|t| t.join().unwrap().unwrap()).collect()

@@ -101,11 +101,8 @@ pub fn machine_share(seats: &[Seat], machine: &str) -> (usize, usize) {
         .sum();
     // A mask that could not be read is empty: then a rank's usable count is all there is.
     let union = union.max(here.iter().map(|s| s.usable).max().unwrap_or(1));
-    let quota = here.iter().all(|s| s.usable < s.count()).then(|| here.iter().map(|s| s.usable).max());
-    let cpus = match quota.flatten() {
-        Some(q) => union.min(q),
-        None => union,
-    };
+    let quota = here.iter().all(|s| s.usable < s.count()).then(|| here.iter().map(|s| s.usable).max().unwrap_or(1));
+    let cpus = quota.map_or(union, |q| union.min(q));
     (here.len(), cpus.max(1) as usize)
 }
 
