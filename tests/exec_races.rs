@@ -24,7 +24,9 @@
 //!   hear each other name the silent rank, every rank returns an error within a bound, and the
 //!   communicators are broken afterwards;
 //! - a peer killed between the steps of a ring allreduce: the live ranks name it (PeerLost or
-//!   Timeout) within a bound.
+//!   Timeout) within a bound;
+//! - a peer gone before a call in which the live ranks wait only for each other: the one that
+//!   gives up and the one whose grace period its notice opens both name the gone peer.
 //!
 //! The tests pick messages by the executor's wire format as `src/exec/proto.rs` documents it
 //! (module `format` below). Every test runs under a watchdog that fails it instead of hanging.
@@ -861,6 +863,46 @@ fn an_abort_mid_call_names_the_silent_rank_everywhere() {
             assert!(matches!(again, Err(Error::Broken(_))), "rank {r} after the abort: {again:?}");
         }
         assert!(out[0].1 >= Duration::from_millis(300), "rank 0 gave up before its timeout: {:?}", out[0].1);
+    });
+}
+
+/// Rank 2 is gone before the call, and ranks 0 and 1 each wait only for the other: recursive
+/// doubling at p = 3 first folds rank 0 into rank 1, and rank 0's message is held. Rank 1 (timeout
+/// 0.3 s) gives up waiting for rank 0, and its abort notice opens rank 0's grace period; neither
+/// has written to rank 2. Both name rank 2, which their endpoints know is gone (`peer_gone`), not
+/// each other (the shape of a flake of `fault_procs::tcp_dies_in_zero_copy_calls`).
+#[test]
+fn ranks_waiting_for_each_other_name_the_peer_their_fabric_knows_is_gone() {
+    watchdog(Duration::from_secs(30), || {
+        let short = ExecConfig { timeout: Duration::from_millis(300), ..cfg() };
+        let long = ExecConfig { timeout: Duration::from_secs(3), ..cfg() };
+        let (wire, mut comms) = job(WireConfig::default(), vec![long.clone(), short, long]);
+        wire.kill(2).unwrap();
+        comms.truncate(2);
+        let ranks = spawn_ranks(comms, |c| {
+            let x = vec![f64::from(c.rank()) + 1.0; 30];
+            let mut y = vec![0f64; 30];
+            c.with(&Options::algorithm("recursive_doubling")).allreduce(&x, &mut y, &ReduceOp::Sum)
+        });
+        let (stop, stopped) = mpsc::channel::<()>();
+        let w = wire.clone();
+        // Everything but rank 0's data goes through: the abort notices do.
+        let controller = std::thread::spawn(move || {
+            while stopped.try_recv().is_err() {
+                w.deliver_matching(|it| it.from != 0 || it.is_ctrl());
+                w.wait_for(Duration::from_millis(2), |it| it.from != 0 || it.is_ctrl());
+            }
+        });
+        let out = ranks.join(Duration::from_secs(10));
+        stop.send(()).unwrap();
+        controller.join().unwrap();
+        for (r, (res, took)) in out.iter().enumerate() {
+            match res {
+                Err(Error::PeerLost { peers, .. }) => assert_eq!(peers, &[2], "rank {r}: {res:?}"),
+                other => panic!("rank {r}: expected PeerLost naming rank 2, got {other:?}"),
+            }
+            assert!(*took < Duration::from_millis(2900), "rank {r} took {took:?}: its own deadline ended it");
+        }
     });
 }
 

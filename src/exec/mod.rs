@@ -185,6 +185,18 @@ fn queue_notices(core: &mut Core, op: &Op) {
     }
 }
 
+/// Records as `op`'s lost peer the first member its endpoint knows is gone (`Endpoint::peer_gone`:
+/// the peer died in this call or an earlier one), unless one is recorded already.
+fn note_gone(core: &Core, op: &mut Op) {
+    if op.lost.is_some() {
+        return;
+    }
+    let gone = op_peers(op).into_iter().find_map(|ep| Some((ep, op.comm_rank(ep)?, core.ep.peer_gone(ep)?)));
+    if let Some((ep, peer, why)) = gone {
+        op.lost = Some((peer, Error::Fabric(fabcoll_fabric::Error::Peer { peer: ep, msg: why }).to_string()));
+    }
+}
+
 /// The endpoints that take part in `op` besides this rank: every member of a collective, the one
 /// peer of a point-to-point transfer.
 fn op_peers(op: &Op) -> Vec<usize> {
@@ -890,10 +902,14 @@ impl Engine {
         }
     }
 
-    /// Sends abort notices (whom we wait for) to every peer and opens the grace period.
+    /// Sends abort notices (whom we wait for, a peer the endpoint knows is gone first among them)
+    /// to every peer and opens the grace period.
     fn begin_grace(&mut self, key: OpKey) {
         let timeout = self.core.cfg.timeout;
         let Some(op) = self.ops.get_mut(&key) else { return };
+        // A peer that gave up on this call and notified us may have waited for us because of a
+        // rank gone in an earlier call; the notices and the final error name that rank.
+        note_gone(&self.core, op);
         op.grace_until = Some(Instant::now() + grace(timeout));
         queue_notices(&mut self.core, op);
         // Dead peers may refuse the notice; that is what we are reporting anyway.
