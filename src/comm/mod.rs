@@ -79,8 +79,9 @@ pub struct Communicator {
     decisions: Arc<Decisions>,
     /// The class of the endpoint's fabric, a condition of the decisions' rules.
     fabric: FabricClass,
-    /// Whether the ranks of this node share its CPUs (the engine's test of oversubscription), a
-    /// condition of the decisions' rules (`own_cpu`).
+    /// Whether ranks share CPUs, a condition of the decisions' rules (`own_cpu`): on a job
+    /// joined from the environment, whether some machine holds more ranks than CPUs (alike on
+    /// every rank); on an endpoint handed over, the engine's test of its own node.
     shares_cpus: bool,
     /// Where the ranks sit (`nodes`); attached to the arguments of calls as they are prepared.
     topology: Arc<Topology>,
@@ -297,8 +298,11 @@ impl Communicator {
         let (on_machine, cpus) = bootstrap::machine_share(&seats, &seat.machine);
         let here = env.local_size.map_or(on_machine, |n| n as usize);
         let cfg = ExecConfig::from_env_for(ep.caps())?;
+        // The rules' `own_cpu` must read alike on every rank, and the job's machines may differ.
+        let crowded = cfg.yield_when_idle.unwrap_or_else(|| bootstrap::some_machine_crowded(&seats, cfg.local_cpus));
         let cfg = ExecConfig { local_ranks: Some(here), local_cpus: cfg.local_cpus.or(Some(cpus)), ..cfg };
         let mut c = Communicator::from_endpoint(ep, cfg)?;
+        c.shares_cpus = crowded;
         c._server = server.map(Arc::new);
         c.topology = topology;
         c.agree_with_rank_0(&*store, env.rank)?;
@@ -338,8 +342,10 @@ impl Communicator {
         self.size
     }
 
-    /// Whether the ranks on this node share its CPUs (more ranks than CPUs, as the engine counts
-    /// them): the `own_cpu` condition of the decision rules reads this.
+    /// Whether ranks share CPUs: on a job joined from the environment, whether some machine of
+    /// the job holds more ranks than CPUs (`FABCOLL_YIELD` says so outright), the same on every
+    /// rank; on a communicator made from an endpoint, whether this node's do, as the engine counts
+    /// them. The `own_cpu` condition of the decision rules reads this.
     pub fn shares_cpus(&self) -> bool {
         self.shares_cpus
     }

@@ -5,7 +5,8 @@
 //! --bind-to core`) leaves each a set of one, and ranks confined together to a few CPUs see the
 //! same few. So every rank's [`Seat`] travels with its address (`super::exchange_with_node`), and
 //! [`machine_share`] counts the ranks of a machine against the union of their CPU sets, the same
-//! on every rank.
+//! on every rank; [`some_machine_crowded`] says whether any machine of the job is crowded, the
+//! same on every machine.
 
 use super::{BootstrapError, NodeId, Result};
 
@@ -95,6 +96,23 @@ fn take_u32(rest: &mut &[u8]) -> Option<u32> {
 /// rank of the machine computes the same from the same seats.
 pub fn machine_share(seats: &[Seat], machine: &str) -> (usize, usize) {
     let here: Vec<&Seat> = seats.iter().filter(|s| s.machine == machine).collect();
+    (here.len(), shared_cpus(&here))
+}
+
+/// Whether some machine of the job holds more ranks than CPUs ([`machine_share`]; `cpus`, where
+/// given, counts for every machine, as `FABCOLL_LOCAL_CPUS` does). The decision rules' `own_cpu`
+/// reads this: every rank computes it from the same seats, so ranks on machines that differ
+/// choose the same algorithm.
+pub fn some_machine_crowded(seats: &[Seat], cpus: Option<usize>) -> bool {
+    let mut by_machine: Vec<&Seat> = seats.iter().collect();
+    by_machine.sort_by(|a, b| a.machine.cmp(&b.machine));
+    by_machine
+        .chunk_by(|a, b| a.machine == b.machine)
+        .any(|here| here.len() > cpus.unwrap_or_else(|| shared_cpus(here)))
+}
+
+/// The CPUs that the ranks of one machine share (see [`machine_share`]).
+fn shared_cpus(here: &[&Seat]) -> usize {
     let words = here.iter().map(|s| s.cpus.len()).max().unwrap_or(0);
     let union: u32 = (0..words)
         .map(|i| here.iter().fold(0u64, |acc, s| acc | s.cpus.get(i).copied().unwrap_or(0)).count_ones())
@@ -103,7 +121,7 @@ pub fn machine_share(seats: &[Seat], machine: &str) -> (usize, usize) {
     let union = union.max(here.iter().map(|s| s.usable).max().unwrap_or(1));
     let quota = here.iter().all(|s| s.usable < s.count()).then(|| here.iter().map(|s| s.usable).max().unwrap_or(1));
     let cpus = quota.map_or(union, |q| union.min(q));
-    (here.len(), cpus.max(1) as usize)
+    cpus.max(1) as usize
 }
 
 #[cfg(test)]
@@ -167,5 +185,24 @@ mod tests {
         assert_eq!(machine_share(&mixed, "other/boot"), (1, 1));
         // Masks that could not be read: the usable counts.
         assert_eq!(machine_share(&vec![seat(m, &[], 4); 2], m), (2, 4));
+    }
+
+    #[test]
+    fn one_crowded_machine_makes_the_whole_job_share_cpus() {
+        // Two ranks on each of two 2-CPU machines, interleaved: nobody crowded.
+        let calm: Vec<Seat> = (0..4).map(|r| seat(["a", "b"][r % 2], &[0, 1], 2)).collect();
+        assert!(!some_machine_crowded(&calm, None));
+        // A third rank on machine b: b is crowded, and every rank says so.
+        let mut crowded = calm.clone();
+        crowded.push(seat("b", &[0, 1], 2));
+        assert!(some_machine_crowded(&crowded, None));
+        // FABCOLL_LOCAL_CPUS counts for every machine.
+        assert!(!some_machine_crowded(&crowded, Some(3)));
+        assert!(some_machine_crowded(&calm, Some(1)));
+        // Ranks bound a core each on a 16-CPU machine and 4 ranks on a 2-CPU one.
+        let mut mixed: Vec<Seat> = (0..16).map(|c| seat("big", &[c], 1)).collect();
+        assert!(!some_machine_crowded(&mixed, None));
+        mixed.extend((0..4).map(|_| seat("small", &[0, 1], 2)));
+        assert!(some_machine_crowded(&mixed, None));
     }
 }
