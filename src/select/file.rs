@@ -27,9 +27,9 @@
 //! (`"node"`: shm, local, libfabric's shm provider; `"network"`: every other libfabric provider
 //! such as tcp, verbs, efa, cxi), `nodes` the number of nodes the communicator's ranks sit on and
 //! `per_node` the most ranks on one node (from the call's topology; a call without one counts
-//! every rank as a node of its own: nodes = p, per_node = 1), `own_cpu` whether each rank on a
-//! node has a CPU of its own (`FABCOLL_LOCAL_CPUS`, else the CPUs the process may run on, against
-//! the ranks on the node). A file written before `fabric`,
+//! every rank as a node of its own: nodes = p, per_node = 1), `own_cpu` whether each rank has
+//! a CPU of its own: no machine of the job holds more ranks than CPUs (`FABCOLL_LOCAL_CPUS`, else
+//! the union of the CPU sets of the machine's ranks; alike on every rank). A file written before `fabric`,
 //! `nodes`, `per_node` or `own_cpu` existed has no such condition and loads unchanged. Every operation must end with a rule without conditions (the
 //! fallback), so every call gets an answer.
 //!
