@@ -181,8 +181,16 @@ mod tests {
         };
         for fabric in [FabricClass::Node, FabricClass::Network] {
             assert_eq!(sharing(Collective::Bcast, 16, 1 << 20, fabric), "binomial");
+            assert_eq!(sharing(Collective::Bcast, 4, (2 << 20) - 4, fabric), "binomial");
             assert_eq!(sharing(Collective::Allgather, 8, 1 << 20, fabric), "recursive_doubling");
         }
+        // ... and on a node of 4-8 ranks from 2 MiB, the root sends to every rank (no relay waits)
+        for p in [4, 6, 8] {
+            assert_eq!(sharing(Collective::Bcast, p, 2 << 20, FabricClass::Node), "linear");
+        }
+        assert_eq!(sharing(Collective::Bcast, 9, 16 << 20, FabricClass::Node), "binomial");
+        assert_eq!(sharing(Collective::Bcast, 3, 16 << 20, FabricClass::Node), "binomial");
+        assert_eq!(sharing(Collective::Bcast, 4, 16 << 20, FabricClass::Network), "binomial");
         assert_eq!(sharing(Collective::Allgather, 6, 1 << 20, FabricClass::Node), "ring");
         assert_eq!(sharing(Collective::Alltoall, 8, 64, FabricClass::Node), "simple");
         assert_eq!(sharing(Collective::Alltoall, 8, 256 << 10, FabricClass::Node), "simple");
