@@ -80,8 +80,8 @@ pub struct Communicator {
     /// The class of the endpoint's fabric, a condition of the decisions' rules.
     fabric: FabricClass,
     /// Whether ranks share CPUs, a condition of the decisions' rules (`own_cpu`): on a job
-    /// joined from the environment, whether some machine holds more ranks than CPUs (alike on
-    /// every rank); on an endpoint handed over, the engine's test of its own node.
+    /// joined from the environment, whether some node holds more ranks than its machine's CPUs
+    /// (alike on every rank); on an endpoint handed over, the engine's test of its own node.
     shares_cpus: bool,
     /// Where the ranks sit (`nodes`); attached to the arguments of calls as they are prepared.
     topology: Arc<Topology>,
@@ -299,7 +299,7 @@ impl Communicator {
         let here = env.local_size.map_or(on_machine, |n| n as usize);
         let cfg = ExecConfig::from_env_for(ep.caps())?;
         // The rules' `own_cpu` must read alike on every rank, and the job's machines may differ.
-        let crowded = cfg.yield_when_idle.unwrap_or_else(|| bootstrap::some_machine_crowded(&seats, cfg.local_cpus));
+        let crowded = cfg.yield_when_idle.unwrap_or_else(|| bootstrap::some_node_crowded(&ids, &seats, cfg.local_cpus));
         let cfg = ExecConfig { local_ranks: Some(here), local_cpus: cfg.local_cpus.or(Some(cpus)), ..cfg };
         let mut c = Communicator::from_endpoint(ep, cfg)?;
         c.shares_cpus = crowded;
@@ -342,9 +342,9 @@ impl Communicator {
         self.size
     }
 
-    /// Whether ranks share CPUs: on a job joined from the environment, whether some machine of
-    /// the job holds more ranks than CPUs (`FABCOLL_YIELD` says so outright), the same on every
-    /// rank; on a communicator made from an endpoint, whether this node's do, as the engine counts
+    /// Whether ranks share CPUs: on a job joined from the environment, whether some node of the
+    /// job holds more ranks than its machine's CPUs (`FABCOLL_YIELD` says so outright), the same
+    /// on every rank; on a communicator made from an endpoint, whether this node's do, as the engine counts
     /// them. The `own_cpu` condition of the decision rules reads this.
     pub fn shares_cpus(&self) -> bool {
         self.shares_cpus

@@ -28,8 +28,9 @@
 //! such as tcp, verbs, efa, cxi), `nodes` the number of nodes the communicator's ranks sit on and
 //! `per_node` the most ranks on one node (from the call's topology; a call without one counts
 //! every rank as a node of its own: nodes = p, per_node = 1), `own_cpu` whether each rank has
-//! a CPU of its own: no machine of the job holds more ranks than CPUs (`FABCOLL_LOCAL_CPUS`, else
-//! the union of the CPU sets of the machine's ranks; alike on every rank). A file written before `fabric`,
+//! a CPU of its own: no node of the job holds more ranks than its machine's CPUs
+//! (`FABCOLL_LOCAL_CPUS`, else the union of the CPU sets of the machine's ranks; alike on every
+//! rank). A file written before `fabric`,
 //! `nodes`, `per_node` or `own_cpu` existed has no such condition and loads unchanged. Every operation must end with a rule without conditions (the
 //! fallback), so every call gets an answer.
 //!

@@ -21,7 +21,7 @@ pub use env::{JobEnv, StoreAddr};
 pub use error::BootstrapError;
 pub use file::FileStore;
 pub use node::{all_on_one_node, exchange_with_node, NodeId, Placed};
-pub use seat::{machine_share, some_machine_crowded, Seat};
+pub use seat::{machine_share, some_node_crowded, Seat};
 pub use tcp::{TcpStore, TcpStoreServer, MAX_KEY_LEN, MAX_VALUE_LEN};
 
 pub type Result<T, E = BootstrapError> = std::result::Result<T, E>;

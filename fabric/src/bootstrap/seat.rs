@@ -5,8 +5,10 @@
 //! --bind-to core`) leaves each a set of one, and ranks confined together to a few CPUs see the
 //! same few. So every rank's [`Seat`] travels with its address (`super::exchange_with_node`), and
 //! [`machine_share`] counts the ranks of a machine against the union of their CPU sets, the same
-//! on every rank; [`some_machine_crowded`] says whether any machine of the job is crowded, the
-//! same on every machine.
+//! on every rank; [`some_node_crowded`] says whether any node of the job is crowded, the same
+//! on every rank.
+
+use std::collections::HashMap;
 
 use super::{BootstrapError, NodeId, Result};
 
@@ -99,16 +101,23 @@ pub fn machine_share(seats: &[Seat], machine: &str) -> (usize, usize) {
     (here.len(), shared_cpus(&here))
 }
 
-/// Whether some machine of the job holds more ranks than CPUs ([`machine_share`]; `cpus`, where
-/// given, counts for every machine, as `FABCOLL_LOCAL_CPUS` does). The decision rules' `own_cpu`
-/// reads this: every rank computes it from the same seats, so ranks on machines that differ
-/// choose the same algorithm.
-pub fn some_machine_crowded(seats: &[Seat], cpus: Option<usize>) -> bool {
+/// Whether some node of the job holds more ranks than the CPUs its machine gives them
+/// ([`machine_share`]; `cpus`, where given, counts for every machine, as `FABCOLL_LOCAL_CPUS`
+/// does). `nodes[r]` is rank r's node: nodes emulated on one machine (`FABCOLL_NODE`) count their
+/// own ranks, as the launcher's count per node does for the engine. The decision rules' `own_cpu`
+/// reads this: every rank computes it from the same seats, so ranks on machines that differ choose
+/// the same algorithm.
+pub fn some_node_crowded(nodes: &[NodeId], seats: &[Seat], cpus: Option<usize>) -> bool {
     let mut by_machine: Vec<&Seat> = seats.iter().collect();
     by_machine.sort_by(|a, b| a.machine.cmp(&b.machine));
-    by_machine
-        .chunk_by(|a, b| a.machine == b.machine)
-        .any(|here| here.len() > cpus.unwrap_or_else(|| shared_cpus(here)))
+    let shares: HashMap<&str, usize> =
+        by_machine.chunk_by(|a, b| a.machine == b.machine).map(|m| (m[0].machine.as_str(), shared_cpus(m))).collect();
+    let mut by_node: Vec<usize> = (0..nodes.len().min(seats.len())).collect();
+    by_node.sort_by(|&a, &b| nodes[a].name.cmp(&nodes[b].name));
+    by_node.chunk_by(|&a, &b| nodes[a].name == nodes[b].name).any(|here| {
+        let machine = seats[here[0]].machine.as_str();
+        here.len() > cpus.unwrap_or_else(|| shares.get(machine).copied().unwrap_or(1))
+    })
 }
 
 /// The CPUs that the ranks of one machine share (see [`machine_share`]).
@@ -188,21 +197,32 @@ mod tests {
     }
 
     #[test]
-    fn one_crowded_machine_makes_the_whole_job_share_cpus() {
+    fn one_crowded_node_makes_the_whole_job_share_cpus() {
+        let node = |n: &str| NodeId { name: n.into(), explicit: false };
+        let on = |names: &[&str]| names.iter().map(|n| node(n)).collect::<Vec<_>>();
         // Two ranks on each of two 2-CPU machines, interleaved: nobody crowded.
         let calm: Vec<Seat> = (0..4).map(|r| seat(["a", "b"][r % 2], &[0, 1], 2)).collect();
-        assert!(!some_machine_crowded(&calm, None));
+        let calm_nodes = on(&["a", "b", "a", "b"]);
+        assert!(!some_node_crowded(&calm_nodes, &calm, None));
         // A third rank on machine b: b is crowded, and every rank says so.
         let mut crowded = calm.clone();
         crowded.push(seat("b", &[0, 1], 2));
-        assert!(some_machine_crowded(&crowded, None));
+        let crowded_nodes = on(&["a", "b", "a", "b", "b"]);
+        assert!(some_node_crowded(&crowded_nodes, &crowded, None));
         // FABCOLL_LOCAL_CPUS counts for every machine.
-        assert!(!some_machine_crowded(&crowded, Some(3)));
-        assert!(some_machine_crowded(&calm, Some(1)));
+        assert!(!some_node_crowded(&crowded_nodes, &crowded, Some(3)));
+        assert!(some_node_crowded(&calm_nodes, &calm, Some(1)));
         // Ranks bound a core each on a 16-CPU machine and 4 ranks on a 2-CPU one.
         let mut mixed: Vec<Seat> = (0..16).map(|c| seat("big", &[c], 1)).collect();
-        assert!(!some_machine_crowded(&mixed, None));
+        let mut mixed_nodes = vec![node("big"); 16];
+        assert!(!some_node_crowded(&mixed_nodes, &mixed, None));
         mixed.extend((0..4).map(|_| seat("small", &[0, 1], 2)));
-        assert!(some_machine_crowded(&mixed, None));
+        mixed_nodes.extend(on(&["small"; 4]));
+        assert!(some_node_crowded(&mixed_nodes, &mixed, None));
+        // Two nodes emulated on one 2-CPU machine, two ranks each: each node's two ranks count
+        // against the machine's two CPUs (the launcher's count per node, as the engine takes it).
+        let one_machine = vec![seat("m", &[0, 1], 2); 4];
+        assert!(!some_node_crowded(&on(&["n0", "n0", "n1", "n1"]), &one_machine, None));
+        assert!(some_node_crowded(&on(&["n0", "n0", "n0", "n1"]), &one_machine, None));
     }
 }
