@@ -344,8 +344,8 @@ impl Communicator {
 
     /// Whether ranks share CPUs: on a job joined from the environment, whether some node of the
     /// job holds more ranks than its machine's CPUs (`FABCOLL_YIELD` says so outright), the same
-    /// on every rank; on a communicator made from an endpoint, whether this node's do, as the engine counts
-    /// them. The `own_cpu` condition of the decision rules reads this.
+    /// on every rank; on a communicator made from an endpoint, whether this node's ranks do, as
+    /// the engine counts them. The `own_cpu` condition of the decision rules reads this.
     pub fn shares_cpus(&self) -> bool {
         self.shares_cpus
     }
