@@ -149,33 +149,13 @@ fn shm_env_algorithm_override_and_checked_mode() {
     });
 }
 
-/// The CPUs this process may run on.
-fn own_cpus() -> Vec<usize> {
-    // SAFETY: `set` is a plain bit array that `sched_getaffinity` fills for this process.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
-        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
-    }
-}
-
-/// Binds this process to `cpu`, as a launcher binds a rank before it starts.
-fn bind_to(cpu: usize) {
-    // SAFETY: as in `own_cpus`; the set names one CPU this process may already run on.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0);
-    }
-}
-
 /// Two ranks, each bound to one CPU before it joins: `apart` on CPUs of their own (what
 /// `srun --cpu-bind=cores` or `mpirun --bind-to core` leave), else both on the same one. Each
 /// sees a CPU set of one; the ranks of the machine count against the union of their sets, alike
 /// on both: apart they have a core each (8 KiB eager, no yielding), together they share one
 /// (64 KiB eager). A 32 KiB broadcast, eager only when they share, checks that they agree.
 fn bound_ranks(name: &str, apart: bool) {
-    let cpus = own_cpus();
+    let cpus = procs::own_cpus();
     if apart && cpus.len() < 2 {
         eprintln!("{name}: skipped, this process may run on {cpus:?} only");
         return;
@@ -183,7 +163,7 @@ fn bound_ranks(name: &str, apart: bool) {
     let mark = procs::mark_path(name);
     let env = [("FABCOLL_FABRIC", "shm"), ("FABCOLL_TIMEOUT", "30"), ("FABCOLL_TEST_MARK", mark.as_str())];
     support::ranks(name, 2, LIMIT, &env, |job| {
-        bind_to(if apart { cpus[job.env.rank as usize] } else { cpus[0] });
+        procs::bind_to(if apart { cpus[job.env.rank as usize] } else { cpus[0] });
         let c = Communicator::from_env().expect("communicator");
         assert_eq!(c.shares_cpus(), !apart, "rank {}: shares its CPUs", c.rank());
         assert_eq!(c.eager_limit(), if apart { 8192 } else { 65536 }, "rank {}", c.rank());

@@ -2,7 +2,8 @@
 //! here through the settings table, as a launcher would through the environment) gives
 //! non-contiguous and irregular placements over tcp; without it, ranks of one host are one node
 //! over tcp too, and shm is one node. On each: `split_by_node` and `node_leaders` hold the right
-//! ranks and run collectives correctly. `fabrun --nodes` is tested in `cli/tests/fabrun_nodes.rs`.
+//! ranks and run collectives correctly; the rules' `own_cpu` counts each node's ranks against its
+//! machine's CPUs, alike on every rank. `fabrun --nodes` is tested in `cli/tests/fabrun_nodes.rs`.
 
 #[path = "../fabric/tests/support/mod.rs"]
 mod support;
@@ -139,4 +140,42 @@ fn shm_is_one_node() {
 #[test]
 fn shm_honours_named_nodes() {
     placement("shm_honours_named_nodes", "shm", 3, |r| Some(if r < 2 { "n0" } else { "n1" }), &[&[0, 1], &[2]]);
+}
+
+/// The decision rules' `own_cpu` (`Communicator::shares_cpus`) counts each node's ranks against
+/// its machine's CPUs, alike on every rank: four ranks bound two to a CPU, as two nodes of two,
+/// have a CPU each; as nodes of three and one, the larger shares them. Skipped where this process
+/// may run on fewer than two CPUs.
+fn own_cpu_by_node(name: &str, node_of: fn(u32) -> &'static str, shares: bool) {
+    let cpus = procs::own_cpus();
+    if cpus.len() < 2 {
+        eprintln!("{name}: skipped, this process may run on {cpus:?} only");
+        return;
+    }
+    let mark = procs::mark_path(name);
+    let env = [("FABCOLL_FABRIC", "tcp"), ("FABCOLL_TIMEOUT", "30"), ("FABCOLL_TEST_MARK", mark.as_str())];
+    support::ranks(name, 4, LIMIT, &env, |job| {
+        procs::bind_to(cpus[job.rank() as usize % 2]);
+        Settings { node: Some(node_of(job.rank()).into()), ..Settings::installed() }.install();
+        let c = Communicator::from_env().unwrap_or_else(|e| panic!("communicator: {e}"));
+        assert_eq!(c.shares_cpus(), shares, "rank {}: shares the CPUs", c.rank());
+        collectives_work(&c, &[0, 1, 2, 3], c.rank()).unwrap_or_else(|e| panic!("{e}"));
+        c.barrier().unwrap();
+        if c.rank() == 0 {
+            std::fs::write(&mark, "1").unwrap();
+        }
+    });
+    if procs::is_parent() {
+        assert_eq!(procs::take_mark(&mark), Some(1), "{name}: rank 0 did not finish its checks");
+    }
+}
+
+#[test]
+fn nodes_of_two_on_two_cpus_have_a_cpu_each() {
+    own_cpu_by_node("nodes_of_two_on_two_cpus_have_a_cpu_each", |r| if r < 2 { "n0" } else { "n1" }, false);
+}
+
+#[test]
+fn a_node_of_three_on_two_cpus_makes_every_rank_share() {
+    own_cpu_by_node("a_node_of_three_on_two_cpus_makes_every_rank_share", |r| if r < 3 { "n0" } else { "n1" }, true);
 }

@@ -22,6 +22,26 @@ pub fn connect() -> Option<Communicator> {
     }
 }
 
+/// The CPUs this process may run on.
+pub fn own_cpus() -> Vec<usize> {
+    // SAFETY: `set` is a plain bit array that `sched_getaffinity` fills for this process.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+    }
+}
+
+/// Binds this process to `cpu`, as a launcher binds a rank before it starts.
+pub fn bind_to(cpu: usize) {
+    // SAFETY: as in `own_cpus`; the set names one CPU this process may already run on.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0);
+    }
+}
+
 /// The counts of the matrix: empty, one element, p+1 (uneven blocks), and an odd count above
 /// 100,000 (several eager slots, the rendezvous path, odd remainders).
 pub fn counts(p: u32) -> [usize; 4] {
