@@ -61,7 +61,7 @@ pub fn exec_control(data: &[u8]) {
                 assert_eq!(o.to_bytes(), payload);
             }
         }
-        Kind::Rts | Kind::Abort | Kind::Pulled => {
+        Kind::Rts | Kind::Abort | Kind::GaveUp | Kind::Pulled => {
             if let Ok(v) = proto::parse_u32s(payload) {
                 assert_eq!(v.len() * 4, payload.len());
             }
@@ -125,6 +125,7 @@ fn control_seeds() -> Vec<Vec<u8>> {
         msg(Kind::Grant, grants),
         msg(Kind::Rts, [0u32, 1, 2].iter().flat_map(|v| v.to_le_bytes()).collect()),
         msg(Kind::Abort, 3u32.to_le_bytes().to_vec()),
+        msg(Kind::GaveUp, [2u32, 3].iter().flat_map(|v| v.to_le_bytes()).collect()),
         msg(Kind::Offer, Offer { idx: 1, from: 1 << 20, mr: routed, off: 64, len: 3 << 20 }.to_bytes()),
         msg(Kind::Pulled, 1u32.to_le_bytes().to_vec()),
         msg(Kind::Check, b"allreduce:ring count=4".to_vec()),

@@ -27,6 +27,9 @@
 //!   Timeout) within a bound;
 //! - a peer gone before a call in which the live ranks wait only for each other: the one that
 //!   gives up and the one whose grace period its notice opens both name the gone peer.
+//! - a peer's notice about a call this rank has finished: from a peer whose grace period began but
+//!   which finished the call after all, the next call runs on; from a peer that left the call, the
+//!   next call's grace period opens at once and its timeout blames whom that peer waited for.
 //!
 //! The tests pick messages by the executor's wire format as `src/exec/proto.rs` documents it
 //! (module `format` below). Every test runs under a watchdog that fails it instead of hanging.
@@ -48,6 +51,7 @@ mod format {
     pub const CREDIT: u8 = 2;
     pub const GRANT: u8 = 3;
     pub const RTS: u8 = 4;
+    pub const ABORT: u8 = 6;
 
     pub fn ctrl(it: &Item, kind: u8) -> bool {
         it.tag().is_some_and(|t| (t >> 56) as u8 == kind)
@@ -163,15 +167,18 @@ fn ranks_that_outnumber_the_cores_send_up_to_64_kib_eager() {
     });
 }
 
-/// A peer that gave up on a call this rank had finished will not join the next one: its abort
-/// notice arrives for a past call, and the next call blames the rank the peer was waiting for,
-/// not the peer. Rank 2 stays silent; rank 0 waits for it in a linear gather that rank 1 has
-/// left (its part is one send), and rank 1's barrier waits for rank 0.
+/// A peer that gave up on a call this rank had finished will not join the next one: its notices
+/// arrive for a past call, and the next call blames the rank the peer was waiting for, not the
+/// peer. Rank 2 stays silent; rank 0 (timeout 1 s) waits for it in a linear gather that rank 1
+/// has left (its part is one send), and rank 1's barrier waits for rank 0. Rank 0's notice that
+/// it left the gather opens the barrier's grace period: rank 1 (timeout 10 s) returns within its
+/// grace (2 s) of rank 0's failure, not after its own timeout.
 #[test]
 fn a_later_call_blames_whom_a_peer_gave_up_on_not_the_peer() {
     watchdog(Duration::from_secs(60), || {
         let short = ExecConfig { timeout: Duration::from_secs(1), ..cfg() };
-        let (wire, comms) = job(WireConfig::default(), vec![short.clone(), short.clone(), short]);
+        let long = ExecConfig { timeout: Duration::from_secs(10), ..cfg() };
+        let (wire, comms) = job(WireConfig::default(), vec![short.clone(), long, short]);
         wire.set_auto(true);
         let mut comms = comms.into_iter();
         let (c0, c1, _silent) = (comms.next().unwrap(), comms.next().unwrap(), comms.next().unwrap());
@@ -183,13 +190,62 @@ fn a_later_call_blames_whom_a_peer_gave_up_on_not_the_peer() {
         let gather = Options::algorithm("linear");
         let h1 = std::thread::spawn(move || {
             c1.with(&gather).gather(&[1u8], &mut [], 0).unwrap();
-            c1.with(&Options::algorithm("dissemination")).barrier().unwrap_err()
+            let t = Instant::now();
+            let e = c1.with(&Options::algorithm("dissemination")).barrier().unwrap_err();
+            assert!(t.elapsed() < Duration::from_secs(5), "rank 1 waited {:?}: {e}", t.elapsed());
+            e
         });
         let (e0, e1) = (h0.join().unwrap(), h1.join().unwrap());
         for (r, e) in [(0, &e0), (1, &e1)] {
             match e {
                 Error::Timeout { waiting_for, .. } => assert_eq!(waiting_for, &[2], "rank {r}: {e}"),
                 other => panic!("rank {r}: not a timeout: {other}"),
+            }
+        }
+    });
+}
+
+/// Rank 0 (timeout 0.3 s) waits past its timeout for rank 1's data in allreduce #0, opens its
+/// grace period (an abort notice to rank 1) and then gets the data and finishes. Rank 1 had
+/// finished #0 and waits in #1 when the notice reaches it: a notice for a past call from a peer that
+/// was only waiting. Both calls succeed on both ranks (the notice once opened #1's grace period,
+/// and rank 1, having heard from every peer, gave up on it at once).
+#[test]
+fn a_peer_that_finished_in_its_grace_period_does_not_fail_the_next_call() {
+    watchdog(Duration::from_secs(30), || {
+        let short = ExecConfig { timeout: Duration::from_millis(300), ..cfg() };
+        let long = ExecConfig { timeout: Duration::from_secs(3), ..cfg() };
+        let wire_cfg = WireConfig { inline_completion: usize::MAX, ..WireConfig::default() };
+        let (wire, comms) = job(wire_cfg, vec![short, long]);
+        let ranks = spawn_ranks(comms, |c| {
+            let rd = Options::algorithm("recursive_doubling");
+            (0..2)
+                .map(|k| {
+                    let x = vec![f64::from(c.rank() + 10 * k) + 1.0; 30];
+                    let mut y = vec![0f64; 30];
+                    c.with(&rd).allreduce(&x, &mut y, &ReduceOp::Sum).map(|()| y)
+                })
+                .collect::<Vec<_>>()
+        });
+        let held = |it: &Item| it.from == 1 && format::eager(it) && format::seq(it) == Some(0);
+        let notice = |it: &Item| it.from == 0 && format::ctrl(it, format::ABORT) && format::seq(it) == Some(0);
+        let t = Instant::now();
+        while !wire.in_flight().iter().any(notice) {
+            wire.deliver_matching(|it| !held(it) && !notice(it));
+            wire.wait_for(Duration::from_millis(2), |it| !held(it));
+            assert!(t.elapsed() < Duration::from_secs(5), "no abort notice from rank 0: {:?}", wire.in_flight());
+        }
+        wire.deliver(find(&wire, "rank 1's data of #0", held).id).unwrap();
+        await_item(&wire, "rank 0's data of #1", |it| it.from == 0 && format::eager(it) && format::seq(it) == Some(1));
+        wire.deliver(find(&wire, "rank 0's notice", notice).id).unwrap();
+        // Time for rank 1 to read the notice (and, wrongly, to answer it with one for #1).
+        let answer = wire.wait_for(Duration::from_millis(200), |it| it.from == 1 && format::ctrl(it, format::ABORT));
+        wire.set_auto(true);
+        let out = ranks.join(Duration::from_secs(10));
+        for (r, (calls, _)) in out.iter().enumerate() {
+            for (k, y) in calls.iter().enumerate() {
+                let y = y.as_ref().unwrap_or_else(|e| panic!("rank {r} call #{k}: {e} (rank 1 answered: {answer:?})"));
+                check(&format!("rank {r} call #{k}"), y, &[20.0 * k as f64 + 3.0; 30]);
             }
         }
     });

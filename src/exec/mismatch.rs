@@ -65,11 +65,12 @@ impl Engine {
     /// A message from endpoint rank `peer` for call `seq_low` of context `ctx`, which this rank
     /// has finished. Data (an eager message, a grant, an RTS: the peer made another call) or a
     /// peer's mismatch notice breaks the communicator and fails the calls this rank made since;
-    /// data is also told to the context's other members. An abort notice (the peer gave up on
-    /// that call, waiting for the ranks it names) is kept for the later calls, which the peer will
-    /// not join: those started begin their grace period with it, and every later timeout blames
-    /// the ranks it names rather than the peer. Anything else is given back, for the early
-    /// queue.
+    /// data is also told to the context's other members. A peer's notice about that call (it was
+    /// waiting for the ranks it names) is kept, so that a later timeout blames those ranks rather
+    /// than the peer; one saying the peer left the call (`GaveUp`: it will not join the later
+    /// calls) also opens the grace period of those started. An `Abort` (the peer's grace period
+    /// began) does not: the peer may have finished the call after all. Anything else is given
+    /// back, for the early queue.
     pub(super) fn on_past(
         &mut self,
         ctx: u32,
@@ -81,10 +82,10 @@ impl Engine {
         let from = c.ep_to_comm.get(peer).copied().filter(|&r| r != NOT_A_MEMBER);
         let p2p = c.streams.is_some();
         let why = match &what {
-            EarlyWhat::Ctrl { kind: Kind::Abort, data, .. } => {
+            EarlyWhat::Ctrl { kind: kind @ (Kind::Abort | Kind::GaveUp), data, .. } => {
                 // A transfer's peer that gave up says nothing about later transfers.
                 if let (Some(from), false) = (from, p2p) {
-                    self.gave_up(ctx, from, proto::parse_u32s(data)?);
+                    self.waited_in_past(ctx, from, proto::parse_u32s(data)?, *kind == Kind::GaveUp);
                 }
                 return Ok(None);
             }
@@ -121,13 +122,16 @@ impl Engine {
         Ok(None)
     }
 
-    /// Communicator rank `from` gave up on an earlier call of `ctx`, waiting for `waits`.
-    fn gave_up(&mut self, ctx: u32, from: u32, waits: Vec<u32>) {
+    /// Communicator rank `from` waited for `waits` in an earlier call of `ctx`, and `left` it.
+    fn waited_in_past(&mut self, ctx: u32, from: u32, waits: Vec<u32>, left: bool) {
         let Some(c) = self.ctxs.get_mut(&ctx) else { return };
-        if c.gave_up.iter().any(|(p, _)| *p == from) {
+        match c.past_waits.iter_mut().find(|(p, _)| *p == from) {
+            Some((_, w)) => w.clone_from(&waits),
+            None => c.past_waits.push((from, waits.clone())),
+        }
+        if !left {
             return;
         }
-        c.gave_up.push((from, waits.clone()));
         for seq in c.outstanding.clone() {
             let key = OpKey { ctx, seq };
             let Some(op) = self.ops.get_mut(&key) else { continue };

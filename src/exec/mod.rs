@@ -90,10 +90,10 @@ pub(crate) struct CtxState {
     /// Sequence numbers of this context's ops in the engine (few: a plain list).
     outstanding: Vec<u64>,
     pub broken: Option<String>,
-    /// Peers (communicator ranks) that gave up on a call this rank had finished, with the ranks
-    /// they were waiting for (their abort notice): they will not join a later call, and a later
-    /// call that waits for them blames those ranks instead (`mismatch::on_past`).
-    gave_up: Vec<(u32, Vec<u32>)>,
+    /// Peers (communicator ranks) whose notice about a call this rank had finished came late,
+    /// with the ranks they were waiting for: a later call that times out waiting for them blames
+    /// those ranks instead (`mismatch::on_past`).
+    past_waits: Vec<(u32, Vec<u32>)>,
     /// A point-to-point context's per-stream counters (`p2p`); `None` on a collective one.
     streams: Option<Box<p2p::Streams>>,
 }
@@ -174,12 +174,12 @@ pub(crate) fn grace(timeout: Duration) -> Duration {
     (timeout / 2).min(Duration::from_secs(2))
 }
 
-/// Queues an abort notice of `op` for each of its peers: the ranks this rank waits for, as many as
-/// fit one control message.
-fn queue_notices(core: &mut Core, op: &Op) {
+/// Queues a notice of `kind` (`Abort`: the grace period began; `GaveUp`: the call failed) about
+/// `op` for each of its peers: the ranks this rank waits for, as many as fit one control message.
+fn queue_notices(core: &mut Core, op: &Op, kind: Kind) {
     let waits: Vec<u8> =
         op.waiting_for().iter().take(core.caps.max_ctrl.min(4096) / 4).flat_map(|r| r.to_le_bytes()).collect();
-    let tag = proto::tag(Kind::Abort, op.key.ctx, op.key.seq, CallSig::default());
+    let tag = proto::tag(kind, op.key.ctx, op.key.seq, CallSig::default());
     for ep in op_peers(op) {
         core.ctrl(ep, tag, waits.clone());
     }
@@ -452,7 +452,7 @@ impl Engine {
             next_seq: 0,
             outstanding: Vec::new(),
             broken: None,
-            gave_up: Vec::new(),
+            past_waits: Vec::new(),
             streams: None,
         };
         self.ctxs.insert(ctx, state);
@@ -735,7 +735,7 @@ impl Engine {
             EarlyWhat::Ctrl { kind: Kind::Pulled, data, .. } => {
                 op.on_pulled(&mut self.core, peer, &proto::parse_u32s(&data)?)
             }
-            EarlyWhat::Ctrl { kind: Kind::Abort, data, .. } => {
+            EarlyWhat::Ctrl { kind: Kind::Abort | Kind::GaveUp, data, .. } => {
                 // A peer gave up on this collective: report whom we wait for at once, so that
                 // every live rank is heard within the grace period and only silent ranks are
                 // blamed. The op may still finish normally if it does not need the lost rank.
@@ -864,6 +864,7 @@ impl Engine {
                     | Kind::Pulled
                     | Kind::Check
                     | Kind::Abort
+                    | Kind::GaveUp
                     | Kind::Mismatch => {
                         let mask = (1u64 << proto::TAG_SEQ_BITS) - 1;
                         self.route(ctx, seq_low, mask, peer, EarlyWhat::Ctrl { kind, data, sig })?;
@@ -911,7 +912,7 @@ impl Engine {
         // rank gone in an earlier call; the notices and the final error name that rank.
         note_gone(&self.core, op);
         op.grace_until = Some(Instant::now() + grace(timeout));
-        queue_notices(&mut self.core, op);
+        queue_notices(&mut self.core, op, Kind::Abort);
         // Dead peers may refuse the notice; that is what we are reporting anyway.
         self.flush_ctrl_lossy();
     }
@@ -1043,10 +1044,12 @@ impl Engine {
         if !matches!(e, Error::Mismatch(_)) || op.started {
             self.break_ctx(key.ctx, e.to_string());
         }
-        // Tell the peers whom we were waiting for (unless the deadline path already did), so
-        // that ranks waiting on us can name the rank that is really missing.
-        if op.started && op.grace_until.is_none() {
-            queue_notices(&mut self.core, op);
+        // Tell the peers that this rank left the call and whom it was waiting for, so that ranks
+        // waiting on us can name the rank that is really missing, and those that finished it know
+        // we will not join the next one (an `Abort` of the grace period may still be followed by
+        // success).
+        if op.started {
+            queue_notices(&mut self.core, op, Kind::GaveUp);
         }
         for (peer, slot) in op.held_slots() {
             let _ = self.core.release_slot(peer, slot);
@@ -1058,9 +1061,8 @@ impl Engine {
         }
         self.core.writes.retain(|_, (k, _)| *k != key);
         self.core.grants_in.retain(|_, (k, _, _)| *k != key);
-        if self.core.flush_ctrl().is_err() {
-            self.core.ctrl_out.clear();
-        }
+        // A dead peer's refusal must not keep the notices from the live ones.
+        self.flush_ctrl_lossy();
     }
 
     /// One round of waiting for `key`: progress, deadline and grace handling (on expiry the error
@@ -1228,7 +1230,7 @@ impl Engine {
 
     fn time_out(&mut self, key: OpKey) {
         if let Some(op) = self.ops.get_mut(&key) {
-            for (peer, waits) in self.ctxs.get(&key.ctx).map_or(&[][..], |c| &c.gave_up[..]) {
+            for (peer, waits) in self.ctxs.get(&key.ctx).map_or(&[][..], |c| &c.past_waits[..]) {
                 op.notices.entry(*peer).or_insert_with(|| waits.clone());
             }
             let e = match &op.lost {

@@ -146,7 +146,7 @@ mod tests {
             next_seq: 0,
             outstanding,
             broken: None,
-            gave_up: Vec::new(),
+            past_waits: Vec::new(),
             streams: None,
         }
     }

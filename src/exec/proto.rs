@@ -165,7 +165,8 @@ pub(crate) enum Kind {
     Rts = 4,
     /// Checked mode: the sender's call signature.
     Check = 5,
-    /// The sender timed out in this collective; payload: the ranks it was waiting for (u32s).
+    /// The sender's wait in this call passed its timeout (its grace period began; the call may
+    /// still finish there); payload: the ranks it was waiting for (u32s).
     Abort = 6,
     /// A rank found a call signature that is not its own: the text says which call.
     Mismatch = 7,
@@ -175,6 +176,8 @@ pub(crate) enum Kind {
     /// The receiver has read the offered tails of these messages (u32 message indices): the
     /// sender's sources are free again.
     Pulled = 9,
+    /// The sender failed this call and left it: payload as for `Abort`.
+    GaveUp = 10,
 }
 
 impl Kind {
@@ -189,6 +192,7 @@ impl Kind {
             7 => Kind::Mismatch,
             8 => Kind::Offer,
             9 => Kind::Pulled,
+            10 => Kind::GaveUp,
             _ => return None,
         })
     }
