@@ -31,7 +31,9 @@ class Communicator:
 
     Each collective ``x`` blocks (the GIL is released while it runs); ``ix`` starts it and returns a
     :class:`Request`. Block-structured calls (allgather, gather, scatter, alltoall, reduce_scatter) cut their
-    p-times-larger buffer into ``size`` equal blocks, block i for rank i.
+    p-times-larger buffer into ``size`` equal blocks, block i for rank i. Their v-variants (allgatherv, gatherv,
+    scatterv, alltoallv) take the blocks' element counts per rank, and displacements (in elements; packed when
+    None), as MPI's do; every rank passes the same counts of the root-side buffer.
     """
 
     __slots__ = ("_c",)
@@ -110,6 +112,23 @@ class Communicator:
         """Reduces ``send`` (size blocks) over the ranks; rank i gets block i in ``recv``."""
         self._c._call("reduce_scatter", send, recv, op=op, dtype=dtype)
 
+    def allgatherv(self, send, recv, counts, displs=None, *, dtype=None):
+        """Rank i's ``send`` (``counts[i]`` elements) at ``displs[i]`` of every rank's ``recv``."""
+        self._v("allgatherv", send, recv, None, None, counts, displs, 0, dtype, True)
+
+    def gatherv(self, send, recv, counts, displs=None, root=0, *, dtype=None):
+        """Rank i's ``send`` (``counts[i]`` elements) at ``displs[i]`` of root's ``recv`` (ignored elsewhere)."""
+        self._v("gatherv", send, recv, None, None, counts, displs, root, dtype, True)
+
+    def scatterv(self, send, counts, recv, displs=None, root=0, *, dtype=None):
+        """``counts[i]`` elements at ``displs[i]`` of root's ``send`` (ignored elsewhere) into rank i's ``recv``."""
+        self._v("scatterv", send, recv, counts, displs, None, None, root, dtype, True)
+
+    def alltoallv(self, send, send_counts, recv, recv_counts, send_displs=None, recv_displs=None, *, dtype=None):
+        """``send_counts[j]`` elements at ``send_displs[j]`` of rank i's ``send`` into rank j's ``recv`` at its
+        ``recv_displs[i]``, where it expects ``recv_counts[i]`` of them."""
+        self._v("alltoallv", send, recv, send_counts, send_displs, recv_counts, recv_displs, 0, dtype, True)
+
     # Tagged point-to-point: the n-th send from one rank to another matches the n-th receive
     # there, which must have the same tag, dtype and size (a difference raises fabcoll.Error on
     # both ranks). No wildcard source or tag.
@@ -156,6 +175,23 @@ class Communicator:
 
     def ireduce_scatter(self, send, recv, op="sum", *, dtype=None):
         return self._c._call("reduce_scatter", send, recv, op=op, dtype=dtype, blocking=False)
+
+    def iallgatherv(self, send, recv, counts, displs=None, *, dtype=None):
+        return self._v("allgatherv", send, recv, None, None, counts, displs, 0, dtype, False)
+
+    def igatherv(self, send, recv, counts, displs=None, root=0, *, dtype=None):
+        return self._v("gatherv", send, recv, None, None, counts, displs, root, dtype, False)
+
+    def iscatterv(self, send, counts, recv, displs=None, root=0, *, dtype=None):
+        return self._v("scatterv", send, recv, counts, displs, None, None, root, dtype, False)
+
+    def ialltoallv(self, send, send_counts, recv, recv_counts, send_displs=None, recv_displs=None, *, dtype=None):
+        return self._v("alltoallv", send, recv, send_counts, send_displs, recv_counts, recv_displs, 0, dtype, False)
+
+    def _v(self, kind, send, recv, sc, sd, rc, rd, root, dtype, blocking):
+        ints = lambda v: None if v is None else [int(x) for x in v]  # noqa: E731: lists of numpy ints too
+        return self._c._call(kind, send, recv, root=root, dtype=dtype, blocking=blocking, send_counts=ints(sc),
+                             send_displs=ints(sd), recv_counts=ints(rc), recv_displs=ints(rd))
 
     def _call_reduction(self, kind, buf, out, op, root, dtype, blocking):
         if not isinstance(op, str):

@@ -61,6 +61,22 @@ def _flat(tensors, what):
     return torch.cat([t.detach().reshape(-1) for t in tensors])
 
 
+def _split_counts(t, splits, p, what):
+    """all_to_all_single's element counts per rank for tensor ``t`` cut along its first dimension into
+    ``splits`` rows (equal parts when empty)."""
+    rows = t.shape[0] if t.dim() > 0 else t.numel()
+    per_row = t.numel() // rows if rows else 0
+    if not splits:
+        if rows % p:
+            raise Error(f"fabcoll backend: all_to_all_single: the {what}'s {rows} rows do not split into {p} "
+                        f"equal parts; pass {what}_split_sizes")
+        splits = [rows // p] * p
+    if len(splits) != p or sum(splits) != rows:
+        raise Error(f"fabcoll backend: all_to_all_single: {what}_split_sizes {list(splits)} must be {p} row "
+                    f"counts summing to the {what}'s {rows} rows")
+    return [s * per_row for s in splits]
+
+
 class Work(dist._Work):
     """A collective in flight: ``wait()`` finishes it, ``get_future()`` gives a future completed by the group's
     completion thread. ``post`` (copies out, AVG's division) runs once after the requests finish."""
@@ -315,23 +331,38 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         return self._single("scatter", send, out, root=root, result=outputs)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        p = self.size()
-        for splits, t in ((output_split_sizes, output), (input_split_sizes, input)):
-            if splits and (len(set(splits)) != 1 or splits[0] * p != t.shape[0]):
-                raise Error(f"fabcoll backend: all_to_all_single with unequal splits {list(splits)} is not supported")
-        return self._single("alltoall", input, output)
+        if not output_split_sizes and not input_split_sizes:
+            return self._single("alltoall", input, output)
+        send_counts = _split_counts(input, input_split_sizes, self.size(), "input")
+        recv_counts = _split_counts(output, output_split_sizes, self.size(), "output")
+        return self._alltoallv(input, send_counts, output, recv_counts, None, [output])
 
     alltoall_base = all_to_all_single
 
     def alltoall(self, outputs, inputs, opts=None):
-        send = _flat(inputs, "alltoall")
-        recv = torch.empty_like(send)
+        if len({t.dtype for t in list(outputs) + list(inputs)}) != 1:
+            raise Error("fabcoll backend: the tensors of alltoall differ in dtype")
+        sizes = {t.numel() for t in list(outputs) + list(inputs)}
+        if len(sizes) == 1:
+            send = _flat(inputs, "alltoall")
+            kind, send_counts, recv_counts = "alltoall", None, None
+        else:
+            send = torch.cat([t.detach().reshape(-1) for t in inputs])
+            kind, send_counts, recv_counts = "alltoallv", [t.numel() for t in inputs], [t.numel() for t in outputs]
+        recv = torch.empty(sum(o.numel() for o in outputs), dtype=outputs[0].dtype)
 
         def post():
-            for o, chunk in zip(outputs, recv.chunk(len(outputs))):
+            for o, chunk in zip(outputs, recv.split([o.numel() for o in outputs])):
                 o.copy_(chunk.view_as(o))
 
-        return self._single("alltoall", send, recv, post=post, result=outputs)
+        if kind == "alltoall":
+            return self._single("alltoall", send, recv, post=post, result=outputs)
+        return self._alltoallv(send, send_counts, recv, recv_counts, post, outputs)
+
+    def _alltoallv(self, send, send_counts, recv, recv_counts, post, result):
+        req = self._c._call("alltoallv", send, recv, "sum", 0, None, False, True, send_counts=send_counts,
+                            recv_counts=recv_counts)
+        return Work(self, [req], result, post)
 
     def barrier(self, opts=None):
         return Work(self, [self._comm.ibarrier()], [])

@@ -23,10 +23,14 @@ pub enum Kind {
     Allgather,
     Alltoall,
     ReduceScatter,
+    Gatherv,
+    Scatterv,
+    Allgatherv,
+    Alltoallv,
 }
 
 impl Kind {
-    const ALL: [(&'static str, Kind); 9] = [
+    const ALL: [(&'static str, Kind); 13] = [
         ("barrier", Kind::Barrier),
         ("bcast", Kind::Bcast),
         ("reduce", Kind::Reduce),
@@ -36,6 +40,10 @@ impl Kind {
         ("allgather", Kind::Allgather),
         ("alltoall", Kind::Alltoall),
         ("reduce_scatter", Kind::ReduceScatter),
+        ("gatherv", Kind::Gatherv),
+        ("scatterv", Kind::Scatterv),
+        ("allgatherv", Kind::Allgatherv),
+        ("alltoallv", Kind::Alltoallv),
     ];
 
     pub fn named(name: &str) -> PyResult<Kind> {
@@ -54,6 +62,46 @@ impl Kind {
     /// Whether a missing send buffer means in place (the receive buffer is the input too).
     pub fn has_in_place(self) -> bool {
         matches!(self, Kind::Reduce | Kind::Allreduce | Kind::Bcast)
+    }
+
+    /// Which counts (element counts per rank, MPI's v-variants) it takes: (send side, receive side).
+    pub fn takes_counts(self) -> (bool, bool) {
+        match self {
+            Kind::Gatherv | Kind::Allgatherv => (false, true),
+            Kind::Scatterv => (true, false),
+            Kind::Alltoallv => (true, true),
+            _ => (false, false),
+        }
+    }
+}
+
+/// One side's counts of a v-variant: `counts[i]` elements for rank i at `displs[i]` (packed if `None`).
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
+    pub counts: Vec<usize>,
+    pub displs: Option<Vec<usize>>,
+}
+
+impl Counts {
+    /// `counts` and `displs` as the caller gave them for one side (`what`: "send" or "recv") of
+    /// `kind`, which takes them there when `takes` (required then; refused otherwise).
+    pub fn of(
+        kind: &str,
+        what: &str,
+        takes: bool,
+        counts: Option<Vec<usize>>,
+        displs: Option<Vec<usize>>,
+    ) -> PyResult<Counts> {
+        match (takes, counts) {
+            (true, Some(counts)) => Ok(Counts { counts, displs }),
+            (true, None) => Err(fail(format!("{kind} needs {what}_counts"))),
+            (false, None) if displs.is_none() => Ok(Counts::default()),
+            (false, _) => Err(fail(format!("{kind} takes no {what}_counts or {what}_displs"))),
+        }
+    }
+
+    fn displs(&self) -> Option<&[usize]> {
+        self.displs.as_deref()
     }
 }
 
@@ -83,6 +131,9 @@ pub struct Spec {
     pub recv: Region,
     pub op: ReduceOp,
     pub root: u32,
+    /// The v-variants' counts, per side (empty for the others).
+    pub send_counts: Counts,
+    pub recv_counts: Counts,
 }
 
 /// The region as a shared slice of `T`.
@@ -157,6 +208,22 @@ pub unsafe fn start<'b, S: Collectives<'b>>(s: &S, c: &Spec) -> fabcoll::Result<
             (Kind::Allgather, x) => s.allgather(x.unwrap_or(&[]), recv),
             (Kind::Alltoall, x) => s.alltoall(x.unwrap_or(&[]), recv),
             (Kind::ReduceScatter, x) => s.reduce_scatter_block(x.unwrap_or(&[]), recv, &c.op),
+            (Kind::Gatherv, x) => {
+                let r = &c.recv_counts;
+                s.gatherv(x.unwrap_or(&[]), recv, &r.counts, r.displs(), c.root)
+            }
+            (Kind::Scatterv, x) => {
+                let sc = &c.send_counts;
+                s.scatterv(x.unwrap_or(&[]), &sc.counts, sc.displs(), recv, c.root)
+            }
+            (Kind::Allgatherv, x) => {
+                let r = &c.recv_counts;
+                s.allgatherv(x.unwrap_or(&[]), recv, &r.counts, r.displs())
+            }
+            (Kind::Alltoallv, x) => {
+                let (sc, r) = (&c.send_counts, &c.recv_counts);
+                s.alltoallv(x.unwrap_or(&[]), &sc.counts, sc.displs(), recv, &r.counts, r.displs())
+            }
         }
     })
 }

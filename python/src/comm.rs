@@ -10,7 +10,7 @@ use fabcoll::Datatype;
 use pyo3::prelude::*;
 
 use crate::buffer::{datatype_name, datatype_named, Region, Source};
-use crate::call::{reduce_op, start, transfer, Kind, Spec};
+use crate::call::{reduce_op, start, transfer, Counts, Kind, Spec};
 use crate::error::{fail, lib};
 use crate::request::Request;
 
@@ -90,9 +90,12 @@ impl Communicator {
     /// One collective: `kind` names it, `send`/`recv` are buffer-protocol objects, or torch
     /// tensors when `tensors` (`send=None`: in place for allreduce, reduce and bcast; missing
     /// buffers the rank does not use), `op` a reduction name, `dtype` a datatype name that
-    /// overrides the buffers' format. Blocking returns `None`; otherwise a `Request`.
+    /// overrides the buffers' format; the v-variants' element counts and displacements per rank
+    /// (`gatherv`, `allgatherv`: receive side; `scatterv`: send side; `alltoallv`: both). Blocking
+    /// returns `None`; otherwise a `Request`.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (kind, send, recv, op = "sum", root = 0, dtype = None, blocking = true, tensors = false))]
+    #[pyo3(signature = (kind, send, recv, op = "sum", root = 0, dtype = None, blocking = true, tensors = false,
+                        send_counts = None, send_displs = None, recv_counts = None, recv_displs = None))]
     fn _call(
         &self,
         py: Python<'_>,
@@ -104,8 +107,16 @@ impl Communicator {
         dtype: Option<&str>,
         blocking: bool,
         tensors: bool,
+        send_counts: Option<Vec<usize>>,
+        send_displs: Option<Vec<usize>>,
+        recv_counts: Option<Vec<usize>>,
+        recv_displs: Option<Vec<usize>>,
     ) -> PyResult<Option<Request>> {
+        let name = kind;
         let kind = Kind::named(kind)?;
+        let (sends_counts, receives_counts) = kind.takes_counts();
+        let send_counts = Counts::of(name, "send", sends_counts, send_counts, send_displs)?;
+        let recv_counts = Counts::of(name, "recv", receives_counts, recv_counts, recv_displs)?;
         let op = if kind.reduces() { reduce_op(op)? } else { fabcoll::ReduceOp::Sum };
         if kind == Kind::Bcast && send.is_some() {
             return Err(fail("bcast takes one buffer"));
@@ -127,7 +138,7 @@ impl Communicator {
         if let Some(s) = &send_region {
             s.disjoint(&recv_region)?;
         }
-        let spec = Spec { kind, dt, send: send_region, recv: recv_region, op, root };
+        let spec = Spec { kind, dt, send: send_region, recv: recv_region, op, root, send_counts, recv_counts };
         let held: Vec<Source> = send.into_iter().chain(recv).collect();
         if blocking {
             let comm = &*self.inner;

@@ -39,6 +39,11 @@ expect("expected", comm.allgather, x, np.zeros(8, dtype=np.float32))
 expect("send buffer has", comm.reduce_scatter, np.zeros(8 * p + 1, dtype=np.float32), x)
 expect("is not a contiguous buffer", comm.allreduce, [1.0, 2.0])
 expect("is not a contiguous buffer", comm.iallreduce, "text")
+expect("entries", comm.allgatherv, x, np.zeros(8 * p, dtype=np.float32), [8] * (p + 1))
+expect("alltoallv", comm.alltoallv, x, [8] * p, np.zeros(8, dtype=np.float32), [8] * p)
+expect("allgatherv needs recv_counts", comm._c._call, "allgatherv", x, np.zeros(8 * p, dtype=np.float32))
+expect("allgather takes no recv_counts", comm._c._call, "allgather", x, np.zeros(8 * p, dtype=np.float32),
+       recv_counts=[8] * p)
 # Bitwise ops on floats are refused by the library, with its message.
 expect("allreduce", comm.allreduce, x, "band")
 

@@ -86,6 +86,40 @@ comm.reduce_scatter(send, rs, "max")
 full = np.maximum.reduce([data(r, N * p, np.float32) for r in range(p)])
 check(rs, full[me * N:(me + 1) * N], "reduce_scatter max")
 
+# The v-variants: rank i's block has i + 1 elements; the root-side buffers leave a gap of 2 between blocks.
+counts = [r + 1 for r in range(p)]
+displs = [sum(counts[:r]) + 2 * r for r in range(p)]
+spaced = lambda blocks, fill: np.concatenate([np.append(b, [fill, fill]).astype(b.dtype) for b in blocks])[:-2]  # noqa: E731
+agv = np.full(sum(counts) + 2 * (p - 1), -1, dtype=np.float32)
+comm.allgatherv(data(me, me + 1, np.float32), agv, counts, displs)
+check(agv, spaced([data(r, r + 1, np.float32) for r in range(p)], -1), "allgatherv")
+agv = np.zeros(sum(counts), dtype=np.int64)
+comm.allgatherv(data(me, me + 1, np.int64), agv, np.array(counts))
+check(agv, np.concatenate([data(r, r + 1, np.int64) for r in range(p)]), "allgatherv packed")
+for root in range(p):
+    g = np.full(sum(counts) + 2 * (p - 1), 7, dtype=np.int32) if me == root else None
+    comm.gatherv(data(me, me + 1, np.int32), g, counts, displs, root)
+    if me == root:
+        check(g, spaced([data(r, r + 1, np.int32) for r in range(p)], 7), f"gatherv root {root}")
+    s = spaced([data(root * 10 + r, r + 1, np.float64) for r in range(p)], 0) if me == root else None
+    out = np.zeros(me + 1, dtype=np.float64)
+    comm.scatterv(s, counts, out, displs, root)
+    check(out, data(root * 10 + me, me + 1, np.float64), f"scatterv root {root}")
+# alltoallv: rank i sends (i + j) % 3 + 1 elements data(10 * i + j) to rank j.
+size = lambda i, j: (i + j) % 3 + 1  # noqa: E731
+send = np.concatenate([data(10 * me + j, size(me, j), np.int32) for j in range(p)])
+recv = np.zeros(sum(size(i, me) for i in range(p)), dtype=np.int32)
+comm.alltoallv(send, [size(me, j) for j in range(p)], recv, [size(i, me) for i in range(p)])
+check(recv, np.concatenate([data(10 * i + me, size(i, me), np.int32) for i in range(p)]), "alltoallv")
+recv[:] = 0
+rd = [sum(size(i, me) for i in range(p) if i > r) for r in range(p)]  # blocks in reverse rank order
+comm.ialltoallv(send, [size(me, j) for j in range(p)], recv, [size(i, me) for i in range(p)], recv_displs=rd).wait()
+check(recv, np.concatenate([data(10 * i + me, size(i, me), np.int32) for i in reversed(range(p))]),
+      "ialltoallv reversed")
+agv = np.zeros(sum(counts), dtype=np.uint8)
+comm.iallgatherv(data(me, me + 1, np.uint8), agv, counts).wait()
+check(agv, np.concatenate([data(r, r + 1, np.uint8) for r in range(p)]), "iallgatherv")
+
 comm.barrier()
 
 # Nonblocking: several in flight at once, finished by test() polling or wait(), results checked after.

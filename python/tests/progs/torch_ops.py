@@ -74,6 +74,17 @@ outs = [torch.zeros(N) for _ in range(p)]
 dist.all_to_all(outs, [data(me * 10 + j) for j in range(p)])
 for i in range(p):
     check(outs[i], data(i * 10 + me), "all_to_all")
+# Unequal splits (alltoallv): rank i sends (i + j) % 3 + 1 rows of 3 to rank j; and lists of unequal tensors.
+rows = lambda i, j: (i + j) % 3 + 1  # noqa: E731
+block = lambda i, j: data(i * 10 + j, 3 * rows(i, j)).view(-1, 3)  # noqa: E731
+out = torch.zeros(sum(rows(i, me) for i in range(p)), 3)
+dist.all_to_all_single(out, torch.cat([block(me, j) for j in range(p)]), [rows(i, me) for i in range(p)],
+                       [rows(me, j) for j in range(p)])
+check(out, torch.cat([block(i, me) for i in range(p)]), "all_to_all_single with splits")
+outs = [torch.zeros(rows(i, me), 3, dtype=torch.float64) for i in range(p)]
+dist.all_to_all(outs, [block(me, j).double() for j in range(p)])
+for i in range(p):
+    check(outs[i], block(i, me).double(), "all_to_all of unequal tensors")
 
 t = data(me)
 dist.reduce(t, dst=p - 1)
@@ -103,8 +114,8 @@ check(big, data(left, 1 << 16), "isend/irecv")
 dist.barrier()
 
 # Unsupported cases raise a clear error.
-for what, f in (("unequal splits", lambda: dist.all_to_all_single(torch.zeros(p + 1), torch.zeros(p + 1),
-                                                                  [1] * (p - 1) + [2], [1] * (p - 1) + [2])),
+for what, f in (("split_sizes", lambda: dist.all_to_all_single(torch.zeros(p + 1), torch.zeros(p + 1),
+                                                                [1] * p, [1] * p)),
                 ("not a dense contiguous", lambda: dist.all_reduce(torch.zeros(4, 4)[:, 0])),
                 ("moves CPU tensors only", lambda: dist.broadcast(torch.zeros(4, device="meta"), src=0)),
                 ("does not reduce or move", lambda: dist.broadcast(torch.zeros(4, dtype=torch.float8_e5m2), src=0)),
