@@ -190,8 +190,12 @@ def _free_port(host):
 
 
 def _join(store, rank, size, timeout):
-    """fabcoll's communicator for one torch group, bootstrapped through torch's (prefixed) store."""
+    """fabcoll's communicator for one torch group, bootstrapped through torch's (prefixed) store. The group's
+    ``timeout`` (``init_process_group(timeout=…)``; torch's default for CPU groups is 30 min) bounds each
+    collective's wait for its peers, unless ``FABCOLL_TIMEOUT`` says otherwise."""
     env = {"FABCOLL_RANK": str(rank), "FABCOLL_SIZE": str(size), "FABCOLL_STORE_SERVER": "rank0"}
+    if timeout is not None and "FABCOLL_TIMEOUT" not in os.environ:
+        env["FABCOLL_TIMEOUT"] = str(timeout.total_seconds())
     own_token = os.environ.get("FABCOLL_TOKEN")
     if rank == 0:
         host = _local_address()

@@ -62,6 +62,11 @@ def test_torch_backend_operations(p, fabric):
         assert "torch ok" in out, out
 
 
+def test_torch_group_timeout_bounds_a_collective():
+    outs = run_job("torch_timeout.py", 2, torch_env=True)
+    assert "timeout ok" in outs[0], outs[0]
+
+
 def test_torch_backend_takes_shared_memory_on_one_machine():
     """Without FABCOLL_FABRIC, a group whose ranks share a machine runs on shm: the backend starts its groups with
     FABCOLL_RANK/SIZE and no local size, so the ranks' node identities decide (they once fell back to tcp)."""

@@ -1,0 +1,30 @@
+"""One rank of the group-timeout test: init_process_group("fabcoll", timeout=2 s). Rank 1 stays alive but skips an
+all_reduce; rank 0's must fail naming rank 1 after about the group's timeout (fabcoll's own default is 60 s), then
+rank 0 lets rank 1 go through torch's store. Prints "timeout ok" on rank 0."""
+
+import os
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import fabcoll.torch  # noqa: F401: registers the backend
+
+os.environ.pop("FABCOLL_TIMEOUT", None)
+dist.init_process_group("fabcoll", init_method="env://", timeout=timedelta(seconds=2))
+store = dist.distributed_c10d._get_default_store()
+if dist.get_rank() == 0:
+    t = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(4))
+    except RuntimeError as e:
+        took = time.monotonic() - t
+        assert "[1]" in str(e), e
+        assert 1.5 <= took < 10, f"the all_reduce failed after {took:.1f} s, not after the group's 2 s: {e}"
+        print(f"timeout ok after {took:.1f} s", flush=True)
+    else:
+        raise AssertionError("the all_reduce without rank 1 succeeded")
+    store.set("rank0 done", "1")
+else:
+    store.wait(["rank0 done"], timedelta(seconds=60))
