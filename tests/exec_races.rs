@@ -30,6 +30,8 @@
 //! - a peer's notice about a call this rank has finished: from a peer whose grace period began but
 //!   which finished the call after all, the next call runs on; from a peer that left the call, the
 //!   next call's grace period opens at once and its timeout blames whom that peer waited for.
+//! - a late notice that a peer's grace period began, about a call the peer then finished: once a
+//!   `GaveUp` would have followed, a later timeout no longer blames whom the peer waited for then.
 //!
 //! The tests pick messages by the executor's wire format as `src/exec/proto.rs` documents it
 //! (module `format` below). Every test runs under a watchdog that fails it instead of hanging.
@@ -247,6 +249,52 @@ fn a_peer_that_finished_in_its_grace_period_does_not_fail_the_next_call() {
                 let y = y.as_ref().unwrap_or_else(|e| panic!("rank {r} call #{k}: {e} (rank 1 answered: {answer:?})"));
                 check(&format!("rank {r} call #{k}"), y, &[20.0 * k as f64 + 3.0; 30]);
             }
+        }
+    });
+}
+
+/// A notice that a peer's grace period began stops counting once the peer would have left the
+/// call: linear bcast #0 from rank 1, whose data to rank 0 is held until rank 0 (timeout 0.3 s)
+/// has sent its notices (waiting for [1]), then delivered (rank 0 finishes). Rank 2 (timeout 1 s)
+/// has finished #0 when the notice comes. Half a second later it makes bcast #1 from rank 0, which
+/// ranks 0 and 1 (alive) do not make: it must blame rank 0, whom it waits for, not rank 1 on the
+/// strength of rank 0's notice about #0.
+#[test]
+fn a_notice_of_a_call_the_peer_finished_stops_counting() {
+    watchdog(Duration::from_secs(30), || {
+        let short = ExecConfig { timeout: Duration::from_millis(300), ..cfg() };
+        let second = ExecConfig { timeout: Duration::from_secs(1), ..cfg() };
+        let wire_cfg = WireConfig { inline_completion: usize::MAX, ..WireConfig::default() };
+        let (wire, comms) = job(wire_cfg, vec![short, second.clone(), second]);
+        let ranks = spawn_ranks(comms, |c| {
+            let linear = Options::algorithm("linear");
+            let mut b = vec![f64::from(c.rank()); 30];
+            let first = c.with(&linear).bcast(&mut b, 1).map(|()| b[0]);
+            if c.rank() != 2 {
+                // Alive and silent: a dropped communicator would be a lost peer.
+                std::thread::sleep(Duration::from_secs(3));
+                return (first, None);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            (first, Some(c.with(&linear).bcast(&mut b, 0)))
+        });
+        let held = |it: &Item| it.from == 1 && it.to == 0 && format::eager(it);
+        let notice = |it: &Item| it.from == 0 && format::ctrl(it, format::ABORT);
+        let t = Instant::now();
+        while wire.in_flight().iter().filter(|it| notice(it)).count() < 2 {
+            wire.deliver_matching(|it| !held(it) && !notice(it));
+            wire.wait_for(Duration::from_millis(2), |it| !held(it));
+            assert!(t.elapsed() < Duration::from_secs(5), "no abort notices from rank 0: {:?}", wire.in_flight());
+        }
+        wire.deliver(find(&wire, "rank 1's data to rank 0", held).id).unwrap();
+        wire.set_auto(true);
+        let out = ranks.join(Duration::from_secs(10));
+        for (r, ((first, _), _)) in out.iter().enumerate() {
+            assert_eq!(first.as_ref().ok(), Some(&1.0), "rank {r} bcast #0: {first:?}");
+        }
+        match &out[2].0 .1 {
+            Some(Err(Error::Timeout { waiting_for, .. })) => assert_eq!(waiting_for, &[0], "rank 2: {:?}", out[2].0 .1),
+            other => panic!("rank 2's bcast #1: expected a timeout, got {other:?}"),
         }
     });
 }

@@ -3,10 +3,12 @@
 //! orphan), or a peer's notice becomes `Error::Mismatch` naming the peer; the rank that finds it
 //! tells every peer (`Kind::Mismatch`), so that each reports the mismatch rather than a timeout.
 
+use std::time::Instant;
+
 use super::early::EarlyWhat;
 use super::op::Op;
 use super::proto::{self, CallSig, Kind};
-use super::{op_peers, Core, Engine, OpKey, NOT_A_MEMBER};
+use super::{grace, op_peers, Core, Engine, OpKey, PastWait, NOT_A_MEMBER};
 use crate::error::{Error, Result};
 
 /// What every mismatch message ends with.
@@ -69,8 +71,8 @@ impl Engine {
     /// waiting for the ranks it names) is kept, so that a later timeout blames those ranks rather
     /// than the peer; one saying the peer left the call (`GaveUp`: it will not join the later
     /// calls) also opens the grace period of those started. An `Abort` (the peer's grace period
-    /// began) does not: the peer may have finished the call after all. Anything else is given
-    /// back, for the early queue.
+    /// began) does not, and counts only as long as a `GaveUp` could still follow it: the peer may
+    /// have finished the call after all. Anything else is given back, for the early queue.
     pub(super) fn on_past(
         &mut self,
         ctx: u32,
@@ -123,11 +125,17 @@ impl Engine {
     }
 
     /// Communicator rank `from` waited for `waits` in an earlier call of `ctx`, and `left` it.
+    /// A notice that the peer only began its grace period counts for twice the grace period
+    /// (ranks share the timeout), within which a `GaveUp` follows if the peer fails the call.
     fn waited_in_past(&mut self, ctx: u32, from: u32, waits: Vec<u32>, left: bool) {
+        let until = (!left).then(|| Instant::now() + 2 * grace(self.core.cfg.timeout));
         let Some(c) = self.ctxs.get_mut(&ctx) else { return };
-        match c.past_waits.iter_mut().find(|(p, _)| *p == from) {
-            Some((_, w)) => w.clone_from(&waits),
-            None => c.past_waits.push((from, waits.clone())),
+        let known = PastWait { peer: from, waits: waits.clone(), until };
+        match c.past_waits.iter_mut().find(|w| w.peer == from) {
+            // A peer that left a call stays gone: a later notice does not make it temporary.
+            Some(w) if w.until.is_none() && !left => {}
+            Some(w) => *w = known,
+            None => c.past_waits.push(known),
         }
         if !left {
             return;

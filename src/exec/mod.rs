@@ -92,8 +92,10 @@ pub(crate) struct CtxState {
     pub broken: Option<String>,
     /// Peers (communicator ranks) whose notice about a call this rank had finished came late,
     /// with the ranks they were waiting for: a later call that times out waiting for them blames
-    /// those ranks instead (`mismatch::on_past`).
-    past_waits: Vec<(u32, Vec<u32>)>,
+    /// those ranks instead (`mismatch::on_past`). Until when the notice counts: forever if the
+    /// peer left that call (`GaveUp`); else (`Abort`, its grace period began) until a `GaveUp`
+    /// would have followed, after which the peer had finished the call after all.
+    past_waits: Vec<PastWait>,
     /// A point-to-point context's per-stream counters (`p2p`); `None` on a collective one.
     streams: Option<Box<p2p::Streams>>,
 }
@@ -166,6 +168,15 @@ pub(crate) struct Engine {
     /// `left.len()`, stored whenever it changes (the progress thread reads it without the lock),
     /// and the progress thread's alarm.
     left_ops: Arc<LeftOps>,
+}
+
+/// A peer's late notice about a finished call (`CtxState::past_waits`).
+#[derive(Clone, Debug)]
+pub(crate) struct PastWait {
+    peer: u32,
+    waits: Vec<u32>,
+    /// `None`: the peer left the call; else when its notice stops counting.
+    until: Option<Instant>,
 }
 
 /// How long a rank that gave up on a collective listens for its peers' abort notices before it
@@ -1230,8 +1241,11 @@ impl Engine {
 
     fn time_out(&mut self, key: OpKey) {
         if let Some(op) = self.ops.get_mut(&key) {
-            for (peer, waits) in self.ctxs.get(&key.ctx).map_or(&[][..], |c| &c.past_waits[..]) {
-                op.notices.entry(*peer).or_insert_with(|| waits.clone());
+            let now = Instant::now();
+            for w in self.ctxs.get(&key.ctx).map_or(&[][..], |c| &c.past_waits[..]) {
+                if w.until.is_none_or(|t| now < t) {
+                    op.notices.entry(w.peer).or_insert_with(|| w.waits.clone());
+                }
             }
             let e = match &op.lost {
                 Some((lost, cause)) => Error::PeerLost {
