@@ -23,6 +23,7 @@ import queue
 import secrets
 import socket
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -118,6 +119,16 @@ class Work(dist._Work):
             fut.set_result(self._result)
 
     def wait(self, timeout=None):
+        """Finishes the work; with a ``timeout`` (a timedelta; zero, torch's default, waits as long as it takes)
+        raises if it has not finished by then, as gloo's works do. The work then keeps running; a later
+        ``wait()`` finishes it."""
+        seconds = timeout.total_seconds() if timeout is not None else 0
+        if seconds > 0 and not self._done:
+            deadline = time.monotonic() + seconds
+            while not all(r.test() for r in self._requests):
+                if time.monotonic() >= deadline:
+                    raise Error(f"fabcoll backend: the work did not finish within {seconds:g} s")
+                time.sleep(0.0002)
         self._finish()
         if self._error is not None:
             raise self._error
