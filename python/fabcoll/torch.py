@@ -137,6 +137,11 @@ class Work(dist._Work):
     def is_completed(self):
         return self._done
 
+    def result(self):
+        """The tensors the work wrote (as torch's works give them), once it has finished."""
+        self.wait()
+        return self._result
+
     def is_success(self):
         return self._done and self._error is None
 
@@ -315,15 +320,26 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
     _allgather_base = all_gather_single
 
     def allgather(self, output_lists, inputs, opts=None):
+        """all_gather; output tensors of unequal sizes (rank i's input the size of output i) go by allgatherv."""
         (outs,) = output_lists
         (inp,) = inputs
-        flat = torch.empty(inp.numel() * len(outs), dtype=inp.dtype)
+        counts = [o.numel() for o in outs]
+        if any(o.dtype != inp.dtype for o in outs):
+            raise Error("fabcoll backend: all_gather: the output tensors' dtype differs from the input's")
+        if len(counts) != self.size() or counts[self.rank()] != inp.numel():
+            raise Error(f"fabcoll backend: all_gather: {len(counts)} output tensors for {self.size()} ranks, "
+                        f"output {self.rank()} of {counts[self.rank()] if self.rank() < len(counts) else 'no'} "
+                        f"elements for this rank's input of {inp.numel()}")
+        flat = torch.empty(sum(counts), dtype=inp.dtype)
 
         def post():
-            for o, chunk in zip(outs, flat.chunk(len(outs))):
+            for o, chunk in zip(outs, flat.split(counts)):
                 o.copy_(chunk.view_as(o))
 
-        return self._single("allgather", inp, flat, post=post, result=output_lists)
+        if len(set(counts)) == 1:
+            return self._single("allgather", inp, flat, post=post, result=output_lists)
+        req = self._c._call("allgatherv", inp, flat, "sum", 0, None, False, True, recv_counts=counts)
+        return Work(self, [req], output_lists, post)
 
     def gather(self, output_lists, inputs, opts=None):
         (inp,) = inputs

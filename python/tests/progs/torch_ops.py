@@ -85,6 +85,14 @@ outs = [torch.zeros(rows(i, me), 3, dtype=torch.float64) for i in range(p)]
 dist.all_to_all(outs, [block(me, j).double() for j in range(p)])
 for i in range(p):
     check(outs[i], block(i, me).double(), "all_to_all of unequal tensors")
+outs = [torch.zeros(i + 1, 2) for i in range(p)]
+dist.all_gather(outs, data(me, 2 * (me + 1)).view(-1, 2))
+for i in range(p):
+    check(outs[i], data(i, 2 * (i + 1)).view(-1, 2), "all_gather of unequal tensors (allgatherv)")
+t = data(me)
+work = dist.all_reduce(t, async_op=True)
+work.wait()
+check(work.result()[0], sum(everyone), "Work.result()")
 
 t = data(me)
 dist.reduce(t, dst=p - 1)
