@@ -89,6 +89,19 @@ outs = [torch.zeros(i + 1, 2) for i in range(p)]
 dist.all_gather(outs, data(me, 2 * (me + 1)).view(-1, 2))
 for i in range(p):
     check(outs[i], data(i, 2 * (i + 1)).view(-1, 2), "all_gather of unequal tensors (allgatherv)")
+# The object collectives (pickles of unequal lengths, padded by torch).
+objs = [None] * p
+dist.all_gather_object(objs, {"rank": me, "pad": "x" * (100 * me)})
+assert [o["rank"] for o in objs] == list(range(p)), objs
+lst = [{"from": 0}, "two"] if me == 0 else [None, None]
+dist.broadcast_object_list(lst, src=0)
+assert lst == [{"from": 0}, "two"], lst
+got = [None] * p if me == 0 else None
+dist.gather_object(("g", me), got, dst=0)
+assert me != 0 or got == [("g", r) for r in range(p)], got
+one = [None]
+dist.scatter_object_list(one, [("s", r) for r in range(p)] if me == 0 else None, src=0)
+assert one == [("s", me)], one
 t = data(me)
 work = dist.all_reduce(t, async_op=True)
 work.wait()
