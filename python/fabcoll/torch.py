@@ -248,6 +248,18 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND
 
+    # torch's Python helpers (batch_isend_irecv, abort) ask a group for its backend of a device, which a Python
+    # process group does not register: the group is its own CPU backend, without the optional features they look for.
+    supports_coalescing = False
+    supports_splitting = False
+    supports_shrinking = False
+
+    def _get_backend(self, device):
+        kind = torch.device(device).type if isinstance(device, (str, torch.device)) else str(device).lower()
+        if "cpu" not in kind:
+            raise RuntimeError(f"fabcoll backend: no backend for device {device} (it moves CPU tensors only)")
+        return self
+
     def __repr__(self):
         return f"ProcessGroupFabcoll(rank={self.rank()}, size={self.size()}, fabric={self._comm.fabric})"
 

@@ -89,6 +89,14 @@ outs = [torch.zeros(i + 1, 2) for i in range(p)]
 dist.all_gather(outs, data(me, 2 * (me + 1)).view(-1, 2))
 for i in range(p):
     check(outs[i], data(i, 2 * (i + 1)).view(-1, 2), "all_gather of unequal tensors (allgatherv)")
+# batch_isend_irecv (pipeline parallelism's exchange): a ring both ways at once.
+right_in, left_in = torch.zeros(N), torch.zeros(N)
+ops = [dist.P2POp(dist.isend, data(me), (me + 1) % p), dist.P2POp(dist.isend, data(me + 50), (me - 1) % p),
+       dist.P2POp(dist.irecv, left_in, (me - 1) % p), dist.P2POp(dist.irecv, right_in, (me + 1) % p)]
+for w in dist.batch_isend_irecv(ops):
+    w.wait()
+check(left_in, data((me - 1) % p), "batch_isend_irecv from the left")
+check(right_in, data((me + 1) % p + 50), "batch_isend_irecv from the right")
 # The object collectives (pickles of unequal lengths, padded by torch).
 objs = [None] * p
 dist.all_gather_object(objs, {"rank": me, "pad": "x" * (100 * me)})
