@@ -93,7 +93,8 @@ class Communicator:
         self._call_reduction("reduce", buf, out, op, root, dtype, True)
 
     def allgather(self, send, recv, *, dtype=None):
-        """Every rank's ``send`` into block i (of rank i) of every rank's ``recv`` (size × len(send))."""
+        """Every rank's ``send`` into block i (of rank i) of every rank's ``recv`` (size × len(send)); ``send=None``:
+        in place, each rank's block already in its ``recv``."""
         self._c._call("allgather", send, recv, dtype=dtype)
 
     def gather(self, send, recv=None, root=0, *, dtype=None):

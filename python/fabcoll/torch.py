@@ -62,6 +62,13 @@ def _flat(tensors, what):
     return torch.cat([t.detach().reshape(-1) for t in tensors])
 
 
+def _is_block_of(block, whole, i, p):
+    """Whether ``block`` is the i-th of ``p`` equal blocks of ``whole`` in memory (both contiguous, one dtype)."""
+    return (block.dtype == whole.dtype and block.is_contiguous() and whole.is_contiguous()
+            and whole.numel() == block.numel() * p and block.numel() > 0
+            and block.data_ptr() == whole.data_ptr() + i * block.numel() * block.element_size())
+
+
 def _split_counts(t, splits, p, what):
     """all_to_all_single's element counts per rank for tensor ``t`` cut along its first dimension into
     ``splits`` rows (equal parts when empty)."""
@@ -254,6 +261,25 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
     supports_splitting = False
     supports_shrinking = False
 
+    # torch keeps a group's name and description in its registered backends, which a Python process group has
+    # none of: the group keeps them itself (DeviceMesh and functional collectives find groups by name).
+    def _set_group_name(self, name):
+        self._group_name = name
+
+    @property
+    def group_name(self):
+        name = getattr(self, "_group_name", None)
+        if name is None:
+            raise RuntimeError("fabcoll backend: the process group's name is not set yet")
+        return name
+
+    def _set_group_desc(self, desc):
+        self._group_desc = desc
+
+    @property
+    def group_desc(self):
+        return getattr(self, "_group_desc", "undefined")
+
     def _get_backend(self, device):
         kind = torch.device(device).type if isinstance(device, (str, torch.device)) else str(device).lower()
         if "cpu" not in kind:
@@ -327,6 +353,9 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         return Work(self, reqs, tensors)
 
     def all_gather_single(self, output, input, opts=None):
+        """all_gather_into_tensor; in place when ``input`` is this rank's block of ``output`` (as FSDP calls it)."""
+        if _is_block_of(input, output, self.rank(), self.size()):
+            return self._single("allgather", None, output)
         return self._single("allgather", input, output)
 
     _allgather_base = all_gather_single

@@ -59,9 +59,10 @@ impl Kind {
         matches!(self, Kind::Reduce | Kind::Allreduce | Kind::ReduceScatter)
     }
 
-    /// Whether a missing send buffer means in place (the receive buffer is the input too).
+    /// Whether a missing send buffer means in place (the receive buffer is the input too; for
+    /// allgather, this rank's block of it).
     pub fn has_in_place(self) -> bool {
-        matches!(self, Kind::Reduce | Kind::Allreduce | Kind::Bcast)
+        matches!(self, Kind::Reduce | Kind::Allreduce | Kind::Bcast | Kind::Allgather)
     }
 
     /// Which counts (element counts per rank, MPI's v-variants) it takes: (send side, receive side).
@@ -205,7 +206,8 @@ pub unsafe fn start<'b, S: Collectives<'b>>(s: &S, c: &Spec) -> fabcoll::Result<
             (Kind::Allreduce, Some(x)) => s.allreduce(x, recv, &c.op),
             (Kind::Gather, x) => s.gather(x.unwrap_or(&[]), recv, c.root),
             (Kind::Scatter, x) => s.scatter(x.unwrap_or(&[]), recv, c.root),
-            (Kind::Allgather, x) => s.allgather(x.unwrap_or(&[]), recv),
+            (Kind::Allgather, None) => s.allgather_in_place(recv),
+            (Kind::Allgather, Some(x)) => s.allgather(x, recv),
             (Kind::Alltoall, x) => s.alltoall(x.unwrap_or(&[]), recv),
             (Kind::ReduceScatter, x) => s.reduce_scatter_block(x.unwrap_or(&[]), recv, &c.op),
             (Kind::Gatherv, x) => {

@@ -73,6 +73,10 @@ for root in range(p):
 ag = np.zeros(N * p, dtype=np.float64)
 comm.allgather(data(me, N, np.float64), ag)
 check(ag, np.concatenate([data(r, N, np.float64) for r in range(p)]), "allgather")
+ag = np.zeros(N * p, dtype=np.int32)
+ag[me * N:(me + 1) * N] = data(me, N, np.int32)
+comm.allgather(None, ag)
+check(ag, np.concatenate([data(r, N, np.int32) for r in range(p)]), "allgather in place")
 
 # alltoall: rank i's block j is data(10 * i + j); rank j receives block i = data(10 * i + j).
 send = np.concatenate([data(10 * me + j, N, np.int64) for j in range(p)])

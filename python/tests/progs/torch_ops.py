@@ -59,6 +59,10 @@ for r in range(p):
 flat = torch.zeros(N * p)
 dist.all_gather_into_tensor(flat, data(me))
 check(flat, torch.cat(everyone), "all_gather_into_tensor")
+flat = torch.zeros(N * p)
+flat[me * N:(me + 1) * N] = data(me)
+dist.all_gather_into_tensor(flat, flat[me * N:(me + 1) * N])
+check(flat, torch.cat(everyone), "all_gather_into_tensor in place (FSDP's)")
 
 out = torch.zeros(N)
 dist.reduce_scatter_tensor(out, data(me, N * p))
