@@ -27,6 +27,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _CBackend
 from torch.futures import Future
 
 from . import Communicator, Error
@@ -166,6 +167,17 @@ class Work(dist._Work):
             return self._future
 
 
+def _joined(pg, works, result):
+    """One work over several started ones (a coalesced call): their requests, and their copies out in order."""
+    posts = [w._post for w in works if w._post is not None]
+
+    def post():
+        for f in posts:
+            f()
+
+    return Work(pg, [r for w in works for r in w._requests], result, post if posts else None)
+
+
 class _Completer:
     """One daemon thread per group that finishes works in issue order, for their futures."""
 
@@ -251,40 +263,15 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         self._comm = _join(store, rank, size, timeout)
         self._c = self._comm._c
         self._completer = _Completer()
+        # The group is also its own CPU backend, registered as gloo's is under its group: torch keeps a group's name
+        # in its backends (DeviceMesh finds groups by name), its C++ paths (functional collectives, DTensor) call the
+        # backend of the tensors' device, and its Python helpers (batch_isend_irecv) ask that backend what it
+        # supports. Calls made on the group itself still come here, with this module's works.
+        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM, _CpuBackend(self))
+        self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
 
     def getBackendName(self):
         return BACKEND
-
-    # torch's Python helpers (batch_isend_irecv, abort) ask a group for its backend of a device, which a Python
-    # process group does not register: the group is its own CPU backend, without the optional features they look for.
-    supports_coalescing = False
-    supports_splitting = False
-    supports_shrinking = False
-
-    # torch keeps a group's name and description in its registered backends, which a Python process group has
-    # none of: the group keeps them itself (DeviceMesh and functional collectives find groups by name).
-    def _set_group_name(self, name):
-        self._group_name = name
-
-    @property
-    def group_name(self):
-        name = getattr(self, "_group_name", None)
-        if name is None:
-            raise RuntimeError("fabcoll backend: the process group's name is not set yet")
-        return name
-
-    def _set_group_desc(self, desc):
-        self._group_desc = desc
-
-    @property
-    def group_desc(self):
-        return getattr(self, "_group_desc", "undefined")
-
-    def _get_backend(self, device):
-        kind = torch.device(device).type if isinstance(device, (str, torch.device)) else str(device).lower()
-        if "cpu" not in kind:
-            raise RuntimeError(f"fabcoll backend: no backend for device {device} (it moves CPU tensors only)")
-        return self
 
     def __repr__(self):
         return f"ProcessGroupFabcoll(rank={self.rank()}, size={self.size()}, fabric={self._comm.fabric})"
@@ -340,6 +327,9 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
 
     _reduce_scatter_base = reduce_scatter_single
 
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return _joined(self, [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
+
     def reduce_scatter(self, outputs, input_lists, opts=None):
         (out,) = outputs
         (inputs,) = input_lists
@@ -359,6 +349,9 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         return self._single("allgather", input, output)
 
     _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return _joined(self, [self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
 
     def allgather(self, output_lists, inputs, opts=None):
         """all_gather; output tensors of unequal sizes (rank i's input the size of output i) go by allgatherv."""
@@ -459,6 +452,39 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
 
     def shutdown(self):
         self._completer.stop()
+
+
+class _CpuBackend(_CBackend):
+    """A fabcoll group as torch's C++ backend of device "cpu": each collective goes to the group's method."""
+
+    def __init__(self, group):
+        super().__init__(group.rank(), group.size())
+        self._group = group
+
+    def getBackendName(self):
+        return BACKEND
+
+    # What torch's Python helpers ask a backend (batch_isend_irecv then issues each isend/irecv alone); plain
+    # values, since the bindings' own properties call back into Python and would recurse.
+    supports_coalescing = property(lambda self: False)
+    supports_splitting = property(lambda self: False)
+    supports_shrinking = property(lambda self: False)
+
+
+def _forward(name):
+    def call(self, *args):
+        return getattr(self._group, name)(*args)
+
+    call.__name__ = name
+    return call
+
+
+# The backend methods torch's C++ side may call (the names its Python bindings give them).
+for _name in ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_single",
+              "_reduce_scatter_base", "reduce_scatter_single_coalesced", "broadcast", "allgather", "all_gather_single",
+              "_allgather_base", "all_gather_single_coalesced", "gather", "scatter", "alltoall", "all_to_all_single",
+              "alltoall_base", "barrier", "send", "recv", "recv_anysource"):
+    setattr(_CpuBackend, _name, _forward(_name))
 
 
 def _create(store, rank, size, timeout):

@@ -101,6 +101,19 @@ for w in dist.batch_isend_irecv(ops):
     w.wait()
 check(left_in, data((me - 1) % p), "batch_isend_irecv from the left")
 check(right_in, data((me + 1) % p + 50), "batch_isend_irecv from the right")
+# torch's C++ paths (functional collectives, DTensor over a CPU DeviceMesh) reach the group's CPU backend.
+import torch.distributed._functional_collectives as funcol  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor  # noqa: E402
+
+mesh = init_device_mesh("cpu", (p,))
+check(funcol.all_reduce(data(me), "sum", mesh), sum(everyone), "funcol.all_reduce")
+check(funcol.reduce_scatter_tensor(data(me, N * p), "sum", 0, mesh),
+      sum(data(r, N * p) for r in range(p))[me * N:(me + 1) * N], "funcol.reduce_scatter_tensor")
+full = data(0, 4 * p * 3).view(4 * p, 3)
+sharded = distribute_tensor(full, mesh, [Shard(0)])
+check(sharded.redistribute(mesh, [Replicate()]).to_local(), full, "DTensor Shard(0) -> Replicate (all_gather)")
+check((sharded * 2).sum().full_tensor(), full.sum() * 2, "DTensor sum (all_reduce of partial sums)")
 # The object collectives (pickles of unequal lengths, padded by torch).
 objs = [None] * p
 dist.all_gather_object(objs, {"rank": me, "pad": "x" * (100 * me)})
