@@ -86,16 +86,29 @@ def _split_counts(t, splits, p, what):
     return [s * per_row for s in splits]
 
 
+def _contiguous(t, copies):
+    """``t`` itself when contiguous, else a contiguous copy (gloo takes such tensors too), noted in ``copies`` (unless
+    None: an input) to be copied back into ``t`` once the call has finished."""
+    if t is None or t.is_contiguous():
+        return t
+    c = t.contiguous()
+    if copies is not None:
+        copies.append((t, c))
+    return c
+
+
 class Work(dist._Work):
     """A collective in flight: ``wait()`` finishes it, ``get_future()`` gives a future completed by the group's
-    completion thread. ``post`` (copies out, AVG's division) runs once after the requests finish."""
+    completion thread. Once the requests finish, ``copies`` (pairs of a non-contiguous tensor and the contiguous copy
+    the call wrote) are copied back, then ``post`` (copies out, AVG's division) runs, once."""
 
-    def __init__(self, pg, requests, result, post=None):
+    def __init__(self, pg, requests, result, post=None, copies=()):
         super().__init__()
         self._pg = pg
         self._requests = requests
         self._result = result
         self._post = post
+        self._copies = copies
         self._future = None
         self._lock = threading.RLock()  # a future callback may wait on its own work
         self._done = False
@@ -108,6 +121,8 @@ class Work(dist._Work):
             try:
                 for r in self._requests:
                     r.wait()
+                for t, c in self._copies:
+                    t.copy_(c)
                 if self._post is not None:
                     self._post()
             except BaseException as e:  # noqa: BLE001: handed to the waiter and the future
@@ -175,7 +190,8 @@ def _joined(pg, works, result):
         for f in posts:
             f()
 
-    return Work(pg, [r for w in works for r in w._requests], result, post if posts else None)
+    copies = [c for w in works for c in w._copies]
+    return Work(pg, [r for w in works for r in w._requests], result, post if posts else None, copies)
 
 
 class _Completer:
@@ -281,24 +297,26 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         """The fabcoll communicator underneath."""
         return self._comm
 
-    def _start(self, kind, send, recv, op="sum", root=0):
+    def _start(self, kind, send, recv, copies, op="sum", root=0, **counts):
         """fabcoll's nonblocking ``kind`` on tensors ``send`` (None: in place) and ``recv``, which the native call
-        checks (CPU, dense, contiguous, a dtype fabcoll moves) and reads directly, holding them until it has
-        finished."""
-        return self._c._call(kind, send, recv, op, root, None, False, True)
+        checks (CPU, dense, a dtype fabcoll moves) and reads directly, holding them until it has finished; a
+        non-contiguous one goes through a contiguous copy (``recv``'s noted in ``copies``)."""
+        send, recv = _contiguous(send, None), _contiguous(recv, copies)
+        return self._c._call(kind, send, recv, op, root, None, False, True, **counts)
 
     def _single(self, kind, send, recv, op="sum", root=0, post=None, result=None):
-        req = self._start(kind, send, recv, op=op, root=root)
-        return Work(self, [req], result if result is not None else [recv], post)
+        copies = []
+        req = self._start(kind, send, recv, copies, op=op, root=root)
+        return Work(self, [req], result if result is not None else [recv], post, copies)
 
     # Reductions.
 
     def allreduce(self, tensors, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        reqs, divide = [], []
+        reqs, divide, copies = [], [], []
         for t in tensors:
             name, avg = _op_name(op, t.dtype)
-            reqs.append(self._start("allreduce", None, t, op=name))
+            reqs.append(self._start("allreduce", None, t, copies, op=name))
             if avg:
                 divide.append(t)
         size = self.size()
@@ -307,7 +325,7 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
             for t in divide:
                 t.div_(size)
 
-        return Work(self, reqs, tensors, post if divide else None)
+        return Work(self, reqs, tensors, post if divide else None, copies)
 
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)
@@ -339,8 +357,9 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
-        reqs = [self._start("bcast", None, t, root=root) for t in tensors]
-        return Work(self, reqs, tensors)
+        copies = []
+        reqs = [self._start("bcast", None, t, copies, root=root) for t in tensors]
+        return Work(self, reqs, tensors, None, copies)
 
     def all_gather_single(self, output, input, opts=None):
         """all_gather_into_tensor; in place when ``input`` is this rank's block of ``output`` (as FSDP calls it)."""
@@ -372,7 +391,7 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
 
         if len(set(counts)) == 1:
             return self._single("allgather", inp, flat, post=post, result=output_lists)
-        req = self._c._call("allgatherv", inp, flat, "sum", 0, None, False, True, recv_counts=counts)
+        req = self._start("allgatherv", inp, flat, None, recv_counts=counts)
         return Work(self, [req], output_lists, post)
 
     def gather(self, output_lists, inputs, opts=None):
@@ -425,9 +444,9 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         return self._alltoallv(send, send_counts, recv, recv_counts, post, outputs)
 
     def _alltoallv(self, send, send_counts, recv, recv_counts, post, result):
-        req = self._c._call("alltoallv", send, recv, "sum", 0, None, False, True, send_counts=send_counts,
-                            recv_counts=recv_counts)
-        return Work(self, [req], result, post)
+        copies = []
+        req = self._start("alltoallv", send, recv, copies, send_counts=send_counts, recv_counts=recv_counts)
+        return Work(self, [req], result, post, copies)
 
     def barrier(self, opts=None):
         return Work(self, [self._comm.ibarrier()], [])
@@ -438,8 +457,10 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
 
     def _transfer(self, kind, tensors, peer, tag):
         (t,) = tensors
-        req = self._c._transfer(kind, t, peer, tag, None, False, True)
-        return Work(self, [req], tensors)
+        copies = []
+        buf = _contiguous(t, copies if kind == "recv" else None)
+        req = self._c._transfer(kind, buf, peer, tag, None, False, True)
+        return Work(self, [req], tensors, None, copies)
 
     def send(self, tensors, dst, tag):
         return self._transfer("send", tensors, dst, tag)
