@@ -485,8 +485,8 @@ class _CpuBackend(_CBackend):
     def getBackendName(self):
         return BACKEND
 
-    # What torch's Python helpers ask a backend (batch_isend_irecv then issues each isend/irecv alone); plain
-    # values, since the bindings' own properties call back into Python and would recurse.
+    # What torch's Python helpers ask a backend (batch_isend_irecv then issues each isend/irecv alone), answered in
+    # Python: the bindings' own properties look for a Python override of themselves and recurse.
     supports_coalescing = property(lambda self: False)
     supports_splitting = property(lambda self: False)
     supports_shrinking = property(lambda self: False)
@@ -504,7 +504,7 @@ def _forward(name):
 for _name in ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_single",
               "_reduce_scatter_base", "reduce_scatter_single_coalesced", "broadcast", "allgather", "all_gather_single",
               "_allgather_base", "all_gather_single_coalesced", "gather", "scatter", "alltoall", "all_to_all_single",
-              "alltoall_base", "barrier", "send", "recv", "recv_anysource"):
+              "alltoall_base", "barrier", "send", "recv", "recv_anysource", "shutdown"):
     setattr(_CpuBackend, _name, _forward(_name))
 
 
