@@ -133,6 +133,14 @@ fn job(wire_cfg: WireConfig, cfgs: Vec<ExecConfig>) -> (Wire, Vec<Communicator>)
     (wire, comms)
 }
 
+/// A job of `p` ranks over a wire whose writes complete as they are issued: rank 0 with timeout
+/// `first`, the others with `rest`.
+fn job_with_timeouts(first: Duration, rest: Duration, p: usize) -> (Wire, Vec<Communicator>) {
+    let mut cfgs = vec![ExecConfig { timeout: rest, ..cfg() }; p];
+    cfgs[0].timeout = first;
+    job(WireConfig { inline_completion: usize::MAX, ..WireConfig::default() }, cfgs)
+}
+
 /// Issue 37.3: an engine with a core per rank of its node tells its endpoint never to yield (a
 /// yield hands an unrelated busy process a whole time slice); one whose node's ranks outnumber the
 /// cores keeps yielding, so the rank it waits for can run.
@@ -215,10 +223,7 @@ fn a_later_call_blames_whom_a_peer_gave_up_on_not_the_peer() {
 #[test]
 fn a_peer_that_finished_in_its_grace_period_does_not_fail_the_next_call() {
     watchdog(Duration::from_secs(30), || {
-        let short = ExecConfig { timeout: Duration::from_millis(300), ..cfg() };
-        let long = ExecConfig { timeout: Duration::from_secs(3), ..cfg() };
-        let wire_cfg = WireConfig { inline_completion: usize::MAX, ..WireConfig::default() };
-        let (wire, comms) = job(wire_cfg, vec![short, long]);
+        let (wire, comms) = job_with_timeouts(Duration::from_millis(300), Duration::from_secs(3), 2);
         let ranks = spawn_ranks(comms, |c| {
             let rd = Options::algorithm("recursive_doubling");
             (0..2)
@@ -262,10 +267,7 @@ fn a_peer_that_finished_in_its_grace_period_does_not_fail_the_next_call() {
 #[test]
 fn a_notice_of_a_call_the_peer_finished_stops_counting() {
     watchdog(Duration::from_secs(30), || {
-        let short = ExecConfig { timeout: Duration::from_millis(300), ..cfg() };
-        let second = ExecConfig { timeout: Duration::from_secs(1), ..cfg() };
-        let wire_cfg = WireConfig { inline_completion: usize::MAX, ..WireConfig::default() };
-        let (wire, comms) = job(wire_cfg, vec![short, second.clone(), second]);
+        let (wire, comms) = job_with_timeouts(Duration::from_millis(300), Duration::from_secs(1), 3);
         let ranks = spawn_ranks(comms, |c| {
             let linear = Options::algorithm("linear");
             let mut b = vec![f64::from(c.rank()); 30];
@@ -920,10 +922,7 @@ fn busy_writes_and_control_messages_are_retried() {
 #[test]
 fn an_abort_mid_call_names_the_silent_rank_everywhere() {
     watchdog(Duration::from_secs(30), || {
-        let short = ExecConfig { timeout: Duration::from_millis(300), ..cfg() };
-        let long = ExecConfig { timeout: Duration::from_secs(3), ..cfg() };
-        let wire_cfg = WireConfig { inline_completion: usize::MAX, ..WireConfig::default() };
-        let (wire, comms) = job(wire_cfg, vec![short, long.clone(), long]);
+        let (wire, comms) = job_with_timeouts(Duration::from_millis(300), Duration::from_secs(3), 3);
         let ranks = spawn_ranks(comms, |c| {
             let x = vec![f64::from(c.rank()) + 1.0; 30];
             let mut y = vec![0f64; 30];
