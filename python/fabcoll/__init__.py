@@ -113,6 +113,20 @@ class Communicator:
         """Reduces ``send`` (size blocks) over the ranks; rank i gets block i in ``recv``."""
         self._c._call("reduce_scatter", send, recv, op=op, dtype=dtype)
 
+    def reduce_scatterv(self, send, recv, counts, op="sum", *, dtype=None):
+        """Reduces ``send`` (blocks of ``counts[i]`` elements one after the other) over the ranks; rank i gets block i
+        in ``recv`` (MPI_Reduce_scatter)."""
+        self._v("reduce_scatterv", send, recv, None, None, counts, None, 0, dtype, True, op)
+
+    def scan(self, buf, op="sum", *, out=None, dtype=None):
+        """Inclusive prefix reduction: rank r gets buf_0 ⊕ … ⊕ buf_r, in place or into ``out``."""
+        self._call_reduction("scan", buf, out, op, 0, dtype, True)
+
+    def exscan(self, buf, op="sum", *, out=None, dtype=None):
+        """Exclusive prefix reduction: rank r > 0 gets buf_0 ⊕ … ⊕ buf_(r-1), in place or into ``out``; rank 0's is
+        left as it was."""
+        self._call_reduction("exscan", buf, out, op, 0, dtype, True)
+
     def allgatherv(self, send, recv, counts, displs=None, *, dtype=None):
         """Rank i's ``send`` (``counts[i]`` elements) at ``displs[i]`` of every rank's ``recv``."""
         self._v("allgatherv", send, recv, None, None, counts, displs, 0, dtype, True)
@@ -177,6 +191,15 @@ class Communicator:
     def ireduce_scatter(self, send, recv, op="sum", *, dtype=None):
         return self._c._call("reduce_scatter", send, recv, op=op, dtype=dtype, blocking=False)
 
+    def ireduce_scatterv(self, send, recv, counts, op="sum", *, dtype=None):
+        return self._v("reduce_scatterv", send, recv, None, None, counts, None, 0, dtype, False, op)
+
+    def iscan(self, buf, op="sum", *, out=None, dtype=None):
+        return self._call_reduction("scan", buf, out, op, 0, dtype, False)
+
+    def iexscan(self, buf, op="sum", *, out=None, dtype=None):
+        return self._call_reduction("exscan", buf, out, op, 0, dtype, False)
+
     def iallgatherv(self, send, recv, counts, displs=None, *, dtype=None):
         return self._v("allgatherv", send, recv, None, None, counts, displs, 0, dtype, False)
 
@@ -189,9 +212,11 @@ class Communicator:
     def ialltoallv(self, send, send_counts, recv, recv_counts, send_displs=None, recv_displs=None, *, dtype=None):
         return self._v("alltoallv", send, recv, send_counts, send_displs, recv_counts, recv_displs, 0, dtype, False)
 
-    def _v(self, kind, send, recv, sc, sd, rc, rd, root, dtype, blocking):
+    def _v(self, kind, send, recv, sc, sd, rc, rd, root, dtype, blocking, op="sum"):
+        if not isinstance(op, str):
+            raise Error(f"op must be a name ({', '.join(OPS)}), not {type(op).__name__}")
         ints = lambda v: None if v is None else [int(x) for x in v]  # noqa: E731: lists of numpy ints too
-        return self._c._call(kind, send, recv, root=root, dtype=dtype, blocking=blocking, send_counts=ints(sc),
+        return self._c._call(kind, send, recv, op=op, root=root, dtype=dtype, blocking=blocking, send_counts=ints(sc),
                              send_displs=ints(sd), recv_counts=ints(rc), recv_displs=ints(rd))
 
     def _call_reduction(self, kind, buf, out, op, root, dtype, blocking):

@@ -349,9 +349,25 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         return _joined(self, [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)], outputs)
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
+        """reduce_scatter; input tensors of unequal sizes (input i the size of rank i's output) go by fabcoll's
+        reduce_scatter with counts."""
         (out,) = outputs
         (inputs,) = input_lists
-        return self.reduce_scatter_single(out, _flat(inputs, "reduce_scatter"), opts)
+        counts = [t.numel() for t in inputs]
+        if len(set(counts)) == 1:
+            return self.reduce_scatter_single(out, _flat(inputs, "reduce_scatter"), opts)
+        if any(t.dtype != out.dtype for t in inputs):
+            raise Error("fabcoll backend: reduce_scatter: the input tensors' dtype differs from the output's")
+        if len(counts) != self.size() or counts[self.rank()] != out.numel():
+            raise Error(f"fabcoll backend: reduce_scatter: {len(counts)} input tensors for {self.size()} ranks, or "
+                        f"input {self.rank()} not the size of this rank's output ({out.numel()} elements)")
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        name, avg = _op_name(op, out.dtype)
+        copies = []
+        send = torch.cat([t.detach().reshape(-1) for t in inputs])
+        req = self._start("reduce_scatterv", send, out, copies, op=name, recv_counts=counts)
+        post = (lambda: out.div_(self.size())) if avg else None
+        return Work(self, [req], outputs, post, copies)
 
     # Data movement.
 

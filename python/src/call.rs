@@ -27,10 +27,13 @@ pub enum Kind {
     Scatterv,
     Allgatherv,
     Alltoallv,
+    ReduceScatterV,
+    Scan,
+    Exscan,
 }
 
 impl Kind {
-    const ALL: [(&'static str, Kind); 13] = [
+    const ALL: [(&'static str, Kind); 16] = [
         ("barrier", Kind::Barrier),
         ("bcast", Kind::Bcast),
         ("reduce", Kind::Reduce),
@@ -44,6 +47,9 @@ impl Kind {
         ("scatterv", Kind::Scatterv),
         ("allgatherv", Kind::Allgatherv),
         ("alltoallv", Kind::Alltoallv),
+        ("reduce_scatterv", Kind::ReduceScatterV),
+        ("scan", Kind::Scan),
+        ("exscan", Kind::Exscan),
     ];
 
     pub fn named(name: &str) -> PyResult<Kind> {
@@ -56,19 +62,22 @@ impl Kind {
 
     /// Whether it reduces (takes an op).
     pub fn reduces(self) -> bool {
-        matches!(self, Kind::Reduce | Kind::Allreduce | Kind::ReduceScatter)
+        matches!(
+            self,
+            Kind::Reduce | Kind::Allreduce | Kind::ReduceScatter | Kind::ReduceScatterV | Kind::Scan | Kind::Exscan
+        )
     }
 
     /// Whether a missing send buffer means in place (the receive buffer is the input too; for
     /// allgather, this rank's block of it).
     pub fn has_in_place(self) -> bool {
-        matches!(self, Kind::Reduce | Kind::Allreduce | Kind::Bcast | Kind::Allgather)
+        matches!(self, Kind::Reduce | Kind::Allreduce | Kind::Bcast | Kind::Allgather | Kind::Scan | Kind::Exscan)
     }
 
     /// Which counts (element counts per rank, MPI's v-variants) it takes: (send side, receive side).
     pub fn takes_counts(self) -> (bool, bool) {
         match self {
-            Kind::Gatherv | Kind::Allgatherv => (false, true),
+            Kind::Gatherv | Kind::Allgatherv | Kind::ReduceScatterV => (false, true),
             Kind::Scatterv => (true, false),
             Kind::Alltoallv => (true, true),
             _ => (false, false),
@@ -210,6 +219,11 @@ pub unsafe fn start<'b, S: Collectives<'b>>(s: &S, c: &Spec) -> fabcoll::Result<
             (Kind::Allgather, Some(x)) => s.allgather(x, recv),
             (Kind::Alltoall, x) => s.alltoall(x.unwrap_or(&[]), recv),
             (Kind::ReduceScatter, x) => s.reduce_scatter_block(x.unwrap_or(&[]), recv, &c.op),
+            (Kind::ReduceScatterV, x) => s.reduce_scatter(x.unwrap_or(&[]), recv, &c.recv_counts.counts, &c.op),
+            (Kind::Scan, None) => s.scan_in_place(recv, &c.op),
+            (Kind::Scan, Some(x)) => s.scan(x, recv, &c.op),
+            (Kind::Exscan, None) => s.exscan_in_place(recv, &c.op),
+            (Kind::Exscan, Some(x)) => s.exscan(x, recv, &c.op),
             (Kind::Gatherv, x) => {
                 let r = &c.recv_counts;
                 s.gatherv(x.unwrap_or(&[]), recv, &r.counts, r.displs(), c.root)

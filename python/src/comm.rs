@@ -117,6 +117,9 @@ impl Communicator {
         let (sends_counts, receives_counts) = kind.takes_counts();
         let send_counts = Counts::of(name, "send", sends_counts, send_counts, send_displs)?;
         let recv_counts = Counts::of(name, "recv", receives_counts, recv_counts, recv_displs)?;
+        if kind == Kind::ReduceScatterV && recv_counts.displs.is_some() {
+            return Err(fail("reduce_scatterv takes no recv_displs (its blocks lie one after the other)"));
+        }
         let op = if kind.reduces() { reduce_op(op)? } else { fabcoll::ReduceOp::Sum };
         if kind == Kind::Bcast && send.is_some() {
             return Err(fail("bcast takes one buffer"));

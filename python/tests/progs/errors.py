@@ -44,6 +44,8 @@ expect("alltoallv", comm.alltoallv, x, [8] * p, np.zeros(8, dtype=np.float32), [
 expect("allgatherv needs recv_counts", comm._c._call, "allgatherv", x, np.zeros(8 * p, dtype=np.float32))
 expect("allgather takes no recv_counts", comm._c._call, "allgather", x, np.zeros(8 * p, dtype=np.float32),
        recv_counts=[8] * p)
+expect("takes no recv_displs", comm._c._call, "reduce_scatterv", np.zeros(8 * p, dtype=np.float32), x,
+       recv_counts=[8] * p, recv_displs=[0] * p)
 # Bitwise ops on floats are refused by the library, with its message.
 expect("allreduce", comm.allreduce, x, "band")
 

@@ -120,6 +120,17 @@ rd = [sum(size(i, me) for i in range(p) if i > r) for r in range(p)]  # blocks i
 comm.ialltoallv(send, [size(me, j) for j in range(p)], recv, [size(i, me) for i in range(p)], recv_displs=rd).wait()
 check(recv, np.concatenate([data(10 * i + me, size(i, me), np.int32) for i in reversed(range(p))]),
       "ialltoallv reversed")
+# reduce_scatterv: blocks of counts[i] elements; scan and exscan.
+out = np.zeros(me + 1, dtype=np.float64)
+comm.reduce_scatterv(data(me, sum(counts), np.float64), out, counts, "max")
+whole = np.maximum.reduce([data(r, sum(counts), np.float64) for r in range(p)])
+check(out, whole[sum(counts[:me]):sum(counts[:me + 1])], "reduce_scatterv max")
+x = data(me, N, np.int64)
+comm.scan(x)
+check(x, sum(data(r, N, np.int64) for r in range(me + 1)), "scan in place")
+y = np.full(N, -5, dtype=np.int32)
+comm.iexscan(data(me, N, np.int32), out=y).wait()
+check(y, sum(data(r, N, np.int32) for r in range(me)) if me else np.full(N, -5, dtype=np.int32), "iexscan")
 agv = np.zeros(sum(counts), dtype=np.uint8)
 comm.iallgatherv(data(me, me + 1, np.uint8), agv, counts).wait()
 check(agv, np.concatenate([data(r, r + 1, np.uint8) for r in range(p)]), "iallgatherv")

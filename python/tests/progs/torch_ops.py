@@ -70,6 +70,9 @@ check(out, sum(data(r, N * p) for r in range(p))[me * N:(me + 1) * N], "reduce_s
 out = torch.zeros(N)
 dist.reduce_scatter(out, [data(me * 10 + j) for j in range(p)])
 check(out, sum(data(r * 10 + me) for r in range(p)), "reduce_scatter")
+out = torch.zeros(me + 1, 2)
+dist.reduce_scatter(out, [data(me * 10 + j, 2 * (j + 1)).view(-1, 2) for j in range(p)], op=dist.ReduceOp.AVG)
+check(out, sum(data(r * 10 + me, 2 * (me + 1)) for r in range(p)).view(-1, 2) / p, "reduce_scatter of unequal tensors")
 
 out = torch.zeros(N * p)
 dist.all_to_all_single(out, torch.cat([data(me * 10 + j) for j in range(p)]))
