@@ -54,13 +54,30 @@ def _op_name(op, dtype):
     raise Error(f"fabcoll backend: reduce op {op} is not supported (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)")
 
 
+def _cat(tensors):
+    """One contiguous tensor holding ``tensors`` one after the other (a copy)."""
+    return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+
 def _flat(tensors, what):
-    """One contiguous tensor holding ``tensors`` one after the other (a copy), checked equal in shape and dtype."""
+    """``_cat`` of ``tensors``, checked equal in size and dtype."""
     first = tensors[0]
     for t in tensors:
         if t.dtype != first.dtype or t.numel() != first.numel():
             raise Error(f"fabcoll backend: the tensors of {what} differ in dtype or size; fabcoll needs equal blocks")
-    return torch.cat([t.detach().reshape(-1) for t in tensors])
+    return _cat(tensors)
+
+
+def _block_counts(what, blocks, own, rank, p):
+    """The element counts of ``blocks``, one per rank, checked: one dtype with ``own``, and block ``rank`` (this
+    rank's) the size of ``own``."""
+    if any(b.dtype != own.dtype for b in blocks):
+        raise Error(f"fabcoll backend: {what}: the tensors differ in dtype")
+    counts = [b.numel() for b in blocks]
+    if len(counts) != p or counts[rank] != own.numel():
+        raise Error(f"fabcoll backend: {what}: {len(counts)} tensors for {p} ranks, or tensor {rank} not the size "
+                    f"of this rank's ({own.numel()} elements)")
+    return counts
 
 
 def _is_block_of(block, whole, i, p):
@@ -353,19 +370,13 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         reduce_scatter with counts."""
         (out,) = outputs
         (inputs,) = input_lists
-        counts = [t.numel() for t in inputs]
+        counts = _block_counts("reduce_scatter", inputs, out, self.rank(), self.size())
         if len(set(counts)) == 1:
-            return self.reduce_scatter_single(out, _flat(inputs, "reduce_scatter"), opts)
-        if any(t.dtype != out.dtype for t in inputs):
-            raise Error("fabcoll backend: reduce_scatter: the input tensors' dtype differs from the output's")
-        if len(counts) != self.size() or counts[self.rank()] != out.numel():
-            raise Error(f"fabcoll backend: reduce_scatter: {len(counts)} input tensors for {self.size()} ranks, or "
-                        f"input {self.rank()} not the size of this rank's output ({out.numel()} elements)")
+            return self.reduce_scatter_single(out, _cat(inputs), opts)
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         name, avg = _op_name(op, out.dtype)
         copies = []
-        send = torch.cat([t.detach().reshape(-1) for t in inputs])
-        req = self._start("reduce_scatterv", send, out, copies, op=name, recv_counts=counts)
+        req = self._start("reduce_scatterv", _cat(inputs), out, copies, op=name, recv_counts=counts)
         post = (lambda: out.div_(self.size())) if avg else None
         return Work(self, [req], outputs, post, copies)
 
@@ -392,13 +403,7 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         """all_gather; output tensors of unequal sizes (rank i's input the size of output i) go by allgatherv."""
         (outs,) = output_lists
         (inp,) = inputs
-        counts = [o.numel() for o in outs]
-        if any(o.dtype != inp.dtype for o in outs):
-            raise Error("fabcoll backend: all_gather: the output tensors' dtype differs from the input's")
-        if len(counts) != self.size() or counts[self.rank()] != inp.numel():
-            raise Error(f"fabcoll backend: all_gather: {len(counts)} output tensors for {self.size()} ranks, "
-                        f"output {self.rank()} of {counts[self.rank()] if self.rank() < len(counts) else 'no'} "
-                        f"elements for this rank's input of {inp.numel()}")
+        counts = _block_counts("all_gather", outs, inp, self.rank(), self.size())
         flat = torch.empty(sum(counts), dtype=inp.dtype)
 
         def post():
@@ -440,24 +445,19 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
     def alltoall(self, outputs, inputs, opts=None):
-        if len({t.dtype for t in list(outputs) + list(inputs)}) != 1:
+        everything = [*outputs, *inputs]
+        if len({t.dtype for t in everything}) != 1:
             raise Error("fabcoll backend: the tensors of alltoall differ in dtype")
-        sizes = {t.numel() for t in list(outputs) + list(inputs)}
-        if len(sizes) == 1:
-            send = _flat(inputs, "alltoall")
-            kind, send_counts, recv_counts = "alltoall", None, None
-        else:
-            send = torch.cat([t.detach().reshape(-1) for t in inputs])
-            kind, send_counts, recv_counts = "alltoallv", [t.numel() for t in inputs], [t.numel() for t in outputs]
-        recv = torch.empty(sum(o.numel() for o in outputs), dtype=outputs[0].dtype)
+        recv_counts = [o.numel() for o in outputs]
+        recv = torch.empty(sum(recv_counts), dtype=outputs[0].dtype)
 
         def post():
-            for o, chunk in zip(outputs, recv.split([o.numel() for o in outputs])):
+            for o, chunk in zip(outputs, recv.split(recv_counts)):
                 o.copy_(chunk.view_as(o))
 
-        if kind == "alltoall":
-            return self._single("alltoall", send, recv, post=post, result=outputs)
-        return self._alltoallv(send, send_counts, recv, recv_counts, post, outputs)
+        if len({t.numel() for t in everything}) == 1:
+            return self._single("alltoall", _cat(inputs), recv, post=post, result=outputs)
+        return self._alltoallv(_cat(inputs), [t.numel() for t in inputs], recv, recv_counts, post, outputs)
 
     def _alltoallv(self, send, send_counts, recv, recv_counts, post, result):
         copies = []
