@@ -61,6 +61,12 @@ class Communicator:
         """The fabric the ranks use (shm, tcp, ofi:…)."""
         return self._c.fabric
 
+    def free(self):
+        """Lets the communicator go now (MPI's ``MPI_Comm_free``): its connections, shared memory and threads are
+        released once the requests it started have finished. Later calls raise :class:`Error`; freeing again does
+        nothing."""
+        self._c.free()
+
     def dup(self):
         """A communicator over the same ranks whose traffic never mixes with this one's (collective)."""
         return Communicator(self._c.dup())

@@ -265,12 +265,17 @@ def _join(store, rank, size, timeout):
     if timeout is not None and "FABCOLL_TIMEOUT" not in os.environ:
         env["FABCOLL_TIMEOUT"] = str(timeout.total_seconds())
     own_token = os.environ.get("FABCOLL_TOKEN")
+    # torch hands a group created again after destroy_process_group the same (prefixed) store, with the keys of the
+    # group before it still there (torchrun's agent store outlives its groups; so does a store the program keeps).
+    # Each incarnation of the group has keys of its own: the k-th (from 0) is the one whose joins count k·size + 1 …
+    # (k + 1)·size, as no rank starts joining it before every rank has joined the one before.
+    keys = f"fabcoll/{(store.add('fabcoll/joins', 1) - 1) // size}/"
     if rank == 0:
         host = _local_address()
-        store.set("fabcoll/store", f"tcp://{host}:{_free_port(host)}")
-        store.set("fabcoll/token", "" if own_token else secrets.token_hex(16))
-    address = store.get("fabcoll/store").decode()
-    token = own_token or store.get("fabcoll/token").decode()
+        store.set(keys + "store", f"tcp://{host}:{_free_port(host)}")
+        store.set(keys + "token", "" if own_token else secrets.token_hex(16))
+    address = store.get(keys + "store").decode()
+    token = own_token or store.get(keys + "token").decode()
     if not token:
         raise Error("fabcoll backend: rank 0 has FABCOLL_TOKEN set but this rank has not; set it on every rank")
     env.update(FABCOLL_STORE=address, FABCOLL_TOKEN=token)
@@ -488,7 +493,10 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         raise Error("fabcoll backend: recv from any source is not supported (name the source rank)")
 
     def shutdown(self):
+        """torch's destroy_process_group: finishes the works that futures wait for, then lets the communicator go (the
+        group object itself may outlive it: torch holds it in a reference cycle through the C++ backend)."""
         self._completer.stop()
+        self._comm.free()
 
 
 class _CpuBackend(_CBackend):

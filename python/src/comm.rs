@@ -2,9 +2,11 @@
 //! collective goes through one entry, `_call`, which the Python package wraps in mpi4py-like
 //! methods (`fabcoll/__init__.py`): it exports and checks the buffers, resolves the datatype and
 //! the op, then runs the call with the GIL released (blocking) or starts it and returns a
-//! [`Request`] that holds the buffers until it has finished.
+//! [`Request`] that holds the buffers until it has finished. `free` lets the communicator go before
+//! the Python object does (torch's `destroy_process_group`: a group's object may never be
+//! collected); requests in flight keep it until they finish.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use fabcoll::Datatype;
 use pyo3::prelude::*;
@@ -17,7 +19,20 @@ use crate::request::Request;
 /// A group of ranks that run collectives together (MPI's communicator).
 #[pyclass(module = "fabcoll._native", frozen)]
 pub struct Communicator {
-    inner: Arc<fabcoll::Communicator>,
+    /// `None` once freed.
+    inner: RwLock<Option<Arc<fabcoll::Communicator>>>,
+}
+
+impl Communicator {
+    fn new(c: fabcoll::Communicator) -> Communicator {
+        Communicator { inner: RwLock::new(Some(Arc::new(c))) }
+    }
+
+    /// The communicator, unless it has been freed.
+    fn get(&self) -> PyResult<Arc<fabcoll::Communicator>> {
+        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        inner.clone().ok_or_else(|| fail("this communicator has been freed"))
+    }
 }
 
 /// The datatype of a call: `dtype` when given, else the buffers' formats or dtypes (which must
@@ -51,40 +66,49 @@ impl Communicator {
     /// the `FABCOLL_*` variables (the library's `Communicator::from_env`).
     #[staticmethod]
     fn from_env(py: Python<'_>) -> PyResult<Communicator> {
-        let c = py.detach(fabcoll::Communicator::from_env).map_err(lib)?;
-        Ok(Communicator { inner: Arc::new(c) })
+        py.detach(fabcoll::Communicator::from_env).map(Communicator::new).map_err(lib)
     }
 
     /// This process's rank.
     #[getter]
-    fn rank(&self) -> u32 {
-        self.inner.rank()
+    fn rank(&self) -> PyResult<u32> {
+        Ok(self.get()?.rank())
     }
 
     /// The number of ranks.
     #[getter]
-    fn size(&self) -> u32 {
-        self.inner.size()
+    fn size(&self) -> PyResult<u32> {
+        Ok(self.get()?.size())
     }
 
     /// The fabric this communicator runs over (`shm`, `tcp`, …).
     #[getter]
-    fn fabric(&self) -> String {
-        self.inner.fabric_name()
+    fn fabric(&self) -> PyResult<String> {
+        Ok(self.get()?.fabric_name())
+    }
+
+    /// Lets the communicator go now (MPI's `MPI_Comm_free`): its connections, shared memory and
+    /// threads are released once the requests it started have finished (they keep it meanwhile).
+    /// Later calls raise; freeing again does nothing.
+    fn free(&self, py: Python<'_>) {
+        let c = self.inner.write().unwrap_or_else(PoisonError::into_inner).take();
+        // Dropping the last handle closes the endpoint: without the GIL, as a blocking call.
+        py.detach(|| drop(c));
     }
 
     /// A communicator over the same ranks with its own traffic (collective).
     fn dup(&self, py: Python<'_>) -> PyResult<Communicator> {
-        let c = py.detach(|| self.inner.dup()).map_err(lib)?;
-        Ok(Communicator { inner: Arc::new(c) })
+        let comm = self.get()?;
+        py.detach(|| comm.dup()).map(Communicator::new).map_err(lib)
     }
 
     /// Splits by `color` (ranks with equal colors form a communicator, ordered by `key` then
     /// rank); `color=None` takes part without joining any: it returns `None` (collective).
     #[pyo3(signature = (color, key = 0))]
     fn split(&self, py: Python<'_>, color: Option<u32>, key: i32) -> PyResult<Option<Communicator>> {
-        let c = py.detach(|| self.inner.split(color, key)).map_err(lib)?;
-        Ok(c.map(|c| Communicator { inner: Arc::new(c) }))
+        let comm = self.get()?;
+        let c = py.detach(|| comm.split(color, key)).map_err(lib)?;
+        Ok(c.map(Communicator::new))
     }
 
     /// One collective: `kind` names it, `send`/`recv` are buffer-protocol objects, or torch
@@ -126,7 +150,8 @@ impl Communicator {
         }
         // In place, off the root of reduce, the buffer is only read.
         let in_place = kind.has_in_place() && send.is_none();
-        let reads_only = in_place && kind == Kind::Reduce && self.inner.rank() != root;
+        let comm = self.get()?;
+        let reads_only = in_place && kind == Kind::Reduce && comm.rank() != root;
         let (send_what, recv_what) = match (tensors, in_place) {
             (false, _) => ("send buffer", if in_place { "buffer" } else { "receive buffer" }),
             (true, true) => ("the input tensor", "the tensor"),
@@ -144,7 +169,7 @@ impl Communicator {
         let spec = Spec { kind, dt, send: send_region, recv: recv_region, op, root, send_counts, recv_counts };
         let held: Vec<Source> = send.into_iter().chain(recv).collect();
         if blocking {
-            let comm = &*self.inner;
+            let comm = &*comm;
             // SAFETY: `held` keeps the buffers exported (in place, unmoved) until the call has
             // returned; Python code that writes them from another thread meanwhile breaks MPI's
             // rule, as with mpi4py.
@@ -153,7 +178,7 @@ impl Communicator {
             return Ok(None);
         }
         // SAFETY: the request holds the exported buffers until it has finished (`Request`).
-        let calls = unsafe { self.inner.raw_calls() };
+        let calls = unsafe { comm.raw_calls() };
         // SAFETY: as above: `held` moves into the request with the raw request.
         let raw = unsafe { start(&calls, &spec) }.map_err(lib)?;
         Ok(Some(Request::new(raw, held)))
@@ -189,21 +214,25 @@ impl Communicator {
         let b = Source::get(buf, what, !outgoing, tensors)?;
         let dt = resolve_datatype(dtype, &[&b])?;
         let region = b.region(dt)?;
+        let comm = self.get()?;
         if blocking {
-            let comm = &*self.inner;
+            let comm = &*comm;
             // SAFETY: `b` keeps the buffer exported until the call has returned (as `_call`).
             py.detach(|| unsafe { transfer(comm, dt, &region, outgoing, peer, tag) }).map_err(lib)?;
             drop(b);
             return Ok(None);
         }
         // SAFETY: the request holds the exported buffer until it has finished (`Request`).
-        let calls = unsafe { self.inner.raw_calls() };
+        let calls = unsafe { comm.raw_calls() };
         // SAFETY: as above.
         let raw = unsafe { transfer(&calls, dt, &region, outgoing, peer, tag) }.map_err(lib)?;
         Ok(Some(Request::new(raw, vec![b])))
     }
 
     fn __repr__(&self) -> String {
-        format!("<fabcoll.Communicator rank {} of {} over {}>", self.inner.rank(), self.inner.size(), self.fabric())
+        match self.get() {
+            Ok(c) => format!("<fabcoll.Communicator rank {} of {} over {}>", c.rank(), c.size(), c.fabric_name()),
+            Err(_) => "<fabcoll.Communicator (freed)>".to_owned(),
+        }
     }
 }

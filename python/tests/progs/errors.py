@@ -53,4 +53,19 @@ expect("allreduce", comm.allreduce, x, "band")
 y = np.ones(8, dtype=np.float32)
 comm.allreduce(y)
 assert (y == p).all(), y
+
+# free(): a request in flight keeps the communicator until it finishes; later calls raise; freeing twice is fine.
+d = comm.dup()
+z = np.ones(1 << 16, dtype=np.float32)
+req = d.iallreduce(z)
+d.free()
+req.wait()
+assert (z == p).all(), z[:4]
+expect("freed", d.allreduce, y)
+expect("freed", d.iallreduce, y)
+expect("freed", d.dup)
+expect("freed", lambda: d.rank)
+assert "freed" in repr(d._c), repr(d._c)
+d.free()
+comm.allreduce(y)
 print("errors ok", flush=True)

@@ -2,6 +2,9 @@
 every supported operation against references computed from every rank's input. Prints the fabric the group chose,
 and "torch ok" at the end."""
 
+import os
+from datetime import timedelta
+
 import torch
 import torch.distributed as dist
 
@@ -192,5 +195,31 @@ for what, f in (("split_sizes", lambda: dist.all_to_all_single(torch.zeros(p + 1
     else:
         raise AssertionError(f"no error for {what}")
 dist.barrier()
+
+# Subgroups whose ranks are not contiguous (every rank creates both; each joins its own).
+evens, odds = dist.new_group(list(range(0, p, 2))), dist.new_group(list(range(1, p, 2)))
+mine = list(range(me % 2, p, 2))
+t = data(me)
+dist.all_reduce(t, group=evens if me % 2 == 0 else odds)
+check(t, sum(everyone[r] for r in mine), "all_reduce on a subgroup")
+dist.destroy_process_group(evens if me % 2 == 0 else odds)
+
+# A group created again on the store of an earlier one, as torchrun's agent store (or a store the program keeps)
+# is reused when a program destroys its group and initialises again: the earlier group's keys are still there.
+if me == 0:
+    kept = dist.TCPStore("127.0.0.1", 0, p, True, wait_for_workers=False)
+port = [kept.port if me == 0 else None]
+dist.broadcast_object_list(port, src=0)
+if me != 0:
+    kept = dist.TCPStore("127.0.0.1", port[0], p, False)
 dist.destroy_process_group()
+held = []  # this process's threads and open files after each group is destroyed: the same every time
+for again in range(3):
+    dist.init_process_group("fabcoll", store=kept, rank=me, world_size=p, timeout=timedelta(seconds=30))
+    t = data(me)
+    dist.all_reduce(t)
+    check(t, sum(everyone), f"all_reduce in group {again} on one store")
+    dist.destroy_process_group()
+    held.append((len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))))
+assert held[0] == held[-1], f"rank {me}: (threads, open files) after each destroyed group: {held}"
 print("torch ok", flush=True)
