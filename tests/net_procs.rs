@@ -94,6 +94,11 @@ fn tcp_split_and_dup() {
 }
 
 #[test]
+fn tcp_joins_again_on_one_store() {
+    on_fabric("tcp_joins_again_on_one_store", "tcp", 3, 3, procs::join_again);
+}
+
+#[test]
 fn tcp_bad_arguments_are_clear_errors() {
     on_fabric("tcp_bad_arguments_are_clear_errors", "tcp", 3, 9, procs::bad_arguments);
 }

@@ -95,6 +95,11 @@ fn shm_split_and_dup() {
 }
 
 #[test]
+fn shm_joins_again_on_one_store() {
+    on_shm("shm_joins_again_on_one_store", 3, 3, procs::join_again);
+}
+
+#[test]
 fn shm_bad_arguments_are_clear_errors() {
     on_shm("shm_bad_arguments_are_clear_errors", 3, 9, procs::bad_arguments);
 }

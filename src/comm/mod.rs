@@ -215,6 +215,13 @@ impl Communicator {
         let cfg = ExecConfig::from_env()?;
         let env = JobEnv::from_env()?;
         let (store, server) = env.open_store(cfg.timeout)?;
+        // A store can outlive a communicator (a launcher's, torchrun's) and a program may join
+        // again, after dropping its communicator or beside it: each join has keys of its own. Join
+        // k (from 0) of a store is the one whose counts are k·size + 1 … (k + 1)·size, since no
+        // rank starts join k + 1 before every rank has counted itself in join k (join k ends only
+        // once every rank has published its address, which it does after counting).
+        let join = (store.add("fabcoll/joins", 1)? - 1) / i64::from(env.size);
+        let key = |name: &str| format!("fabcoll/{join}/{name}");
         let me = NodeId::of_this_process()?;
         let seat = Seat::of_this_process();
         // Where the launcher does not say how many ranks share this node (FABCOLL_* without
@@ -225,20 +232,14 @@ impl Communicator {
             (None, Some(n)) if n == env.size => Backend::Shm,
             (None, Some(_)) => Backend::Tcp,
             (None, None) => {
-                match bootstrap::all_on_one_node(
-                    &*store,
-                    "fabcoll/node",
-                    env.rank,
-                    env.size,
-                    (&me, &seat),
-                    cfg.timeout,
-                )? {
+                match bootstrap::all_on_one_node(&*store, &key("node"), env.rank, env.size, (&me, &seat), cfg.timeout)?
+                {
                     true => Backend::Shm,
                     false => Backend::Tcp,
                 }
             }
         };
-        let job = format!("fabcoll-{}", env.store);
+        let job = format!("fabcoll-{}-{join}", env.store);
         let mut fcfg = Config::new(backend, env.rank as usize, env.size as usize, job);
         fcfg.timeout = cfg.timeout;
         let mut ep = fabcoll_fabric::open(&fcfg)?;
@@ -246,7 +247,7 @@ impl Communicator {
         // round.
         let placed = bootstrap::exchange_with_node(
             &*store,
-            "fabcoll/addr",
+            &key("addr"),
             env.rank,
             env.size,
             (&me, &seat),
@@ -280,7 +281,7 @@ impl Communicator {
             match fabcoll_fabric::open(&ncfg) {
                 Ok(mut node) => {
                     // Each node exchanges its addresses under its own prefix, by local rank.
-                    let name = format!("fabcoll/node{n}/addr");
+                    let name = key(&format!("node{n}/addr"));
                     let local_size = members.len() as u32;
                     let blobs = bootstrap::exchange(&*store, &name, local, local_size, &node.address()?, cfg.timeout)?;
                     node.insert_peers(&blobs)?;
@@ -305,7 +306,7 @@ impl Communicator {
         c.shares_cpus = crowded;
         c._server = server.map(Arc::new);
         c.topology = topology;
-        c.agree_with_rank_0(&*store, env.rank)?;
+        c.agree_with_rank_0(&*store, &key("protocol"), env.rank)?;
         Ok(c)
     }
 
@@ -313,17 +314,16 @@ impl Communicator {
     /// immediate width, mailbox limit), compared with rank 0's in one round of the store: a rank
     /// whose environment says otherwise stops at its start with both, where its first call would
     /// wait for messages that go another way until the timeout.
-    fn agree_with_rank_0(&self, store: &dyn bootstrap::Store, rank: u32) -> Result<()> {
-        const KEY: &str = "fabcoll/protocol";
+    fn agree_with_rank_0(&self, store: &dyn bootstrap::Store, key: &str, rank: u32) -> Result<()> {
         let (mine, timeout) = {
             let e = self.lock();
             (e.protocol_signature(), e.core.cfg.timeout)
         };
         if rank == 0 {
-            store.set(KEY, mine.as_bytes())?;
+            store.set(key, mine.as_bytes())?;
             return Ok(());
         }
-        let theirs = store.wait(KEY, timeout)?;
+        let theirs = store.wait(key, timeout)?;
         if theirs == mine.as_bytes() {
             return Ok(());
         }

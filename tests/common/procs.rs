@@ -255,6 +255,32 @@ pub fn split(c: &Communicator) -> Result<(), String> {
     run_one(&rev, Collective::Scan, None, 100_003, true)
 }
 
+/// Joining the job again on the same store (the harness's, which outlives every communicator, as
+/// a launcher's does): a second communicator beside the first, then a third after both are gone;
+/// each sums its ranks (a large vector too: zero-copy), and the first still works beside the
+/// second. Returns the number of checks.
+pub fn join_again(c: &Communicator) -> Result<usize, String> {
+    let (r, p) = (c.rank(), c.size());
+    let sums = |c: &Communicator, what: &str| -> Result<(), String> {
+        let e = ctx(c, what);
+        let mut small = [u64::from(r) + 1];
+        c.allreduce_in_place(&mut small, &ReduceOp::Sum).map_err(&e)?;
+        expect(what, &small, &[u64::from(p) * u64::from(p + 1) / 2])?;
+        let mut large = vec![f64::from(r); 1 << 18];
+        c.allreduce_in_place(&mut large, &ReduceOp::Max).map_err(&e)?;
+        expect(what, &large, &vec![f64::from(p - 1); 1 << 18])
+    };
+    let second = Communicator::from_env().map_err(|e| format!("second join rank={r}: {e}"))?;
+    sums(&second, "second join")?;
+    sums(c, "first join beside the second")?;
+    second.barrier().map_err(ctx(&second, "second join"))?; // nobody leaves while a peer may still write
+    drop(second);
+    let third = Communicator::from_env().map_err(|e| format!("third join rank={r}: {e}"))?;
+    sums(&third, "third join")?;
+    third.barrier().map_err(ctx(&third, "third join"))?;
+    Ok(3)
+}
+
 /// Bad arguments over a process fabric: each is refused on the calling rank before anything is
 /// sent (same call on every rank, as MPI requires), with a message naming the problem, and the
 /// communicator stays usable. Returns the number of refusals checked.
