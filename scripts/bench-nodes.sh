@@ -14,8 +14,11 @@
 # Each round runs every algorithm of a case in one job (`fabcoll bench --algo a,b,...`, which
 # alternates their order per size), hierarchical first in even rounds and flat first in odd ones:
 # the placement of the ranks on the cores changes from launch to launch and moves a small call's time
-# more than the algorithm does, so algorithms are compared within a launch. The time is bench's
-# avg_us (mean over ranks of each rank's mean per call). Per case and size, summary.md gives the medians over rounds of the best hierarchical
+# more than the algorithm does, so algorithms are compared within a launch. The tables are made
+# twice: with bench's avg_us (mean over ranks of each rank's mean per call), and with its max_us (the
+# slowest rank's mean per call: when the collective has finished everywhere, which is what the next
+# step of a program that uses every rank's result waits for; an algorithm whose ranks finish at
+# different times looks faster by the mean). Per case and size, summary.md gives the medians over rounds of the best hierarchical
 # and best flat time, the paired ratios best hier / best flat (one per round: < 1 = hierarchical
 # faster) and their median, in how many rounds hierarchical was ahead, and the goal of the issue
 # (≤ 1/1.4 for allgather 1 MiB and allreduce 16 MiB, ≤ 1.05 for the small sizes); then every
@@ -33,6 +36,13 @@
 #     --bin DIR         where fabcoll and fabrun are (default target/release)
 #     --out DIR         raw CSVs, logs and summary.md (default target/bench-nodes/<mode>-<time>)
 #     --summarize DIR   only rewrite DIR/summary.md from DIR/results.tsv of an earlier run
+#
+# On the bed (not --fabrun) it then measures the link's floor under the two large cases with
+# scripts/tcp-exchange.py (python3; 2 nodes × 1 rank, no fabcoll): plain TCP sending, each way at
+# once, the bytes the hierarchical algorithm must carry over a node's link (allgather: a node's k
+# blocks of 1 MiB; allreduce: the whole 16 MiB vector, which any allreduce between two nodes must
+# receive), in floor.md and at the end of summary.md. A goal whose time (goal × best flat) lies
+# below that floor cannot be met on this link by any algorithm.
 #
 # The nodes share this machine's cores and memory bus: run it on a quiet machine (nothing else
 # measuring), and compare only within one run.
@@ -52,7 +62,7 @@ while [ $# -gt 0 ]; do
     --bin) bin=${2-}; shift 2 ;;
     --out) out=${2-}; shift 2 ;;
     --summarize) summarize=${2-}; shift 2 ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
     *) echo "bench-nodes: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -60,7 +70,20 @@ write_summary() { # the tables of $out/results.tsv into $out/summary.md
   local rows="$out/results.tsv"
   {
     cat "$out/about.md"
-    awk -F'\t' -f /dev/stdin "$rows" <<'AWK'
+    echo "## Time: avg_us, the mean over ranks of each rank's mean per call"
+    echo
+    summary_tables 6 "$rows"
+    if head -n 1 "$rows" | grep -q 'max_us'; then
+      echo
+      echo "## Time: max_us, the slowest rank's mean per call (the collective finished everywhere)"
+      echo
+      summary_tables 8 "$rows"
+    fi
+    if [ -f "$out/floor.md" ]; then echo; cat "$out/floor.md"; fi
+  } > "$out/summary.md"
+}
+summary_tables() { # the tables of results.tsv ($2) with the time in its column $1
+    awk -F'\t' -v t="$1" -f /dev/stdin "$2" <<'AWK'
 function median(list,    a, n, i, j, v) {
   n = split(list, a, " ")
   for (i = 2; i <= n; i++) { v = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
@@ -72,11 +95,11 @@ NR == 1 { next }
 {
   key = $2 SUBSEP $5; kr = key SUBSEP $1
   if (!(key in goal)) { keys[++nk] = key; goal[key] = $7 }
-  if ($3 == "hier" && (!(kr in hbest) || $6 + 0 < hbest[kr])) { hbest[kr] = $6 + 0; halgo[kr] = $4 }
-  if ($3 == "flat" && (!(kr in fbest) || $6 + 0 < fbest[kr])) { fbest[kr] = $6 + 0; falgo[kr] = $4 }
+  if ($3 == "hier" && (!(kr in hbest) || $t + 0 < hbest[kr])) { hbest[kr] = $t + 0; halgo[kr] = $4 }
+  if ($3 == "flat" && (!(kr in fbest) || $t + 0 < fbest[kr])) { fbest[kr] = $t + 0; falgo[kr] = $4 }
   ka = key SUBSEP $4
   if (!(ka in times)) { algos[key] = algos[key] " " $4; cls[ka] = $3 }
-  times[ka] = times[ka] " " $6; at[ka, $1] = $6 + 0
+  times[ka] = times[ka] " " $t; at[ka, $1] = $t + 0
   if (!((key, $1) in seen)) { seen[key, $1] = 1; rounds[key] = rounds[key] " " $1 }
 }
 END {
@@ -145,7 +168,6 @@ END {
   }
 }
 AWK
-  } > "$out/summary.md"
 }
 
 if [ -n "$summarize" ]; then
@@ -196,7 +218,7 @@ grep -q "topology 2 nodes × 2 ranks" "$out/preflight.txt" || {
   echo "# Hierarchical vs flat on 2 nodes × 2 ranks"
   echo
   echo "- placement: $what"
-  echo "- rounds: $rounds (alternating order); time: bench avg_us; iterations: ${iters:-bench defaults}"
+  echo "- rounds: $rounds (alternating order); time: bench avg_us, then max_us; iterations: ${iters:-bench defaults}"
   echo "- fabcoll $(git -C "$root" describe --always --dirty 2>/dev/null || echo '?'), $(nproc) CPUs, $(uname -r), $(date -u +%FT%TZ)"
   echo "- $(grep -m1 'topology' "$out/preflight.txt" | sed 's/^\[0\] # //')"
   echo
@@ -211,7 +233,7 @@ bcast-small|bcast|8|$small_max|hier_leader|binomial linear scatter_ring_allgathe
 rows="$out/results.tsv"
 extra=()
 if [ -n "$iters" ]; then extra=(--iters "$iters" --warmup $(((iters + 9) / 10))); fi
-printf 'round\tcase\tclass\talgorithm\tbytes\tavg_us\tgoal\n' > "$rows"
+printf 'round\tcase\tclass\talgorithm\tbytes\tavg_us\tgoal\tmax_us\n' > "$rows"
 for ((r = 0; r < rounds; r++)); do
   while IFS='|' read -r name op min max hier flat goal; do
     if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then continue; fi
@@ -226,14 +248,29 @@ for ((r = 0; r < rounds; r++)); do
       --format csv --output "$base.csv" > "$base.log" 2>&1 < /dev/null; then
       echo "bench-nodes: $name failed (round $((r + 1))), see $base.log:" >&2; tail -n 20 "$base.log" >&2; exit 1
     fi
-    # Columns by name: the algorithm asked for, bytes, avg_us.
+    # Columns by name: the algorithm asked for, bytes, avg_us, max_us.
     awk -F, -v r="$r" -v c="$name" -v h=" $hier " -v g="$goal" '
       NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-      { a = $col["asked"]; printf "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r, c, index(h, " " a " ") ? "hier" : "flat", a,
-          $col["bytes"], $col["avg_us"], g }' "$base.csv" >> "$rows"
+      { a = $col["asked"]; printf "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r, c, index(h, " " a " ") ? "hier" : "flat", a,
+          $col["bytes"], $col["avg_us"], g, $col["max_us"] }' "$base.csv" >> "$rows"
   done <<< "$cases"
 done
 
+if [ "$fabrun" = 0 ] && command -v python3 > /dev/null; then
+  link=(--rate "$rate")
+  [ "$rate" = none ] && link=()
+  {
+    echo "## The link's floor (plain TCP, no fabcoll: scripts/tcp-exchange.py, 2 nodes × 1 rank)"
+    echo
+    for bytes in 2097152 16777216; do
+      bash scripts/netns-hosts.sh --nodes 2 --per-node 1 ${link[@]+"${link[@]}"} --timeout 120 -- \
+        python3 scripts/tcp-exchange.py "$bytes" 10 < /dev/null 2>&1 | sed -n 's/^\[0\] /- /p'
+    done
+    echo
+    echo "2 MiB each way is what allgather-1M's hierarchical algorithms carry over a node's link (the other node's"
+    echo "two blocks); 16 MiB each way is what any allreduce-16M between the two nodes must carry."
+  } > "$out/floor.md" || echo "bench-nodes: the floor measurement failed (see $out/floor.md)" >&2
+fi
 write_summary
 cat "$out/summary.md"
 echo "bench-nodes: raw CSVs and logs in $out/raw, every row in $rows, the tables in $out/summary.md" >&2
