@@ -256,8 +256,8 @@ pub fn split(c: &Communicator) -> Result<(), String> {
 }
 
 /// Joining the job again on the same store (the harness's, which outlives every communicator, as
-/// a launcher's does): a second communicator beside the first, then a third after both are gone;
-/// each sums its ranks (a large vector too: zero-copy), and the first still works beside the
+/// a launcher's does): a second communicator beside the first, then a third once the second is
+/// gone; each sums its ranks (a large vector too: zero-copy), and the first still works beside the
 /// second. Returns the number of checks.
 pub fn join_again(c: &Communicator) -> Result<usize, String> {
     let (r, p) = (c.rank(), c.size());
