@@ -45,6 +45,11 @@ def fabrun_binary():
     return shutil.which("fabrun")
 
 
+def test_joining_again_on_the_store_rank_0_serves():
+    for out in run_job("rejoin.py", 3):
+        assert "rejoin ok" in out, out
+
+
 @pytest.mark.skipif(fabrun_binary() is None, reason="no fabrun binary (set FABRUN or build it)")
 def test_under_fabrun():
     r = subprocess.run([fabrun_binary(), "-n", "2", sys.executable, str(PROGS / "ops.py")],

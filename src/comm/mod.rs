@@ -304,7 +304,7 @@ impl Communicator {
         let cfg = ExecConfig { local_ranks: Some(here), local_cpus: cfg.local_cpus.or(Some(cpus)), ..cfg };
         let mut c = Communicator::from_endpoint(ep, cfg)?;
         c.shares_cpus = crowded;
-        c._server = server.map(Arc::new);
+        c._server = server;
         c.topology = topology;
         c.agree_with_rank_0(&*store, &key("protocol"), env.rank)?;
         Ok(c)

@@ -18,11 +18,13 @@
 //! The store: `FABCOLL_STORE` (`tcp://host:port`, `host:port` or `file:///dir`), else
 //! `MASTER_ADDR` with `FABCOLL_STORE_PORT`, else `MASTER_ADDR` and `MASTER_PORT + 1` (torchrun's
 //! own store already holds `MASTER_PORT`). A TCP store is served by rank 0 unless
-//! `FABCOLL_STORE_SERVER=launcher` says a launcher (fabrun) serves it. Every rank needs the same
-//! secret `FABCOLL_TOKEN` for a TCP store.
+//! `FABCOLL_STORE_SERVER=launcher` says a launcher (fabrun) serves it; rank 0's server lives while
+//! a communicator of its process holds it, and a join beside one (on the same address) shares it.
+//! Every rank needs the same secret `FABCOLL_TOKEN` for a TCP store.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use super::{BootstrapError, FileStore, Result, Store, TcpStore, TcpStoreServer};
@@ -192,8 +194,9 @@ impl JobEnv {
     }
 
     /// Opens the store: a file store, or a TCP store that rank 0 serves (returned alongside, to
-    /// be kept alive for the job) unless a launcher serves it.
-    pub fn open_store(&self, timeout: Duration) -> Result<(Box<dyn Store>, Option<TcpStoreServer>)> {
+    /// be kept alive for the job; the server of an earlier join of this process that is still
+    /// alive, on the same address and token, when there is one) unless a launcher serves it.
+    pub fn open_store(&self, timeout: Duration) -> Result<(Box<dyn Store>, Option<Served>)> {
         match &self.store {
             StoreAddr::File(dir) => Ok((Box::new(FileStore::new(dir)?), None)),
             StoreAddr::Tcp(addr) => {
@@ -206,7 +209,7 @@ impl JobEnv {
                         .map_err(BootstrapError::io(format!("resolving {addr}")))?
                         .next()
                         .ok_or_else(|| BootstrapError::Config(format!("{addr} resolves to nothing")))?;
-                    Some(TcpStoreServer::start(bind, token)?)
+                    Some(serve(bind, token)?)
                 } else {
                     None
                 };
@@ -215,6 +218,28 @@ impl JobEnv {
             }
         }
     }
+}
+
+/// Rank 0's store server, shared by the joins of this process that use it.
+pub type Served = Arc<TcpStoreServer>;
+
+/// The store servers this process runs as rank 0: (address, token, server). A second join while
+/// the first's communicator lives could not bind the address again; it shares the server instead.
+static SERVING: Mutex<Vec<(SocketAddr, String, Weak<TcpStoreServer>)>> = Mutex::new(Vec::new());
+
+/// The live server of this process at `bind` with `token`, else a new one.
+fn serve(bind: SocketAddr, token: &str) -> Result<Arc<TcpStoreServer>> {
+    let mut serving = SERVING.lock().unwrap_or_else(PoisonError::into_inner);
+    serving.retain(|(_, _, server)| server.strong_count() > 0);
+    // Port 0 names no address to share (each bind picks another).
+    let shared = |at: &SocketAddr, t: &str| bind.port() != 0 && *at == bind && t == token;
+    let live = serving.iter().find(|(at, t, _)| shared(at, t)).and_then(|(_, _, s)| s.upgrade());
+    if let Some(server) = live {
+        return Ok(server);
+    }
+    let server = Arc::new(TcpStoreServer::start(bind, token)?);
+    serving.push((bind, token.to_owned(), Arc::downgrade(&server)));
+    Ok(server)
 }
 
 /// The tasks Slurm runs on this node, from `SLURM_TASKS_PER_NODE` (e.g. `2(x3),1`: 2 on each of
@@ -246,6 +271,25 @@ mod tests {
     fn env(pairs: &[(&str, &str)]) -> Result<JobEnv> {
         let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         JobEnv::from_vars(|k| m.get(k).cloned())
+    }
+
+    /// Rank 0 joining again beside a live communicator shares its store server (a second bind of
+    /// the address would fail); once every holder is gone the address is free for a new one.
+    #[test]
+    fn rank_0_shares_its_live_store_server() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let store = format!("tcp://127.0.0.1:{port}");
+        let e = env(&[("FABCOLL_RANK", "0"), ("FABCOLL_SIZE", "2"), ("FABCOLL_STORE", &store), ("FABCOLL_TOKEN", "t")])
+            .unwrap();
+        let (a, first) = e.open_store(Duration::from_secs(5)).unwrap();
+        let (b, second) = e.open_store(Duration::from_secs(5)).unwrap();
+        let (first, second) = (first.expect("rank 0 serves"), second.expect("rank 0 serves"));
+        assert!(Arc::ptr_eq(&first, &second), "one server for both joins");
+        assert_eq!(a.add("n", 1).unwrap() + b.add("n", 1).unwrap(), 3, "one table behind both clients");
+        drop((a, b, first, second));
+        let (c, third) = e.open_store(Duration::from_secs(5)).unwrap();
+        assert!(third.is_some());
+        assert_eq!(c.add("n", 1).unwrap(), 1, "a new server once the old one is gone");
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub(crate) mod tcp;
 
 use std::time::{Duration, Instant};
 
-pub use env::{JobEnv, StoreAddr};
+pub use env::{JobEnv, Served, StoreAddr};
 pub use error::BootstrapError;
 pub use file::FileStore;
 pub use node::{all_on_one_node, exchange_with_node, NodeId, Placed};
