@@ -9,7 +9,7 @@
 # one node) and each finds its own address by the route to the store (FABCOLL_TCP_ADDR unset).
 # Ranks of one node reach each other over that namespace's loopback, which --rate does not limit.
 #
-#   sudo scripts/netns-hosts.sh [--nodes N] [--per-node K] [--rate RATE] [--link-down I@S] [--timeout S] -- PROG [ARGS...]
+#   sudo scripts/netns-hosts.sh [--nodes N] [--per-node K] [--rate RATE] [--link-down I@S] [--no-pin] [--timeout S] -- PROG [ARGS...]
 #     --nodes N, -n N  nodes, one namespace each (default 2; at most 200)
 #     --per-node K     ranks per node (default 1; at most 64)
 #     --rate RATE      each node's link speed, tc tbf syntax (e.g. 10gbit, 1gbit), both directions:
@@ -17,6 +17,10 @@
 #                      switch port), as a full-duplex NIC; default: unshaped (veth speed)
 #     --link-down I@S  take node I's link down S seconds (decimals allowed) after the ranks start, as
 #                      a cable pulled or a switch port failing (the fault matrix of issue 37)
+#     --no-pin         let the ranks run on any of this machine's CPUs; by default each node's ranks
+#                      are bound (taskset) to a share of them, as if each node had cores of its own:
+#                      C CPUs over N nodes give node i CPUs i·C/N … (i+1)·C/N − 1 when C ≥ N, else
+#                      CPU i mod C (then nodes share CPUs)
 #     --timeout S      kill the job after S seconds (default 300)
 #
 # Needs root (ip netns, ip link, tc from iproute2). Traffic stays inside namespaces this script
@@ -27,16 +31,17 @@
 # (FABCOLL_YIELD=1 unless set), which each rank, seeing only its node's ranks, could not know.
 set -euo pipefail
 
-nodes=2 per=1 rate="" limit=300 down=""
+nodes=2 per=1 rate="" limit=300 down="" pin=1
 while [ $# -gt 0 ]; do
   case "$1" in
     -n|--nodes) nodes=${2-}; shift 2 ;;
     --per-node) per=${2-}; shift 2 ;;
     --rate) rate=${2-}; shift 2 ;;
     --link-down) down=${2-}; shift 2 ;;
+    --no-pin) pin=0; shift ;;
     --timeout) limit=${2-}; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "netns-hosts: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -49,6 +54,7 @@ number --timeout "$limit"
 [ "$per" -ge 1 ] && [ "$per" -le 64 ] || { echo "netns-hosts: --per-node must be 1..64" >&2; exit 2; }
 command -v ip >/dev/null || { echo "netns-hosts: needs ip (iproute2)" >&2; exit 2; }
 if [ -n "$rate" ]; then command -v tc >/dev/null || { echo "netns-hosts: --rate needs tc (iproute2)" >&2; exit 2; }; fi
+if [ "$pin" = 1 ]; then command -v taskset >/dev/null || { echo "netns-hosts: pinning needs taskset (util-linux; --no-pin)" >&2; exit 2; }; fi
 down_node="" down_after=""
 if [ -n "$down" ]; then
   down_node=${down%@*} down_after=${down#*@}
@@ -93,10 +99,19 @@ done
 
 if [ -z "${FABCOLL_YIELD:-}" ] && [ "$size" -gt "$(nproc)" ]; then export FABCOLL_YIELD=1; fi
 token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+cpus=$(nproc)
 for ((i = 0; i < nodes; i++)); do
+  bind=()
+  if [ "$pin" = 1 ]; then
+    if [ "$cpus" -ge "$nodes" ]; then
+      bind=(taskset -c "$((i * cpus / nodes))-$(((i + 1) * cpus / nodes - 1))")
+    else
+      bind=(taskset -c "$((i % cpus))")
+    fi
+  fi
   for ((l = 0; l < per; l++)); do
     r=$((i * per + l))
-    ip netns exec "$tag-h$i" env FABCOLL_RANK=$r FABCOLL_SIZE=$size FABCOLL_LOCAL_RANK=$l \
+    ip netns exec "$tag-h$i" ${bind[@]+"${bind[@]}"} env FABCOLL_RANK=$r FABCOLL_SIZE=$size FABCOLL_LOCAL_RANK=$l \
       FABCOLL_LOCAL_SIZE=$per FABCOLL_NODE="node$i" FABCOLL_TOKEN="$token" \
       FABCOLL_STORE="tcp://10.250.0.1:29600" timeout "$limit" "$@" \
       > >(sed -u "s/^/[$r] /") 2> >(sed -u "s/^/[$r] /" >&2) </dev/null &
