@@ -22,7 +22,7 @@ mod request;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fabcoll_collectives::registry;
 use fabcoll_collectives::{CollArgs, Params, Topology};
@@ -214,6 +214,24 @@ impl Communicator {
         // The bootstrap's timeout; the executor's settings follow once the fabric is known.
         let cfg = ExecConfig::from_env()?;
         let env = JobEnv::from_env()?;
+        // A store that rank 0 serves stops with rank 0's last communicator on it, so a rank that
+        // joins again quickly may reach the old server, which then goes away under its join: it
+        // joins again from the start, on the server rank 0 starts for the new join.
+        let retry = !env.launcher_serves && env.rank != 0 && matches!(env.store, bootstrap::StoreAddr::Tcp(_));
+        let deadline = Instant::now() + cfg.timeout;
+        loop {
+            match Communicator::join_once(&cfg, &env) {
+                Err(e) if retry && store_went_away(&e) && Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "the store went away during the join: joining again");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                joined => return joined,
+            }
+        }
+    }
+
+    /// One attempt of [`Communicator::join_env`].
+    fn join_once(cfg: &ExecConfig, env: &JobEnv) -> Result<Communicator> {
         let (store, server) = env.open_store(cfg.timeout)?;
         // A store can outlive a communicator (a launcher's, torchrun's) and a program may join
         // again, after dropping its communicator or beside it: each join has keys of its own. Join
@@ -663,6 +681,13 @@ impl Communicator {
     pub fn timeout(&self) -> Duration {
         self.lock().core.cfg.timeout
     }
+}
+
+/// Whether a join failed because its connection to the store ended (the server stopped under it).
+fn store_went_away(e: &Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    matches!(e, Error::Bootstrap(bootstrap::BootstrapError::Io { source, .. })
+        if matches!(source.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe))
 }
 
 impl Drop for Communicator {

@@ -52,7 +52,8 @@ pub(crate) struct Table {
     changed: Condvar,
 }
 
-/// A running store server. Dropping it stops accepting and closes idle connections.
+/// A running store server. Dropping it stops accepting and ends every connection (idle ones
+/// within a second, others at their next request or a wait's next check).
 pub struct TcpStoreServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -166,6 +167,12 @@ fn serve(mut s: TcpStream, peer: SocketAddr, table: &Table, token: &[u8], stop: 
             e => e,
         })?;
         let (status, payload) = answer(table, req, stop);
+        if stop.load(Ordering::Acquire) {
+            // The server is going away: its clients see their connections end rather than answers
+            // from a table nobody serves any more (a rank joining again starts over on the server
+            // that replaces it).
+            return Ok(());
+        }
         s.write_all(&encode_response(status, &payload)).map_err(BootstrapError::io("store response"))?;
         s.set_read_timeout(Some(Duration::from_secs(1))).map_err(BootstrapError::io("store connection"))?;
     }
