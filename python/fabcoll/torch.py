@@ -326,9 +326,9 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         send, recv = _contiguous(send, None), _contiguous(recv, copies)
         return self._c._call(kind, send, recv, op, root, None, False, True, **counts)
 
-    def _single(self, kind, send, recv, op="sum", root=0, post=None, result=None):
+    def _single(self, kind, send, recv, op="sum", root=0, post=None, result=None, **counts):
         copies = []
-        req = self._start(kind, send, recv, copies, op=op, root=root)
+        req = self._start(kind, send, recv, copies, op=op, root=root, **counts)
         return Work(self, [req], result if result is not None else [recv], post, copies)
 
     # Reductions.
@@ -360,10 +360,16 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         return self._single("reduce", None, t, op=name, root=root, post=post, result=tensors)
 
     def reduce_scatter_single(self, output, input, opts=None):
+        return self._reduce_scatter(output, input, opts)
+
+    def _reduce_scatter(self, output, input, opts, counts=None):
+        """reduce_scatter of ``input`` into ``output``: in equal blocks, or in blocks of ``counts`` elements."""
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         name, avg = _op_name(op, output.dtype)
         post = (lambda: output.div_(self.size())) if avg else None
-        return self._single("reduce_scatter", input, output, op=name, post=post)
+        if counts is None:
+            return self._single("reduce_scatter", input, output, op=name, post=post)
+        return self._single("reduce_scatterv", input, output, op=name, post=post, recv_counts=counts)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -376,14 +382,7 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         (out,) = outputs
         (inputs,) = input_lists
         counts = _block_counts("reduce_scatter", inputs, out, self.rank(), self.size())
-        if len(set(counts)) == 1:
-            return self.reduce_scatter_single(out, _cat(inputs), opts)
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        name, avg = _op_name(op, out.dtype)
-        copies = []
-        req = self._start("reduce_scatterv", _cat(inputs), out, copies, op=name, recv_counts=counts)
-        post = (lambda: out.div_(self.size())) if avg else None
-        return Work(self, [req], outputs, post, copies)
+        return self._reduce_scatter(out, _cat(inputs), opts, None if len(set(counts)) == 1 else counts)
 
     # Data movement.
 
@@ -417,8 +416,7 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
 
         if len(set(counts)) == 1:
             return self._single("allgather", inp, flat, post=post, result=output_lists)
-        req = self._start("allgatherv", inp, flat, None, recv_counts=counts)
-        return Work(self, [req], output_lists, post)
+        return self._single("allgatherv", inp, flat, post=post, result=output_lists, recv_counts=counts)
 
     def gather(self, output_lists, inputs, opts=None):
         (inp,) = inputs
@@ -445,7 +443,7 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
             return self._single("alltoall", input, output)
         send_counts = _split_counts(input, input_split_sizes, self.size(), "input")
         recv_counts = _split_counts(output, output_split_sizes, self.size(), "output")
-        return self._alltoallv(input, send_counts, output, recv_counts, None, [output])
+        return self._single("alltoallv", input, output, send_counts=send_counts, recv_counts=recv_counts)
 
     alltoall_base = all_to_all_single
 
@@ -462,12 +460,8 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
 
         if len({t.numel() for t in everything}) == 1:
             return self._single("alltoall", _cat(inputs), recv, post=post, result=outputs)
-        return self._alltoallv(_cat(inputs), [t.numel() for t in inputs], recv, recv_counts, post, outputs)
-
-    def _alltoallv(self, send, send_counts, recv, recv_counts, post, result):
-        copies = []
-        req = self._start("alltoallv", send, recv, copies, send_counts=send_counts, recv_counts=recv_counts)
-        return Work(self, [req], result, post, copies)
+        return self._single("alltoallv", _cat(inputs), recv, post=post, result=outputs,
+                            send_counts=[t.numel() for t in inputs], recv_counts=recv_counts)
 
     def barrier(self, opts=None):
         return Work(self, [self._comm.ibarrier()], [])

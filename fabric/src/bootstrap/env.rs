@@ -228,7 +228,7 @@ pub type Served = Arc<TcpStoreServer>;
 static SERVING: Mutex<Vec<(SocketAddr, String, Weak<TcpStoreServer>)>> = Mutex::new(Vec::new());
 
 /// The live server of this process at `bind` with `token`, else a new one.
-fn serve(bind: SocketAddr, token: &str) -> Result<Arc<TcpStoreServer>> {
+fn serve(bind: SocketAddr, token: &str) -> Result<Served> {
     let mut serving = SERVING.lock().unwrap_or_else(PoisonError::into_inner);
     serving.retain(|(_, _, server)| server.strong_count() > 0);
     // Port 0 names no address to share (each bind picks another).
