@@ -2,6 +2,7 @@
 
 use crate::registry::Algorithm;
 
+mod binary_tree;
 pub(crate) mod binomial;
 mod hier_leader;
 mod hier_scatter_ring;
@@ -15,6 +16,7 @@ pub(crate) const ALGORITHMS: &[Algorithm] = &[
     scatter_recursive_doubling_allgather::ALGORITHM,
     scatter_ring_allgather::ALGORITHM,
     linear::ALGORITHM,
+    binary_tree::ALGORITHM,
     hier_leader::ALGORITHM,
     hier_scatter_ring::ALGORITHM,
 ];
