@@ -11,17 +11,19 @@
 #                      alltoall that is the block per rank / pair, as `fabcoll bench` takes it
 #     --rounds N       alternating rounds (default: 3)
 #     --in-place       the calls in place (allreduce, allgather, alltoall: `fabcoll bench --in-place`)
+#     --sync S         none (default: back to back, as mpibench times) or barrier (OSU: an untimed
+#                      barrier after every call, so each call's own latency)
 #     --bin DIR        where fabrun and fabcoll are (default: this tree's release build)
 #     --out DIR        results (default: target/bench-algs)
 # `auto` is always measured too. Writes OUT/raw.csv (round,op,fabric,p,algo,chosen,bytes,usec) and
 # OUT/summary.md: per p and size, the median µs of each row, the best forced row, auto / best (the
 # median over rounds of the per-round ratio) and what auto chose. Timed iterations: 200 up to
-# 1 MiB, fewer in proportion above (at least 20), back to back (--sync none). BENCH_LIMIT (seconds,
+# 1 MiB, fewer in proportion above (at least 20), back to back unless --sync says. BENCH_LIMIT (seconds,
 # default 600) bounds each launch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 limit=${BENCH_LIMIT:-600} op="" algos="" procs=4 fabric=shm min=64K max=64M rounds=3 bin="" out=target/bench-algs
-in_place=()
+in_place=() sync=none
 while [ $# -gt 0 ]; do
   case "$1" in
     --op) op=$2; shift 2 ;;
@@ -32,9 +34,10 @@ while [ $# -gt 0 ]; do
     --max) max=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --in-place) in_place=(--in-place); shift ;;
+    --sync) sync=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "bench-algs: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -53,7 +56,7 @@ for round in $(seq "$rounds"); do
   for p in $procs; do
     echo "bench-algs: round $round $op p=$p $list" >&2
     if ! timeout "$limit" "$bin/fabrun" -n "$p" --fabric "$fabric" --timeout $((limit - 20)) "$bin/fabcoll" bench --op "$op" \
-        --algo "$list" --min-size "$min" --max-size "$max" --iters 200 --warmup 21 --large-size 1M --sync none \
+        --algo "$list" --min-size "$min" --max-size "$max" --iters 200 --warmup 21 --large-size 1M --sync "$sync" \
         "${in_place[@]}" --format csv --output "$out/one.csv" >"$out/one.log" 2>&1; then
       echo "bench-algs: $op p=$p round $round failed:" >&2
       tail -3 "$out/one.log" >&2
@@ -65,7 +68,7 @@ for round in $(seq "$rounds"); do
 done
 rm -f "$out/one.csv" "$out/one.log"
 {
-  echo "# $op${in_place:+ in place}: forced algorithms and auto ($fabric, $(nproc) cores, $rounds alternating rounds, $(date -u +%Y-%m-%dT%H:%MZ))"
+  echo "# $op${in_place:+ in place}: forced algorithms and auto ($fabric, --sync $sync, $(nproc) cores, $rounds alternating rounds, $(date -u +%Y-%m-%dT%H:%MZ))"
   echo
   echo "Median µs per row; best = the fastest forced row; auto/best = median over rounds of the"
   echo "per-round ratio of auto to that row; chose = auto's choice."

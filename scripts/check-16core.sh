@@ -14,19 +14,28 @@
 # Each stage's table is appended to summary.md:
 #   1. host.txt: the machine and its memcpy bandwidth (membw, the floor of large messages);
 #   2. fabcoll shm against Open MPI vader, all four ops, 8 B-16 MiB (bench-vs-openmpi.sh);
-#   3. forced allreduce algorithms and auto, 8 B-16 MiB, at each p (bench-algs.sh);
+#   3. forced allreduce algorithms and auto, 8 B-16 MiB, at each p (bench-algs.sh), the single
+#      reducer (reduce_bcast), shmem_parallel and shmem_cyclic among them;
 #   4. forced alltoall algorithms and auto at the largest p, 8 B-1 MiB per block;
 #   5. the first of --tcp-fabrics (default tcp, then ofi:tcp) against Open MPI's tcp BTL on lo;
-#   6. forced bcast algorithms and auto over tcp at the largest p, 4 KiB-4 MiB (where the binomial
-#      tree should give way to scatter + allgather on a network);
-#   7. the other --tcp-fabrics against Open MPI's tcp BTL;
-#   8. `fabcoll tune` of allreduce and alltoall on shm at the largest p until the deadline, when a
+#   6. the other --tcp-fabrics against Open MPI's tcp BTL;
+#   7. Open MPI's own bcast algorithms over its tcp BTL at each p, 8 B-16 KiB, each forced with
+#      coll_tuned_bcast_algorithm (0: its fixed decision): ompi-bcast.md, what fabcoll's small
+#      bcasts are up against;
+#   8. forced allgather algorithms and auto over each of --tcp-fabrics at the largest p, 256 KiB-8 MiB
+#      in all (recursive doubling against the ring), and alltoall ones, 64 B-8 KiB per block;
+#   9. forced bcast algorithms and auto over tcp at each p, 8 B-4 MiB back to back (where the
+#      binomial tree should give way to scatter + allgather on a network, and to the binary tree,
+#      whose ranks send at most twice, at small sizes), then 8 B-64 KiB with a barrier after each
+#      call (each call's own latency, where the binary tree's longer path shows);
+#  10. (only when named in --stages) in-place allreduce on heap buffers, as torch calls it, with and
+#      without the pulled reductions (FABCOLL_PULL_REDUCE=0), alternating, from 1 MiB to the largest
+#      size, at each p: pulls.md (with / without, median over rounds of the per-round ratio);
+#  11. `fabcoll tune` of allreduce and alltoall on shm at the largest p until the deadline, when a
 #      minute is left: tune-decisions.json (this machine's rules) and tune-log.jsonl (its measured
-#      points; pass it back with --tune-log to resume where it stopped);
-#   9. (only when named in --stages; runs before 8) in-place allreduce on heap buffers, as torch calls
-#      it, with and without the pulled reductions (FABCOLL_PULL_REDUCE=0), alternating, from 1 MiB to the largest size, at
-#      each p: pulls.md (with / without, median over rounds of the per-round ratio).
-# raw.csv holds every measurement of stages 2-7 (bench-algs rows, then bench-vs-openmpi's).
+#      points; pass it back with --tune-log to resume where it stopped).
+# raw.csv holds every measurement of stages 2-9 (bench-algs rows, then bench-vs-openmpi's and
+# Open MPI's forced bcasts).
 # --small: a trial of the whole path here (p = 2, small sizes, one round).
 # --stages runs only the stages named; --ops and --min narrow the comparisons with Open MPI (and
 # --min the allreduce rows); --baseline-env VAR=VALUE runs fabcoll a second time in every run of
@@ -35,7 +44,7 @@
 set -u
 cd "$(dirname "$0")/.."
 bundle=target/devb out=${OUT:-/tmp/check-16core} deadline=450 procs="8 16" runs=2 rounds=2 small=0
-tcp_fabrics="tcp ofi:tcp" tune_log="" stages="1 2 3 4 5 6 7 8" ops="allreduce bcast allgather alltoall" vs_min=8
+tcp_fabrics="tcp ofi:tcp" tune_log="" stages="1 2 3 4 5 6 7 8 9 11" ops="allreduce bcast allgather alltoall" vs_min=8
 baseline_env=""
 export BENCH_LIMIT=${BENCH_LIMIT:-90}
 while [ $# -gt 0 ]; do
@@ -53,7 +62,7 @@ while [ $# -gt 0 ]; do
     --ops) ops=$2; shift 2 ;;
     --min) vs_min=$2; shift 2 ;;
     --baseline-env) baseline_env=$2; shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "check-16core: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -68,9 +77,11 @@ left() { # stage name: is it asked for, and is there time for it?
   if [ "$SECONDS" -ge "$deadline" ]; then say "skipped $1: past the deadline of $deadline s"; return 1; fi
   say "stage $1"
 }
-ar_min=$vs_min ar_max=16M a2a_min=8 a2a_max=1M bc_max=4M vs_max=16777216
+ar_min=$vs_min ar_max=16M a2a_min=8 a2a_max=1M bc_max=4M vs_max=16777216 ag_total_min=262144 ag_total_max=8388608
+ob_max=16384 a2a_net_max=8K bc_lat_max=64K
 if [ "$small" = 1 ]; then
-  procs=2 runs=1 rounds=1 ar_min=64K ar_max=256K a2a_min=1K a2a_max=4K bc_max=8K vs_max=4096
+  procs=2 runs=1 rounds=1 ar_min=64K ar_max=256K a2a_min=1K a2a_max=4K bc_max=8K vs_max=4096 ag_total_min=4096
+  ag_total_max=16384 ob_max=64 a2a_net_max=256 bc_lat_max=64
 fi
 largest=${procs##* }
 
@@ -90,9 +101,9 @@ if left "1 (host, membw)"; then
   timeout 60 "$D/bin/fabrun" -n 4 --fabric shm --timeout 50 "$D/bin/fabcoll" bench --op allreduce --max-size 64K \
     --iters 10 --warmup 1 --check >>"$log" 2>&1 || say "shm smoke test failed (see above)"
 fi
-algs() { # op algos procs min max name [fabric]
+algs() { # op algos procs min max name [fabric [sync]]
   scripts/bench-algs.sh --op "$1" --algos "$2" --procs "$3" --min "$4" --max "$5" --rounds "$rounds" --bin "$D/bin" \
-    --fabric "${7:-shm}" \
+    --fabric "${7:-shm}" --sync "${8:-none}" \
     --out "$D/algs-$6" >>"$log" 2>&1 || say "bench-algs $1 failed"
   { echo; cat "$D/algs-$6/summary.md"; } >>"$out/summary.md" 2>/dev/null
   tail -n +2 "$D/algs-$6/raw.csv" 2>/dev/null | sed 's/^/algs,/' >>"$out/raw.csv"
@@ -112,7 +123,7 @@ vs() { # fabrics name
 }
 if left "2 (shm against Open MPI)"; then vs shm shm; fi
 if left "3 (allreduce algorithms)"; then
-  algs allreduce "recursive_doubling shmem_cyclic shmem_parallel rabenseifner rsag_pairwise_ring" "$procs" "$ar_min" "$ar_max" allreduce
+  algs allreduce "recursive_doubling reduce_bcast shmem_cyclic shmem_parallel rabenseifner rsag_pairwise_ring" "$procs" "$ar_min" "$ar_max" allreduce
 fi
 if left "4 (alltoall algorithms)"; then
   algs alltoall "bruck simple spreading_simple pairwise_xor pairwise_matching pair_light_barrier" "$largest" \
@@ -120,11 +131,44 @@ if left "4 (alltoall algorithms)"; then
 fi
 first_tcp=${tcp_fabrics%% *} other_tcp=${tcp_fabrics#"$first_tcp"}
 if left "5 ($first_tcp against Open MPI)"; then vs "$first_tcp" tcp; fi
-if left "6 (bcast algorithms over tcp)"; then
-  algs bcast "binomial scatter_recursive_doubling_allgather scatter_ring_allgather" "$largest" 4K "$bc_max" bcast-tcp tcp
+if [ -n "${other_tcp// /}" ] && left "6 ($other_tcp against Open MPI)"; then vs "$other_tcp" tcp-other; fi
+if left "7 (Open MPI's bcast algorithms over tcp)"; then
+  ob="$D/ompi-bcast" && rm -rf "$ob" && mkdir -p "$ob"
+  ompi_tcp=(mpiexec.openmpi --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo --mca pml ob1
+    --mca btl tcp,self --mca btl_tcp_if_include lo --mca coll_tuned_use_dynamic_rules 1)
+  # 0 is Open MPI's fixed decision; 1-9 its bcast algorithms in 4.1 (a number it lacks fails and is left out)
+  for p in $procs; do for alg in 0 1 2 3 4 5 6 7 8 9; do
+    if timeout 60 "${ompi_tcp[@]}" --mca coll_tuned_bcast_algorithm "$alg" -n "$p" "$D/bin/mpibench" bcast 8 "$ob_max" \
+        >"$ob/one.log" 2>&1; then
+      awk -v p="$p" -v a="$alg" '/^[0-9]+ [0-9.]+$/ { print p "," a "," $1 "," $2 }' "$ob/one.log" >>"$ob/raw.csv"
+    else
+      say "Open MPI bcast algorithm $alg p=$p failed: $(tail -1 "$ob/one.log")"
+    fi
+  done; done
+  sed 's/^/ompi-bcast,/' "$ob/raw.csv" >>"$out/raw.csv" 2>/dev/null
+  # one row per (p, algorithm), one column per size
+  sort -t, -k1,1n -k2,2n -k3,3n "$ob/raw.csv" 2>/dev/null | awk -F, '
+    { if (!($3 in seen)) { seen[$3] = 1; sizes[++ns] = $3 } k = $1 "," $2; if (!(k in row)) keys[++nk] = k
+      row[k] = 1; us[k "," $3] = $4 }
+    END { printf "# Open MPI bcast over its tcp BTL, each algorithm forced (coll_tuned_bcast_algorithm; 0: its fixed decision), µs\n\n| p | algorithm |"
+          for (i = 1; i <= ns; i++) printf " %s |", sizes[i]; printf "\n|---|---|"; for (i = 1; i <= ns; i++) printf "---:|"; printf "\n"
+          for (j = 1; j <= nk; j++) { split(keys[j], f, ","); printf "| %s | %s |", f[1], f[2]
+            for (i = 1; i <= ns; i++) printf " %s |", us[keys[j] "," sizes[i]]; printf "\n" } }' >"$ob/ompi-bcast.md"
+  { echo; cat "$ob/ompi-bcast.md"; } >>"$out/summary.md"
 fi
-if [ -n "${other_tcp// /}" ] && left "7 ($other_tcp against Open MPI)"; then vs "$other_tcp" tcp-other; fi
-if left "9 (in-place allreduce with and without pulls)"; then
+if left "8 (allgather and alltoall algorithms over the tcp fabrics)"; then
+  for f in $tcp_fabrics; do
+    algs allgather "recursive_doubling ring bruck" "$largest" $((ag_total_min / largest)) $((ag_total_max / largest)) \
+      "allgather-${f/:/-}" "$f"
+    algs alltoall "bruck simple spreading_simple pairwise_xor" "$largest" 64 "$a2a_net_max" "alltoall-${f/:/-}" "$f"
+  done
+fi
+if left "9 (bcast algorithms over tcp)"; then
+  bc_algos="binomial binary_tree linear scatter_recursive_doubling_allgather scatter_ring_allgather"
+  algs bcast "$bc_algos" "$procs" 8 "$bc_max" bcast-tcp tcp
+  algs bcast "binomial binary_tree linear" "$procs" 8 "$bc_lat_max" bcast-tcp-barrier tcp barrier
+fi
+if left "10 (in-place allreduce with and without pulls)"; then
   pulls="$D/pulls" && rm -rf "$pulls" && mkdir -p "$pulls"
   pull_min=1M; [ "$small" = 1 ] && pull_min=$ar_min
   for round in $(seq "$rounds"); do
@@ -156,8 +200,8 @@ if left "9 (in-place allreduce with and without pulls)"; then
   cp "$pulls/pulls.md" "$out/"
 fi
 if [ $((deadline - SECONDS)) -lt 60 ] && [ "$small" = 0 ]; then
-  say "skipped 8 (tune): less than a minute left before the deadline of $deadline s"
-elif left "8 (tune)"; then
+  say "skipped 11 (tune): less than a minute left before the deadline of $deadline s"
+elif left "11 (tune)"; then
   minutes=$(((deadline - SECONDS) / 60)); [ "$minutes" -lt 1 ] && minutes=1
   [ -n "$tune_log" ] && cp "$tune_log" "$out/tune-log.jsonl"
   tune_max=16M; [ "$small" = 1 ] && tune_max=4K
