@@ -272,14 +272,17 @@ mod tests {
         assert_eq!(d.choose(&args, &Features::of(&args).unwrap()).unwrap().0.name, "shmem_cyclic");
     }
 
-    /// Allgather on networks: recursive doubling up to 4 MiB total at power-of-two p up to 16 (the
-    /// ring's p - 1 dependent steps cost 2x at p = 16 over tcp), the ring above.
+    /// Allgather on networks: recursive doubling at power-of-two p, up to 4 MiB total up to p = 8 and
+    /// up to 1 MiB total at p = 9-16 (the ring's p - 1 dependent steps cost 2x at p = 16 over tcp
+    /// below that, its smaller messages win above), the ring above.
     #[test]
     fn network_allgather_doubles_up_to_16_ranks() {
         let pick = |p, bytes| pick_on(Collective::Allgather, p, bytes, FabricClass::Network);
         assert_eq!(pick(16, 64 << 10), "recursive_doubling");
-        assert_eq!(pick(16, 256 << 10), "recursive_doubling");
-        assert_eq!(pick(16, 512 << 10), "ring");
+        assert_eq!(pick(16, 128 << 10), "ring");
+        assert_eq!(pick(16, 256 << 10), "ring");
+        assert_eq!(pick(8, 512 << 10), "recursive_doubling");
+        assert_eq!(pick(8, 1 << 20), "ring");
         assert_eq!(pick(32, 64 << 10), "ring");
         assert_eq!(pick(12, 64 << 10), "ring");
         assert_eq!(pick_on(Collective::Allgather, 16, 64 << 10, FabricClass::Node), "ring");
