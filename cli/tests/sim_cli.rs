@@ -204,3 +204,22 @@ fn too_large_to_replay_is_skipped_with_its_memory_and_the_rest_runs() {
     assert_eq!(rows.len(), 1, "{out}");
     assert!(rows[0].starts_with("allreduce,65536,8,recursive_doubling,"), "{out}");
 }
+
+#[test]
+fn calls_back_to_back_favour_the_tree_with_fewer_sends_per_rank() {
+    // α = 1, β = γ = 0, p = 8. One call: the binomial tree's 3 dependent sends win over the
+    // binary tree's 4. In a loop of 16: the binomial root's 3 sends a call against the binary
+    // tree's 2 (and 2 to reach the deepest rank once: 34 / 16).
+    let base = ["--op", "bcast", "--algos", "binomial,binary_tree", "--machine", "alpha=1,beta=0,gamma=0", "--ps", "8"];
+    let times = |extra: &[&str]| {
+        let (ok, out, err) = sim(&[&base[..], &["--sizes", "8"], extra].concat());
+        assert!(ok, "{err}");
+        out.lines().skip(1).map(|l| l.rsplit(',').next().unwrap().parse::<f64>().unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(times(&[]), [3e6, 4e6]);
+    assert_eq!(times(&["--calls", "16"]), [3e6, 34e6 / 16.0]);
+    let (ok, _, err) = sim(&[&base[..], &["--sizes", "8", "--calls", "0"]].concat());
+    assert!(!ok && err.contains("calls"), "{err}");
+    let (ok, _, err) = sim(&["--op", "bcast", "--nodes", "2", "--per-node", "2", "--calls", "4"]);
+    assert!(!ok && err.contains("--calls"), "{err}");
+}

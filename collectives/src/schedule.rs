@@ -301,6 +301,37 @@ impl Schedule {
         b.finish()
     }
 
+    /// `calls` runs of this schedule one after another, as a program calling the collective in a
+    /// loop runs them: a run's steps without deps wait for every step of the run before (its last
+    /// steps, which nothing in it waits for), so a rank starts its next call once its own part of
+    /// the last one is done, while other ranks may still be in it. Messages keep their per-peer
+    /// order, so the runs' sends and receives match run by run. The simulator replays this to
+    /// time calls back to back (what mpibench and `fabcoll bench --sync none` measure), where the
+    /// busiest rank's sends set the pace rather than the longest path. `calls` ≤ 1: a copy.
+    pub fn back_to_back(&self, calls: usize) -> Schedule {
+        let n = self.steps.len() as StepId;
+        let mut waited = vec![false; n as usize];
+        for (_, _, ds) in self.iter() {
+            ds.iter().for_each(|&d| waited[d as usize] = true);
+        }
+        let last: Vec<StepId> = (0..n).filter(|&i| !waited[i as usize]).collect();
+        let mut b = ScheduleBuilder::new(self.rank, self.size);
+        b.scratch = self.scratch.clone();
+        let mut deps = Vec::new();
+        for run in 0..calls.max(1) as StepId {
+            let base = run * n;
+            for (_, kind, ds) in self.iter() {
+                deps.clear();
+                if ds.is_empty() && run > 0 {
+                    deps.extend(last.iter().map(|&l| base - n + l));
+                }
+                deps.extend(ds.iter().map(|&d| base + d));
+                b.push(*kind, &deps);
+            }
+        }
+        b.finish()
+    }
+
     /// The MPI_IN_PLACE form of this schedule: every `Send` region becomes the `Recv` region at
     /// `offset` + its offset, and copies that became no-ops are dropped (their dependents inherit
     /// their deps). Whether the result is still correct is the algorithm's business; the verifier
@@ -457,6 +488,27 @@ mod tests {
     #[test]
     fn step_is_compact() {
         assert!(std::mem::size_of::<Step>() <= 64, "{}", std::mem::size_of::<Step>());
+    }
+
+    #[test]
+    fn back_to_back_runs_wait_for_the_last_steps_of_the_run_before() {
+        // recv 0 -> send 1, and an independent send 2: the last steps are 1 and 2.
+        let mut b = ScheduleBuilder::new(0, 3);
+        let r = b.recv(1, Region::new(Buf::Recv, 0, 4), &[]);
+        b.send(2, Region::new(Buf::Recv, 0, 4), &[r]);
+        b.send(1, Region::new(Buf::Send, 0, 4), &[]);
+        let one = b.finish();
+        let s = one.back_to_back(3);
+        assert_eq!(s.len(), 9);
+        assert_eq!(s.deps(3), &[1, 2]);
+        assert_eq!(s.deps(4), &[3]);
+        assert_eq!(s.deps(5), &[1, 2]);
+        assert_eq!(s.deps(8), &[4, 5]);
+        assert_eq!(
+            (0..9).map(|i| *s.step(i)).collect::<Vec<_>>()[6..],
+            one.steps().iter().map(|t| t.kind).collect::<Vec<_>>()[..]
+        );
+        assert_eq!(one.back_to_back(0), one);
     }
 
     #[test]

@@ -653,3 +653,20 @@ fn sampled_replay_is_the_full_replay() {
         }
     }
 }
+
+#[test]
+fn calls_back_to_back_are_paced_by_the_busiest_sender() {
+    // One call: the binomial tree's 3 dependent sends at p = 8 against the binary tree's 4. In a
+    // loop: the binomial root's 3 sends a call against at most 2 per rank in the binary tree.
+    let m = Machine { alpha: 1.0, beta: 0.0, gamma: 0.0, f_alpha: 1.0, f_beta: 1.0 };
+    let args = job(Collective::Bcast, 8, 4);
+    let time = |name: &str, calls: usize| {
+        let alg = crate::registry::find(Collective::Bcast, name).unwrap();
+        let s: Vec<Schedule> = build_all(alg, &args).unwrap().iter().map(|s| s.back_to_back(calls)).collect();
+        simulate(&args, &s, &m).unwrap().time
+    };
+    assert_eq!((time("binomial", 1), time("binary_tree", 1)), (3.0, 4.0));
+    // 16 calls: the binomial root's 3 sends a call, 48 in a row; the binary tree's 2 a call, 32,
+    // and 2 more for the last call to reach the deepest rank.
+    assert_eq!((time("binomial", 16), time("binary_tree", 16)), (48.0, 34.0));
+}

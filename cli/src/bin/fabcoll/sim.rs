@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use fabcoll::collectives::sim::{self, ModelParams, Network};
-use fabcoll::collectives::{registry, Algorithm, CollArgs, Collective, Machine};
+use fabcoll::collectives::{registry, Algorithm, CollArgs, Collective, Machine, Schedule};
 
 use crate::map::{self, MapGrid};
 
@@ -47,6 +47,8 @@ Examples:
       --out docs/maps/allreduce-t3e.svg --out docs/maps/allreduce-t3e.png
   fabcoll sim --map --table --machine alpha=1,beta=0,gamma=0 --ps 2..=8 --sizes 8..=64
   fabcoll sim --op bcast --machine alpha=2us,beta=0.1ns,gamma=0 --ps 4,8 --sizes 1K..=1M
+  fabcoll sim --op bcast --machine alpha=4us,beta=0.1ns,gamma=0 --ps 8,16 --sizes 8..=16K \
+      --algos binomial,binary_tree --calls 32
   fabcoll sim --map --table --op allgather --machine alpha=0.5us,beta=0.33ns,gamma=1ns \\
       --network alpha=3us,beta=0.67ns --nodes 1..=1024:*2 --per-node 1..=64:*2 --sizes 512";
 
@@ -100,6 +102,11 @@ pub struct SimArgs {
     /// Map title (default: op and machine).
     #[arg(long)]
     title: Option<String>,
+    /// Time one call of this many back to back, as mpibench and `fabcoll bench --sync none` time
+    /// them: each rank starts its next call once its own part of the last is done, so the busiest
+    /// rank sets the pace rather than the longest path. Replays every rank. Default: one call.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "nodes")]
+    calls: u32,
 }
 
 /// A list given as one argument (`2..=128`, `8,16`): clap would take a `Vec` for repeated values.
@@ -244,6 +251,18 @@ fn simulate(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams) -> Result<f64, 
     sim::simulate_alg_sampled(alg, args, cfg).map(|r| r.time).map_err(|e| e.to_string())
 }
 
+/// The time of one of `calls` calls of `alg` back to back ([`Schedule::back_to_back`], every rank
+/// replayed); [`simulate`] for one call.
+fn simulate_calls(alg: &Algorithm, args: &CollArgs, cfg: &ModelParams, calls: u32) -> Result<f64, String> {
+    if calls <= 1 {
+        return simulate(alg, args, cfg);
+    }
+    let err = |e: fabcoll::collectives::Error| e.to_string();
+    let schedules: Vec<Schedule> =
+        sim::build_all(alg, args).map_err(err)?.iter().map(|s| s.back_to_back(calls as usize)).collect();
+    sim::simulate_with(args, &schedules, cfg).map(|r| r.time / f64::from(calls)).map_err(err)
+}
+
 /// The call of `size` bytes on p ranks.
 fn call(a: &SimArgs, p: u32, size: u64) -> CollArgs {
     let count = size / u64::from(a.dtype_size);
@@ -320,7 +339,7 @@ pub fn run(a: &SimArgs, out: &mut dyn std::io::Write) -> Result<(), String> {
                 if alg.restrictions.violated(&args).is_some() {
                     continue;
                 }
-                let t = match simulate(alg, &args, &cfg) {
+                let t = match simulate_calls(alg, &args, &cfg, a.calls) {
                     Ok(t) => t,
                     // Too large to replay within bounded memory: the others still run.
                     Err(e) if e.contains(sim::TOO_LARGE_TO_REPLAY) => {
