@@ -20,8 +20,8 @@
 #   5. the first of --tcp-fabrics (default tcp, then ofi:tcp) against Open MPI's tcp BTL on lo;
 #   6. the other --tcp-fabrics against Open MPI's tcp BTL;
 #   7. Open MPI's own bcast algorithms over its tcp BTL at each p, 8 B-16 KiB, each forced with
-#      coll_tuned_bcast_algorithm (0: its fixed decision): ompi-bcast.md, what fabcoll's small
-#      bcasts are up against;
+#      coll_tuned_bcast_algorithm (0: its fixed decision): what fabcoll's small bcasts are up
+#      against;
 #   8. forced allgather algorithms and auto over each of --tcp-fabrics at the largest p, 256 KiB-8 MiB
 #      in all (recursive doubling against the ring), and alltoall ones, 64 B-8 KiB per block;
 #   9. forced bcast algorithms and auto over tcp at each p, 8 B-4 MiB back to back (where the
