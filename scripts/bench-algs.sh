@@ -71,7 +71,8 @@ rm -f "$out/one.csv" "$out/one.log"
   echo "# $op${in_place:+ in place}: forced algorithms and auto ($fabric, --sync $sync, $(nproc) cores, $rounds alternating rounds, $(date -u +%Y-%m-%dT%H:%MZ))"
   echo
   echo "Median µs per row; best = the fastest forced row; auto/best = median over rounds of the"
-  echo "per-round ratio of auto to that row; chose = auto's choice."
+  echo "per-round ratio of auto to that row; chose = auto's choice; choice/best = the same ratio of"
+  echo "the forced row of auto's choice (how good the choice is, without auto's own run-to-run spread)."
   echo
   tail -n +2 "$raw" | awk -F, -v op="$op" '
     $2 == op { k = $4 "," $7; v[k "," $5, ++c[k "," $5]] = $8; t[k "," $5 "," $1] = $8; cells[k] = 1
@@ -84,7 +85,7 @@ rm -f "$out/one.csv" "$out/one.log"
       for (a in algs) { names[++na] = a }
       for (i = 2; i <= na; i++) { x = names[i]; for (j = i - 1; j >= 1 && names[j] > x; j--) names[j + 1] = names[j]; names[j + 1] = x }
       for (i = 1; i <= na; i++) { hdr = hdr " " names[i] " |"; sep = sep "---:|" }
-      print hdr " best | auto/best | chose |"; print sep "---|---:|---|"
+      print hdr " best | auto/best | chose | choice/best |"; print sep "---|---:|---|---:|"
       for (k in cells) order[++nc] = k
       for (i = 2; i <= nc; i++) { x = order[i]; split(x, xa, ","); for (j = i - 1; j >= 1; j--) { split(order[j], ya, ",")
         if (ya[1] + 0 < xa[1] + 0 || (ya[1] == xa[1] && ya[2] + 0 <= xa[2] + 0)) break; order[j + 1] = order[j] } order[j + 1] = x }
@@ -95,7 +96,10 @@ rm -f "$out/one.csv" "$out/one.log"
           if (a != "auto" && m != "" && m < bm) { bm = m; best = a } }
         n = 0; for (r in rs) if ((k "," "auto" "," r) in t && (k "," best "," r) in t && t[k "," best "," r] > 0) {
           v["ratio", ++n] = t[k "," "auto" "," r] / t[k "," best "," r] }
-        print line " " best " | " (n ? sprintf("%.2f", med("ratio", n)) : "-") " | " ch[k] " |"
+        ar = (n ? sprintf("%.2f", med("ratio", n)) : "-")
+        n = 0; for (r in rs) if ((k "," ch[k] "," r) in t && (k "," best "," r) in t && t[k "," best "," r] > 0) {
+          v["ratio", ++n] = t[k "," ch[k] "," r] / t[k "," best "," r] }
+        print line " " best " | " ar " | " ch[k] " | " (n ? sprintf("%.2f", med("ratio", n)) : "-") " |"
       }
     }'
 } >"$out/summary.md"
