@@ -16,7 +16,7 @@
 #   2. fabcoll shm against Open MPI vader, all four ops, 8 B-16 MiB (bench-vs-openmpi.sh);
 #   3. forced allreduce algorithms and auto, 8 B-16 MiB, at each p (bench-algs.sh), the single
 #      reducer (reduce_bcast), shmem_parallel and shmem_cyclic among them;
-#   4. forced alltoall algorithms and auto at the largest p, 8 B-1 MiB per block;
+#   4. forced alltoall algorithms and auto at the largest p, 8 B-1 MiB per block (Bruck up to 2 KiB);
 #   5. the first of --tcp-fabrics (default tcp, then ofi:tcp) against Open MPI's tcp BTL on lo;
 #   6. the other --tcp-fabrics against Open MPI's tcp BTL;
 #   7. Open MPI's own bcast algorithms over its tcp BTL at each p, 8 B-16 KiB, each forced with
@@ -126,8 +126,10 @@ if left "3 (allreduce algorithms)"; then
   algs allreduce "recursive_doubling reduce_bcast shmem_cyclic shmem_parallel rabenseifner rsag_pairwise_ring" "$procs" "$ar_min" "$ar_max" allreduce
 fi
 if left "4 (alltoall algorithms)"; then
-  algs alltoall "bruck simple spreading_simple pairwise_xor pairwise_matching pair_light_barrier" "$largest" \
-    "$a2a_min" "$a2a_max" alltoall
+  # Bruck's lg p rounds of half the data pay only for small blocks, and its large rows took most of
+  # the stage: it competes up to 2 KiB
+  algs alltoall "bruck simple spreading_simple pairwise_xor" "$largest" "$a2a_min" 2K alltoall-small
+  algs alltoall "simple spreading_simple pairwise_xor" "$largest" 4K "$a2a_max" alltoall
 fi
 first_tcp=${tcp_fabrics%% *} other_tcp=${tcp_fabrics#"$first_tcp"}
 if left "5 ($first_tcp against Open MPI)"; then vs "$first_tcp" tcp; fi
