@@ -40,13 +40,24 @@ fn cost(a: &CollArgs) -> Cost {
 }
 
 /// The module doc's T(p): sends of the whole message until the last of p ranks has it, one port
-/// per rank.
+/// per rank. Each level of the tree holds subtrees of at most two sizes, so remembering them keeps
+/// this at O(lg p) instead of a visit per rank.
 fn sends_until_last(p: u32) -> u32 {
-    match p {
-        0 | 1 => 0,
-        2 => 1,
-        n => (1 + sends_until_last(n / 2)).max(2 + sends_until_last((n - 1) / 2)),
+    fn t(n: u32, known: &mut Vec<(u32, u32)>) -> u32 {
+        match n {
+            0 | 1 => 0,
+            2 => 1,
+            n => match known.iter().find(|&&(m, _)| m == n) {
+                Some(&(_, v)) => v,
+                None => {
+                    let v = (1 + t(n / 2, known)).max(2 + t((n - 1) / 2, known));
+                    known.push((n, v));
+                    v
+                }
+            },
+        }
     }
+    t(p, &mut Vec::new())
 }
 
 /// Where relative rank `me` of `m` sits: its parent (none for the root) and its children, first
@@ -99,6 +110,22 @@ mod tests {
         assert_eq!(tree[5], (Some(0), [Some(6), Some(7)]));
         assert_eq!(tree[7], (Some(5), [None, None]));
         assert_eq!([1, 2, 3, 4, 7, 8, 15, 16].map(sends_until_last), [0, 1, 2, 2, 4, 4, 6, 6]);
+        assert!((62..=64).contains(&sends_until_last(u32::MAX)), "{}", sends_until_last(u32::MAX));
+    }
+
+    #[test]
+    fn the_cost_is_the_built_trees_longest_wait() {
+        for m in 1..300u32 {
+            let mut when = vec![0u32; m as usize];
+            for v in 0..m {
+                for (i, c) in place(v, m).1.into_iter().enumerate() {
+                    if let Some(c) = c {
+                        when[c as usize] = when[v as usize] + 1 + i as u32;
+                    }
+                }
+            }
+            assert_eq!(sends_until_last(m), when.into_iter().max().unwrap(), "m = {m}");
+        }
     }
 
     #[test]
