@@ -5,7 +5,9 @@
 //! keeps); each job draws its own executor settings (eager limit, slots, credit batch) and wire
 //! settings (writes complete on return or on delivery, an in-flight limit that makes the fabric
 //! answer `Busy`), so the races of `tests/exec_races.rs` come in orders no test wrote down.
-//! `FABCOLL_STRESS_SEED` replays a failure (the seed also draws the delivery order, though thread
+//! Two more runs on such wires: tagged transfers interleaved with collectives on a communicator
+//! and its dup, and a rank killed at a random moment of the stress, whom every live rank must
+//! name in its error. `FABCOLL_STRESS_SEED` replays a failure (the seed also draws the delivery order, though thread
 //! timing makes a replay approximate); `FABCOLL_STRESS_CALLS` makes it a soak run. Each call is
 //! bounded by the executor's timeout and the whole test by a watchdog, so a hang is an error.
 
@@ -17,7 +19,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use fabcoll::{Communicator, ExecConfig};
+use fabcoll::{Collectives, Communicator, ExecConfig};
 use fabcoll_fabric::pair::{Item, Wire, WireConfig};
 use stress::Rng;
 
@@ -130,6 +132,89 @@ fn stress_job(p: usize, seed: u64, calls: usize) -> Result<(String, u64), String
     res.map(|()| (what.clone(), delivered)).map_err(|e| format!("{what}:\n{e}"))
 }
 
+/// Element `i` of message `n` from `src` (distinct per message and position).
+fn pattern(src: u32, n: usize, i: usize) -> i64 {
+    ((src as i64) << 40) ^ ((n as i64) << 24) ^ i as i64
+}
+
+/// Tagged transfers and collectives interleaved on a communicator and its dup, every rank drawing
+/// the same sequence from `seed`: rounds in which each rank sends `m` messages to the rank `k`
+/// places to its right and receives as many from its left (sizes across the eager limit and
+/// zero-copy, all nonblocking, finished in a drawn order), and runs of the stress calls.
+fn transfers_and_collectives(c: &Communicator, seed: u64, rounds: usize) -> Result<(), String> {
+    let dup = c.dup().map_err(|e| e.to_string())?;
+    let (me, p) = (c.rank(), c.size());
+    let mut rng = Rng::new(seed);
+    let mut sent = 0;
+    for round in 0..rounds {
+        let on = if rng.below(2) == 0 { c } else { &dup };
+        if rng.below(3) == 0 {
+            stress::run(on, rng.next(), 1 + rng.below(4))?;
+            continue;
+        }
+        let k = 1 + rng.below(p as usize - 1) as u32;
+        let (right, left) = ((me + k) % p, (me + p - k) % p);
+        let tag = rng.below(4) as u32;
+        let lens: Vec<usize> =
+            (0..1 + rng.below(4)).map(|_| [0, 1, 7, 100, 1000, 9000, 100_003][rng.below(7)]).collect();
+        let outs: Vec<Vec<i64>> =
+            lens.iter().enumerate().map(|(j, &n)| (0..n).map(|i| pattern(me, sent + j, i)).collect()).collect();
+        let mut ins: Vec<Vec<i64>> = lens.iter().map(|&n| vec![-1; n]).collect();
+        let order = rng.next();
+        on.scope(|s| {
+            let mut reqs = Vec::new();
+            for (o, b) in outs.iter().zip(ins.iter_mut()) {
+                reqs.push(s.recv(b, left, tag)?);
+                reqs.push(s.send(o, right, tag)?);
+            }
+            let turn = (order as usize + me as usize) % reqs.len();
+            reqs.rotate_left(turn);
+            for q in reqs {
+                q.wait()?;
+            }
+            Ok(())
+        })
+        .map_err(|e| format!("rank {me}, round {round} (shift {k}, lengths {lens:?}): {e}"))?;
+        for (j, b) in ins.iter().enumerate() {
+            if let Some((i, v)) = b.iter().enumerate().find(|&(i, &v)| v != pattern(left, sent + j, i)) {
+                return Err(format!("rank {me}, round {round}: message {j} from {left}, element {i} is {v:#x}"));
+            }
+        }
+        sent += lens.len();
+    }
+    Ok(())
+}
+
+#[test]
+fn transfers_and_collectives_on_two_communicators_in_random_order() {
+    let seed = stress::seed();
+    let rounds = stress::calls(40);
+    eprintln!("transfers on the pair wire: FABCOLL_STRESS_SEED={seed} FABCOLL_STRESS_CALLS={rounds}");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for p in [2, 3, 4] {
+            let mut rng = Rng::new(seed ^ 0x7432 ^ p as u64);
+            let (cfg, wire_cfg, what) = draw(&mut rng);
+            let (wire, comms) = job(p, &cfg, wire_cfg);
+            let stop = Arc::new(AtomicBool::new(false));
+            let d = deliverer(wire, rng.next(), stop.clone());
+            let res = common::local_job(comms, |c| transfers_and_collectives(c, seed, rounds));
+            stop.store(true, Ordering::Relaxed);
+            d.join().expect("deliverer panicked");
+            if tx.send(res.map_err(|e| format!("{what}:\n{e}"))).is_err() {
+                return;
+            }
+        }
+    });
+    for p in [2, 3, 4] {
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("p={p}, FABCOLL_STRESS_SEED={seed}: {e}"),
+            Err(_) => panic!("p={p}, FABCOLL_STRESS_SEED={seed}: the job did not finish within 120 s"),
+        }
+    }
+}
+
 #[test]
 fn random_collectives_over_a_wire_delivering_in_random_order() {
     let seed = stress::seed();
@@ -153,6 +238,63 @@ fn random_collectives_over_a_wire_delivering_in_random_order() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => panic!("p={p}, FABCOLL_STRESS_SEED={seed}: {e}"),
             Err(_) => panic!("p={p}, FABCOLL_STRESS_SEED={seed}: the job did not finish within 120 s"),
+        }
+    }
+}
+
+/// Runs stress calls until one fails; the failure.
+fn until_error(c: &Communicator, seed: u64) -> String {
+    for call in 0..100_000u64 {
+        if let Err(e) = stress::run(c, seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15), 1) {
+            return e;
+        }
+    }
+    "every call succeeded".into()
+}
+
+#[test]
+fn a_rank_killed_at_a_random_moment_is_named_by_every_live_rank() {
+    let seed = stress::seed();
+    eprintln!("kill on the pair wire: FABCOLL_STRESS_SEED={seed}");
+    for p in [3usize, 4] {
+        let mut rng = Rng::new(seed ^ 0x6b69_6c6c ^ p as u64);
+        let (cfg, wire_cfg, what) = draw(&mut rng);
+        let cfg = ExecConfig { timeout: Duration::from_secs(2), ..cfg };
+        let (wire, comms) = job(p, &cfg, wire_cfg);
+        let stop = Arc::new(AtomicBool::new(false));
+        let d = deliverer(wire.clone(), rng.next(), stop.clone());
+        let (tx, rx) = mpsc::channel();
+        for c in comms {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let t = std::time::Instant::now();
+                let e = until_error(&c, seed);
+                let _ = tx.send((c.rank() as usize, e, t.elapsed()));
+            });
+        }
+        let victim = rng.below(p);
+        std::thread::sleep(Duration::from_millis(5 + rng.below(200) as u64));
+        wire.kill(victim).unwrap();
+        let killed = std::time::Instant::now();
+        let mut got = vec![None; p];
+        for _ in 0..p {
+            let (r, e, _) = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
+                panic!("p={p}, FABCOLL_STRESS_SEED={seed} ({what}): a rank did not return within 30 s of rank {victim}'s death; returned: {got:?}")
+            });
+            got[r] = Some((e, killed.elapsed()));
+        }
+        stop.store(true, Ordering::Relaxed);
+        d.join().expect("deliverer panicked");
+        let named = format!("rank(s) [{victim}]");
+        for (r, g) in got.iter().enumerate() {
+            let (e, after) = g.as_ref().expect("every rank returned");
+            eprintln!("p={p} rank {r} after {after:?}: {e}");
+            if r != victim {
+                assert!(
+                    e.contains(&named),
+                    "p={p}, FABCOLL_STRESS_SEED={seed} ({what}): rank {r} does not blame only rank {victim}: {e}"
+                );
+            }
         }
     }
 }
