@@ -7,10 +7,11 @@
 //! answer `Busy`), so the races of `tests/exec_races.rs` come in orders no test wrote down.
 //! Two more runs on such wires: tagged transfers interleaved with collectives on a communicator
 //! and its dup, and a rank killed at a random moment of the stress, whom every live rank must
-//! name in its error. `FABCOLL_STRESS_SEED` replays a failure (the seed also draws the delivery order, though thread
+//! name in its error.
+//!
+//! `FABCOLL_STRESS_SEED` replays a failure (the seed also draws the delivery order, though thread
 //! timing makes a replay approximate); `FABCOLL_STRESS_CALLS` makes it a soak run. Each call is
-//! bounded by the executor's timeout and the whole test by a watchdog, so a hang is an error.
-
+//! bounded by the executor's timeout and each job by a watchdog, so a hang is an error.
 mod common;
 mod stress;
 
