@@ -12,6 +12,7 @@
 //! `FABCOLL_STRESS_SEED` replays a failure (the seed also draws the delivery order, though thread
 //! timing makes a replay approximate); `FABCOLL_STRESS_CALLS` makes it a soak run. Each call is
 //! bounded by the executor's timeout and each job by a watchdog, so a hang is an error.
+
 mod common;
 mod stress;
 
