@@ -16,8 +16,13 @@ are contiguous and the layouts match; the native call reads each tensor's addres
 and returns a :class:`Work`. The library's progress thread moves it while
 Python computes. ``wait()`` finishes it on the calling thread; ``get_future()`` (what DDP uses) hands it to one
 completion thread per group, which waits with the GIL released and completes the future in issue order.
+
+Beyond dense tensors: all_reduce of sparse COO tensors (SUM and AVG; gloo's semantics, for DDP's sparse embedding
+gradients) exchanges every rank's shape and entry count, then gathers indices and values and sums them. Groups made
+by ``dist.split_group`` are fabcoll splits of the parent's communicator (no store rendezvous).
 """
 
+import math
 import os
 import queue
 import secrets
@@ -51,12 +56,14 @@ def _op_name(op, dtype):
         if not dtype.is_floating_point:
             raise Error(f"fabcoll backend: ReduceOp.AVG needs a floating-point tensor, not {dtype}")
         return "sum", True
-    raise Error(f"fabcoll backend: reduce op {op} is not supported (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)")
+    # A ReduceOp object (e.g. NCCL's premultiplied sum) prints as an address; its type says which op it is.
+    raise Error(f"fabcoll backend: reduce op {getattr(op, 'op', op)} is not supported (SUM, AVG, PRODUCT, MIN, MAX, "
+                "BAND, BOR, BXOR)")
 
 
 def _cat(tensors):
     """One contiguous tensor holding ``tensors`` one after the other (a copy)."""
-    return torch.cat([t.detach().reshape(-1) for t in tensors])
+    return torch.cat([_dense(t).detach().reshape(-1) for t in tensors])
 
 
 def _flat(tensors, what):
@@ -103,15 +110,57 @@ def _split_counts(t, splits, p, what):
     return [s * per_row for s in splits]
 
 
+def _dense(t):
+    """``t``, refused with a clear error unless it is a dense (strided) tensor."""
+    if t is not None and t.layout != torch.strided:
+        raise Error(f"fabcoll backend: a {t.layout} tensor: fabcoll moves dense CPU tensors; of sparse ones, "
+                    "all_reduce (SUM or AVG) takes sparse COO tensors")
+    return t
+
+
 def _contiguous(t, copies):
     """``t`` itself when contiguous, else a contiguous copy (gloo takes such tensors too), noted in ``copies`` (unless
     None: an input) to be copied back into ``t`` once the call has finished."""
-    if t is None or t.is_contiguous():
+    if _dense(t) is None or t.is_contiguous():
         return t
     c = t.contiguous()
     if copies is not None:
         copies.append((t, c))
     return c
+
+
+# Element types a sparse tensor's values may have, numbered alike on every rank for the shape exchange.
+_SPARSE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
+                  torch.int32, torch.int64, torch.complex64, torch.complex128)
+_MAX_DIMS = 64  # a tensor's most dimensions in torch
+
+
+def _sparse_meta(c):
+    """One int64 row describing the coalesced sparse COO tensor ``c`` for the other ranks: sparse dimensions, all
+    dimensions, entries, the values' dtype (its index in ``_SPARSE_DTYPES``, -1 if not there), then the sizes
+    padded with -1."""
+    sizes = list(c.shape)
+    if len(sizes) > _MAX_DIMS:
+        raise Error(f"fabcoll backend: all_reduce of a sparse tensor of {len(sizes)} dimensions")
+    code = _SPARSE_DTYPES.index(c.dtype) if c.dtype in _SPARSE_DTYPES else -1
+    row = [c.sparse_dim(), len(sizes), c._nnz(), code, *sizes]
+    return torch.tensor(row + [-1] * (4 + _MAX_DIMS - len(row)), dtype=torch.int64)
+
+
+def _check_sparse_metas(rows):
+    """Raises, alike on every rank, unless every rank's row of ``_sparse_meta`` has rank 0's shape and dtype."""
+    first = rows[0]
+    for r in range(rows.shape[0]):
+        if int(rows[r, 3]) < 0:
+            raise Error(f"fabcoll backend: all_reduce of sparse tensors: rank {r}'s values have a dtype fabcoll does "
+                        "not reduce")
+        if not (torch.equal(rows[r, :2], first[:2]) and torch.equal(rows[r, 3:], first[3:])):
+            ndim = int(rows[r, 1])
+            raise Error(f"fabcoll backend: all_reduce of sparse tensors: rank {r}'s tensor (sizes "
+                        f"{rows[r, 4:4 + ndim].tolist()}, {int(rows[r, 0])} sparse dimensions, dtype "
+                        f"{_SPARSE_DTYPES[int(rows[r, 3])]}) differs from rank 0's (sizes "
+                        f"{first[4:4 + int(first[1])].tolist()}, {int(first[0])} sparse dimensions, dtype "
+                        f"{_SPARSE_DTYPES[int(first[3])]})")
 
 
 class Work(dist._Work):
@@ -296,9 +345,12 @@ def _join(store, rank, size, timeout):
 class ProcessGroupFabcoll(dist.ProcessGroup):
     """torch's ProcessGroup over a fabcoll communicator (CPU tensors only)."""
 
-    def __init__(self, store, rank, size, timeout=None):
-        super().__init__(rank, size)
-        self._comm = _join(store, rank, size, timeout)
+    def __init__(self, store, rank, size, timeout=None, *, comm=None):
+        """A group joined through ``store`` (torch's, prefixed for the group), or over ``comm``, a communicator of
+        these ranks split off another group's (:meth:`split_group`)."""
+        super().__init__(store, rank, size)
+        self._store = store
+        self._comm = comm if comm is not None else _join(store, rank, size, timeout)
         self._c = self._comm._c
         self._completer = _Completer()
         # The group is also its own CPU backend, registered as gloo's is under its group: torch keeps a group's name
@@ -313,6 +365,25 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
 
     def __repr__(self):
         return f"ProcessGroupFabcoll(rank={self.rank()}, size={self.size()}, fabric={self._comm.fabric})"
+
+    def split_group(self, new_ranks, timeout=None, opts=None, group_name=None, group_desc=None, device_types=None):
+        """torch's ``dist.split_group`` (collective over this group): the group of ``new_ranks`` (ranks of this group,
+        in that order) as a fabcoll split of this group's communicator, so no store rendezvous and no new connection;
+        None on a rank not in ``new_ranks`` (torch passes such a rank the first split). The child keeps this group's
+        timeout; ``opts`` and ``device_types`` (CPU is the only one) change nothing."""
+        me = self.rank()
+        member = me in new_ranks
+        # Splits are disjoint, so a split's smallest rank tells it apart; the order within it is the given one.
+        comm = self._comm.split(min(new_ranks) if member else None, new_ranks.index(me) if member else 0)
+        if comm is None:
+            return None
+        store = dist.PrefixStore(f"fabcoll-split/{group_name}/", self._store)
+        child = ProcessGroupFabcoll(store, comm.rank, comm.size, comm=comm)
+        if group_name is not None:
+            child._set_group_name(group_name)
+        if group_desc is not None:
+            child._set_group_desc(group_desc)
+        return child
 
     @property
     def communicator(self):
@@ -334,20 +405,63 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
     # Reductions.
 
     def allreduce(self, tensors, opts=None):
+        """all_reduce; a sparse COO tensor goes by :meth:`_sparse_allreduce` (SUM or AVG, as gloo's SUM)."""
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        reqs, divide, copies = [], [], []
+        reqs, posts, copies = [], [], []
+        size = self.size()
         for t in tensors:
             name, avg = _op_name(op, t.dtype)
+            if t.layout == torch.sparse_coo:
+                more, post = self._sparse_allreduce(t, name, avg)
+                reqs += more
+                posts.append(post)
+                continue
             reqs.append(self._start("allreduce", None, t, copies, op=name))
             if avg:
-                divide.append(t)
-        size = self.size()
+                posts.append(lambda t=t: t.div_(size))
 
         def post():
-            for t in divide:
-                t.div_(size)
+            for f in posts:
+                f()
 
-        return Work(self, reqs, tensors, post if divide else None, copies)
+        return Work(self, reqs, tensors, post if posts else None, copies)
+
+    def _sparse_allreduce(self, t, name, avg):
+        """The sum (``avg``: the mean) of every rank's sparse COO tensor ``t``, written into ``t`` coalesced, as gloo
+        does: a blocking allgather of each rank's shape, dtype and entry count (checked alike on every rank, so a
+        difference raises everywhere and leaves the group usable), then nonblocking allgathervs of the indices and
+        the values, summed by ``coalesce`` when they have arrived. Returns the requests and the step that sums."""
+        if name != "sum":
+            raise Error("fabcoll backend: all_reduce of sparse tensors supports ReduceOp.SUM and AVG only")
+        c = t.detach().coalesce()
+        p = self.size()
+        meta = _sparse_meta(c)
+        metas = torch.empty(p * meta.numel(), dtype=torch.int64)
+        self._c._call("allgather", meta, metas, "sum", 0, None, True, True)
+        rows = metas.view(p, -1)
+        _check_sparse_metas(rows)
+        nnz = rows[:, 2].tolist()
+        sd, dense = c.sparse_dim(), c.shape[c.sparse_dim():]
+        per_entry = math.prod(dense)
+        indices = torch.empty(sd * sum(nnz), dtype=torch.int64)
+        values = torch.empty(sum(nnz) * per_entry, dtype=c.dtype)
+        reqs = [self._start("allgatherv", c._indices().reshape(-1), indices, None,
+                            recv_counts=[sd * n for n in nnz]),
+                self._start("allgatherv", c._values().reshape(-1), values, None,
+                            recv_counts=[n * per_entry for n in nnz])]
+
+        def post():
+            idx = torch.cat([i.view(sd, n) for i, n in zip(indices.split([sd * n for n in nnz]), nnz)], dim=1)
+            val = torch.cat([v.view(n, *dense) for v, n in zip(values.split([n * per_entry for n in nnz]), nnz)])
+            # Every part came from a valid tensor of these sizes (checked above): no invariant check (opting out
+            # explicitly also keeps torch from warning about it).
+            total = torch.sparse_coo_tensor(idx, val, c.shape, check_invariants=False).coalesce()
+            if avg:
+                total = torch.sparse_coo_tensor(total.indices(), total.values() / p, c.shape, check_invariants=False,
+                                                is_coalesced=True)
+            t.copy_(total)
+
+        return reqs, post
 
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)
@@ -506,7 +620,11 @@ class _CpuBackend(_CBackend):
     # What torch's Python helpers ask a backend (batch_isend_irecv then issues each isend/irecv alone), answered in
     # Python: the bindings' own properties look for a Python override of themselves and recurse.
     supports_coalescing = property(lambda self: False)
-    supports_splitting = property(lambda self: False)
+    supports_splitting = property(lambda self: True)
+
+    def perform_nocolor_split(self, device):
+        """What torch asks of a non-member's backend when ``new_group`` splits communicators (NCCL's way): nothing
+        here, as ``new_group`` bootstraps fabcoll groups afresh through the store and never splits."""
     supports_shrinking = property(lambda self: False)
 
 

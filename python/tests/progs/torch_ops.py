@@ -180,12 +180,52 @@ for w in works:
 check(big, data(left, 1 << 16), "isend/irecv")
 dist.barrier()
 
+# Sparse COO all_reduce (gloo's semantics: SUM, the input replaced by the coalesced sum): uneven entry counts, a rank
+# with none, duplicate indices (an uncoalesced input), values with dense dimensions; AVG; nonblocking.
+def sparse_of(rank, shape, dense=()):
+    n = (rank * 3) % 5  # rank 0 has no entries
+    idx = torch.tensor([[(rank + 2 * k) % shape[d] for k in range(n)] for d in range(len(shape))], dtype=torch.int64)
+    if n:
+        idx[:, -1] = idx[:, 0]  # a duplicate entry
+    val = (torch.arange(n * max(1, torch.Size(dense).numel()), dtype=torch.float64) + rank).view(n, *dense)
+    return torch.sparse_coo_tensor(idx.view(len(shape), n), val, (*shape, *dense), check_invariants=True)
+
+
+for shape, dense in (((7,), ()), ((5, 6), ()), ((9,), (2, 3))):
+    want = sum(sparse_of(r, shape, dense).to_dense() for r in range(p))
+    t = sparse_of(me, shape, dense)
+    dist.all_reduce(t)
+    assert t.is_sparse and t.is_coalesced(), t
+    check(t.to_dense(), want, f"sparse all_reduce {shape} {dense}")
+    t = sparse_of(me, shape, dense)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True).wait()
+    check(t.to_dense(), want / p, f"sparse all_reduce AVG {shape} {dense}")
+t = sparse_of(me, (7,))
+fut = dist.all_reduce(t, async_op=True).get_future()
+check(fut.wait()[0].to_dense(), sum(sparse_of(r, (7,)).to_dense() for r in range(p)), "sparse all_reduce future")
+for what, f in (("SUM and AVG only", lambda: dist.all_reduce(sparse_of(me, (7,)), op=dist.ReduceOp.MAX)),
+                ("differs from rank 0", lambda: dist.all_reduce(sparse_of(me, (7 + (me == p - 1),)))),
+                ("fabcoll moves dense CPU tensors", lambda: dist.broadcast(sparse_of(me, (7,)), src=0))):
+    try:
+        f()
+    except RuntimeError as e:
+        if what not in str(e):
+            raise AssertionError(f"{what}: {e}") from e
+    else:
+        raise AssertionError(f"no error for {what}")
+t = sparse_of(me, (7,))
+dist.all_reduce(t)  # the group goes on after the refused calls
+check(t.to_dense(), sum(sparse_of(r, (7,)).to_dense() for r in range(p)), "sparse all_reduce after errors")
+dist.barrier()
+
 # Unsupported cases raise a clear error.
 for what, f in (("split_sizes", lambda: dist.all_to_all_single(torch.zeros(p + 1), torch.zeros(p + 1),
                                                                 [1] * p, [1] * p)),
                 ("moves CPU tensors only", lambda: dist.broadcast(torch.zeros(4, device="meta"), src=0)),
                 ("does not reduce or move", lambda: dist.broadcast(torch.zeros(4, dtype=torch.float8_e5m2), src=0)),
                 ("allreduce", lambda: dist.all_reduce(torch.zeros(4), op=dist.ReduceOp.BAND)),
+                ("PREMUL_SUM is not supported", lambda: dist.all_reduce(torch.zeros(4),
+                                                                        op=dist._make_nccl_premul_sum(0.5))),
                 ("any source", lambda: dist.recv(torch.zeros(1)))):
     try:
         f()
@@ -203,6 +243,32 @@ t = data(me)
 dist.all_reduce(t, group=evens if me % 2 == 0 else odds)
 check(t, sum(everyone[r] for r in mine), "all_reduce on a subgroup")
 dist.destroy_process_group(evens if me % 2 == 0 else odds)
+
+# split_group: communicators split off the parent's (no store rendezvous), ranks in the given order, non-members
+# getting no group; a split of a split; then freed.
+halves = dist.split_group(split_ranks=[list(range(0, p, 2)), list(range(1, p, 2))])
+assert halves.getBackendName() == "fabcoll" and halves.size() == len(mine), halves
+assert dist.get_rank(halves) == mine.index(me) and dist.get_process_group_ranks(halves) == mine
+t = data(me)
+dist.all_reduce(t, group=halves)
+check(t, sum(everyone[r] for r in mine), "all_reduce on a split group")
+backwards = dist.split_group(split_ranks=[[p - 1, 0]])  # ranks 1 … p-2 take part but join none
+if me in (0, p - 1):
+    assert dist.get_rank(backwards) == (me == 0), dist.get_rank(backwards)
+    t = torch.tensor([float(me)])
+    dist.broadcast(t, group_src=0, group=backwards)  # its rank 0 is global rank p - 1
+    check(t, torch.tensor([float(p - 1)]), "broadcast from a split group's first rank")
+else:
+    assert backwards == dist.GroupMember.NON_GROUP_MEMBER, backwards
+inner = dist.split_group(halves, split_ranks=[[0]] if len(mine) == 1 else [[1, 0]])
+if inner != dist.GroupMember.NON_GROUP_MEMBER:
+    t = data(me)
+    dist.all_reduce(t, group=inner)
+    check(t, sum(everyone[r] for r in mine[:2]), "all_reduce on a split of a split")
+for g in (inner, backwards, halves):
+    if g != dist.GroupMember.NON_GROUP_MEMBER:
+        dist.destroy_process_group(g)
+dist.barrier()
 
 # A group created again on the store of an earlier one, as torchrun's agent store (or a store the program keeps)
 # is reused when a program destroys its group and initialises again: the earlier group's keys are still there.
