@@ -402,6 +402,42 @@ int fc_wait(struct fc_request *request);
 // `request` points to NULL or to a live request, not used after this call.
 int fc_request_free(struct fc_request **request);
 
+// Waits for every request of the array `requests` (`count` handles; NULL ones are skipped, as
+// MPI's `MPI_REQUEST_NULL`), then frees them and sets their handles to NULL, as `MPI_Waitall`
+// does. Every request is waited for even after one failed; the return value is the first
+// failure in array order (its message in `fc_last_error_message`), else `FC_SUCCESS`.
+//
+// # Safety
+// `requests` points to `count` handles, each NULL or a live request, not used elsewhere after
+// this call except through the array.
+int fc_waitall(int count, struct fc_request **requests);
+
+// Moves every request of the array once; `*done` is 1 when all have finished (NULL handles count
+// as finished), and then they are freed and their handles set to NULL, as `MPI_Testall` does, and
+// the return value is the first failure in array order; else `*done` is 0, nothing is freed, and
+// the return value is `FC_SUCCESS`.
+//
+// # Safety
+// As `fc_waitall`; `done` points to writable memory.
+int fc_testall(int count, struct fc_request **requests, int *done);
+
+// Moves the requests of the array until one has finished (each tested in turn; the engine moves
+// all of them meanwhile): `*index` is its position, and it is freed and its handle set to NULL,
+// as `MPI_Waitany` does; the return value is its outcome. With no live request (every handle
+// NULL, or `count` 0) `*index` is `FC_UNDEFINED` at once.
+//
+// # Safety
+// As `fc_waitall`; `index` points to writable memory.
+int fc_waitany(int count, struct fc_request **requests, int *index);
+
+// `fc_waitany` that returns at once: `*index` is the position of the first request found finished
+// (freed, its handle set to NULL; the return value its outcome), or `FC_UNDEFINED` when none has
+// finished yet or none is live.
+//
+// # Safety
+// As `fc_waitany`.
+int fc_testany(int count, struct fc_request **requests, int *index);
+
 // Nonblocking `fc_barrier`: `*request` gets the request (NULL on failure).
 //
 // # Safety

@@ -110,6 +110,158 @@ pub unsafe extern "C" fn fc_request_free(request: *mut *mut fc_request) -> c_int
     })
 }
 
+/// The `count` handles at `requests`, checked.
+///
+/// # Safety
+/// `requests` points to `count` writable handles when `count` > 0.
+unsafe fn handles<'a>(count: c_int, requests: *mut *mut fc_request) -> Result<&'a mut [*mut fc_request]> {
+    let n = usize::try_from(count).map_err(|_| Failure::arg(format!("count {count} is negative")))?;
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if requests.is_null() {
+        return Err(Failure::arg("requests is NULL"));
+    }
+    // SAFETY: `count` writable handles at `requests`, by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(requests, n) })
+}
+
+/// Frees the request of `*slot` and sets it to NULL (MPI's deactivation of a finished request).
+///
+/// # Safety
+/// `*slot` is a live request from this library, not used elsewhere after this call.
+unsafe fn retire(slot: &mut *mut fc_request) {
+    // SAFETY: made by `Box::into_raw` in `start` and not freed before (the caller's contract).
+    drop(unsafe { Box::from_raw(std::mem::replace(slot, std::ptr::null_mut())) });
+}
+
+/// The outcome of a finished request as a failure to report, keeping the first one.
+fn keep_first(first: &mut Option<Failure>, outcome: fabcoll::Result<()>) {
+    if let Err(e) = outcome {
+        first.get_or_insert(e.into());
+    }
+}
+
+/// Waits for every request of the array `requests` (`count` handles; NULL ones are skipped, as
+/// MPI's `MPI_REQUEST_NULL`), then frees them and sets their handles to NULL, as `MPI_Waitall`
+/// does. Every request is waited for even after one failed; the return value is the first
+/// failure in array order (its message in `fc_last_error_message`), else `FC_SUCCESS`.
+///
+/// # Safety
+/// `requests` points to `count` handles, each NULL or a live request, not used elsewhere after
+/// this call except through the array.
+#[no_mangle]
+pub unsafe extern "C" fn fc_waitall(count: c_int, requests: *mut *mut fc_request) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let slots = unsafe { handles(count, requests)? };
+        let mut first = None;
+        for slot in slots.iter_mut().filter(|s| !s.is_null()) {
+            // SAFETY: live, by the caller's contract.
+            keep_first(&mut first, unsafe { request_mut(*slot)? }.wait());
+            // SAFETY: finished and live; the array is the only user left.
+            unsafe { retire(slot) };
+        }
+        first.map_or(Ok(()), Err)
+    })
+}
+
+/// Moves every request of the array once; `*done` is 1 when all have finished (NULL handles count
+/// as finished), and then they are freed and their handles set to NULL, as `MPI_Testall` does, and
+/// the return value is the first failure in array order; else `*done` is 0, nothing is freed, and
+/// the return value is `FC_SUCCESS`.
+///
+/// # Safety
+/// As `fc_waitall`; `done` points to writable memory.
+#[no_mangle]
+pub unsafe extern "C" fn fc_testall(count: c_int, requests: *mut *mut fc_request, done: *mut c_int) -> c_int {
+    guard(|| {
+        if done.is_null() {
+            return Err(Failure::arg("done is NULL"));
+        }
+        // SAFETY: the caller's contract.
+        let slots = unsafe { handles(count, requests)? };
+        let mut all = true;
+        for &slot in slots.iter().filter(|s| !s.is_null()) {
+            // SAFETY: live, by the caller's contract.
+            all &= unsafe { request_mut(slot)? }.test().is_some();
+        }
+        // SAFETY: checked non-NULL, writable by the caller's contract.
+        unsafe { *done = c_int::from(all) };
+        if !all {
+            return Ok(());
+        }
+        let mut first = None;
+        for slot in slots.iter_mut().filter(|s| !s.is_null()) {
+            // SAFETY: live and finished (a finished request's test repeats its outcome).
+            keep_first(&mut first, unsafe { request_mut(*slot)? }.test().unwrap_or(Ok(())));
+            // SAFETY: finished and live; the array is the only user left.
+            unsafe { retire(slot) };
+        }
+        first.map_or(Ok(()), Err)
+    })
+}
+
+/// Moves the requests of the array until one has finished (each tested in turn; the engine moves
+/// all of them meanwhile): `*index` is its position, and it is freed and its handle set to NULL,
+/// as `MPI_Waitany` does; the return value is its outcome. With no live request (every handle
+/// NULL, or `count` 0) `*index` is `FC_UNDEFINED` at once.
+///
+/// # Safety
+/// As `fc_waitall`; `index` points to writable memory.
+#[no_mangle]
+pub unsafe extern "C" fn fc_waitany(count: c_int, requests: *mut *mut fc_request, index: *mut c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { any(count, requests, index, true) }
+}
+
+/// `fc_waitany` that returns at once: `*index` is the position of the first request found finished
+/// (freed, its handle set to NULL; the return value its outcome), or `FC_UNDEFINED` when none has
+/// finished yet or none is live.
+///
+/// # Safety
+/// As `fc_waitany`.
+#[no_mangle]
+pub unsafe extern "C" fn fc_testany(count: c_int, requests: *mut *mut fc_request, index: *mut c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { any(count, requests, index, false) }
+}
+
+/// `fc_waitany` (`wait`) and `fc_testany`.
+///
+/// # Safety
+/// As `fc_waitany`.
+unsafe fn any(count: c_int, requests: *mut *mut fc_request, index: *mut c_int, wait: bool) -> c_int {
+    guard(|| {
+        if index.is_null() {
+            return Err(Failure::arg("index is NULL"));
+        }
+        // SAFETY: the caller's contract.
+        let slots = unsafe { handles(count, requests)? };
+        // SAFETY: checked non-NULL, writable by the caller's contract.
+        unsafe { *index = crate::FC_UNDEFINED };
+        if slots.iter().all(|s| s.is_null()) {
+            return Ok(());
+        }
+        loop {
+            for (i, slot) in slots.iter_mut().enumerate().filter(|(_, s)| !s.is_null()) {
+                // SAFETY: live, by the caller's contract.
+                if let Some(outcome) = unsafe { request_mut(*slot)? }.test() {
+                    // SAFETY: finished and live; the array is the only user left.
+                    unsafe { retire(slot) };
+                    // SAFETY: as above; `i` < `count`, which is a c_int.
+                    unsafe { *index = i as c_int };
+                    return Ok(outcome?);
+                }
+            }
+            if !wait {
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
+    })
+}
+
 /// Nonblocking `fc_barrier`: `*request` gets the request (NULL on failure).
 ///
 /// # Safety

@@ -38,6 +38,8 @@ fn the_checked_in_header_is_what_cbindgen_generates() {
         "fc_allreduce(",
         "fc_ialltoallv(",
         "fc_test(",
+        "fc_waitall(",
+        "fc_testany(",
         "fc_op_create(",
         "fc_isend(",
         "fc_recv(",

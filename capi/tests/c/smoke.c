@@ -1,10 +1,11 @@
 /* The C ABI end to end, run under `fabrun -n 3` by tests/c_program.rs: every collective blocking,
- * nonblocking with fc_wait and nonblocking with an fc_test loop, the in-place forms, half-precision
- * types, user ops (commutative with a context, and non-commutative), split and dup, tagged
- * send/recv (blocking and nonblocking), several
- * requests in flight, and error paths (codes and messages). Any failure prints the call, the code
- * and fabcoll's message, and exits 1. Even ranks join through fc_init (the environment fabrun
- * set), odd ones through fc_init_store with the store, rank and size taken out of it. */
+ * nonblocking with fc_wait and nonblocking with an fc_test loop, the in-place forms, half-
+ * precision types, user ops (commutative with a context, and non-commutative), split and dup,
+ * tagged send/recv (blocking and nonblocking), several requests in flight, the request arrays
+ * (fc_waitall, fc_waitany, fc_testall, fc_testany), and error paths (codes and messages). Any
+ * failure prints the call, the code and fabcoll's message, and exits 1. Even ranks join through
+ * fc_init (the environment fabrun set), odd ones through fc_init_store with the store, rank and
+ * size taken out of it. */
 #define _POSIX_C_SOURCE 200809L
 #include "fabcoll.h"
 
@@ -379,6 +380,53 @@ static void test_errors(fc_comm *c) {
     EXPECT(y[0] == size);
 }
 
+/* The array forms, as MPI's: finished requests are freed and their handles set to NULL. A ring of
+ * sends and receives plus a collective, finished by fc_waitany one at a time (each index once),
+ * by fc_testany/fc_testall polling, and by fc_waitall with NULL entries. */
+static void test_request_arrays(fc_comm *c) {
+    enum { M = 5000 };
+    static double out[M], in[M], sum_in[4], sum_out[4];
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < M; i++) out[i] = 100.0 * rank + round + i, in[i] = -1.0;
+        for (int i = 0; i < 4; i++) sum_in[i] = rank + i, sum_out[i] = -1.0;
+        fc_request *reqs[4] = {NULL, NULL, NULL, NULL}; /* reqs[2] stays NULL */
+        CHECK(fc_irecv(in, M, FC_DOUBLE, left, 9, c, &reqs[0]));
+        CHECK(fc_isend(out, M, FC_DOUBLE, right, 9, c, &reqs[1]));
+        CHECK(fc_iallreduce(sum_in, sum_out, 4, FC_DOUBLE, FC_SUM, c, &reqs[3]));
+        if (round == 0) {
+            int seen[4] = {0, 0, 0, 0}, index = -2;
+            for (int k = 0; k < 3; k++) {
+                CHECK(fc_waitany(4, reqs, &index));
+                EXPECT(index >= 0 && index < 4 && index != 2 && !seen[index] && reqs[index] == NULL);
+                if (index >= 0 && index < 4) seen[index] = 1;
+            }
+            CHECK(fc_waitany(4, reqs, &index)); /* every handle NULL now */
+            EXPECT(index == FC_UNDEFINED);
+        } else if (round == 1) {
+            int index = FC_UNDEFINED, done = 0, finished = 0;
+            while (finished < 1) {
+                CHECK(fc_testany(4, reqs, &index));
+                if (index != FC_UNDEFINED) {
+                    finished++;
+                    EXPECT(reqs[index] == NULL);
+                }
+            }
+            while (!done) CHECK(fc_testall(4, reqs, &done));
+        } else {
+            CHECK(fc_waitall(4, reqs));
+        }
+        for (int i = 0; i < 4; i++) EXPECT(reqs[i] == NULL);
+        for (int i = 0; i < M; i++) EXPECT(in[i] == 100.0 * left + round + i);
+        for (int i = 0; i < 4; i++) EXPECT(sum_out[i] == size * (size - 1) / 2.0 + (double)size * i);
+    }
+    CHECK(fc_waitall(0, NULL));
+    int idx = 0;
+    EXPECT_ERR(FC_ERR_ARG, fc_waitall(-1, NULL), "negative");
+    EXPECT_ERR(FC_ERR_ARG, fc_waitany(2, NULL, &idx), "requests is NULL");
+    EXPECT_ERR(FC_ERR_ARG, fc_testall(0, NULL, NULL), "done is NULL");
+}
+
 /* Joins the job: fc_init on even ranks, fc_init_store on odd ones (the environment's store,
  * rank and size removed first, so they can only come from the arguments). */
 static fc_comm *join(void) {
@@ -424,6 +472,7 @@ int main(void) {
         test_send_recv(world);
     }
     test_outstanding(world);
+    test_request_arrays(world);
     test_errors(world);
     CHECK(fc_comm_free(&world));
     printf("smoke: rank %d of %d ok\n", rank, size);
