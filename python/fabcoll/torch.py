@@ -621,11 +621,11 @@ class _CpuBackend(_CBackend):
     # Python: the bindings' own properties look for a Python override of themselves and recurse.
     supports_coalescing = property(lambda self: False)
     supports_splitting = property(lambda self: True)
+    supports_shrinking = property(lambda self: False)
 
     def perform_nocolor_split(self, device):
         """What torch asks of a non-member's backend when ``new_group`` splits communicators (NCCL's way): nothing
         here, as ``new_group`` bootstraps fabcoll groups afresh through the store and never splits."""
-    supports_shrinking = property(lambda self: False)
 
 
 def _forward(name):
