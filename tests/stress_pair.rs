@@ -121,14 +121,21 @@ fn deliverer(wire: Wire, seed: u64, stop: Arc<AtomicBool>) -> JoinHandle<u64> {
     })
 }
 
-/// Runs the stress calls on a job of `p` ranks; the error of every rank that failed.
-fn stress_job(p: usize, seed: u64, calls: usize) -> Result<(String, u64), String> {
-    let mut rng = Rng::new(seed ^ (p as u64).wrapping_mul(0x5851_f42d_4c95_7f2d));
+/// Runs `f` on every rank of a job of `p` ranks over a randomly delivering wire whose settings
+/// are drawn from `seed` and `salt`: the settings drawn and the items delivered, or every failed
+/// rank's error.
+fn on_random_wire(
+    p: usize,
+    seed: u64,
+    salt: u64,
+    f: impl Fn(&Communicator) -> Result<(), String> + Sync,
+) -> Result<(String, u64), String> {
+    let mut rng = Rng::new(seed ^ salt ^ (p as u64).wrapping_mul(0x5851_f42d_4c95_7f2d));
     let (cfg, wire_cfg, what) = draw(&mut rng);
     let (wire, comms) = job(p, &cfg, wire_cfg);
     let stop = Arc::new(AtomicBool::new(false));
-    let d = deliverer(wire.clone(), rng.next(), stop.clone());
-    let res = common::local_job(comms, |c| stress::run(c, seed, calls).map(|_| ()));
+    let d = deliverer(wire, rng.next(), stop.clone());
+    let res = common::local_job(comms, f);
     stop.store(true, Ordering::Relaxed);
     let delivered = d.join().expect("deliverer panicked");
     res.map(|()| (what.clone(), delivered)).map_err(|e| format!("{what}:\n{e}"))
@@ -187,28 +194,18 @@ fn transfers_and_collectives(c: &Communicator, seed: u64, rounds: usize) -> Resu
     Ok(())
 }
 
-#[test]
-fn transfers_and_collectives_on_two_communicators_in_random_order() {
-    let seed = stress::seed();
-    let rounds = stress::calls(40);
-    eprintln!("transfers on the pair wire: FABCOLL_STRESS_SEED={seed} FABCOLL_STRESS_CALLS={rounds}");
+/// Runs `job(p)` for every `p` of `ps` in turn on a thread of its own; fails the test on an error,
+/// or when a job has not finished within 120 s.
+fn each_size(seed: u64, ps: &'static [usize], job: impl Fn(usize) -> Result<(), String> + Send + 'static) {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        for p in [2, 3, 4] {
-            let mut rng = Rng::new(seed ^ 0x7432 ^ p as u64);
-            let (cfg, wire_cfg, what) = draw(&mut rng);
-            let (wire, comms) = job(p, &cfg, wire_cfg);
-            let stop = Arc::new(AtomicBool::new(false));
-            let d = deliverer(wire, rng.next(), stop.clone());
-            let res = common::local_job(comms, |c| transfers_and_collectives(c, seed, rounds));
-            stop.store(true, Ordering::Relaxed);
-            d.join().expect("deliverer panicked");
-            if tx.send(res.map_err(|e| format!("{what}:\n{e}"))).is_err() {
+        for &p in ps {
+            if tx.send(job(p)).is_err() {
                 return;
             }
         }
     });
-    for p in [2, 3, 4] {
+    for &p in ps {
         match rx.recv_timeout(Duration::from_secs(120)) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => panic!("p={p}, FABCOLL_STRESS_SEED={seed}: {e}"),
@@ -218,30 +215,26 @@ fn transfers_and_collectives_on_two_communicators_in_random_order() {
 }
 
 #[test]
+fn transfers_and_collectives_on_two_communicators_in_random_order() {
+    let seed = stress::seed();
+    let rounds = stress::calls(40);
+    eprintln!("transfers on the pair wire: FABCOLL_STRESS_SEED={seed} FABCOLL_STRESS_CALLS={rounds}");
+    each_size(seed, &[2, 3, 4], move |p| {
+        on_random_wire(p, seed, 0x7432, |c| transfers_and_collectives(c, seed, rounds)).map(|_| ())
+    });
+}
+
+#[test]
 fn random_collectives_over_a_wire_delivering_in_random_order() {
     let seed = stress::seed();
     let calls = stress::calls(60);
     eprintln!("stress on the pair wire: FABCOLL_STRESS_SEED={seed} FABCOLL_STRESS_CALLS={calls}");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for p in 2..=4 {
-            let t = std::time::Instant::now();
-            let out = stress_job(p, seed, calls);
-            if let Ok((what, n)) = &out {
-                eprintln!("p={p}: {calls} calls verified in {:.1?} ({what}; {n} items delivered)", t.elapsed());
-            }
-            if tx.send(out.map(|_| ())).is_err() {
-                return;
-            }
-        }
+    each_size(seed, &[2, 3, 4], move |p| {
+        let t = std::time::Instant::now();
+        let (what, n) = on_random_wire(p, seed, 0, |c| stress::run(c, seed, calls).map(|_| ()))?;
+        eprintln!("p={p}: {calls} calls verified in {:.1?} ({what}; {n} items delivered)", t.elapsed());
+        Ok(())
     });
-    for p in 2..=4 {
-        match rx.recv_timeout(Duration::from_secs(120)) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => panic!("p={p}, FABCOLL_STRESS_SEED={seed}: {e}"),
-            Err(_) => panic!("p={p}, FABCOLL_STRESS_SEED={seed}: the job did not finish within 120 s"),
-        }
-    }
 }
 
 /// Runs stress calls until one fails; the failure.

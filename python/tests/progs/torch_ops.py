@@ -27,6 +27,18 @@ def check(got, want, what):
         raise AssertionError(f"rank {me}: {what}: got {got}, want {want}")
 
 
+def expect_errors(cases):
+    """Each call of ``cases`` (pairs of words and a function) raises an error whose message has the words."""
+    for what, f in cases:
+        try:
+            f()
+        except RuntimeError as e:
+            if what not in str(e):
+                raise AssertionError(f"{what}: {e}") from e
+        else:
+            raise AssertionError(f"no error for {what}")
+
+
 everyone = [data(r) for r in range(p)]
 R = dist.ReduceOp
 for op, want in ((R.SUM, sum(everyone)), (R.MIN, torch.stack(everyone).min(0).values),
@@ -203,37 +215,23 @@ for shape, dense in (((7,), ()), ((5, 6), ()), ((9,), (2, 3))):
 t = sparse_of(me, (7,))
 fut = dist.all_reduce(t, async_op=True).get_future()
 check(fut.wait()[0].to_dense(), sum(sparse_of(r, (7,)).to_dense() for r in range(p)), "sparse all_reduce future")
-for what, f in (("SUM and AVG only", lambda: dist.all_reduce(sparse_of(me, (7,)), op=dist.ReduceOp.MAX)),
-                ("differs from rank 0", lambda: dist.all_reduce(sparse_of(me, (7 + (me == p - 1),)))),
-                ("fabcoll moves dense CPU tensors", lambda: dist.broadcast(sparse_of(me, (7,)), src=0))):
-    try:
-        f()
-    except RuntimeError as e:
-        if what not in str(e):
-            raise AssertionError(f"{what}: {e}") from e
-    else:
-        raise AssertionError(f"no error for {what}")
+expect_errors((("SUM and AVG only", lambda: dist.all_reduce(sparse_of(me, (7,)), op=dist.ReduceOp.MAX)),
+               ("differs from rank 0", lambda: dist.all_reduce(sparse_of(me, (7 + (me == p - 1),)))),
+               ("fabcoll moves dense CPU tensors", lambda: dist.broadcast(sparse_of(me, (7,)), src=0))))
 t = sparse_of(me, (7,))
 dist.all_reduce(t)  # the group goes on after the refused calls
 check(t.to_dense(), sum(sparse_of(r, (7,)).to_dense() for r in range(p)), "sparse all_reduce after errors")
 dist.barrier()
 
 # Unsupported cases raise a clear error.
-for what, f in (("split_sizes", lambda: dist.all_to_all_single(torch.zeros(p + 1), torch.zeros(p + 1),
-                                                                [1] * p, [1] * p)),
-                ("moves CPU tensors only", lambda: dist.broadcast(torch.zeros(4, device="meta"), src=0)),
-                ("does not reduce or move", lambda: dist.broadcast(torch.zeros(4, dtype=torch.float8_e5m2), src=0)),
-                ("allreduce", lambda: dist.all_reduce(torch.zeros(4), op=dist.ReduceOp.BAND)),
-                ("PREMUL_SUM is not supported", lambda: dist.all_reduce(torch.zeros(4),
-                                                                        op=dist._make_nccl_premul_sum(0.5))),
-                ("any source", lambda: dist.recv(torch.zeros(1)))):
-    try:
-        f()
-    except RuntimeError as e:
-        if what not in str(e):
-            raise AssertionError(f"{what}: {e}") from e
-    else:
-        raise AssertionError(f"no error for {what}")
+expect_errors((("split_sizes", lambda: dist.all_to_all_single(torch.zeros(p + 1), torch.zeros(p + 1),
+                                                               [1] * p, [1] * p)),
+               ("moves CPU tensors only", lambda: dist.broadcast(torch.zeros(4, device="meta"), src=0)),
+               ("does not reduce or move", lambda: dist.broadcast(torch.zeros(4, dtype=torch.float8_e5m2), src=0)),
+               ("allreduce", lambda: dist.all_reduce(torch.zeros(4), op=dist.ReduceOp.BAND)),
+               ("PREMUL_SUM is not supported", lambda: dist.all_reduce(torch.zeros(4),
+                                                                       op=dist._make_nccl_premul_sum(0.5))),
+               ("any source", lambda: dist.recv(torch.zeros(1)))))
 dist.barrier()
 
 # Subgroups whose ranks are not contiguous (every rank creates both; each joins its own).
