@@ -10,7 +10,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use fabcoll::Datatype;
+use fabcoll::{Datatype, ReduceOp};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
@@ -70,10 +70,52 @@ pub fn datatype_name(dt: Datatype) -> &'static str {
     NAMES.iter().find(|(_, d)| *d == dt).map_or("?", |(n, _)| n)
 }
 
-/// The datatype of a struct-module format with this item size; `None` for formats fabcoll has no
-/// datatype for (structs, pointers, bool, complex, big-endian).
-fn datatype_of_format(format: &str, itemsize: usize) -> Option<Datatype> {
+/// What a buffer's values are beyond the datatype they move as: complex numbers move as pairs of
+/// their parts' datatype and reduce by sum only (MPI's complex types also multiply; fabcoll's
+/// kernels do not), bools move as bytes and reduce by logical and bitwise ops, min and max.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Values {
+    Plain,
+    Complex,
+    Bool,
+}
+
+impl Values {
+    /// Elements of the moved datatype per element of the buffer.
+    pub fn lanes(self) -> usize {
+        match self {
+            Values::Complex => 2,
+            Values::Plain | Values::Bool => 1,
+        }
+    }
+
+    /// Refuses a reduction these values have no meaning for.
+    pub fn check_op(self, op: &ReduceOp, what: &str) -> PyResult<()> {
+        use ReduceOp as R;
+        match (self, op) {
+            (Values::Plain, _) | (Values::Complex, R::Sum) => Ok(()),
+            (Values::Bool, R::Land | R::Lor | R::Lxor | R::Band | R::Bor | R::Bxor | R::Min | R::Max) => Ok(()),
+            (Values::Complex, _) => Err(fail(format!("{what} holds complex numbers, which reduce by sum only"))),
+            (Values::Bool, _) => Err(fail(format!(
+                "{what} holds bools, which reduce by land, lor, lxor, band, bor, bxor, min or max only"
+            ))),
+        }
+    }
+}
+
+/// The datatype of a struct-module format with this item size, and what its values are; `None`
+/// for formats fabcoll has no datatype for (structs, pointers, big-endian).
+fn datatype_of_format(format: &str, itemsize: usize) -> Option<(Datatype, Values)> {
     let code = match format.as_bytes() {
+        [b'Z', c] | [b'@' | b'=' | b'<', b'Z', c] => {
+            let dt = match (c, itemsize) {
+                (b'f', 8) => Datatype::F32,
+                (b'd', 16) => Datatype::F64,
+                _ => return None,
+            };
+            return cfg!(target_endian = "little").then_some((dt, Values::Complex));
+        }
+        [b'?'] | [b'@' | b'=' | b'<', b'?'] if itemsize == 1 => return Some((Datatype::U8, Values::Bool)),
         [c] | [b'@' | b'=' | b'<', c] => *c,
         _ => return None,
     };
@@ -92,7 +134,7 @@ fn datatype_of_format(format: &str, itemsize: usize) -> Option<Datatype> {
         _ => return None,
     };
     // Little-endian machines only: '<' is the native order there, '>' / '!' were rejected above.
-    (cfg!(target_endian = "little") || code == b'@').then_some(dt)
+    (cfg!(target_endian = "little") || code == b'@').then_some((dt, Values::Plain))
 }
 
 /// A buffer exported by a Python object, held until this value drops (the exporter keeps the
@@ -169,8 +211,8 @@ impl Buffer {
         true
     }
 
-    /// The datatype its format says, if fabcoll has one.
-    fn format_datatype(&self) -> Option<Datatype> {
+    /// The datatype its format says, if fabcoll has one, and what its values are.
+    fn format_datatype(&self) -> Option<(Datatype, Values)> {
         let v = &*self.view;
         let format = if v.format.is_null() {
             "B"
@@ -231,10 +273,10 @@ impl Source {
         }
     }
 
-    /// The datatype its format or its dtype names.
-    pub fn datatype(&self) -> PyResult<Datatype> {
+    /// The datatype its format or its dtype names, and what its values are.
+    pub fn datatype(&self) -> PyResult<(Datatype, Values)> {
         match self {
-            Source::Tensor(t) => Ok(t.dt),
+            Source::Tensor(t) => Ok((t.dt, Values::Plain)),
             Source::Export(b) => b.format_datatype().ok_or_else(|| {
                 fail(format!(
                     "{} has buffer format {:?}, which fabcoll has no datatype for (pass dtype=... to reinterpret its bytes)",

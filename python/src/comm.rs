@@ -11,7 +11,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use fabcoll::Datatype;
 use pyo3::prelude::*;
 
-use crate::buffer::{datatype_name, datatype_named, Region, Source};
+use crate::buffer::{datatype_name, datatype_named, Region, Source, Values};
 use crate::call::{reduce_op, start, transfer, Counts, Kind, Spec};
 use crate::error::{fail, lib};
 use crate::request::Request;
@@ -37,27 +37,26 @@ impl Communicator {
 
 /// The datatype of a call: `dtype` when given, else the buffers' formats or dtypes (which must
 /// agree).
-fn resolve_datatype(dtype: Option<&str>, bufs: &[&Source]) -> PyResult<Datatype> {
+fn resolve_datatype(dtype: Option<&str>, bufs: &[&Source]) -> PyResult<(Datatype, Values)> {
     if let Some(name) = dtype {
-        return datatype_named(name);
+        return Ok((datatype_named(name)?, Values::Plain));
     }
-    let mut found: Option<(Datatype, &Source)> = None;
+    let mut found: Option<((Datatype, Values), &Source)> = None;
     for b in bufs {
         let dt = b.datatype()?;
         match found {
             Some((first, fb)) if first != dt => {
-                return Err(fail(format!(
-                    "{} holds {} but {} holds {}",
-                    fb.what(),
-                    datatype_name(first),
-                    b.what(),
-                    datatype_name(dt)
-                )))
+                let name = |(d, v): (Datatype, Values)| match v {
+                    Values::Plain => datatype_name(d).to_string(),
+                    Values::Complex => format!("complex {} pairs", datatype_name(d)),
+                    Values::Bool => "bool".to_string(),
+                };
+                return Err(fail(format!("{} holds {} but {} holds {}", fb.what(), name(first), b.what(), name(dt))));
             }
             _ => found = Some((dt, b)),
         }
     }
-    Ok(found.map_or(Datatype::U8, |(dt, _)| dt))
+    Ok(found.map_or((Datatype::U8, Values::Plain), |(dt, _)| dt))
 }
 
 #[pymethods]
@@ -139,8 +138,8 @@ impl Communicator {
         let name = kind;
         let kind = Kind::named(kind)?;
         let (sends_counts, receives_counts) = kind.takes_counts();
-        let send_counts = Counts::of(name, "send", sends_counts, send_counts, send_displs)?;
-        let recv_counts = Counts::of(name, "recv", receives_counts, recv_counts, recv_displs)?;
+        let mut send_counts = Counts::of(name, "send", sends_counts, send_counts, send_displs)?;
+        let mut recv_counts = Counts::of(name, "recv", receives_counts, recv_counts, recv_displs)?;
         if kind == Kind::ReduceScatterV && recv_counts.displs.is_some() {
             return Err(fail("reduce_scatterv takes no recv_displs (its blocks lie one after the other)"));
         }
@@ -160,7 +159,13 @@ impl Communicator {
         let send = send.map(|b| Source::get(b, send_what, false, tensors)).transpose()?;
         let recv = recv.map(|b| Source::get(b, recv_what, !reads_only, tensors)).transpose()?;
         let bufs: Vec<&Source> = send.iter().chain(recv.iter()).collect();
-        let dt = resolve_datatype(dtype, &bufs)?;
+        let (dt, values) = resolve_datatype(dtype, &bufs)?;
+        if kind.reduces() {
+            values.check_op(&op, bufs.first().map_or("the buffer", |b| b.what()))?;
+        }
+        // Counts and displacements are in the buffers' elements; a complex one moves as two.
+        send_counts.scale(values.lanes());
+        recv_counts.scale(values.lanes());
         let send_region = send.as_ref().map(|b| b.region(dt)).transpose()?;
         let recv_region = recv.as_ref().map(|b| b.region(dt)).transpose()?.unwrap_or(Region::EMPTY);
         if let Some(s) = &send_region {
@@ -212,7 +217,7 @@ impl Communicator {
             (true, false) => "the recv tensor",
         };
         let b = Source::get(buf, what, !outgoing, tensors)?;
-        let dt = resolve_datatype(dtype, &[&b])?;
+        let (dt, _) = resolve_datatype(dtype, &[&b])?;
         let region = b.region(dt)?;
         let comm = self.get()?;
         if blocking {

@@ -188,6 +188,25 @@ comm.allreduce(ba)
 assert list(ba) == [sum(range(1, p + 1))] * 16, list(ba)
 comm.allreduce(memoryview(ba), "max")
 
+# Complex numbers (MPI's complex types: moved as pairs of their parts, reduced by sum) and bools (logical and bitwise
+# ops, min, max); the v-variants' counts are in complex elements.
+for ctype in (np.complex64, np.complex128):
+    z = data(me, N, np.float64) + 1j * data(me + 3, N, np.float64)
+    want = sum(data(r, N, np.float64) + 1j * data(r + 3, N, np.float64) for r in range(p))
+    x = z.astype(ctype)
+    comm.allreduce(x)
+    assert np.array_equal(x, want.astype(ctype)), f"rank {me}: complex allreduce {np.dtype(ctype).name}"
+    agv = np.zeros(sum(counts), dtype=ctype)
+    comm.iallgatherv(z[:me + 1].astype(ctype), agv, counts).wait()
+    parts = [(data(r, N, np.float64) + 1j * data(r + 3, N, np.float64))[:r + 1] for r in range(p)]
+    assert np.array_equal(agv, np.concatenate(parts).astype(ctype)), f"rank {me}: complex allgatherv"
+flags = np.array([me == 0, True, False, me % 2 == 1])
+for op, fn in (("lor", np.any), ("land", np.all), ("max", np.any), ("min", np.all)):
+    want = fn([np.array([r == 0, True, False, r % 2 == 1]) for r in range(p)], axis=0)
+    b = flags.copy()
+    comm.allreduce(b, op)
+    assert b.dtype == bool and np.array_equal(b, want), f"rank {me}: bool allreduce {op}: {b} against {want}"
+
 # Tagged send/recv on the ring: blocking (small: eager sends complete before their receives) and
 # nonblocking in both directions at once (large: zero-copy).
 right, left = (me + 1) % p, (me - 1) % p
