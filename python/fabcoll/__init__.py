@@ -15,8 +15,12 @@ tensors through ``.numpy()``); nothing is copied. The datatype comes from the bu
 pairs of their parts and reduce by sum only; bool arrays reduce by logical and bitwise ops, min and max. Every failure — a wrong length, a read-only,
 non-contiguous or misaligned buffer, an unknown op or dtype, a peer that died — raises :class:`Error`.
 Nonblocking calls return a :class:`Request` that holds its buffers until it has finished; as in MPI, do not touch
-them until ``wait()`` returns (or ``test()`` says True). The PyTorch backend is :mod:`fabcoll.torch`.
+them until ``wait()`` returns (or ``test()`` says True). Python objects go by ``bcast_object``, ``allgather_object``,
+``gather_object``, ``scatter_object``, ``alltoall_object`` and ``send_object``/``recv_object`` (pickled, as mpi4py's
+lowercase calls). The PyTorch backend is :mod:`fabcoll.torch`.
 """
+
+import pickle
 
 from ._native import DATATYPES, Error, Request
 from ._native import Communicator as _Native
@@ -169,6 +173,90 @@ class Communicator:
     def irecv(self, buf, source, tag=0, *, dtype=None):
         return self._c._transfer("recv", buf, source, tag, dtype=dtype, blocking=False)
 
+    # Python objects (mpi4py's lowercase calls): pickled, their sizes exchanged first, then the bytes by the buffer
+    # calls above. Unpickling runs code the sender chose: the job's peers are trusted (its token admits them).
+
+    def bcast_object(self, obj, root=0):
+        """Rank ``root``'s ``obj`` on every rank (a copy elsewhere, ``obj`` itself on the root)."""
+        data = pickle.dumps(obj) if self.rank == root else b""
+        n = _sizes([len(data)])
+        self.bcast(n, root)
+        if self.rank == root:
+            buf = bytearray(data)
+            self.bcast(buf, root)
+            return obj
+        buf = bytearray(_size(n, 0))
+        self.bcast(buf, root)
+        return pickle.loads(buf)
+
+    def allgather_object(self, obj):
+        """Every rank's ``obj``, as a list in rank order."""
+        data = pickle.dumps(obj)
+        counts = self._all_sizes(len(data))
+        out = bytearray(sum(counts))
+        self.allgatherv(bytearray(data), out, counts)
+        return _unpickle_blocks(out, counts)
+
+    def gather_object(self, obj, root=0):
+        """Every rank's ``obj`` as a list in rank order on rank ``root``; None elsewhere."""
+        data = pickle.dumps(obj)
+        counts = self._all_sizes(len(data))
+        out = bytearray(sum(counts)) if self.rank == root else None
+        self.gatherv(bytearray(data), out, counts, root=root)
+        return _unpickle_blocks(out, counts) if self.rank == root else None
+
+    def scatter_object(self, objs, root=0):
+        """Element i of rank ``root``'s list ``objs`` (``size`` objects) on rank i; ``objs`` is ignored elsewhere."""
+        if self.rank == root:
+            if len(objs) != self.size:
+                raise Error(f"scatter_object: {len(objs)} objects for {self.size} ranks")
+            blocks = [pickle.dumps(o) for o in objs]
+            counts = [len(b) for b in blocks]
+        else:
+            blocks, counts = [], [0] * self.size
+        n = _sizes(counts)
+        self.bcast(n, root)
+        counts = [_size(n, i) for i in range(self.size)]
+        out = bytearray(counts[self.rank])
+        self.scatterv(bytearray(b"".join(blocks)) if self.rank == root else None, counts, out, root=root)
+        return pickle.loads(out)
+
+    def alltoall_object(self, objs):
+        """Element j of this rank's list ``objs`` (``size`` objects) to rank j; the objects received, in rank
+        order."""
+        if len(objs) != self.size:
+            raise Error(f"alltoall_object: {len(objs)} objects for {self.size} ranks")
+        blocks = [pickle.dumps(o) for o in objs]
+        send_counts = [len(b) for b in blocks]
+        sizes = bytearray(8 * self.size)
+        self.alltoall(_sizes(send_counts), sizes)
+        recv_counts = [_size(sizes, i) for i in range(self.size)]
+        out = bytearray(sum(recv_counts))
+        self.alltoallv(bytearray(b"".join(blocks)), send_counts, out, recv_counts)
+        return _unpickle_blocks(out, recv_counts)
+
+    def send_object(self, obj, dest, tag=0):
+        """Sends ``obj`` to rank ``dest`` (its size, then its bytes, both with ``tag``); as ``send`` (and MPI_Send), a
+        large object's send returns once the receiver is taking it, so two ranks that send to each other first
+        wait for each other."""
+        data = pickle.dumps(obj)
+        self.send(_sizes([len(data)]), dest, tag)
+        self.send(bytearray(data), dest, tag)
+
+    def recv_object(self, source, tag=0):
+        """The object rank ``source`` sends with ``send_object`` and ``tag``."""
+        n = bytearray(8)
+        self.recv(n, source, tag)
+        buf = bytearray(_size(n, 0))
+        self.recv(buf, source, tag)
+        return pickle.loads(buf)
+
+    def _all_sizes(self, mine):
+        """Every rank's ``mine``, by an allgather of 8-byte sizes."""
+        sizes = bytearray(8 * self.size)
+        self.allgather(_sizes([mine]), sizes)
+        return [_size(sizes, i) for i in range(self.size)]
+
     # Nonblocking collectives: the same arguments, a Request back.
 
     def ibarrier(self):
@@ -232,3 +320,22 @@ class Communicator:
         if out is None:
             return self._c._call(kind, None, buf, op=op, root=root, dtype=dtype, blocking=blocking)
         return self._c._call(kind, buf, out, op=op, root=root, dtype=dtype, blocking=blocking)
+
+
+def _sizes(values):
+    """Byte counts as consecutive 8-byte little-endian integers (what the object calls exchange)."""
+    return bytearray(b"".join(int(v).to_bytes(8, "little") for v in values))
+
+
+def _size(buf, i):
+    """The i-th 8-byte size of ``buf``."""
+    return int.from_bytes(buf[8 * i:8 * i + 8], "little")
+
+
+def _unpickle_blocks(buf, counts):
+    """The objects pickled one after the other in ``buf``, ``counts`` bytes each."""
+    out, at = [], 0
+    for n in counts:
+        out.append(pickle.loads(buf[at:at + n]))
+        at += n
+    return out

@@ -222,6 +222,26 @@ rs.wait()
 rr.wait()
 check(from_left, data(left, 1 << 17, np.float32), "isend/irecv")
 
+# Python objects (pickled): sizes differ per rank, one rank's object is empty-ish, the root varies.
+def obj(r):
+    return {"rank": r, "pad": "x" * (r * 1000), "nested": [r, (r, "t"), None]} if r != 1 else None
+
+
+for root in range(p):
+    assert comm.bcast_object(obj(me) if me == root else "ignored", root) == obj(root), f"bcast_object {root}"
+    got = comm.gather_object(obj(me), root)
+    assert got == ([obj(r) for r in range(p)] if me == root else None), f"rank {me}: gather_object {root}"
+    mine = comm.scatter_object([obj(10 + r) for r in range(p)] if me == root else None, root)
+    assert mine == obj(10 + me), f"rank {me}: scatter_object {root}: {mine}"
+assert comm.allgather_object(obj(me)) == [obj(r) for r in range(p)], "allgather_object"
+assert comm.alltoall_object([(me, j, "y" * j) for j in range(p)]) == [(i, me, "y" * me) for i in range(p)]
+# A large send waits for its receiver (as MPI_Send may): even ranks send first, odd ones receive first.
+for turn in (me % 2, 1 - me % 2):
+    if turn == 0:
+        comm.send_object({"from": me, "big": list(range(50_000))}, right, tag=8)
+    else:
+        assert comm.recv_object(left, tag=8) == {"from": left, "big": list(range(50_000))}, "send/recv_object"
+
 # dup and split.
 d = comm.dup()
 x = np.ones(4, dtype=np.int32)
