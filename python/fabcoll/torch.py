@@ -532,6 +532,26 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
             return self._single("allgather", inp, flat, post=post, result=output_lists)
         return self._single("allgatherv", inp, flat, post=post, result=output_lists, recv_counts=counts)
 
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        """all_gather_coalesced (deprecated in torch, still in gloo): ``output_lists[r][i]`` gets rank r's
+        ``inputs[i]``, by one allgather of the inputs laid end to end."""
+        p = self.size()
+        if len({t.dtype for t in inputs}) > 1:
+            raise Error("fabcoll backend: all_gather_coalesced: the input tensors differ in dtype")
+        counts = [t.numel() for t in inputs]
+        if len(output_lists) != p or any([o.numel() for o in outs] != counts for outs in output_lists):
+            raise Error(f"fabcoll backend: all_gather_coalesced: the output lists must be {p} lists (one per rank) of "
+                        f"tensors the sizes of the inputs ({counts} elements)")
+        send = _cat(inputs)
+        recv = torch.empty(send.numel() * p, dtype=send.dtype)
+
+        def post():
+            for outs, block in zip(output_lists, recv.split(send.numel())):
+                for o, part in zip(outs, block.split(counts)):
+                    o.copy_(part.view_as(o))
+
+        return self._single("allgather", send, recv, post=post, result=output_lists)
+
     def gather(self, output_lists, inputs, opts=None):
         (inp,) = inputs
         root = opts.rootRank
@@ -638,7 +658,8 @@ def _forward(name):
 
 # The backend methods torch's C++ side may call (the names its Python bindings give them).
 for _name in ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_single",
-              "_reduce_scatter_base", "reduce_scatter_single_coalesced", "broadcast", "allgather", "all_gather_single",
+              "_reduce_scatter_base", "reduce_scatter_single_coalesced", "broadcast", "allgather", "allgather_coalesced",
+              "all_gather_single",
               "_allgather_base", "all_gather_single_coalesced", "gather", "scatter", "alltoall", "all_to_all_single",
               "alltoall_base", "barrier", "send", "recv", "recv_anysource", "shutdown"):
     setattr(_CpuBackend, _name, _forward(_name))

@@ -3,6 +3,7 @@ every supported operation against references computed from every rank's input. P
 and "torch ok" at the end."""
 
 import os
+import warnings
 from datetime import timedelta
 
 import torch
@@ -191,6 +192,15 @@ for w in works:
     w.wait()
 check(big, data(left, 1 << 16), "isend/irecv")
 dist.barrier()
+
+# all_gather_coalesced (deprecated in torch, still in gloo): output_lists[r][i] is rank r's input i.
+outs = [[torch.zeros(3), torch.zeros(2, 2), torch.zeros(0)] for _ in range(p)]
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", FutureWarning)
+    dist.all_gather_coalesced(outs, [data(me, 3), data(me + 1, 4).view(2, 2), torch.zeros(0)])
+for r in range(p):
+    check(outs[r][0], data(r, 3), "all_gather_coalesced, first input")
+    check(outs[r][1], data(r + 1, 4).view(2, 2), "all_gather_coalesced, second input")
 
 # Sparse COO all_reduce (gloo's semantics: SUM, the input replaced by the coalesced sum): uneven entry counts, a rank
 # with none, duplicate indices (an uncoalesced input), values with dense dimensions; AVG; nonblocking.
