@@ -566,6 +566,16 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
 
         return self._single("gather", inp, flat, root=root, post=post, result=output_lists)
 
+    def gather_single(self, output, input, opts=None):
+        """gather_single (gather_into_tensor): every rank's ``input`` one after the other into the root's ``output``
+        (an empty placeholder elsewhere)."""
+        root = opts.rootRank if opts is not None else 0
+        if self.rank() != root:
+            return self._single("gather", input, None, root=root, result=[output])
+        return self._single("gather", input, output, root=root, result=[output])
+
+    gather_into_tensor = gather_single
+
     def scatter(self, outputs, input_lists, opts=None):
         (out,) = outputs
         root = opts.rootRank
@@ -659,9 +669,9 @@ def _forward(name):
 # The backend methods torch's C++ side may call (the names its Python bindings give them).
 for _name in ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_single",
               "_reduce_scatter_base", "reduce_scatter_single_coalesced", "broadcast", "allgather", "allgather_coalesced",
-              "all_gather_single",
-              "_allgather_base", "all_gather_single_coalesced", "gather", "scatter", "alltoall", "all_to_all_single",
-              "alltoall_base", "barrier", "send", "recv", "recv_anysource", "shutdown"):
+              "all_gather_single", "_allgather_base", "all_gather_single_coalesced", "gather", "gather_single",
+              "gather_into_tensor", "scatter", "alltoall", "all_to_all_single", "alltoall_base", "barrier", "send",
+              "recv", "recv_anysource", "shutdown"):
     setattr(_CpuBackend, _name, _forward(_name))
 
 

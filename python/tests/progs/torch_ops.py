@@ -175,6 +175,10 @@ dist.gather(data(me), g, dst=0)
 if me == 0:
     for r in range(p):
         check(g[r], data(r), "gather")
+g = torch.zeros(N * p) if me == 1 % p else None
+dist.gather_single(data(me), g, dst=1 % p)
+if me == 1 % p:
+    check(g, torch.cat(everyone), "gather_single")
 out = torch.zeros(N)
 dist.scatter(out, [data(r + 20) for r in range(p)] if me == 0 else None, src=0)
 check(out, data(me + 20), "scatter")
