@@ -110,7 +110,8 @@ pub unsafe extern "C" fn fc_request_free(request: *mut *mut fc_request) -> c_int
     })
 }
 
-/// The `count` handles at `requests`, checked.
+/// The `count` handles at `requests`, checked: a request that appears twice is refused (it would
+/// be freed twice).
 ///
 /// # Safety
 /// `requests` points to `count` writable handles when `count` > 0.
@@ -123,7 +124,12 @@ unsafe fn handles<'a>(count: c_int, requests: *mut *mut fc_request) -> Result<&'
         return Err(Failure::arg("requests is NULL"));
     }
     // SAFETY: `count` writable handles at `requests`, by the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts_mut(requests, n) })
+    let slots = unsafe { std::slice::from_raw_parts_mut(requests, n) };
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    if let Some(i) = slots.iter().position(|&r| !r.is_null() && !seen.insert(r)) {
+        return Err(Failure::arg(format!("requests[{i}] appears earlier in the array too")));
+    }
+    Ok(slots)
 }
 
 /// Frees the request of `*slot` and sets it to NULL (MPI's deactivation of a finished request).

@@ -425,6 +425,12 @@ static void test_request_arrays(fc_comm *c) {
     EXPECT_ERR(FC_ERR_ARG, fc_waitall(-1, NULL), "negative");
     EXPECT_ERR(FC_ERR_ARG, fc_waitany(2, NULL, &idx), "requests is NULL");
     EXPECT_ERR(FC_ERR_ARG, fc_testall(0, NULL, NULL), "done is NULL");
+    fc_request *twice[2] = {NULL, NULL};
+    CHECK(fc_ibarrier(c, &twice[0]));
+    twice[1] = twice[0];
+    EXPECT_ERR(FC_ERR_ARG, fc_waitall(2, twice), "appears earlier");
+    twice[1] = NULL;
+    CHECK(fc_waitall(2, twice));
 }
 
 /* Joins the job: fc_init on even ranks, fc_init_store on odd ones (the environment's store,
