@@ -105,7 +105,7 @@ fn deliverer(wire: Wire, seed: u64, stop: Arc<AtomicBool>) -> JoinHandle<u64> {
                     _ => rng.below(ready.len()),
                 };
                 let it = ready.swap_remove(pick);
-                // A control message behind one delivered in this burst stays for the next round.
+                // The item may have left the wire meanwhile (a killed rank's messages are dropped).
                 if wire.deliver(it.id).is_ok() {
                     n += 1;
                 }
