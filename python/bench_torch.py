@@ -3,13 +3,13 @@
     torchrun --nproc-per-node 2 python/bench_torch.py [--ops all_reduce,all_gather_into_tensor,broadcast]
         [--sizes 8,65536,1048576,16777216] [--rounds 7] [--iters 20]
 
-Both backends serve the same job (fabcoll is the default group, gloo a second group over the same ranks). Per
-size, each round times `iters` calls on each backend, alternating which goes first, after a barrier; a round's
-figure is the median call time (each call: a barrier-free collective of float32, timed on every rank, the slowest
-rank's time kept). Sizes are per rank: all_reduce's and broadcast's tensor, all_gather_into_tensor's input (its
-output is p times larger); broadcast from rank 0. Rank 0 prints per operation and size the medians over rounds and
-the median of the per-round ratios gloo / fabcoll (paired: both measured in the same round), and in how many
-rounds fabcoll was ahead. Set FABCOLL_FABRIC=tcp for the network path.
+Both backends serve the same job (fabcoll is the default group, gloo a second group over the same ranks). Per size,
+each round times `iters` calls on each backend, alternating which goes first, after a barrier; a round's figure is
+the median call time (each call: a barrier-free collective of float32, timed on every rank, the slowest rank's time
+kept). Sizes are per rank: all_reduce's and broadcast's tensor, all_gather_into_tensor's input (its output is p
+times larger), sparse_all_reduce's values (rows of 64 floats); broadcast from rank 0. Rank 0 prints per operation
+and size the medians over rounds and the median of the per-round ratios gloo / fabcoll (paired: both measured in the
+same round), and in how many rounds fabcoll was ahead. Set FABCOLL_FABRIC=tcp for the network path.
 """
 
 import argparse
@@ -36,6 +36,14 @@ def caller(op, t, p):
     if op == "all_gather_into_tensor":
         out = torch.empty(t.numel() * p, dtype=t.dtype)
         return lambda g: dist.all_gather_into_tensor(out, t, group=g)
+    if op == "sparse_all_reduce":
+        # DDP's sparse embedding gradients: random rows (some twice) of 64 floats of a 100,000-row table, as many
+        # as the size holds; each call reduces a fresh copy (the call replaces its input by the coalesced sum).
+        gen = torch.Generator().manual_seed(dist.get_rank())
+        rows = max(t.numel() // 64, 1)
+        idx = torch.randint(0, 100_000, (1, rows), generator=gen)
+        grad = torch.sparse_coo_tensor(idx, torch.randn(rows, 64, generator=gen), (100_000, 64), check_invariants=True)
+        return lambda g: dist.all_reduce(grad.clone(), group=g)
     raise SystemExit(f"bench_torch: unknown op {op}")
 
 
@@ -54,7 +62,8 @@ def round_time(call, group, iters):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ops", default="all_reduce", help="all_reduce, all_gather_into_tensor, broadcast")
+    ap.add_argument("--ops", default="all_reduce",
+                    help="all_reduce, all_gather_into_tensor, broadcast, sparse_all_reduce")
     ap.add_argument("--sizes", default="8,65536,1048576,16777216", help="message sizes in bytes (per rank)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--iters", type=int, default=20)
