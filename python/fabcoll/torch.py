@@ -570,9 +570,8 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         """gather_single (gather_into_tensor): every rank's ``input`` one after the other into the root's ``output``
         (an empty placeholder elsewhere)."""
         root = opts.rootRank if opts is not None else 0
-        if self.rank() != root:
-            return self._single("gather", input, None, root=root, result=[output])
-        return self._single("gather", input, output, root=root, result=[output])
+        recv = output if self.rank() == root else None
+        return self._single("gather", input, recv, root=root, result=[output])
 
     gather_into_tensor = gather_single
 
