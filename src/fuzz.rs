@@ -66,7 +66,7 @@ pub fn exec_control(data: &[u8]) {
                 assert_eq!(v.len() * 4, payload.len());
             }
         }
-        Kind::Check => {}
+        Kind::Check | Kind::AnySource => {}
         Kind::Mismatch => {
             let _ = String::from_utf8_lossy(payload);
         }
@@ -129,6 +129,7 @@ fn control_seeds() -> Vec<Vec<u8>> {
         msg(Kind::Offer, Offer { idx: 1, from: 1 << 20, mr: routed, off: 64, len: 3 << 20 }.to_bytes()),
         msg(Kind::Pulled, 1u32.to_le_bytes().to_vec()),
         msg(Kind::Check, b"allreduce:ring count=4".to_vec()),
+        msg(Kind::AnySource, Vec::new()),
         msg(Kind::Mismatch, b"collective #3: rank 1 made a different call".to_vec()),
         l.encode_eager(5, 1, 7, CallSig(0x5a), 3).expect("fits").to_le_bytes().to_vec(),
         l.encode_zcopy(12345).to_le_bytes().to_vec(),

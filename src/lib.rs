@@ -54,8 +54,8 @@ pub use collectives::half;
 pub use collectives::op::{ReduceOp, UserOp};
 pub use collectives::{Params, Topology};
 pub use comm::{
-    Call, Collectives, Communicator, Options, Pinned, RawCalls, RawRequest, Registered, Request, Scope, Transfer,
-    WithOptions,
+    Call, Collectives, Communicator, Options, Pinned, Probed, RawCalls, RawRequest, Registered, Request, Scope,
+    Transfer, WithOptions,
 };
 pub use error::{Error, Result};
 pub use exec::{ExecConfig, Stats};

@@ -80,12 +80,12 @@ fn tcp_nonblocking_overlap() {
 
 #[test]
 fn tcp_transfers() {
-    on_fabric("tcp_transfers", "tcp", 3, 6, procs::transfers);
+    on_fabric("tcp_transfers", "tcp", 3, 7, procs::transfers);
 }
 
 #[test]
 fn ofi_tcp_transfers() {
-    on_fabric("ofi_tcp_transfers", "ofi:tcp", 4, 6, procs::transfers);
+    on_fabric("ofi_tcp_transfers", "ofi:tcp", 4, 7, procs::transfers);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Tagged point-to-point transfers (issue 36.2) on local ranks: every size across the eager limit
 //! and zero-copy, the non-overtaking order per pair, transfers crossing in both directions,
-//! many in flight, dups kept apart, and bad calls (a different tag, a missing sender, a peer out
-//! of range) reported as clear errors that leave the collectives usable.
+//! many in flight, dups kept apart, receives from any source, and bad calls (a different tag, a
+//! missing sender, a peer out of range) reported as clear errors that leave the collectives usable.
 
 mod common;
 
@@ -59,6 +59,32 @@ fn every_size_arrives_whole_and_in_order() {
                     c.send(&message(1, n, len), 0, 7).map_err(e)?;
                 }
             }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn tags_too_large_for_an_eager_immediate_go_by_rts() {
+    // A transfer's tag is its message index: one above the immediate's index bits (17 here) sends
+    // even a small message by RTS and grant. Rank 1 receives each blocking as rank 0 sends.
+    let comms = Communicator::local_with(2, cfg()).unwrap();
+    local_job(comms, |c| {
+        let e = |e: Error| e.to_string();
+        for (n, &len) in SIZES.iter().enumerate() {
+            let tag = u32::MAX - n as u32;
+            if c.rank() == 0 {
+                c.send(&message(0, n, len), 1, tag).map_err(e)?;
+            } else {
+                let mut got = vec![-1i64; len];
+                c.recv(&mut got, 0, tag).map_err(e)?;
+                check(&got, 0, n)?;
+            }
+        }
+        let eager = c.stats().eager_msgs;
+        if c.rank() == 0 && eager != 0 {
+            return Err(format!("{eager} eager messages with tags beyond the immediate"));
         }
         Ok(())
     })
@@ -242,4 +268,225 @@ fn bad_peers_are_refused() {
     let mut b = [0u32];
     refused(c.recv(&mut b, 5, 0), "out of range");
     refused(c.recv(&mut b, 0, 0), "itself");
+}
+
+#[test]
+fn a_receive_from_any_source_takes_each_senders_message_once_at_every_size() {
+    // A sender waiting for a grant asks after a quarter of the timeout whether its receiver makes
+    // the call (an empty RTS): the receives must not have waited for that.
+    let timeout = Duration::from_secs(60);
+    let comms = Communicator::local_with(4, ExecConfig { timeout, ..cfg() }).unwrap();
+    local_job(comms, |c| {
+        let e = |e: Error| e.to_string();
+        let me = c.rank();
+        for (n, &len) in SIZES.iter().enumerate().skip(1) {
+            if me == 0 {
+                let t0 = Instant::now();
+                let mut seen = Vec::new();
+                for _ in 1..4 {
+                    let mut got = vec![-1i64; len];
+                    let src = c.recv_any(&mut got, n as u32).map_err(e)?;
+                    check(&got, src, n)?;
+                    seen.push(src);
+                }
+                seen.sort_unstable();
+                if seen != [1, 2, 3] {
+                    return Err(format!("size {len}: senders {seen:?}"));
+                }
+                if t0.elapsed() >= timeout / 4 {
+                    return Err(format!("size {len}: the senders were found only by their timeout's probe"));
+                }
+            } else {
+                c.send(&message(me, n, len), 0, n as u32).map_err(e)?;
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_receive_from_any_source_skips_a_message_with_another_tag() {
+    // Rank 1's message (tag a) is sent first; rank 2 sends its own (tag b) only after rank 1 has
+    // told it so. A receive from any source with tag b must take rank 2's, then one with tag a
+    // rank 1's: below and above the eager limit, with tags that fit an eager immediate and tags
+    // that do not (sent by RTS).
+    for (len, (a, b)) in [10, 100_003].into_iter().flat_map(|l| [(l, (5, 6)), (l, (1 << 30, (1 << 30) + 1))]) {
+        let comms = Communicator::local_with(3, cfg()).unwrap();
+        local_job(comms, |c| {
+            let e = |e: Error| e.to_string();
+            match c.rank() {
+                0 => {
+                    let mut got = vec![0i64; len];
+                    let first = c.recv_any(&mut got, b).map_err(e)?;
+                    check(&got, 2, 0)?;
+                    let second = c.recv_any(&mut got, a).map_err(e)?;
+                    check(&got, 1, 0)?;
+                    if (first, second) != (2, 1) {
+                        return Err(format!("len {len}: took tag {b} from {first}, tag {a} from {second}"));
+                    }
+                }
+                1 => {
+                    let m = message(1, 0, len);
+                    c.scope(|s| {
+                        s.send(&m, 0, a)?;
+                        s.comm().send(&[1u8], 2, 0)
+                    })
+                    .map_err(e)?;
+                }
+                _ => {
+                    c.recv(&mut [0u8], 1, 0).map_err(e)?;
+                    c.send(&message(2, 0, len), 0, b).map_err(e)?;
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn a_send_already_waiting_for_its_grant_is_announced_when_its_receiver_asks() {
+    // Rank 1 starts a large send to rank 0 (it waits for a grant), then tells rank 2, which tells
+    // rank 0: only then does rank 0 receive from any source. Rank 1 learns of it while waiting
+    // and announces the send at once, not after a quarter of the timeout (its probe).
+    let timeout = Duration::from_secs(60);
+    let comms = Communicator::local_with(3, ExecConfig { timeout, ..cfg() }).unwrap();
+    let len = 100_003;
+    local_job(comms, |c| {
+        let e = |e: Error| e.to_string();
+        match c.rank() {
+            0 => {
+                c.recv(&mut [0u8], 2, 99).map_err(e)?;
+                let t0 = Instant::now();
+                let mut got = vec![0i64; len];
+                let src = c.recv_any(&mut got, 7).map_err(e)?;
+                check(&got, 1, 0)?;
+                if (src, t0.elapsed() < timeout / 4) != (1, true) {
+                    return Err(format!("rank {src}'s message, after {:?}", t0.elapsed()));
+                }
+            }
+            1 => {
+                let m = message(1, 0, len);
+                c.scope(|s| {
+                    s.send(&m, 0, 7)?;
+                    s.comm().send(&[1u8], 2, 98)
+                })
+                .map_err(e)?;
+            }
+            _ => {
+                c.recv(&mut [0u8], 1, 98).map_err(e)?;
+                c.send(&[1u8], 0, 99).map_err(e)?;
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_probe_names_the_sender_and_tag_of_a_message_it_may_pick_by_either() {
+    // Rank 1 sends tag 40, then tells rank 2, which sends tag 50 (small, then large). Rank 0
+    // probes rank 2 for any tag, then any rank for any tag, and receives what they named.
+    for len in [10, 100_003] {
+        let comms = Communicator::local_with(3, cfg()).unwrap();
+        local_job(comms, |c| {
+            let e = |e: Error| e.to_string();
+            match c.rank() {
+                0 => {
+                    let mut got = vec![0i64; len];
+                    let p = c.probe(Some(2), None).map_err(e)?;
+                    if (p.source, p.tag) != (2, 50) {
+                        return Err(format!("len {len}: probing rank 2 found {p:?}"));
+                    }
+                    c.recv(&mut got, 2, 50).map_err(e)?;
+                    check(&got, 2, 0)?;
+                    let p = c.probe(None, None).map_err(e)?;
+                    if (p.source, p.tag) != (1, 40) {
+                        return Err(format!("len {len}: probing any rank found {p:?}"));
+                    }
+                    c.recv(&mut got, 1, 40).map_err(e)?;
+                    check(&got, 1, 0)?;
+                }
+                1 => {
+                    let m = message(1, 0, len);
+                    c.scope(|s| {
+                        s.send(&m, 0, 40)?;
+                        s.comm().send(&[1u8], 2, 0)
+                    })
+                    .map_err(e)?;
+                }
+                _ => {
+                    c.recv(&mut [0u8], 1, 0).map_err(e)?;
+                    c.send(&message(2, 0, len), 0, 50).map_err(e)?;
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn a_receive_from_any_source_comes_after_the_receives_posted_before_it() {
+    // Rank 0 posts a receive from rank 1, then receives from any source: rank 1's first message
+    // is the posted receive's, its second the any-source one's.
+    for len in [10, 100_003] {
+        let comms = Communicator::local_with(2, cfg()).unwrap();
+        local_job(comms, |c| {
+            let e = |e: Error| e.to_string();
+            if c.rank() == 1 {
+                let (m0, m1) = (message(1, 0, len), message(1, 1, len));
+                c.scope(|s| {
+                    s.send(&m0, 0, 3)?;
+                    s.send(&m1, 0, 3)?;
+                    Ok(())
+                })
+                .map_err(e)?;
+                return Ok(());
+            }
+            let (mut first, mut second) = (vec![0i64; len], vec![0i64; len]);
+            let src = c
+                .scope(|s| {
+                    s.recv(&mut first, 1, 3)?;
+                    s.comm().recv_any(&mut second, 3)
+                })
+                .map_err(e)?;
+            check(&first, 1, 0)?;
+            check(&second, 1, 1)?;
+            if src != 1 {
+                return Err(format!("any source gave {src}"));
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn a_receive_from_any_source_without_a_sender_times_out_and_bad_ones_are_refused() {
+    let timeout = Duration::from_millis(600);
+    let comms = Communicator::local_with(3, ExecConfig { timeout, ..cfg() }).unwrap();
+    let c = &comms[1];
+    let mut buf = [0u16; 4];
+    let t0 = Instant::now();
+    match c.recv_any(&mut buf, 0) {
+        Err(Error::Timeout { coll: "recv", waiting_for, .. }) => assert_eq!(waiting_for, [0, 2]),
+        r => panic!("expected a timeout, got {r:?}"),
+    }
+    assert!(t0.elapsed() >= timeout && t0.elapsed() < timeout * 4, "took {:?}", t0.elapsed());
+    match c.recv_any(&mut buf[..0], 0) {
+        Err(Error::InvalidArgument { msg, .. }) if msg.contains("at least one element") => {}
+        r => panic!("expected a refusal, got {r:?}"),
+    }
+    match c.probe(Some(0), None) {
+        Err(Error::Timeout { coll: "recv", waiting_for, .. }) => assert_eq!(waiting_for, [0]),
+        r => panic!("expected a timeout, got {r:?}"),
+    }
+    for (source, what) in [(1, "itself"), (3, "out of range")] {
+        match c.probe(Some(source), Some(0)) {
+            Err(Error::InvalidArgument { msg, .. }) if msg.contains(what) => {}
+            r => panic!("expected a refusal naming {what:?}, got {r:?}"),
+        }
+    }
 }

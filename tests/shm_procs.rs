@@ -81,12 +81,12 @@ fn shm_nonblocking_overlap() {
 
 #[test]
 fn shm_transfers() {
-    on_shm("shm_transfers", 3, 6, procs::transfers);
+    on_shm("shm_transfers", 3, 7, procs::transfers);
 }
 
 #[test]
 fn shm_transfers_p2() {
-    on_shm("shm_transfers_p2", 2, 6, procs::transfers);
+    on_shm("shm_transfers_p2", 2, 7, procs::transfers);
 }
 
 #[test]

@@ -149,7 +149,8 @@ fn pattern(src: u32, n: usize, i: usize) -> i64 {
 /// Tagged transfers and collectives interleaved on a communicator and its dup, every rank drawing
 /// the same sequence from `seed`: rounds in which each rank sends `m` messages to the rank `k`
 /// places to its right and receives as many from its left (sizes across the eager limit and
-/// zero-copy, all nonblocking, finished in a drawn order), and runs of the stress calls.
+/// zero-copy, all nonblocking, finished in a drawn order; or the sends nonblocking and the
+/// receives from any source), and runs of the stress calls.
 fn transfers_and_collectives(c: &Communicator, seed: u64, rounds: usize) -> Result<(), String> {
     let dup = c.dup().map_err(|e| e.to_string())?;
     let (me, p) = (c.rank(), c.size());
@@ -163,14 +164,36 @@ fn transfers_and_collectives(c: &Communicator, seed: u64, rounds: usize) -> Resu
         }
         let k = 1 + rng.below(p as usize - 1) as u32;
         let (right, left) = ((me + k) % p, (me + p - k) % p);
-        let tag = rng.below(4) as u32;
+        let mut tag = rng.below(4) as u32;
         let lens: Vec<usize> =
             (0..1 + rng.below(4)).map(|_| [0, 1, 7, 100, 1000, 9000, 100_003][rng.below(7)]).collect();
         let outs: Vec<Vec<i64>> =
             lens.iter().enumerate().map(|(j, &n)| (0..n).map(|i| pattern(me, sent + j, i)).collect()).collect();
         let mut ins: Vec<Vec<i64>> = lens.iter().map(|&n| vec![-1; n]).collect();
         let order = rng.next();
+        let any_source = rng.below(3) == 0;
+        if any_source {
+            // Ranks run ahead into later rounds: a tag of this round's own keeps their messages
+            // from matching here.
+            tag = 1000 + round as u32;
+        }
         on.scope(|s| {
+            if any_source {
+                // Every send first, then each message received from any source (its sender is
+                // the only rank sending to this one with the round's tag).
+                let sends: Vec<_> = outs.iter().map(|o| s.send(o, right, tag)).collect::<Result<_, _>>()?;
+                for b in ins.iter_mut() {
+                    let from = match b.is_empty() {
+                        true => s.comm().recv(b, left, tag).map(|()| left)?,
+                        false => s.comm().recv_any(b, tag)?,
+                    };
+                    if from != left {
+                        let msg = format!("a receive from any source took rank {from}'s message, not {left}'s");
+                        return Err(fabcoll::Error::Protocol(msg));
+                    }
+                }
+                return sends.into_iter().try_for_each(|q| q.wait());
+            }
             let mut reqs = Vec::new();
             for (o, b) in outs.iter().zip(ins.iter_mut()) {
                 reqs.push(s.recv(b, left, tag)?);

@@ -32,7 +32,7 @@ use fabcoll_fabric::settings::NodeFabric;
 use fabcoll_fabric::{Access, Backend, Config, Endpoint, LocalFabric};
 
 pub use call::{Call, Collectives, WithOptions};
-pub use p2p::Transfer;
+pub use p2p::{Probed, Transfer};
 pub use pinned::{Pinned, Registered};
 pub use raw::{RawCalls, RawRequest};
 pub use request::{Request, Scope};

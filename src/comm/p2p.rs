@@ -10,11 +10,15 @@
 //!
 //! Matching and what is not supported: see [`Transfer`]. The tag travels in the call signature
 //! with the element type and count, and a transfer's plan and signature are remembered in the
-//! communicator's memo.
+//! communicator's memo; the tag also travels whole as the message's index (`Plan::transfer`). A
+//! receive from any source ([`Communicator::recv_any`]) waits until some rank's next transfer to
+//! this one announces itself with the receive's tag ([`Communicator::probe`]), then
+//! receives from that rank (`exec::p2p`).
 
 use std::marker::PhantomData;
 use std::mem::size_of_val;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use fabcoll_collectives::datatype::{Datatype, Element};
 use fabcoll_collectives::schedule::{Buf, Region, ScheduleBuilder};
@@ -28,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::exec::op::CallSpec;
 use crate::exec::plan::Plan;
 use crate::exec::proto::CallSig;
+use crate::exec::wait::{yield_core, Backoff, Pause};
 use crate::exec::Started;
 
 /// The point-to-point context of the communicator on context `ctx`.
@@ -51,8 +56,8 @@ fn what(outgoing: bool) -> &'static str {
 /// b is b's n-th receive from a. Both must have the same tag, element type and count; a
 /// difference is [`Error::Mismatch`] on both ranks, and the communicator's transfers are then
 /// broken (its collectives are not). Refused with a clear error: a peer out of range, a send to
-/// oneself. Not supported: a receive from any source, or one that picks a later message by its
-/// tag, or a receive buffer longer than the message.
+/// oneself. A receive from any source is [`Communicator::recv_any`]. Not supported: a receive that
+/// picks a later message from its sender by its tag, or a receive buffer longer than the message.
 pub struct Transfer<'b> {
     peer: u32,
     tag: u32,
@@ -109,17 +114,29 @@ impl<'b> Transfer<'b> {
         if let Some(p) = comm.calls().transfers.find(|k| *k == key) {
             return p.clone();
         }
-        let sig = CallSig::of(fnv([0x7032_7020, u64::from(self.tag), self.dtype as u64, self.bytes as u64]));
+        let sig = signature(self.tag, self.dtype, self.bytes);
         let count = (self.bytes / self.dtype.size()) as u64;
         let mut b = ScheduleBuilder::new(comm.rank(), comm.size());
         match self.outgoing {
             true => b.send(self.peer, Region::new(Buf::Send, 0, count), &[]),
             false => b.recv(self.peer, Region::new(Buf::Recv, 0, count), &[]),
         };
-        let p = (Arc::new(Plan::new(b.finish())), sig);
+        let p = (Arc::new(Plan::transfer(b.finish(), self.tag)), sig);
         comm.calls().transfers.insert(key, p.clone());
         p
     }
+}
+
+/// What [`Communicator::probe`] found: the next transfer to this rank from `source` has `tag`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Probed {
+    pub source: u32,
+    pub tag: u32,
+}
+
+/// The signature both ends of a transfer compute alike: tag, element type and byte count.
+fn signature(tag: u32, dtype: Datatype, bytes: usize) -> CallSig {
+    CallSig::of(fnv([0x7032_7020, u64::from(tag), dtype as u64, bytes as u64]))
 }
 
 /// A transfer as the memo knows it.
@@ -152,5 +169,77 @@ impl Communicator {
         };
         let straight = self.lanes.straight && (blocking || t.outgoing);
         eng.start_transfer(ctx_of(self.ctx), &self.members, t.peer, t.outgoing, spec, send, recv, straight)
+    }
+
+    /// Waits until the next transfer to this rank from `source` (any rank when `None`; the first
+    /// to arrive) has `tag` (any tag when `None`), and returns its sender and tag: MPI's
+    /// `MPI_Probe`, with `MPI_ANY_SOURCE` and `MPI_ANY_TAG` as `None`. The next receive from that
+    /// rank on this communicator takes the message (which must then have the receive's tag,
+    /// element type and count, as any transfer's); a sender whose next transfer has another tag
+    /// is passed over (its later ones wait behind it). As with `MPI_Probe`, another thread
+    /// receiving from the same rank in between would take the message instead. Waits at most the
+    /// communicator's timeout ([`Error::Timeout`] names the ranks probed). A zero-length send
+    /// moves nothing and announces nothing, so it is not found here.
+    pub fn probe(&self, source: Option<u32>, tag: Option<u32>) -> Result<Probed> {
+        let coll = "recv";
+        match source {
+            Some(s) if s >= self.size() => {
+                return Err(Error::InvalidArgument {
+                    coll,
+                    msg: format!("source rank {s} out of range 0..{}", self.size()),
+                })
+            }
+            Some(s) if s == self.rank() => {
+                return Err(Error::InvalidArgument { coll, msg: format!("rank {s} cannot receive from itself") })
+            }
+            None if self.size() < 2 => {
+                return Err(Error::InvalidArgument { coll, msg: "no other rank to receive from".into() })
+            }
+            _ => {}
+        }
+        let ctx = ctx_of(self.ctx);
+        let from = source.map(|s| self.members[s as usize] as usize);
+        let _moving = self.progress.stand_by();
+        let (mut w, mut blocking) = (Backoff::default(), false);
+        let t0 = Instant::now();
+        loop {
+            let mut eng = self.lock();
+            let ev = eng.events();
+            eng.progress(blocking.then_some(Duration::from_millis(1)))?;
+            if let Some((source, tag)) = eng.announced(ctx, from, tag)? {
+                return Ok(Probed { source, tag });
+            }
+            let timeout = eng.core.cfg.timeout;
+            match eng.events() == ev {
+                true => match w.fruitless(&eng.core.patience, || false) {
+                    Pause::Poll => {}
+                    Pause::Yield => yield_core(&*eng.core.ep),
+                    Pause::Stop => blocking = true,
+                },
+                false => w.news(),
+            }
+            drop(eng);
+            if (blocking || w.rounds.is_multiple_of(16)) && t0.elapsed() >= timeout {
+                let waiting_for = match source {
+                    Some(s) => vec![s],
+                    None => (0..self.size()).filter(|&r| r != self.rank()).collect(),
+                };
+                return Err(Error::Timeout { coll, seq: 0, rank: self.rank(), after: t0.elapsed(), waiting_for });
+            }
+        }
+    }
+
+    /// Receives into `buf` the first transfer to arrive from any rank with `tag`, which must
+    /// have exactly `buf.len()` elements, and returns its sender ([`Communicator::probe`], then
+    /// a receive from that rank): torch's `recv` without a source, MPI's `MPI_ANY_SOURCE`. An
+    /// empty `buf` is refused (see [`Communicator::probe`]).
+    pub fn recv_any<T: Element>(&self, buf: &mut [T], tag: u32) -> Result<u32> {
+        if buf.is_empty() {
+            let msg = "a receive from any source needs at least one element (a zero-length send is not announced)";
+            return Err(Error::InvalidArgument { coll: "recv", msg: msg.into() });
+        }
+        let src = self.probe(None, Some(tag))?.source;
+        super::Collectives::recv(self, buf, src, tag)?;
+        Ok(src)
     }
 }

@@ -4,7 +4,7 @@
 use fabcoll_fabric::{Access, Caps, Completion, Endpoint, Mr, RemoteRange, SILENT_WRITE};
 
 use super::eager::Eager;
-use super::fasthash::FastMap;
+use super::fasthash::{FastMap, FastSet};
 use super::mrcache::MrCache;
 use super::proto::{self, CallSig, ImmLayout, Kind};
 use super::wait::{retry_busy, Patience};
@@ -37,6 +37,9 @@ pub(crate) struct Core {
     /// When waiters yield and stop spinning; `oversubscribed` also tells a receiver whether it
     /// can copy beside its sender rather than take turns with it on a shared CPU.
     pub patience: Patience,
+    /// (point-to-point context, endpoint rank) of receivers that receive from any source: every
+    /// transfer to them announces itself (`exec::p2p`).
+    pub announce_to: FastSet<(u32, usize)>,
 }
 
 /// What [`Core::send_eager`] did with a message.

@@ -83,6 +83,11 @@ impl EarlyQueue {
         self.items.push_back(e);
     }
 
+    /// The messages waiting, in arrival order.
+    pub fn iter(&self) -> impl Iterator<Item = &Early> {
+        self.items.iter()
+    }
+
     /// How many messages wait (a mark for [`EarlyQueue::any_for_since`]).
     pub fn len(&self) -> usize {
         self.items.len()

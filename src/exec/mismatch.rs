@@ -65,14 +65,15 @@ pub(super) fn notice(peer: Option<u32>, data: &[u8]) -> String {
 
 impl Engine {
     /// A message from endpoint rank `peer` for call `seq_low` of context `ctx`, which this rank
-    /// has finished. Data (an eager message, a grant, an RTS: the peer made another call) or a
-    /// peer's mismatch notice breaks the communicator and fails the calls this rank made since;
-    /// data is also told to the context's other members. A peer's notice about that call (it was
-    /// waiting for the ranks it names) is kept, so that a later timeout blames those ranks rather
-    /// than the peer; one saying the peer left the call (`GaveUp`: it will not join the later
-    /// calls) also opens the grace period of those started. An `Abort` (the peer's grace period
-    /// began) does not, and counts only as long as a `GaveUp` could still follow it: the peer may
-    /// have finished the call after all. Anything else is given back, for the early queue.
+    /// has finished. Data (an eager message, a grant, an RTS: the peer made another call; not a
+    /// transfer's RTS, which may trail its data) or a peer's mismatch notice breaks the
+    /// communicator and fails the calls this rank made since; data is also told to the context's
+    /// other members. A peer's notice about that call (it was waiting for the ranks it names) is
+    /// kept, so that a later timeout blames those ranks rather than the peer; one saying the peer
+    /// left the call (`GaveUp`: it will not join the later calls) also opens the grace period of
+    /// those started. An `Abort` (the peer's grace period began) does not, and counts only as long
+    /// as a `GaveUp` could still follow it: the peer may have finished the call after all.
+    /// Anything else is given back, for the early queue.
     pub(super) fn on_past(
         &mut self,
         ctx: u32,
@@ -92,6 +93,8 @@ impl Engine {
                 return Ok(None);
             }
             EarlyWhat::Ctrl { kind: Kind::Mismatch, data, .. } => notice(from, data),
+            // A transfer's announcement may come after its data (`exec::p2p`).
+            EarlyWhat::Ctrl { kind: Kind::Rts, .. } if p2p => return Ok(None),
             EarlyWhat::Eager { .. }
             | EarlyWhat::Ctrl { kind: Kind::Grant | Kind::Rts | Kind::Offer | Kind::Pulled, .. } => {
                 let me = c.ep_to_comm.get(self.core.ep.rank()).copied().unwrap_or(NOT_A_MEMBER);

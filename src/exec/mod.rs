@@ -45,7 +45,7 @@ use crate::error::{Error, Result};
 use eager::Eager;
 use early::{Early, EarlyQueue, EarlyWhat};
 use fabcoll_collectives::datatype::Datatype;
-use fasthash::FastMap;
+use fasthash::{FastMap, FastSet};
 use mrcache::MrCache;
 use op::{CallSpec, Op, Parts};
 use plan::Plan;
@@ -278,6 +278,7 @@ impl Engine {
             pool: Vec::new(),
             read_access,
             patience: Patience::new(oversubscribed, load_store, cfg_spin),
+            announce_to: FastSet::default(),
         };
         let mut e = Engine {
             core,
@@ -869,6 +870,7 @@ impl Engine {
                         let mask = proto::credit_mask(peer, &data)?;
                         self.core.eager.on_credit(peer, mask)?;
                     }
+                    Kind::AnySource => self.on_any_source(ctx, peer),
                     Kind::Grant
                     | Kind::Rts
                     | Kind::Offer
@@ -1206,6 +1208,11 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// How many polls so far brought something (a waiter's sign of news).
+    pub fn events(&self) -> u64 {
+        self.events
     }
 
     pub fn has_op(&self, key: OpKey) -> bool {

@@ -426,6 +426,10 @@ impl Op {
                     self.zcopy(core, s, peer, src, e)?;
                 } else if bytes <= core.cfg.eager_threshold {
                     self.eager_send(core, s, peer, src, bytes)?;
+                } else if self.key.is_p2p() && core.announce_to.contains(&(self.key.ctx, self.ep(peer))) {
+                    // Wait for the receiver's grant, announced to a receiver that receives from
+                    // any source (`exec::p2p`).
+                    self.announce(core);
                 }
                 // else: wait for the receiver's grant.
             }
@@ -754,6 +758,20 @@ impl Op {
         } else {
             self.eager_in.insert((peer, idx), slot);
             Ok(())
+        }
+    }
+
+    /// A point-to-point send waiting for its receiver's grant tells the receiver it is there (an
+    /// RTS): the receiver receives from any source (`exec::p2p`).
+    pub fn announce(&mut self, core: &mut Core) {
+        if self.st.len() != 1 {
+            return;
+        }
+        let StepKind::Send { peer, src } = *self.plan.sched.step(0) else { return };
+        let waits_for_grant = src.len as usize * self.elem > core.cfg.eager_threshold;
+        if waits_for_grant && self.st[0] == St::Waiting && self.pending[0] == 0 {
+            self.rts_out[peer as usize].push(self.plan.idx[0]);
+            core.ctrl_queued = true;
         }
     }
 

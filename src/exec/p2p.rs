@@ -9,7 +9,19 @@
 //! (and as NCCL matches its point-to-point calls). The tag travels in the call signature, so a
 //! receive whose tag (or element type, or count) differs from the matching send's is reported as
 //! a mismatch on both ranks instead of taking the wrong message; a receive cannot pick a later
-//! message by its tag (no out-of-order tag matching, no wildcard source).
+//! message by its tag (no out-of-order tag matching).
+//!
+//! Any source. A receive from any source ([`Engine::announced`]) takes the rank whose next
+//! transfer to this rank, in arrival order, has announced itself with the receive's tag, then
+//! receives from it as from a named rank, so the per-pair numbering stays as it is (MPI's probe
+//! and receive). An eager message is its own announcement (a transfer's message index is its
+//! tag, `Plan::transfer`, so eager immediates and RTS carry it whole; one too large for the
+//! immediate goes by RTS). A larger transfer waits for its receiver's grant and sends nothing
+//! first, unless its receiver receives from any source: the first such receive on a
+//! communicator asks every peer (`Kind::AnySource`), which from then on sends an RTS for each
+//! transfer to it that waits for a grant, those waiting already included. So transfers between
+//! ranks that always name their sender cost what they did. A zero-length send moves nothing and
+//! announces nothing.
 //!
 //! Wire. The messages of a stream carry w = 2n + d in the sequence field of eager immediates and
 //! control tags, where d = 1 when the sender's endpoint rank is above the receiver's: the two
@@ -17,7 +29,10 @@
 //! bit, so a message from a peer names its stream by its parity. The engine keys such an op by
 //! `P2P | peer << 32 | w` (`Streams::next_key`): unique per peer and direction on this rank.
 
-use super::{seq_match, CtxState, OpKey, Route};
+use super::early::EarlyWhat;
+use super::proto::{self, CallSig, Kind};
+use super::{seq_match, CtxState, Engine, OpKey, Route, NOT_A_MEMBER};
+use crate::error::{Error, Result};
 use crate::exec::mismatch;
 
 /// The flag of a point-to-point op's sequence key.
@@ -30,6 +45,8 @@ const LOW: u64 = (1 << PEER_SHIFT) - 1;
 #[derive(Default)]
 pub(super) struct Streams {
     next: super::FastMap<u64, u64>,
+    /// The peers were asked to announce their transfers (a receive from any source ran here).
+    asked: bool,
 }
 
 fn stream_id(peer: usize, outgoing: bool) -> u64 {
@@ -76,11 +93,16 @@ impl Streams {
     /// The key of the next transfer between this rank (endpoint `me`) and endpoint `peer` in the
     /// direction `outgoing`, counted as started.
     pub(super) fn next_key(&mut self, ctx: u32, me: usize, peer: usize, outgoing: bool) -> OpKey {
-        let n = self.next.entry(stream_id(peer, outgoing)).or_insert(0);
+        let key = self.peek_key(ctx, me, peer, outgoing);
+        *self.next.entry(stream_id(peer, outgoing)).or_insert(0) += 1;
+        key
+    }
+
+    /// The key [`Streams::next_key`] would give, not counted.
+    fn peek_key(&self, ctx: u32, me: usize, peer: usize, outgoing: bool) -> OpKey {
+        let n = self.next.get(&stream_id(peer, outgoing)).copied().unwrap_or(0);
         let (sender, receiver) = if outgoing { (me, peer) } else { (peer, me) };
-        let w = wire(*n, sender, receiver);
-        *n += 1;
-        OpKey { ctx, seq: key_seq(peer, w) }
+        OpKey { ctx, seq: key_seq(peer, wire(n, sender, receiver)) }
     }
 
     /// Where a message from endpoint `peer` (to this rank, endpoint `me`) with wire number
@@ -112,6 +134,66 @@ impl Streams {
         match mismatch::is_past(wire(n, sender, receiver), seq_low, mask) {
             true => Route::Past,
             false => Route::Later,
+        }
+    }
+}
+
+impl Engine {
+    /// The communicator rank and tag of the transfer to this rank (on point-to-point context
+    /// `ctx`) that is the next from its sender and came first, among those from endpoint `from`
+    /// (any when `None`) with `tag` (any when `None`), once it has announced itself: an eager
+    /// message or an RTS for it waits in the early queue (a transfer's message index is its tag,
+    /// `Plan::transfer`). `None` while none has. A receive from that rank now takes it. The first
+    /// call on a context asks its members to announce their transfers.
+    pub fn announced(&mut self, ctx: u32, from: Option<usize>, tag: Option<u32>) -> Result<Option<(u32, u32)>> {
+        self.ask_for_announcements(ctx)?;
+        let c = self.ctxs.get(&ctx).ok_or_else(|| Error::Protocol(format!("unknown context {ctx}")))?;
+        if let Some(why) = &c.broken {
+            return Err(Error::Broken(why.clone()));
+        }
+        let streams =
+            c.streams.as_deref().ok_or_else(|| Error::Protocol(format!("context {ctx} is not point-to-point")))?;
+        let me = self.core.ep.rank();
+        let found = self.early.iter().find_map(|e| {
+            let theirs = match &e.what {
+                EarlyWhat::Eager { idx, .. } => *idx,
+                EarlyWhat::Ctrl { kind: Kind::Rts, data, .. } => u32::from_le_bytes(data.get(..4)?.try_into().ok()?),
+                EarlyWhat::Ctrl { .. } => return None,
+            };
+            let next = seq_match(streams.peek_key(ctx, me, e.peer, false).seq, e.seq_low, e.mask);
+            let rank = c.ep_to_comm.get(e.peer).copied().filter(|&r| r != NOT_A_MEMBER)?;
+            let wanted = tag.is_none_or(|t| t == theirs) && from.is_none_or(|f| f == e.peer);
+            (e.ctx == ctx && next && wanted).then_some((rank, theirs))
+        });
+        Ok(found)
+    }
+
+    /// Tells every other member of point-to-point context `ctx` that this rank receives from any
+    /// source there (`Kind::AnySource`), once.
+    fn ask_for_announcements(&mut self, ctx: u32) -> Result<()> {
+        let me = self.core.ep.rank();
+        let Some(c) = self.ctxs.get_mut(&ctx) else { return Ok(()) };
+        let Some(streams) = c.streams.as_deref_mut() else { return Ok(()) };
+        if std::mem::replace(&mut streams.asked, true) {
+            return Ok(());
+        }
+        let tag = proto::tag(Kind::AnySource, ctx, 0, CallSig::default());
+        for ep in (0..c.ep_to_comm.len()).filter(|&e| e != me && c.ep_to_comm[e] != NOT_A_MEMBER) {
+            self.core.ctrl(ep, tag, Vec::new());
+        }
+        self.core.flush_ctrl()
+    }
+
+    /// Endpoint rank `peer` receives from any source on point-to-point context `ctx`: every
+    /// transfer to it announces itself from now on, those waiting for its grant at once.
+    pub(super) fn on_any_source(&mut self, ctx: u32, peer: usize) {
+        if !self.core.announce_to.insert((ctx, peer)) {
+            return;
+        }
+        for (key, op) in &mut self.ops {
+            if key.ctx == ctx && key.is_p2p() && key.p2p_peer() == peer && op.error.is_none() {
+                op.announce(&mut self.core);
+            }
         }
     }
 }

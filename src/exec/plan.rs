@@ -110,6 +110,21 @@ impl Plan {
         }
     }
 
+    /// The plan of a point-to-point transfer (a single Send or Recv): its message index is the
+    /// transfer's `tag`, so that an eager message carries its tag whole where the immediate has
+    /// room for it, and an RTS always (a receive from any source matches on it, `exec::p2p`).
+    pub fn transfer(sched: Schedule, tag: u32) -> Plan {
+        let mut plan = Plan::new(sched);
+        debug_assert_eq!(plan.sched.len(), 1, "a transfer is one step");
+        plan.idx[0] = tag;
+        let retag = |m: &mut FastMap<(u32, u32), StepId>| {
+            *m = m.drain().map(|((peer, _), s)| ((peer, tag), s)).collect();
+        };
+        retag(&mut plan.send_of);
+        retag(&mut plan.recv_of);
+        plan
+    }
+
     /// Whether some Send could be lent if [`Lend::Waited`] ones were.
     pub fn has_waited_sends(&self) -> bool {
         self.lend.contains(&Lend::Waited)

@@ -178,6 +178,10 @@ pub(crate) enum Kind {
     Pulled = 9,
     /// The sender failed this call and left it: payload as for `Abort`.
     GaveUp = 10,
+    /// A receive from any source waits at the sender of this message, on the point-to-point
+    /// context of the tag: announce every transfer to it (an RTS) from now on (`exec::p2p`).
+    /// No payload.
+    AnySource = 11,
 }
 
 impl Kind {
@@ -193,6 +197,7 @@ impl Kind {
             8 => Kind::Offer,
             9 => Kind::Pulled,
             10 => Kind::GaveUp,
+            11 => Kind::AnySource,
             _ => return None,
         })
     }
@@ -428,6 +433,8 @@ mod tests {
         assert_eq!(Offer::from_bytes(&o.to_bytes()).unwrap(), o);
         assert!(Offer::from_bytes(&o.to_bytes()[1..]).is_err());
         assert_eq!(untag(tag(Kind::Pulled, 3, 4, CallSig(5))).unwrap().kind, Kind::Pulled);
+        assert_eq!(untag(tag(Kind::AnySource, 3, 0, CallSig(0))).unwrap().kind, Kind::AnySource);
+        assert!(untag(12 << 56).is_err(), "kinds end at AnySource");
     }
 
     #[test]

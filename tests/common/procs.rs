@@ -426,7 +426,8 @@ pub fn is_parent() -> bool {
 /// Tagged point-to-point transfers (`Collectives::send`/`recv`, blocking and in a scope): a halo
 /// exchange on the ring of all ranks (both neighbours at once, nonblocking) at sizes across the
 /// eager limit and zero-copy, then rank 0 sends each rank a series it receives blocking, in
-/// order, on a dup. Returns the checks run (6 per rank).
+/// order, on a dup; then rank 0 receives from any source a message of each size from every
+/// other rank. Returns the checks run (7 per rank).
 pub fn transfers(c: &Communicator) -> Result<usize, String> {
     let (r, p) = (c.rank(), c.size());
     let e = ctx(c, "transfers");
@@ -482,6 +483,27 @@ pub fn transfers(c: &Communicator) -> Result<usize, String> {
             }
         }
         checks += 2;
+        // Every other rank sends rank 0 a message of each size (a tag per size: a message with the
+        // receive's tag and another size would be a mismatch); rank 0 receives from any source.
+        for (n, len) in [1000usize, 100_003].into_iter().enumerate() {
+            let tag = 11 + n as u32;
+            if r == 0 {
+                let mut seen = Vec::new();
+                for _ in 1..p {
+                    let mut got = vec![UNTOUCHED; len];
+                    let src = c.recv_any(&mut got, tag).map_err(&e)?;
+                    verify(&got, src, n)?;
+                    seen.push(src);
+                }
+                seen.sort_unstable();
+                if seen != (1..p).collect::<Vec<u32>>() {
+                    return Err(format!("rank 0: any source gave senders {seen:?}"));
+                }
+            } else {
+                c.send(&msg(r, n, len), 0, tag).map_err(&e)?;
+            }
+        }
+        checks += 1;
     }
     Ok(checks)
 }
