@@ -11,6 +11,9 @@
 #define FC_UNDEFINED (-1)
 /* No op: what fc_op_free leaves behind. */
 #define FC_OP_NULL (-1)
+/* fc_probe's source and tag that match any. */
+#define FC_ANY_SOURCE (-1)
+#define FC_ANY_TAG (-1)
 
 // Success.
 #define FC_SUCCESS 0
@@ -672,6 +675,17 @@ int fc_irecv(void *buf,
              int tag,
              const struct fc_comm *comm,
              struct fc_request **request);
+
+// Waits until the next message to this rank from `source` (`FC_ANY_SOURCE`: any rank, the
+// first to arrive) has `tag` (`FC_ANY_TAG`: any), and sets `*out_source` and `*out_tag` (either
+// may be NULL) to its sender and tag, as MPI_Probe: the next `fc_recv` or `fc_irecv` from that
+// rank takes that message. A sender whose next message has another tag is passed over. A
+// zero-length message is not announced, so it is never found; `FC_ERR_TIMEOUT` after the
+// communicator's timeout.
+//
+// # Safety
+// `comm` is a live communicator; `out_source` and `out_tag` are NULL or writable.
+int fc_probe(int source, int tag, const struct fc_comm *comm, int *out_source, int *out_tag);
 
 // Makes a user reduction from a C function: `commute` nonzero when the op is commutative
 // (fabcoll then may combine in any order); `ctx` is passed to every call of `function`, which

@@ -1,8 +1,9 @@
 //! Tagged point-to-point transfers: `fc_send` / `fc_recv` (blocking) and `fc_isend` /
 //! `fc_irecv` (nonblocking, finished with `fc_test` / `fc_wait` like the collectives' requests).
 //! The n-th send from one rank to another matches the n-th receive there, which must name the
-//! same tag, datatype and count (a difference is `FC_ERR_MISMATCH` on both ranks); there is no
-//! wildcard source or tag (`fabcoll::Transfer`).
+//! same tag, datatype and count (a difference is `FC_ERR_MISMATCH` on both ranks). A receive from
+//! any source is `fc_probe` (the rank whose message with the tag comes first), then a receive from
+//! that rank, as MPI_Probe and MPI_Recv; there is no wildcard tag (`fabcoll::Transfer`).
 
 use std::ffi::{c_int, c_void};
 
@@ -29,7 +30,9 @@ unsafe fn transfer<'b, S: Collectives<'b>>(
     tag: c_int,
     outgoing: bool,
 ) -> Result<S::Out> {
-    let peer = u32::try_from(peer).map_err(|_| Failure::arg(format!("peer rank {peer} is negative")))?;
+    let peer = u32::try_from(peer).map_err(|_| {
+        Failure::arg(format!("peer rank {peer} is negative (from any source: fc_probe names the sender first)"))
+    })?;
     let tag = u32::try_from(tag).map_err(|_| Failure::arg(format!("tag {tag} is negative")))?;
     with_element!(datatype_of(datatype)?, T => {
         let b = Region::new::<T>(buf, count, "buf")?;
@@ -111,4 +114,52 @@ pub unsafe extern "C" fn fc_irecv(
 ) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { start(comm, request, |s| transfer(s, buf, count, datatype, source, tag, false)) }
+}
+
+/// `fc_probe`'s source matching any rank.
+pub const FC_ANY_SOURCE: c_int = -1;
+/// `fc_probe`'s tag matching any tag.
+pub const FC_ANY_TAG: c_int = -1;
+
+/// Waits until the next message to this rank from `source` (`FC_ANY_SOURCE`: any rank, the
+/// first to arrive) has `tag` (`FC_ANY_TAG`: any), and sets `*out_source` and `*out_tag` (either
+/// may be NULL) to its sender and tag, as MPI_Probe: the next `fc_recv` or `fc_irecv` from that
+/// rank takes that message. A sender whose next message has another tag is passed over. A
+/// zero-length message is not announced, so it is never found; `FC_ERR_TIMEOUT` after the
+/// communicator's timeout.
+///
+/// # Safety
+/// `comm` is a live communicator; `out_source` and `out_tag` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn fc_probe(
+    source: c_int,
+    tag: c_int,
+    comm: *const fc_comm,
+    out_source: *mut c_int,
+    out_tag: *mut c_int,
+) -> c_int {
+    guard(|| {
+        let source = match source {
+            FC_ANY_SOURCE => None,
+            s => Some(u32::try_from(s).map_err(|_| Failure::arg(format!("source rank {s} is negative")))?),
+        };
+        let tag = match tag {
+            FC_ANY_TAG => None,
+            t => Some(u32::try_from(t).map_err(|_| Failure::arg(format!("tag {t} is negative")))?),
+        };
+        // SAFETY: the caller's contract.
+        let found = unsafe { comm_ref(comm)? }.probe(source, tag)?;
+        let tag = c_int::try_from(found.tag)
+            .map_err(|_| Failure::arg(format!("the message's tag {} does not fit an int", found.tag)))?;
+        // SAFETY: NULL or writable, by the caller's contract.
+        unsafe {
+            if let Some(s) = out_source.as_mut() {
+                *s = found.source as c_int;
+            }
+            if let Some(t) = out_tag.as_mut() {
+                *t = tag;
+            }
+        }
+        Ok(())
+    })
 }

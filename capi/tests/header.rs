@@ -27,7 +27,12 @@ fn the_checked_in_header_is_what_cbindgen_generates() {
         "include/fabcoll.h is out of date: run FC_WRITE_HEADER=1 cargo test -p fabcoll-capi --test header"
     );
     // The constants written by hand in cbindgen.toml agree with the library's.
-    for (name, value) in [("FC_UNDEFINED", fabcoll_capi::FC_UNDEFINED), ("FC_OP_NULL", fabcoll_capi::FC_OP_NULL)] {
+    for (name, value) in [
+        ("FC_UNDEFINED", fabcoll_capi::FC_UNDEFINED),
+        ("FC_OP_NULL", fabcoll_capi::FC_OP_NULL),
+        ("FC_ANY_SOURCE", fabcoll_capi::FC_ANY_SOURCE),
+        ("FC_ANY_TAG", fabcoll_capi::FC_ANY_TAG),
+    ] {
         let line = format!("#define {name} ({value})");
         assert!(generated.contains(&line), "{line} missing from the header");
     }

@@ -25,10 +25,14 @@ import pickle
 from ._native import DATATYPES, Error, Request
 from ._native import Communicator as _Native
 
-__all__ = ["Communicator", "Error", "Request", "DATATYPES", "OPS"]
+__all__ = ["Communicator", "Error", "Request", "DATATYPES", "OPS", "ANY_SOURCE", "ANY_TAG"]
 
 #: The reductions, by name (torch's "product" is accepted for "prod").
 OPS = ("sum", "prod", "min", "max", "band", "bor", "bxor", "land", "lor", "lxor")
+
+# ``recv``'s and ``probe``'s source and tag that match any (as MPI.ANY_SOURCE and MPI.ANY_TAG).
+ANY_SOURCE = -1
+ANY_TAG = -1
 
 
 class Communicator:
@@ -157,20 +161,37 @@ class Communicator:
 
     # Tagged point-to-point: the n-th send from one rank to another matches the n-th receive
     # there, which must have the same tag, dtype and size (a difference raises fabcoll.Error on
-    # both ranks). No wildcard source or tag.
+    # both ranks). ``recv`` from ``ANY_SOURCE`` (or ``None``) takes the first transfer to arrive
+    # with its tag; ``probe`` also finds one with ``ANY_TAG``.
 
     def send(self, buf, dest, tag=0, *, dtype=None):
         """Sends ``buf`` to rank ``dest``; returns once ``buf`` may be reused."""
         self._c._transfer("send", buf, dest, tag, dtype=dtype)
 
-    def recv(self, buf, source, tag=0, *, dtype=None):
-        """Receives into ``buf`` the message rank ``source`` sends with ``tag`` (exactly its size)."""
+    def recv(self, buf, source=ANY_SOURCE, tag=0, *, dtype=None):
+        """Receives into ``buf`` the message rank ``source`` sends with ``tag`` (exactly its size); from any rank when
+        ``source`` is ``ANY_SOURCE`` (or ``None``): the first message to arrive with ``tag``; any tag with
+        ``ANY_TAG``. Returns the sender."""
+        if source is None or source == ANY_SOURCE or tag == ANY_TAG:
+            source, tag = self.probe(source, tag)
         self._c._transfer("recv", buf, source, tag, dtype=dtype)
+        return source
+
+    def probe(self, source=ANY_SOURCE, tag=ANY_TAG):
+        """Waits until the next message to this rank from ``source`` (any rank: ``ANY_SOURCE`` or ``None``, the first
+        to arrive) has ``tag`` (any: ``ANY_TAG``), and returns its ``(source, tag)`` (MPI_Probe): the next ``recv``
+        or ``irecv`` from that rank takes that message. A sender whose next message has another tag is passed over;
+        a zero-length message is not announced, so it is never found here."""
+        any_source = source is None or source == ANY_SOURCE
+        return self._c._probe(None if any_source else source, None if tag == ANY_TAG else tag)
 
     def isend(self, buf, dest, tag=0, *, dtype=None):
         return self._c._transfer("send", buf, dest, tag, dtype=dtype, blocking=False)
 
     def irecv(self, buf, source, tag=0, *, dtype=None):
+        """Nonblocking ``recv`` from rank ``source`` (for any source, ``probe`` first: it names the rank)."""
+        if source is None or source == ANY_SOURCE or tag == ANY_TAG:
+            raise Error("irecv needs its source rank and tag: probe() names those of the message that comes first")
         return self._c._transfer("recv", buf, source, tag, dtype=dtype, blocking=False)
 
     # Python objects (mpi4py's lowercase calls): pickled, their sizes exchanged first, then the bytes by the buffer
@@ -243,10 +264,11 @@ class Communicator:
         self.send(_sizes([len(data)]), dest, tag)
         self.send(bytearray(data), dest, tag)
 
-    def recv_object(self, source, tag=0):
-        """The object rank ``source`` sends with ``send_object`` and ``tag``."""
+    def recv_object(self, source=ANY_SOURCE, tag=0):
+        """The object rank ``source`` (any rank when ``ANY_SOURCE`` or ``None``) sends with ``send_object`` and
+        ``tag``."""
         n = bytearray(8)
-        self.recv(n, source, tag)
+        source = self.recv(n, source, tag)
         buf = bytearray(_size(n, 0))
         self.recv(buf, source, tag)
         return pickle.loads(buf)

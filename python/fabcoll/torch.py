@@ -168,8 +168,9 @@ class Work(dist._Work):
     completion thread. Once the requests finish, ``copies`` (pairs of a non-contiguous tensor and the contiguous copy
     the call wrote) are copied back, then ``post`` (copies out, AVG's division) runs, once."""
 
-    def __init__(self, pg, requests, result, post=None, copies=()):
+    def __init__(self, pg, requests, result, post=None, copies=(), source=-1):
         super().__init__()
+        self._source = source
         self._pg = pg
         self._requests = requests
         self._result = result
@@ -225,6 +226,12 @@ class Work(dist._Work):
 
     def is_completed(self):
         return self._done
+
+    def _source_rank(self):
+        """The sender of a receive (torch asks it of a receive from any source), else -1."""
+        return self._source
+
+    source_rank = _source_rank
 
     def result(self):
         """The tensors the work wrote (as torch's works give them), once it has finished."""
@@ -610,15 +617,15 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         return Work(self, [self._comm.ibarrier()], [])
 
     # Point to point: the n-th send from one rank to another matches the n-th receive there, which
-    # must have the same tag, dtype and size (fabcoll raises on a difference). No receive from any
-    # source.
+    # must have the same tag, dtype and size (fabcoll raises on a difference). A receive from any
+    # source waits for the first transfer to this rank with its tag, then receives from its sender.
 
     def _transfer(self, kind, tensors, peer, tag):
         (t,) = tensors
         copies = []
         buf = _contiguous(t, copies if kind == "recv" else None)
         req = self._c._transfer(kind, buf, peer, tag, None, False, True)
-        return Work(self, [req], tensors, None, copies)
+        return Work(self, [req], tensors, None, copies, source=peer if kind == "recv" else -1)
 
     def send(self, tensors, dst, tag):
         return self._transfer("send", tensors, dst, tag)
@@ -627,7 +634,12 @@ class ProcessGroupFabcoll(dist.ProcessGroup):
         return self._transfer("recv", tensors, src, tag)
 
     def recv_anysource(self, tensors, tag):
-        raise Error("fabcoll backend: recv from any source is not supported (name the source rank)")
+        """torch's ``recv``/``irecv`` without a source: blocks until some rank's transfer with ``tag`` has come (its
+        sender is the work's ``_source_rank()``), then receives from it as ``recv`` does."""
+        if tensors[0].numel() == 0:
+            raise Error("fabcoll backend: a receive from any source needs a non-empty tensor (an empty send is not "
+                        "announced)")
+        return self._transfer("recv", tensors, self._c._probe(None, tag)[0], tag)
 
     def shutdown(self):
         """torch's destroy_process_group: finishes the works that futures wait for, then lets the communicator go (the

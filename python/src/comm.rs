@@ -234,6 +234,15 @@ impl Communicator {
         Ok(Some(Request::new(raw, vec![b])))
     }
 
+    /// The sender and tag of the next transfer to this rank from `source` (any when `None`, the
+    /// first to arrive) with `tag` (any when `None`): `fabcoll::Communicator::probe`.
+    #[pyo3(signature = (source = None, tag = None))]
+    fn _probe(&self, py: Python<'_>, source: Option<u32>, tag: Option<u32>) -> PyResult<(u32, u32)> {
+        let comm = self.get()?;
+        let found = py.detach(|| comm.probe(source, tag)).map_err(lib)?;
+        Ok((found.source, found.tag))
+    }
+
     fn __repr__(&self) -> String {
         match self.get() {
             Ok(c) => format!("<fabcoll.Communicator rank {} of {} over {}>", c.rank(), c.size(), c.fabric_name()),

@@ -221,6 +221,36 @@ rs = comm.isend(big_out, right, tag=4)
 rs.wait()
 rr.wait()
 check(from_left, data(left, 1 << 17, np.float32), "isend/irecv")
+# From any source: every other rank sends rank 0 a small and a large message; rank 0 receives each from whichever
+# sender comes first (recv with ANY_SOURCE returns the sender; a tag per size, as a message with the receive's tag
+# but another size is a mismatch), and an object from any source.
+for tag, n in ((5, N), (15, 1 << 17)):
+    if me == 0:
+        senders = []
+        for _ in range(1, p):
+            buf = np.zeros(n, dtype=np.float32)
+            src = comm.recv(buf, fabcoll.ANY_SOURCE, tag=tag)
+            check(buf, data(src, n, np.float32), f"recv from any source ({n})")
+            senders.append(src)
+        assert sorted(senders) == list(range(1, p)), senders
+    else:
+        comm.send(data(me, n, np.float32), 0, tag=tag)
+if me == 0:
+    assert sorted(comm.recv_object(tag=6)["from"] for _ in range(1, p)) == list(range(1, p)), "recv_object any"
+else:
+    comm.send_object({"from": me}, 0, tag=6)
+# probe: any source and any tag (each sender's own tag), then the receive it names.
+if me == 0:
+    found = []
+    for _ in range(1, p):
+        src, tag = comm.probe()
+        buf = np.zeros(N, dtype=np.int32)
+        assert comm.recv(buf, src, tag) == src
+        check(buf, data(src, N, np.int32), "recv after probe")
+        found.append((src, tag))
+    assert sorted(found) == [(r, 30 + r) for r in range(1, p)], found
+else:
+    comm.send(data(me, N, np.int32), 0, tag=30 + me)
 
 # Python objects (pickled): sizes differ per rank, one rank's object is empty-ish, the root varies.
 def obj(r):

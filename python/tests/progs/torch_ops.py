@@ -135,6 +135,19 @@ works = [dist.irecv(got, src=(me - 1) % p, tag=5), dist.isend(data(me + 7), dst=
 for w in works:
     w.wait()
 check(got, data((me - 1) % p + 7), "irecv into a strided tensor")
+# recv without a source (torch's recv_anysource): rank 0 takes one message from every other rank, small and large,
+# and dist.recv names the sender (a tag per size).
+for tag, n in ((9, N), (19, 1 << 16)):
+    if me == 0:
+        senders = []
+        for _ in range(1, p):
+            t = torch.zeros(n)
+            src = dist.recv(t, tag=tag)
+            check(t, data(src + 3, n), f"recv from any source ({n})")
+            senders.append(src)
+        assert sorted(senders) == list(range(1, p)), senders
+    else:
+        dist.send(data(me + 3, n), dst=0, tag=tag)
 # torch's C++ paths (functional collectives, DTensor over a CPU DeviceMesh) reach the group's CPU backend.
 import torch.distributed._functional_collectives as funcol  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
@@ -245,7 +258,7 @@ expect_errors((("split_sizes", lambda: dist.all_to_all_single(torch.zeros(p + 1)
                ("allreduce", lambda: dist.all_reduce(torch.zeros(4), op=dist.ReduceOp.BAND)),
                ("PREMUL_SUM is not supported", lambda: dist.all_reduce(torch.zeros(4),
                                                                        op=dist._make_nccl_premul_sum(0.5))),
-               ("any source", lambda: dist.recv(torch.zeros(1)))))
+               ("non-empty tensor", lambda: dist.recv(torch.zeros(0)))))
 dist.barrier()
 
 # Subgroups whose ranks are not contiguous (every rank creates both; each joins its own).
