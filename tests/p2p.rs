@@ -428,6 +428,39 @@ fn a_probe_names_the_sender_and_tag_of_a_message_it_may_pick_by_either() {
 }
 
 #[test]
+fn iprobe_finds_nothing_before_the_send_and_the_message_after_it() {
+    for len in [10, 100_003] {
+        let comms = Communicator::local_with(2, cfg()).unwrap();
+        local_job(comms, |c| {
+            let e = |e: Error| e.to_string();
+            if c.rank() == 1 {
+                c.recv(&mut [0u8], 0, 1).map_err(e)?;
+                return c.send(&message(1, 0, len), 0, 3).map_err(e);
+            }
+            if let Some(p) = c.iprobe(None, None).map_err(e)? {
+                return Err(format!("len {len}: found {p:?} before anything was sent"));
+            }
+            c.send(&[1u8], 1, 1).map_err(e)?;
+            let t0 = Instant::now();
+            let found = loop {
+                match c.iprobe(None, Some(3)).map_err(e)? {
+                    Some(p) => break p,
+                    None if t0.elapsed() > Duration::from_secs(20) => return Err(format!("len {len}: nothing came")),
+                    None => std::thread::yield_now(),
+                }
+            };
+            if (found.source, found.tag) != (1, 3) {
+                return Err(format!("len {len}: found {found:?}"));
+            }
+            let mut got = vec![0i64; len];
+            c.recv(&mut got, 1, 3).map_err(e)?;
+            check(&got, 1, 0)
+        })
+        .unwrap();
+    }
+}
+
+#[test]
 fn a_receive_from_any_source_comes_after_the_receives_posted_before_it() {
     // Rank 0 posts a receive from rank 1, then receives from any source: rank 1's first message
     // is the posted receive's, its second the any-source one's.

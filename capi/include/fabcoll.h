@@ -687,6 +687,18 @@ int fc_irecv(void *buf,
 // `comm` is a live communicator; `out_source` and `out_tag` are NULL or writable.
 int fc_probe(int source, int tag, const struct fc_comm *comm, int *out_source, int *out_tag);
 
+// `fc_probe` that does not wait (MPI_Iprobe): `*flag` is 1 and the outputs are set when such a
+// message has announced itself, else `*flag` is 0.
+//
+// # Safety
+// As `fc_probe`; `flag` is writable.
+int fc_iprobe(int source,
+              int tag,
+              const struct fc_comm *comm,
+              int *flag,
+              int *out_source,
+              int *out_tag);
+
 // Makes a user reduction from a C function: `commute` nonzero when the op is commutative
 // (fabcoll then may combine in any order); `ctx` is passed to every call of `function`, which
 // may run on any thread. The op applies to every datatype. `*op` gets its code.

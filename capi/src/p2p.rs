@@ -139,27 +139,76 @@ pub unsafe extern "C" fn fc_probe(
     out_tag: *mut c_int,
 ) -> c_int {
     guard(|| {
-        let source = match source {
-            FC_ANY_SOURCE => None,
-            s => Some(u32::try_from(s).map_err(|_| Failure::arg(format!("source rank {s} is negative")))?),
-        };
-        let tag = match tag {
-            FC_ANY_TAG => None,
-            t => Some(u32::try_from(t).map_err(|_| Failure::arg(format!("tag {t} is negative")))?),
-        };
+        let (source, tag) = (source_of(source)?, tag_of(tag)?);
         // SAFETY: the caller's contract.
         let found = unsafe { comm_ref(comm)? }.probe(source, tag)?;
-        let tag = c_int::try_from(found.tag)
-            .map_err(|_| Failure::arg(format!("the message's tag {} does not fit an int", found.tag)))?;
-        // SAFETY: NULL or writable, by the caller's contract.
-        unsafe {
-            if let Some(s) = out_source.as_mut() {
-                *s = found.source as c_int;
-            }
-            if let Some(t) = out_tag.as_mut() {
-                *t = tag;
-            }
-        }
-        Ok(())
+        // SAFETY: the caller's contract.
+        unsafe { tell(found, out_source, out_tag) }
     })
+}
+
+/// `fc_probe` that does not wait (MPI_Iprobe): `*flag` is 1 and the outputs are set when such a
+/// message has announced itself, else `*flag` is 0.
+///
+/// # Safety
+/// As `fc_probe`; `flag` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn fc_iprobe(
+    source: c_int,
+    tag: c_int,
+    comm: *const fc_comm,
+    flag: *mut c_int,
+    out_source: *mut c_int,
+    out_tag: *mut c_int,
+) -> c_int {
+    guard(|| {
+        if flag.is_null() {
+            return Err(Failure::arg("flag is NULL"));
+        }
+        let (source, tag) = (source_of(source)?, tag_of(tag)?);
+        // SAFETY: the caller's contract.
+        let found = unsafe { comm_ref(comm)? }.iprobe(source, tag)?;
+        // SAFETY: checked non-NULL, writable by the caller's contract.
+        unsafe { *flag = c_int::from(found.is_some()) };
+        match found {
+            // SAFETY: the caller's contract.
+            Some(found) => unsafe { tell(found, out_source, out_tag) },
+            None => Ok(()),
+        }
+    })
+}
+
+/// A probe's source: `FC_ANY_SOURCE` is any.
+fn source_of(source: c_int) -> Result<Option<u32>> {
+    match source {
+        FC_ANY_SOURCE => Ok(None),
+        s => Ok(Some(u32::try_from(s).map_err(|_| Failure::arg(format!("source rank {s} is negative")))?)),
+    }
+}
+
+/// A probe's tag: `FC_ANY_TAG` is any.
+fn tag_of(tag: c_int) -> Result<Option<u32>> {
+    match tag {
+        FC_ANY_TAG => Ok(None),
+        t => Ok(Some(u32::try_from(t).map_err(|_| Failure::arg(format!("tag {t} is negative")))?)),
+    }
+}
+
+/// Writes what a probe found to the outputs that are not NULL.
+///
+/// # Safety
+/// `out_source` and `out_tag` are NULL or writable.
+unsafe fn tell(found: fabcoll::Probed, out_source: *mut c_int, out_tag: *mut c_int) -> Result<()> {
+    let tag = c_int::try_from(found.tag)
+        .map_err(|_| Failure::arg(format!("the message's tag {} does not fit an int", found.tag)))?;
+    // SAFETY: NULL or writable, by the caller's contract.
+    unsafe {
+        if let Some(s) = out_source.as_mut() {
+            *s = found.source as c_int;
+        }
+        if let Some(t) = out_tag.as_mut() {
+            *t = tag;
+        }
+    }
+    Ok(())
 }

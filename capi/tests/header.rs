@@ -48,6 +48,8 @@ fn the_checked_in_header_is_what_cbindgen_generates() {
         "fc_op_create(",
         "fc_isend(",
         "fc_recv(",
+        "fc_probe(",
+        "fc_iprobe(",
     ] {
         assert!(generated.contains(f), "{f} missing from the header");
     }

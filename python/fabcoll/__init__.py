@@ -185,6 +185,12 @@ class Communicator:
         any_source = source is None or source == ANY_SOURCE
         return self._c._probe(None if any_source else source, None if tag == ANY_TAG else tag)
 
+    def iprobe(self, source=ANY_SOURCE, tag=ANY_TAG):
+        """``probe`` that does not wait (MPI_Iprobe): ``(source, tag)`` of such a message if one has come, else
+        ``None``."""
+        any_source = source is None or source == ANY_SOURCE
+        return self._c._iprobe(None if any_source else source, None if tag == ANY_TAG else tag)
+
     def isend(self, buf, dest, tag=0, *, dtype=None):
         return self._c._transfer("send", buf, dest, tag, dtype=dtype, blocking=False)
 

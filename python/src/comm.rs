@@ -243,6 +243,13 @@ impl Communicator {
         Ok((found.source, found.tag))
     }
 
+    /// `_probe` that does not wait: `None` while nothing has come (`fabcoll::Communicator::iprobe`).
+    #[pyo3(signature = (source = None, tag = None))]
+    fn _iprobe(&self, source: Option<u32>, tag: Option<u32>) -> PyResult<Option<(u32, u32)>> {
+        let found = self.get()?.iprobe(source, tag).map_err(lib)?;
+        Ok(found.map(|f| (f.source, f.tag)))
+    }
+
     fn __repr__(&self) -> String {
         match self.get() {
             Ok(c) => format!("<fabcoll.Communicator rank {} of {} over {}>", c.rank(), c.size(), c.fabric_name()),

@@ -181,24 +181,7 @@ impl Communicator {
     /// communicator's timeout ([`Error::Timeout`] names the ranks probed). A zero-length send
     /// moves nothing and announces nothing, so it is not found here.
     pub fn probe(&self, source: Option<u32>, tag: Option<u32>) -> Result<Probed> {
-        let coll = "recv";
-        match source {
-            Some(s) if s >= self.size() => {
-                return Err(Error::InvalidArgument {
-                    coll,
-                    msg: format!("source rank {s} out of range 0..{}", self.size()),
-                })
-            }
-            Some(s) if s == self.rank() => {
-                return Err(Error::InvalidArgument { coll, msg: format!("rank {s} cannot receive from itself") })
-            }
-            None if self.size() < 2 => {
-                return Err(Error::InvalidArgument { coll, msg: "no other rank to receive from".into() })
-            }
-            _ => {}
-        }
-        let ctx = ctx_of(self.ctx);
-        let from = source.map(|s| self.members[s as usize] as usize);
+        let from = self.probed_endpoint(source)?;
         let _moving = self.progress.stand_by();
         let (mut w, mut blocking) = (Backoff::default(), false);
         let t0 = Instant::now();
@@ -206,7 +189,7 @@ impl Communicator {
             let mut eng = self.lock();
             let ev = eng.events();
             eng.progress(blocking.then_some(Duration::from_millis(1)))?;
-            if let Some((source, tag)) = eng.announced(ctx, from, tag)? {
+            if let Some((source, tag)) = eng.announced(ctx_of(self.ctx), from, tag)? {
                 return Ok(Probed { source, tag });
             }
             let timeout = eng.core.cfg.timeout;
@@ -224,8 +207,29 @@ impl Communicator {
                     Some(s) => vec![s],
                     None => (0..self.size()).filter(|&r| r != self.rank()).collect(),
                 };
-                return Err(Error::Timeout { coll, seq: 0, rank: self.rank(), after: t0.elapsed(), waiting_for });
+                let (coll, rank, after) = ("recv", self.rank(), t0.elapsed());
+                return Err(Error::Timeout { coll, seq: 0, rank, after, waiting_for });
             }
+        }
+    }
+
+    /// [`Communicator::probe`] that does not wait: polls once and returns what has announced
+    /// itself by then, if anything (MPI's `MPI_Iprobe`).
+    pub fn iprobe(&self, source: Option<u32>, tag: Option<u32>) -> Result<Option<Probed>> {
+        let from = self.probed_endpoint(source)?;
+        let mut eng = self.lock();
+        eng.progress(None)?;
+        Ok(eng.announced(ctx_of(self.ctx), from, tag)?.map(|(source, tag)| Probed { source, tag }))
+    }
+
+    /// The endpoint rank of a probe's `source` (`None`: any), checked.
+    fn probed_endpoint(&self, source: Option<u32>) -> Result<Option<usize>> {
+        let invalid = |msg: String| Err(Error::InvalidArgument { coll: "recv", msg });
+        match source {
+            Some(s) if s >= self.size() => invalid(format!("source rank {s} out of range 0..{}", self.size())),
+            Some(s) if s == self.rank() => invalid(format!("rank {s} cannot receive from itself")),
+            None if self.size() < 2 => invalid("no other rank to receive from".into()),
+            _ => Ok(source.map(|s| self.members[s as usize] as usize)),
         }
     }
 

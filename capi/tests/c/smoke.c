@@ -320,13 +320,19 @@ static void test_send_recv(fc_comm *c) {
     EXPECT(fc_recv(in, 1, FC_DOUBLE, size, 0, c) == FC_ERR_ARG);
     EXPECT(fc_recv(in, 1, FC_DOUBLE, FC_ANY_SOURCE, 0, c) == FC_ERR_ARG);
     EXPECT(fc_probe(rank, 0, c, NULL, NULL) == FC_ERR_ARG);
+    EXPECT(fc_iprobe(FC_ANY_SOURCE, 0, c, NULL, NULL, NULL) == FC_ERR_ARG);
     /* From any source: every other rank sends to rank 0 with tag 7 + its rank, and rank 0 probes
      * for any sender and any tag, then receives what the probe named; each sender comes once. */
     if (rank == 0) {
         int seen = 0;
         for (int k = 1; k < size; k++) {
-            int src = -1, tag = -1;
-            CHECK(fc_probe(FC_ANY_SOURCE, FC_ANY_TAG, c, &src, &tag));
+            int src = -1, tag = -1, flag = 0;
+            if (k == 1) {
+                /* The first by polling (MPI_Iprobe), the others by waiting. */
+                while (!flag) CHECK(fc_iprobe(FC_ANY_SOURCE, FC_ANY_TAG, c, &flag, &src, &tag));
+            } else {
+                CHECK(fc_probe(FC_ANY_SOURCE, FC_ANY_TAG, c, &src, &tag));
+            }
             EXPECT(src > 0 && src < size && !(seen & (1 << src)) && tag == 7 + src);
             seen |= 1 << src;
             CHECK(fc_recv(in, n, FC_DOUBLE, src, tag, c));

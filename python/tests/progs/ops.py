@@ -239,11 +239,18 @@ if me == 0:
     assert sorted(comm.recv_object(tag=6)["from"] for _ in range(1, p)) == list(range(1, p)), "recv_object any"
 else:
     comm.send_object({"from": me}, 0, tag=6)
-# probe: any source and any tag (each sender's own tag), then the receive it names.
+# probe: any source and any tag (each sender's own tag), then the receive it names; the first found by polling.
 if me == 0:
     found = []
-    for _ in range(1, p):
-        src, tag = comm.probe()
+    for k in range(1, p):
+        if k == 1:
+            hit = None
+            while hit is None:
+                hit = comm.iprobe(tag=30 + 1)
+            src, tag = hit
+            assert (src, tag) == (1, 31), hit
+        else:
+            src, tag = comm.probe()
         buf = np.zeros(N, dtype=np.int32)
         assert comm.recv(buf, src, tag) == src
         check(buf, data(src, N, np.int32), "recv after probe")
