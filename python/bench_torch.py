@@ -7,9 +7,10 @@ Both backends serve the same job (fabcoll is the default group, gloo a second gr
 each round times `iters` calls on each backend, alternating which goes first, after a barrier; a round's figure is
 the median call time (each call: a barrier-free collective of float32, timed on every rank, the slowest rank's time
 kept). Sizes are per rank: all_reduce's and broadcast's tensor, all_gather_into_tensor's input (its output is p
-times larger), sparse_all_reduce's values (rows of 64 floats); broadcast from rank 0. Rank 0 prints per operation
-and size the medians over rounds and the median of the per-round ratios gloo / fabcoll (paired: both measured in the
-same round), and in how many rounds fabcoll was ahead. Set FABCOLL_FABRIC=tcp for the network path.
+times larger), sparse_all_reduce's values (rows of 64 floats), recv_anysource's tensor (each rank's to rank 0,
+received from any source); broadcast from rank 0. Rank 0 prints per operation and size the medians over rounds and
+the median of the per-round ratios gloo / fabcoll (paired: both measured in the same round), and in how many rounds
+fabcoll was ahead. Set FABCOLL_FABRIC=tcp for the network path.
 """
 
 import argparse
@@ -44,6 +45,16 @@ def caller(op, t, p):
         idx = torch.randint(0, 100_000, (1, rows), generator=gen)
         grad = torch.sparse_coo_tensor(idx, torch.randn(rows, 64, generator=gen), (100_000, 64), check_invariants=True)
         return lambda g: dist.all_reduce(grad.clone(), group=g)
+    if op == "recv_anysource":
+        # A fan-in: rank 0 receives every other rank's tensor from any source (recv without src), in the order they
+        # come; the others send theirs to it.
+        def fan_in(g):
+            if dist.get_rank() == 0:
+                for _ in range(p - 1):
+                    dist.recv(t, group=g)
+            else:
+                dist.send(t, dst=0, group=g)
+        return fan_in
     raise SystemExit(f"bench_torch: unknown op {op}")
 
 
@@ -63,7 +74,7 @@ def round_time(call, group, iters):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default="all_reduce",
-                    help="all_reduce, all_gather_into_tensor, broadcast, sparse_all_reduce")
+                    help="all_reduce, all_gather_into_tensor, broadcast, sparse_all_reduce, recv_anysource")
     ap.add_argument("--sizes", default="8,65536,1048576,16777216", help="message sizes in bytes (per rank)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--iters", type=int, default=20)
