@@ -1049,3 +1049,37 @@ fn a_peer_killed_between_steps_is_named_by_the_live_ranks() {
         assert!(matches!(out[1].0, Err(Error::PeerLost { .. })), "rank 1 wrote to the dead rank: {:?}", out[1].0);
     });
 }
+
+/// Receives from any source while peers die: a probe of a killed rank, and one of any rank once
+/// every other is killed, end with PeerLost naming them well before the timeout; a message the
+/// dead rank sent first is still found and received.
+#[test]
+fn a_probe_of_ranks_that_are_gone_names_them() {
+    watchdog(Duration::from_secs(30), || {
+        let (wire, mut comms) = job_with_timeouts(Duration::from_secs(4), Duration::from_secs(4), 3);
+        wire.set_auto(true);
+        comms[1].send(&[7u32; 4], 0, 5).unwrap();
+        wire.kill(1).unwrap();
+        wire.kill(2).unwrap();
+        let c = comms.swap_remove(0);
+        let found = c.probe(None, None).unwrap();
+        assert_eq!((found.source, found.tag), (1, 5), "what rank 1 sent before it died");
+        let mut got = [0u32; 4];
+        c.recv(&mut got, 1, 5).unwrap();
+        assert_eq!(got, [7; 4]);
+        let t = Instant::now();
+        match c.probe(Some(2), None) {
+            Err(Error::PeerLost { peers, .. }) => assert_eq!(peers, [2]),
+            other => panic!("probing the dead rank 2: {other:?}"),
+        }
+        match c.probe(None, Some(5)) {
+            Err(Error::PeerLost { peers, .. }) => assert_eq!(peers, [1, 2]),
+            other => panic!("probing any rank with every other dead: {other:?}"),
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "took {:?}: the timeout, not the deaths, ended them",
+            t.elapsed()
+        );
+    });
+}

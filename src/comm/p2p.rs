@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::exec::op::CallSpec;
 use crate::exec::plan::Plan;
 use crate::exec::proto::CallSig;
-use crate::exec::wait::{yield_core, Backoff, Pause};
+use crate::exec::wait::{yield_core, Backoff, Pause, CLOCK_EVERY};
 use crate::exec::Started;
 
 /// The point-to-point context of the communicator on context `ctx`.
@@ -178,21 +178,27 @@ impl Communicator {
     /// element type and count, as any transfer's); a sender whose next transfer has another tag
     /// is passed over (its later ones wait behind it). As with `MPI_Probe`, another thread
     /// receiving from the same rank in between would take the message instead. Waits at most the
-    /// communicator's timeout ([`Error::Timeout`] names the ranks probed). A zero-length send
-    /// moves nothing and announces nothing, so it is not found here.
+    /// communicator's timeout ([`Error::Timeout`] names the ranks probed), and stops with
+    /// [`Error::PeerLost`] once every rank probed is known to be gone (a message it sent before
+    /// is still found). A zero-length send moves nothing and announces nothing, so it is not
+    /// found here.
     pub fn probe(&self, source: Option<u32>, tag: Option<u32>) -> Result<Probed> {
         let from = self.probed_endpoint(source)?;
         let _moving = self.progress.stand_by();
         let (mut w, mut blocking) = (Backoff::default(), false);
+        // Endpoint ranks a poll reported failed (a write or control message to them), and why.
+        let mut failed: Vec<(usize, String)> = Vec::new();
         let t0 = Instant::now();
         loop {
             let mut eng = self.lock();
             let ev = eng.events();
-            eng.progress(blocking.then_some(Duration::from_millis(1)))?;
+            match eng.progress(blocking.then_some(Duration::from_millis(1))) {
+                Err(Error::Fabric(fabcoll_fabric::Error::Peer { peer, msg })) => failed.push((peer, msg)),
+                r => r?,
+            }
             if let Some((source, tag)) = eng.announced(ctx_of(self.ctx), from, tag)? {
                 return Ok(Probed { source, tag });
             }
-            let timeout = eng.core.cfg.timeout;
             match eng.events() == ev {
                 true => match w.fruitless(&eng.core.patience, || false) {
                     Pause::Poll => {}
@@ -201,14 +207,29 @@ impl Communicator {
                 },
                 false => w.news(),
             }
-            drop(eng);
-            if (blocking || w.rounds.is_multiple_of(16)) && t0.elapsed() >= timeout {
-                let waiting_for = match source {
-                    Some(s) => vec![s],
-                    None => (0..self.size()).filter(|&r| r != self.rank()).collect(),
-                };
+            if blocking || w.rounds.is_multiple_of(CLOCK_EVERY) {
+                // Once the spin is spent, every round: ranks whose process is gone cannot send.
                 let (coll, rank, after) = ("recv", self.rank(), t0.elapsed());
-                return Err(Error::Timeout { coll, seq: 0, rank, after, waiting_for });
+                let candidates: Vec<u32> = match source {
+                    Some(s) => vec![s],
+                    None => (0..self.size()).filter(|&r| r != rank).collect(),
+                };
+                let (mut gone, mut cause) = (Vec::new(), String::new());
+                for &r in candidates.iter().filter(|_| blocking) {
+                    let ep = self.members[r as usize] as usize;
+                    let why = eng.peer_gone(ep).or_else(|| failed.iter().find(|f| f.0 == ep).map(|f| f.1.clone()));
+                    if let Some(why) = why {
+                        gone.push(r);
+                        cause = why;
+                    }
+                }
+                if gone.len() == candidates.len() {
+                    return Err(Error::PeerLost { coll, seq: 0, rank, peers: gone, cause });
+                }
+                if after >= eng.core.cfg.timeout {
+                    let waiting_for = candidates.into_iter().filter(|r| !gone.contains(r)).collect();
+                    return Err(Error::Timeout { coll, seq: 0, rank, after, waiting_for });
+                }
             }
         }
     }

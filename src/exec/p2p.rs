@@ -181,7 +181,9 @@ impl Engine {
         for ep in (0..c.ep_to_comm.len()).filter(|&e| e != me && c.ep_to_comm[e] != NOT_A_MEMBER) {
             self.core.ctrl(ep, tag, Vec::new());
         }
-        self.core.flush_ctrl()
+        // A peer that is gone refuses it; it has nothing to announce.
+        self.flush_ctrl_lossy();
+        Ok(())
     }
 
     /// Endpoint rank `peer` receives from any source on point-to-point context `ctx`: every
