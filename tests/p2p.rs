@@ -305,6 +305,23 @@ fn a_receive_from_any_source_takes_each_senders_message_once_at_every_size() {
     .unwrap();
 }
 
+/// Ranks 1 and 2 of a job of 3 send rank 0 a message of `len` elements in turn: rank 1's with
+/// tag `a` first, then, once rank 1 has told it so, rank 2's with tag `b`.
+fn send_in_turn(c: &Communicator, len: usize, a: u32, b: u32) -> Result<(), String> {
+    let e = |e: Error| e.to_string();
+    if c.rank() == 1 {
+        let m = message(1, 0, len);
+        return c
+            .scope(|s| {
+                s.send(&m, 0, a)?;
+                s.comm().send(&[1u8], 2, 0)
+            })
+            .map_err(e);
+    }
+    c.recv(&mut [0u8], 1, 0).map_err(e)?;
+    c.send(&message(2, 0, len), 0, b).map_err(e)
+}
+
 #[test]
 fn a_receive_from_any_source_skips_a_message_with_another_tag() {
     // Rank 1's message (tag a) is sent first; rank 2 sends its own (tag b) only after rank 1 has
@@ -326,18 +343,7 @@ fn a_receive_from_any_source_skips_a_message_with_another_tag() {
                         return Err(format!("len {len}: took tag {b} from {first}, tag {a} from {second}"));
                     }
                 }
-                1 => {
-                    let m = message(1, 0, len);
-                    c.scope(|s| {
-                        s.send(&m, 0, a)?;
-                        s.comm().send(&[1u8], 2, 0)
-                    })
-                    .map_err(e)?;
-                }
-                _ => {
-                    c.recv(&mut [0u8], 1, 0).map_err(e)?;
-                    c.send(&message(2, 0, len), 0, b).map_err(e)?;
-                }
+                _ => send_in_turn(c, len, a, b)?,
             }
             Ok(())
         })
@@ -408,18 +414,7 @@ fn a_probe_names_the_sender_and_tag_of_a_message_it_may_pick_by_either() {
                     c.recv(&mut got, 1, 40).map_err(e)?;
                     check(&got, 1, 0)?;
                 }
-                1 => {
-                    let m = message(1, 0, len);
-                    c.scope(|s| {
-                        s.send(&m, 0, 40)?;
-                        s.comm().send(&[1u8], 2, 0)
-                    })
-                    .map_err(e)?;
-                }
-                _ => {
-                    c.recv(&mut [0u8], 1, 0).map_err(e)?;
-                    c.send(&message(2, 0, len), 0, 50).map_err(e)?;
-                }
+                _ => send_in_turn(c, len, 40, 50)?,
             }
             Ok(())
         })
