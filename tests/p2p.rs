@@ -323,6 +323,27 @@ fn send_in_turn(c: &Communicator, len: usize, a: u32, b: u32) -> Result<(), Stri
 }
 
 #[test]
+fn sendrecv_exchanges_along_a_ring_at_every_size_from_a_named_or_any_source() {
+    let comms = Communicator::local_with(3, cfg()).unwrap();
+    local_job(comms, |c| {
+        let e = |e: Error| e.to_string();
+        let (me, p) = (c.rank(), c.size());
+        let (right, left) = ((me + 1) % p, (me + p - 1) % p);
+        for (n, &len) in SIZES.iter().enumerate() {
+            let mut got = vec![-1i64; len];
+            let source = (len == 0 || n % 2 == 0).then_some(left);
+            let from = c.sendrecv(&message(me, n, len), right, n as u32, &mut got, source, n as u32).map_err(e)?;
+            check(&got, left, n)?;
+            if from != left {
+                return Err(format!("len {len}: received from {from}, not {left}"));
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
 fn a_receive_from_any_source_skips_a_message_with_another_tag() {
     // Rank 1's message (tag a) is sent first; rank 2 sends its own (tag b) only after rank 1 has
     // told it so. A receive from any source with tag b must take rank 2's, then one with tag a

@@ -676,6 +676,27 @@ int fc_irecv(void *buf,
              const struct fc_comm *comm,
              struct fc_request **request);
 
+// Sends `sendcount` elements of `sendbuf` to rank `dest` with `sendtag` while receiving
+// `recvcount` elements into `recvbuf` from rank `source` (`FC_ANY_SOURCE`: the first to arrive)
+// with `recvtag` (MPI_Sendrecv); `*out_source` (unless NULL) gets the sender. Both are in flight
+// at once, so ranks exchanging along a ring or in pairs do not wait for each other.
+//
+// # Safety
+// `comm` is a live communicator; the buffers hold their counts of elements (`recvbuf`
+// writable); `out_source` is NULL or writable.
+int fc_sendrecv(const void *sendbuf,
+                size_t sendcount,
+                fc_datatype sendtype,
+                int dest,
+                int sendtag,
+                void *recvbuf,
+                size_t recvcount,
+                fc_datatype recvtype,
+                int source,
+                int recvtag,
+                const struct fc_comm *comm,
+                int *out_source);
+
 // Waits until the next message to this rank from `source` (`FC_ANY_SOURCE`: any rank, the
 // first to arrive) has `tag` (`FC_ANY_TAG`: any), and sets `*out_source` and `*out_tag` (either
 // may be NULL) to its sender and tag, as MPI_Probe: the next `fc_recv` or `fc_irecv` from that

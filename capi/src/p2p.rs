@@ -116,6 +116,51 @@ pub unsafe extern "C" fn fc_irecv(
     unsafe { start(comm, request, |s| transfer(s, buf, count, datatype, source, tag, false)) }
 }
 
+/// Sends `sendcount` elements of `sendbuf` to rank `dest` with `sendtag` while receiving
+/// `recvcount` elements into `recvbuf` from rank `source` (`FC_ANY_SOURCE`: the first to arrive)
+/// with `recvtag` (MPI_Sendrecv); `*out_source` (unless NULL) gets the sender. Both are in flight
+/// at once, so ranks exchanging along a ring or in pairs do not wait for each other.
+///
+/// # Safety
+/// `comm` is a live communicator; the buffers hold their counts of elements (`recvbuf`
+/// writable); `out_source` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn fc_sendrecv(
+    sendbuf: *const c_void,
+    sendcount: usize,
+    sendtype: fc_datatype,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: usize,
+    recvtype: fc_datatype,
+    source: c_int,
+    recvtag: c_int,
+    comm: *const fc_comm,
+    out_source: *mut c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let c = unsafe { comm_ref(comm)? };
+        // SAFETY: the send buffer stays lent until `sent` has finished: it is waited for (or,
+        // dropped on an error, finished) before this function returns.
+        let mut sent = unsafe { transfer(&c.raw_calls(), sendbuf, sendcount, sendtype, dest, sendtag, true)? };
+        let from = match source_of(source)? {
+            Some(r) => r,
+            None if recvcount == 0 => return Err(Failure::arg("a receive from any source needs recvcount > 0")),
+            None => c.probe(None, tag_of(recvtag)?)?.source,
+        };
+        // SAFETY: the caller's contract; a blocking receive.
+        unsafe { transfer(&**c, recvbuf, recvcount, recvtype, from as c_int, recvtag, false)? };
+        sent.wait()?;
+        // SAFETY: NULL or writable, by the caller's contract.
+        if let Some(s) = unsafe { out_source.as_mut() } {
+            *s = from as c_int;
+        }
+        Ok(())
+    })
+}
+
 /// `fc_probe`'s source matching any rank.
 pub const FC_ANY_SOURCE: c_int = -1;
 /// `fc_probe`'s tag matching any tag.

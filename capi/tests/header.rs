@@ -50,6 +50,7 @@ fn the_checked_in_header_is_what_cbindgen_generates() {
         "fc_recv(",
         "fc_probe(",
         "fc_iprobe(",
+        "fc_sendrecv(",
     ] {
         assert!(generated.contains(f), "{f} missing from the header");
     }

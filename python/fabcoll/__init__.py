@@ -177,6 +177,21 @@ class Communicator:
         self._c._transfer("recv", buf, source, tag, dtype=dtype)
         return source
 
+    def sendrecv(self, sendbuf, dest, recvbuf, source=ANY_SOURCE, sendtag=0, recvtag=0, *, dtype=None):
+        """Sends ``sendbuf`` to rank ``dest`` while receiving ``recvbuf`` from rank ``source`` (any rank when
+        ``ANY_SOURCE`` or ``None``), both in flight at once (MPI_Sendrecv); returns the sender."""
+        sent = self.isend(sendbuf, dest, sendtag, dtype=dtype)
+        try:
+            source = self.recv(recvbuf, source, recvtag, dtype=dtype)
+        except BaseException:
+            try:
+                sent.wait()  # the send buffer is the caller's again; the receive's error is the one to report
+            except Error:
+                pass
+            raise
+        sent.wait()
+        return source
+
     def probe(self, source=ANY_SOURCE, tag=ANY_TAG):
         """Waits until the next message to this rank from ``source`` (any rank: ``ANY_SOURCE`` or ``None``, the first
         to arrive) has ``tag`` (any: ``ANY_TAG``), and returns its ``(source, tag)`` (MPI_Probe): the next ``recv``

@@ -254,6 +254,36 @@ impl Communicator {
         }
     }
 
+    /// Sends `send` to rank `dest` with `send_tag` while receiving into `recv` from rank `source`
+    /// (any rank when `None`, as [`Communicator::recv_any`]) with `recv_tag`, and returns the
+    /// sender: MPI's `MPI_Sendrecv`. Both transfers are in flight at once, so ranks that exchange
+    /// along a ring or in pairs, large messages too, do not wait for each other.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv<T: Element, U: Element>(
+        &self,
+        send: &[T],
+        dest: u32,
+        send_tag: u32,
+        recv: &mut [U],
+        source: Option<u32>,
+        recv_tag: u32,
+    ) -> Result<u32> {
+        if source.is_none() && recv.is_empty() {
+            let msg = "a receive from any source needs at least one element (a zero-length send is not announced)";
+            return Err(Error::InvalidArgument { coll: "recv", msg: msg.into() });
+        }
+        self.scope(|s| {
+            let sent = super::Collectives::send(s, send, dest, send_tag)?;
+            let src = match source {
+                Some(r) => r,
+                None => self.probe(None, Some(recv_tag))?.source,
+            };
+            super::Collectives::recv(s, recv, src, recv_tag)?.wait()?;
+            sent.wait()?;
+            Ok(src)
+        })
+    }
+
     /// Receives into `buf` the first transfer to arrive from any rank with `tag`, which must
     /// have exactly `buf.len()` elements, and returns its sender ([`Communicator::probe`], then
     /// a receive from that rank): torch's `recv` without a source, MPI's `MPI_ANY_SOURCE`. An

@@ -315,6 +315,15 @@ static void test_send_recv(fc_comm *c) {
         finish(r);
     }
     for (int i = 0; i < n; i++) EXPECT(in[i] == 1000.0 * left + i);
+    /* Both directions in one call (a zero-copy one in mode 1), the sender named, then from any source. */
+    for (int any = 0; any < 2; any++) {
+        int from = -1;
+        for (int i = 0; i < n; i++) in[i] = -1.0;
+        CHECK(fc_sendrecv(out, n, FC_DOUBLE, right, 8 + any, in, n, FC_DOUBLE, any ? FC_ANY_SOURCE : left, 8 + any, c,
+                          &from));
+        EXPECT(from == left);
+        for (int i = 0; i < n; i++) EXPECT(in[i] == 1000.0 * left + i);
+    }
     EXPECT(fc_send(out, 1, FC_DOUBLE, rank, 0, c) == FC_ERR_ARG);
     EXPECT(fc_send(out, 1, FC_DOUBLE, right, -1, c) == FC_ERR_ARG);
     EXPECT(fc_recv(in, 1, FC_DOUBLE, size, 0, c) == FC_ERR_ARG);

@@ -221,6 +221,10 @@ rs = comm.isend(big_out, right, tag=4)
 rs.wait()
 rr.wait()
 check(from_left, data(left, 1 << 17, np.float32), "isend/irecv")
+for source in (left, fabcoll.ANY_SOURCE):
+    from_left[:] = 0
+    assert comm.sendrecv(big_out, right, from_left, source, sendtag=7, recvtag=7) == left
+    check(from_left, data(left, 1 << 17, np.float32), f"sendrecv from {source}")
 # From any source: every other rank sends rank 0 a small and a large message; rank 0 receives each from whichever
 # sender comes first (recv with ANY_SOURCE returns the sender; a tag per size, as a message with the receive's tag
 # but another size is a mismatch), and an object from any source.
