@@ -134,6 +134,22 @@ pub struct Probed {
     pub tag: u32,
 }
 
+/// A poll's outcome for a probe: a peer that failed (a write or control message to it) is its
+/// endpoint rank and why, any other error the probe's.
+fn failed_peer(r: Result<()>) -> Result<Option<(usize, String)>> {
+    match r {
+        Ok(()) => Ok(None),
+        Err(Error::Fabric(fabcoll_fabric::Error::Peer { peer, msg })) => Ok(Some((peer, msg))),
+        Err(e) => Err(e),
+    }
+}
+
+/// What a receive from any source into an empty buffer gets.
+fn empty_from_any_source() -> Error {
+    let msg = "a receive from any source needs at least one element (a zero-length send is not announced)";
+    Error::InvalidArgument { coll: "recv", msg: msg.into() }
+}
+
 /// The signature both ends of a transfer compute alike: tag, element type and byte count.
 fn signature(tag: u32, dtype: Datatype, bytes: usize) -> CallSig {
     CallSig::of(fnv([0x7032_7020, u64::from(tag), dtype as u64, bytes as u64]))
@@ -192,9 +208,8 @@ impl Communicator {
         loop {
             let mut eng = self.lock();
             let ev = eng.events();
-            match eng.progress(blocking.then_some(Duration::from_millis(1))) {
-                Err(Error::Fabric(fabcoll_fabric::Error::Peer { peer, msg })) => failed.push((peer, msg)),
-                r => r?,
+            if let Some(f) = failed_peer(eng.progress(blocking.then_some(Duration::from_millis(1))))? {
+                failed.push(f);
             }
             if let Some((source, tag)) = eng.announced(ctx_of(self.ctx), from, tag)? {
                 return Ok(Probed { source, tag });
@@ -239,7 +254,8 @@ impl Communicator {
     pub fn iprobe(&self, source: Option<u32>, tag: Option<u32>) -> Result<Option<Probed>> {
         let from = self.probed_endpoint(source)?;
         let mut eng = self.lock();
-        eng.progress(None)?;
+        // A peer that failed is not what is asked about (the next receive from it reports it).
+        failed_peer(eng.progress(None))?;
         Ok(eng.announced(ctx_of(self.ctx), from, tag)?.map(|(source, tag)| Probed { source, tag }))
     }
 
@@ -269,8 +285,7 @@ impl Communicator {
         recv_tag: u32,
     ) -> Result<u32> {
         if source.is_none() && recv.is_empty() {
-            let msg = "a receive from any source needs at least one element (a zero-length send is not announced)";
-            return Err(Error::InvalidArgument { coll: "recv", msg: msg.into() });
+            return Err(empty_from_any_source());
         }
         self.scope(|s| {
             let sent = super::Collectives::send(s, send, dest, send_tag)?;
@@ -290,8 +305,7 @@ impl Communicator {
     /// empty `buf` is refused (see [`Communicator::probe`]).
     pub fn recv_any<T: Element>(&self, buf: &mut [T], tag: u32) -> Result<u32> {
         if buf.is_empty() {
-            let msg = "a receive from any source needs at least one element (a zero-length send is not announced)";
-            return Err(Error::InvalidArgument { coll: "recv", msg: msg.into() });
+            return Err(empty_from_any_source());
         }
         let src = self.probe(None, Some(tag))?.source;
         super::Collectives::recv(self, buf, src, tag)?;

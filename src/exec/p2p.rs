@@ -146,7 +146,7 @@ impl Engine {
     /// `Plan::transfer`). `None` while none has. A receive from that rank now takes it. The first
     /// call on a context asks its members to announce their transfers.
     pub fn announced(&mut self, ctx: u32, from: Option<usize>, tag: Option<u32>) -> Result<Option<(u32, u32)>> {
-        self.ask_for_announcements(ctx)?;
+        self.ask_for_announcements(ctx);
         let c = self.ctxs.get(&ctx).ok_or_else(|| Error::Protocol(format!("unknown context {ctx}")))?;
         if let Some(why) = &c.broken {
             return Err(Error::Broken(why.clone()));
@@ -170,12 +170,12 @@ impl Engine {
 
     /// Tells every other member of point-to-point context `ctx` that this rank receives from any
     /// source there (`Kind::AnySource`), once.
-    fn ask_for_announcements(&mut self, ctx: u32) -> Result<()> {
+    fn ask_for_announcements(&mut self, ctx: u32) {
         let me = self.core.ep.rank();
-        let Some(c) = self.ctxs.get_mut(&ctx) else { return Ok(()) };
-        let Some(streams) = c.streams.as_deref_mut() else { return Ok(()) };
+        let Some(c) = self.ctxs.get_mut(&ctx) else { return };
+        let Some(streams) = c.streams.as_deref_mut() else { return };
         if std::mem::replace(&mut streams.asked, true) {
-            return Ok(());
+            return;
         }
         let tag = proto::tag(Kind::AnySource, ctx, 0, CallSig::default());
         for ep in (0..c.ep_to_comm.len()).filter(|&e| e != me && c.ep_to_comm[e] != NOT_A_MEMBER) {
@@ -183,7 +183,6 @@ impl Engine {
         }
         // A peer that is gone refuses it; it has nothing to announce.
         self.flush_ctrl_lossy();
-        Ok(())
     }
 
     /// Endpoint rank `peer` receives from any source on point-to-point context `ctx`: every
