@@ -498,7 +498,9 @@ fn a_receive_from_any_source_comes_after_the_receives_posted_before_it() {
             let src = c
                 .scope(|s| {
                     s.recv(&mut first, 1, 3)?;
-                    s.comm().recv_any(&mut second, 3)
+                    let (second, src) = s.recv_any(&mut second, 3)?;
+                    second.wait()?;
+                    Ok(src)
                 })
                 .map_err(e)?;
             check(&first, 1, 0)?;
@@ -528,6 +530,11 @@ fn a_receive_from_any_source_without_a_sender_times_out_and_bad_ones_are_refused
         Err(Error::InvalidArgument { msg, .. }) if msg.contains("at least one element") => {}
         r => panic!("expected a refusal, got {r:?}"),
     }
+    match c.sendrecv(&[1u16], 0, 0, &mut buf[..0], None, 0) {
+        Err(Error::InvalidArgument { msg, .. }) if msg.contains("at least one element") => {}
+        r => panic!("expected a refusal, got {r:?}"),
+    }
+    assert_eq!(c.stats().eager_msgs, 0, "the refused sendrecv sent nothing");
     match c.probe(Some(0), None) {
         Err(Error::Timeout { coll: "recv", waiting_for, .. }) => assert_eq!(waiting_for, [0]),
         r => panic!("expected a timeout, got {r:?}"),

@@ -145,7 +145,7 @@ fn failed_peer(r: Result<()>) -> Result<Option<(usize, String)>> {
 }
 
 /// What a receive from any source into an empty buffer gets.
-fn empty_from_any_source() -> Error {
+pub(super) fn empty_from_any_source() -> Error {
     let msg = "a receive from any source needs at least one element (a zero-length send is not announced)";
     Error::InvalidArgument { coll: "recv", msg: msg.into() }
 }
@@ -285,15 +285,16 @@ impl Communicator {
         recv_tag: u32,
     ) -> Result<u32> {
         if source.is_none() && recv.is_empty() {
+            // Refused before the send starts: a bad call moves nothing.
             return Err(empty_from_any_source());
         }
         self.scope(|s| {
             let sent = super::Collectives::send(s, send, dest, send_tag)?;
-            let src = match source {
-                Some(r) => r,
-                None => self.probe(None, Some(recv_tag))?.source,
+            let (received, src) = match source {
+                Some(r) => (super::Collectives::recv(s, recv, r, recv_tag)?, r),
+                None => s.recv_any(recv, recv_tag)?,
             };
-            super::Collectives::recv(s, recv, src, recv_tag)?.wait()?;
+            received.wait()?;
             sent.wait()?;
             Ok(src)
         })

@@ -13,6 +13,8 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
+use fabcoll_collectives::datatype::Element;
+
 use super::call::{Call, Collectives};
 use super::p2p::Transfer;
 use super::{Communicator, Options};
@@ -144,6 +146,18 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// The algorithm a started request runs (for tests and tracing).
     pub fn algorithm_of(&self, r: &Request<'_>) -> Option<&'static str> {
         Some(r.alg)
+    }
+
+    /// A receive from any source in the scope: waits until a transfer to this rank with `tag`
+    /// announces itself ([`Communicator::probe`]), then starts the receive from its sender, which
+    /// goes on in the background; returns the request and the sender. An empty `buf` is refused
+    /// (see [`Communicator::recv_any`]).
+    pub fn recv_any<T: Element>(&self, buf: &'scope mut [T], tag: u32) -> Result<(Request<'scope>, u32)> {
+        if buf.is_empty() {
+            return Err(super::p2p::empty_from_any_source());
+        }
+        let src = self.comm.probe(None, Some(tag))?.source;
+        Ok((Collectives::recv(self, buf, src, tag)?, src))
     }
 }
 
