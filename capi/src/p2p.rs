@@ -142,13 +142,17 @@ pub unsafe extern "C" fn fc_sendrecv(
     guard(|| {
         // SAFETY: the caller's contract.
         let c = unsafe { comm_ref(comm)? };
+        // The receive's source and tag are checked before the send starts: a bad call moves nothing.
+        let (source, tag) = (source_of(source)?, tag_of(recvtag)?);
+        if source.is_none() && recvcount == 0 {
+            return Err(Failure::arg("a receive from any source needs recvcount > 0"));
+        }
         // SAFETY: the send buffer stays lent until `sent` has finished: it is waited for (or,
         // dropped on an error, finished) before this function returns.
         let mut sent = unsafe { transfer(&c.raw_calls(), sendbuf, sendcount, sendtype, dest, sendtag, true)? };
-        let from = match source_of(source)? {
+        let from = match source {
             Some(r) => r,
-            None if recvcount == 0 => return Err(Failure::arg("a receive from any source needs recvcount > 0")),
-            None => c.probe(None, tag_of(recvtag)?)?.source,
+            None => c.probe(None, tag)?.source,
         };
         // SAFETY: the caller's contract; a blocking receive.
         unsafe { transfer(&**c, recvbuf, recvcount, recvtype, from as c_int, recvtag, false)? };

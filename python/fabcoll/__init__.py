@@ -172,7 +172,7 @@ class Communicator:
         """Receives into ``buf`` the message rank ``source`` sends with ``tag`` (exactly its size); from any rank when
         ``source`` is ``ANY_SOURCE`` (or ``None``): the first message to arrive with ``tag``; any tag with
         ``ANY_TAG``. Returns the sender."""
-        if source is None or source == ANY_SOURCE or tag == ANY_TAG:
+        if _wildcard(buf, source, tag):
             source, tag = self.probe(source, tag)
         self._c._transfer("recv", buf, source, tag, dtype=dtype)
         return source
@@ -180,6 +180,7 @@ class Communicator:
     def sendrecv(self, sendbuf, dest, recvbuf, source=ANY_SOURCE, sendtag=0, recvtag=0, *, dtype=None):
         """Sends ``sendbuf`` to rank ``dest`` while receiving ``recvbuf`` from rank ``source`` (any rank when
         ``ANY_SOURCE`` or ``None``), both in flight at once (MPI_Sendrecv); returns the sender."""
+        _wildcard(recvbuf, source, recvtag)  # a bad receive is refused before the send starts
         sent = self.isend(sendbuf, dest, sendtag, dtype=dtype)
         try:
             source = self.recv(recvbuf, source, recvtag, dtype=dtype)
@@ -363,6 +364,17 @@ class Communicator:
         if out is None:
             return self._c._call(kind, None, buf, op=op, root=root, dtype=dtype, blocking=blocking)
         return self._c._call(kind, buf, out, op=op, root=root, dtype=dtype, blocking=blocking)
+
+
+def _wildcard(buf, source, tag):
+    """Whether a receive names no source or no tag (then a probe names them); refuses an empty ``buf`` there, as a
+    zero-length message is never announced."""
+    if not (source is None or source == ANY_SOURCE or tag == ANY_TAG):
+        return False
+    if memoryview(buf).nbytes == 0:
+        raise Error("a receive from any source or with any tag needs at least one element (a zero-length send is "
+                    "not announced)")
+    return True
 
 
 def _sizes(values):

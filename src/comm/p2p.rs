@@ -200,6 +200,12 @@ impl Communicator {
     /// found here.
     pub fn probe(&self, source: Option<u32>, tag: Option<u32>) -> Result<Probed> {
         let from = self.probed_endpoint(source)?;
+        let (coll, rank) = ("recv", self.rank());
+        // The ranks probed, for the errors.
+        let candidates: Vec<u32> = match source {
+            Some(s) => vec![s],
+            None => (0..self.size()).filter(|&r| r != rank).collect(),
+        };
         let _moving = self.progress.stand_by();
         let (mut w, mut blocking) = (Backoff::default(), false);
         // Endpoint ranks a poll reported failed (a write or control message to them), and why.
@@ -224,11 +230,7 @@ impl Communicator {
             }
             if blocking || w.rounds.is_multiple_of(CLOCK_EVERY) {
                 // Once the spin is spent, every round: ranks whose process is gone cannot send.
-                let (coll, rank, after) = ("recv", self.rank(), t0.elapsed());
-                let candidates: Vec<u32> = match source {
-                    Some(s) => vec![s],
-                    None => (0..self.size()).filter(|&r| r != rank).collect(),
-                };
+                let after = t0.elapsed();
                 let (mut gone, mut cause) = (Vec::new(), String::new());
                 for &r in candidates.iter().filter(|_| blocking) {
                     let ep = self.members[r as usize] as usize;
@@ -242,7 +244,7 @@ impl Communicator {
                     return Err(Error::PeerLost { coll, seq: 0, rank, peers: gone, cause });
                 }
                 if after >= eng.core.cfg.timeout {
-                    let waiting_for = candidates.into_iter().filter(|r| !gone.contains(r)).collect();
+                    let waiting_for = candidates.iter().copied().filter(|r| !gone.contains(r)).collect();
                     return Err(Error::Timeout { coll, seq: 0, rank, after, waiting_for });
                 }
             }

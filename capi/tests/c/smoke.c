@@ -330,6 +330,7 @@ static void test_send_recv(fc_comm *c) {
     EXPECT(fc_recv(in, 1, FC_DOUBLE, FC_ANY_SOURCE, 0, c) == FC_ERR_ARG);
     EXPECT(fc_probe(rank, 0, c, NULL, NULL) == FC_ERR_ARG);
     EXPECT(fc_iprobe(FC_ANY_SOURCE, 0, c, NULL, NULL, NULL) == FC_ERR_ARG);
+    EXPECT(fc_sendrecv(out, 1, FC_DOUBLE, right, 0, in, 0, FC_DOUBLE, FC_ANY_SOURCE, 0, c, NULL) == FC_ERR_ARG);
     /* From any source: every other rank sends to rank 0 with tag 7 + its rank, and rank 0 probes
      * for any sender and any tag, then receives what the probe named; each sender comes once. */
     if (rank == 0) {

@@ -221,6 +221,13 @@ rs = comm.isend(big_out, right, tag=4)
 rs.wait()
 rr.wait()
 check(from_left, data(left, 1 << 17, np.float32), "isend/irecv")
+for call in (lambda: comm.recv(bytearray(0)), lambda: comm.sendrecv(big_out, right, bytearray(0))):
+    try:
+        call()
+    except fabcoll.Error as e:
+        assert "at least one element" in str(e), e
+    else:
+        raise AssertionError("an empty receive from any source was not refused")
 for source in (left, fabcoll.ANY_SOURCE):
     from_left[:] = 0
     assert comm.sendrecv(big_out, right, from_left, source, sendtag=7, recvtag=7) == left
