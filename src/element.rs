@@ -13,7 +13,7 @@
 macro_rules! with_element {
     ($dt:expr, $T:ident => $body:expr) => {{
         use $crate::half::{bf16, f16};
-        use $crate::{Datatype, ValueIndex};
+        use $crate::{Complex, Datatype, ValueIndex};
         match $dt {
             Datatype::I8 => {
                 type $T = i8;
@@ -77,6 +77,14 @@ macro_rules! with_element {
             }
             Datatype::I64I64 => {
                 type $T = ValueIndex<i64, i64>;
+                $body
+            }
+            Datatype::C64 => {
+                type $T = Complex<f32>;
+                $body
+            }
+            Datatype::C128 => {
+                type $T = Complex<f64>;
                 $body
             }
         }

@@ -40,7 +40,7 @@ mod probe;
 pub mod select;
 pub mod tune;
 
-pub use collectives::datatype::{Datatype, Element, ValueIndex};
+pub use collectives::datatype::{Complex, Datatype, Element, ValueIndex};
 /// The `half` crate of [`Element`]'s `f16` and `bf16`, so a program names them without a `half` version of its own
 /// to keep in step:
 ///

@@ -52,7 +52,7 @@ typedef struct fc_comm fc_comm;
 // A nonblocking collective in flight (opaque).
 typedef struct fc_request fc_request;
 
-// The element type of a buffer (`FC_INT8` … `FC_BYTE`).
+// The element type of a buffer (`FC_INT8` … `FC_C_DOUBLE_COMPLEX`).
 typedef int32_t fc_datatype;
 
 // A reduction op: a built-in (`FC_SUM` …) or one made by `fc_op_create`.
@@ -103,6 +103,12 @@ typedef void (*fc_user_function)(const void *input, void *inout, size_t count, v
 
 // Raw bytes (reductions treat them as `FC_UINT8`).
 #define FC_BYTE 16
+
+// `float _Complex` (MPI_C_FLOAT_COMPLEX), 8 bytes; reduces by `FC_SUM` and `FC_PROD`.
+#define FC_C_FLOAT_COMPLEX 17
+
+// `double _Complex` (MPI_C_DOUBLE_COMPLEX), 16 bytes; reduces by `FC_SUM` and `FC_PROD`.
+#define FC_C_DOUBLE_COMPLEX 18
 
 #define FC_SUM 0
 

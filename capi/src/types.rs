@@ -11,7 +11,7 @@ use fabcoll::{with_element, Datatype, ReduceOp, UserOp};
 
 use crate::error::{guard, Failure, Result};
 
-/// The element type of a buffer (`FC_INT8` … `FC_BYTE`).
+/// The element type of a buffer (`FC_INT8` … `FC_C_DOUBLE_COMPLEX`).
 #[allow(non_camel_case_types)]
 pub type fc_datatype = i32;
 
@@ -39,6 +39,10 @@ pub const FC_2INT: fc_datatype = 14;
 pub const FC_LONG_INT: fc_datatype = 15;
 /// Raw bytes (reductions treat them as `FC_UINT8`).
 pub const FC_BYTE: fc_datatype = 16;
+/// `float _Complex` (MPI_C_FLOAT_COMPLEX), 8 bytes; reduces by `FC_SUM` and `FC_PROD`.
+pub const FC_C_FLOAT_COMPLEX: fc_datatype = 17;
+/// `double _Complex` (MPI_C_DOUBLE_COMPLEX), 16 bytes; reduces by `FC_SUM` and `FC_PROD`.
+pub const FC_C_DOUBLE_COMPLEX: fc_datatype = 18;
 
 /// A reduction op: a built-in (`FC_SUM` …) or one made by `fc_op_create`.
 #[allow(non_camel_case_types)]
@@ -75,8 +79,13 @@ pub type fc_user_function =
 pub(crate) fn datatype(code: fc_datatype) -> Result<Datatype> {
     match code {
         FC_BYTE => Ok(Datatype::U8),
-        c if (0..Datatype::ALL.len() as i32).contains(&c) => Ok(Datatype::ALL[c as usize]),
-        c => Err(Failure::arg(format!("unknown datatype code {c} (FC_INT8 = 0 … FC_BYTE = {FC_BYTE})"))),
+        FC_C_FLOAT_COMPLEX => Ok(Datatype::C64),
+        FC_C_DOUBLE_COMPLEX => Ok(Datatype::C128),
+        // The codes below FC_BYTE follow `Datatype::ALL`'s order (FC_INT8 … FC_LONG_INT).
+        c if (0..FC_BYTE).contains(&c) => Ok(Datatype::ALL[c as usize]),
+        c => Err(Failure::arg(format!(
+            "unknown datatype code {c} (FC_INT8 = 0 … FC_C_DOUBLE_COMPLEX = {FC_C_DOUBLE_COMPLEX})"
+        ))),
     }
 }
 
@@ -223,4 +232,41 @@ pub unsafe extern "C" fn fc_op_free(op: *mut fc_op) -> c_int {
         unsafe { *op = FC_OP_NULL };
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every code names the datatype the header says; codes past the last are refused.
+    #[test]
+    fn datatype_codes_name_their_types() {
+        let want = [
+            (FC_INT8, Datatype::I8),
+            (FC_INT16, Datatype::I16),
+            (FC_INT32, Datatype::I32),
+            (FC_INT64, Datatype::I64),
+            (FC_UINT8, Datatype::U8),
+            (FC_UINT16, Datatype::U16),
+            (FC_UINT32, Datatype::U32),
+            (FC_UINT64, Datatype::U64),
+            (FC_FLOAT16, Datatype::F16),
+            (FC_BFLOAT16, Datatype::BF16),
+            (FC_FLOAT, Datatype::F32),
+            (FC_DOUBLE, Datatype::F64),
+            (FC_FLOAT_INT, Datatype::F32I32),
+            (FC_DOUBLE_INT, Datatype::F64I32),
+            (FC_2INT, Datatype::I32I32),
+            (FC_LONG_INT, Datatype::I64I64),
+            (FC_BYTE, Datatype::U8),
+            (FC_C_FLOAT_COMPLEX, Datatype::C64),
+            (FC_C_DOUBLE_COMPLEX, Datatype::C128),
+        ];
+        for (code, dt) in want {
+            assert_eq!(datatype(code).unwrap(), dt, "code {code}");
+        }
+        for code in [-1, FC_C_DOUBLE_COMPLEX + 1, i32::MAX] {
+            assert!(datatype(code).is_err(), "code {code}");
+        }
+    }
 }

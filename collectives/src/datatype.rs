@@ -1,10 +1,12 @@
 //! Element types of reductions: the [`Datatype`] tag the executor carries with raw bytes, and the
 //! sealed [`Element`] trait mapping Rust types (`i8`…`u64`, `f16`, `bf16`, `f32`, `f64`,
-//! [`ValueIndex`] pairs) to their tag, so typed APIs can take `&[T]`.
+//! [`ValueIndex`] pairs, [`Complex`] numbers) to their tag, so typed APIs can take `&[T]`.
 //!
 //! Wire layout is the native one (native endianness, C layout): a pair type is the `#[repr(C)]`
 //! struct `{ value, index }`, padding included in its size (`F64I32` is 16 bytes, like MPI's
-//! `MPI_DOUBLE_INT` on 64-bit targets). Kernels never read or write padding bytes.
+//! `MPI_DOUBLE_INT` on 64-bit targets). Kernels never read or write padding bytes. A complex
+//! number is `{ re, im }`, C99's `float _Complex` / `double _Complex` layout (numpy's and torch's
+//! complex64 / complex128).
 
 use std::fmt;
 
@@ -35,6 +37,10 @@ pub enum Datatype {
     I32I32,
     /// `ValueIndex<i64, i64>` (MPI_LONG_INT on LP64 with a long index).
     I64I64,
+    /// `Complex<f32>` (MPI_C_FLOAT_COMPLEX, numpy's complex64), 8 bytes.
+    C64,
+    /// `Complex<f64>` (MPI_C_DOUBLE_COMPLEX, numpy's complex128), 16 bytes.
+    C128,
 }
 
 /// What kind of values a datatype holds (decides which ops apply).
@@ -46,11 +52,13 @@ pub enum Class {
     Float,
     /// (value, index) pairs for minloc/maxloc.
     Pair,
+    /// Complex numbers (sum and prod, as MPI defines on them).
+    Complex,
 }
 
 impl Datatype {
     /// Every datatype, in declaration order.
-    pub const ALL: [Datatype; 16] = [
+    pub const ALL: [Datatype; 18] = [
         Datatype::I8,
         Datatype::I16,
         Datatype::I32,
@@ -67,6 +75,8 @@ impl Datatype {
         Datatype::F64I32,
         Datatype::I32I32,
         Datatype::I64I64,
+        Datatype::C64,
+        Datatype::C128,
     ];
 
     /// Bytes per element (pair types include their padding).
@@ -76,8 +86,8 @@ impl Datatype {
             Datatype::I16 | Datatype::U16 | Datatype::F16 | Datatype::BF16 => 2,
             Datatype::I32 | Datatype::U32 | Datatype::F32 => 4,
             Datatype::I64 | Datatype::U64 | Datatype::F64 => 8,
-            Datatype::F32I32 | Datatype::I32I32 => 8,
-            Datatype::F64I32 | Datatype::I64I64 => 16,
+            Datatype::F32I32 | Datatype::I32I32 | Datatype::C64 => 8,
+            Datatype::F64I32 | Datatype::I64I64 | Datatype::C128 => 16,
         }
     }
 
@@ -100,11 +110,14 @@ impl Datatype {
             Datatype::F64I32 => "f64_i32",
             Datatype::I32I32 => "i32_i32",
             Datatype::I64I64 => "i64_i64",
+            Datatype::C64 => "c64",
+            Datatype::C128 => "c128",
         }
     }
 
     /// Parses a canonical name (case-insensitive); also accepts the MPI names `float_int`,
-    /// `double_int`, `2int` and `long_int`.
+    /// `double_int`, `2int`, `long_int`, `c_float_complex` and `c_double_complex`, and numpy's
+    /// `complex64` and `complex128`.
     pub fn from_name(name: &str) -> Result<Datatype> {
         let lower = name.trim().to_ascii_lowercase();
         let alias = match lower.as_str() {
@@ -112,6 +125,8 @@ impl Datatype {
             "double_int" => Some(Datatype::F64I32),
             "2int" => Some(Datatype::I32I32),
             "long_int" => Some(Datatype::I64I64),
+            "c_float_complex" | "complex64" => Some(Datatype::C64),
+            "c_double_complex" | "complex128" => Some(Datatype::C128),
             _ => None,
         };
         alias.or_else(|| Datatype::ALL.into_iter().find(|d| d.name() == lower)).ok_or_else(|| Error::UnknownName {
@@ -133,6 +148,7 @@ impl Datatype {
             | Datatype::U64 => Class::Integer,
             Datatype::F16 | Datatype::BF16 | Datatype::F32 | Datatype::F64 => Class::Float,
             Datatype::F32I32 | Datatype::F64I32 | Datatype::I32I32 | Datatype::I64I64 => Class::Pair,
+            Datatype::C64 | Datatype::C128 => Class::Complex,
         }
     }
 
@@ -146,6 +162,10 @@ impl Datatype {
 
     pub const fn is_pair(self) -> bool {
         matches!(self.class(), Class::Pair)
+    }
+
+    pub const fn is_complex(self) -> bool {
+        matches!(self.class(), Class::Complex)
     }
 }
 
@@ -177,9 +197,26 @@ impl<V, I> ValueIndex<V, I> {
     }
 }
 
+/// A complex number `re + im·i`, laid out as C99's `_Complex` types (`{ re, im }`). Reductions
+/// define sum and prod on it (MPI's rule); prod is `(a·c − b·d) + (a·d + b·c)i`, rounded part by
+/// part, with no special cases for infinities (C's Annex G is not followed).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Complex<T> {
+    pub re: T,
+    pub im: T,
+}
+
+impl<T> Complex<T> {
+    pub const fn new(re: T, im: T) -> Self {
+        Complex { re, im }
+    }
+}
+
 /// A Rust type that is one of the [`Datatype`]s. Sealed: implemented for `i8`, `i16`, `i32`,
 /// `i64`, `u8`, `u16`, `u32`, `u64`, `half::f16`, `half::bf16`, `f32`, `f64` and the pairs
-/// `ValueIndex<f32, i32>`, `ValueIndex<f64, i32>`, `ValueIndex<i32, i32>`, `ValueIndex<i64, i64>`.
+/// `ValueIndex<f32, i32>`, `ValueIndex<f64, i32>`, `ValueIndex<i32, i32>`, `ValueIndex<i64, i64>`
+/// and the complex numbers `Complex<f32>`, `Complex<f64>`.
 /// `size_of::<T>() == T::DATATYPE.size()`.
 pub trait Element: Copy + Send + Sync + fmt::Debug + PartialEq + 'static + sealed::Sealed {
     const DATATYPE: Datatype;
@@ -228,21 +265,24 @@ mod tests {
         }
         assert_eq!(Datatype::from_name("double_int").unwrap(), Datatype::F64I32);
         assert_eq!("2int".parse::<Datatype>().unwrap(), Datatype::I32I32);
+        assert_eq!("C_DOUBLE_COMPLEX".parse::<Datatype>().unwrap(), Datatype::C128);
+        assert_eq!("complex64".parse::<Datatype>().unwrap(), Datatype::C64);
         let e = Datatype::from_name("f128").unwrap_err().to_string();
         assert!(e.contains("f128") && e.contains("bf16"), "{e}");
     }
 
     #[test]
     fn classes_partition_all() {
-        let (mut i, mut f, mut p) = (0, 0, 0);
+        let (mut i, mut f, mut p, mut c) = (0, 0, 0, 0);
         for d in Datatype::ALL {
             match d.class() {
                 Class::Integer => i += 1,
                 Class::Float => f += 1,
                 Class::Pair => p += 1,
+                Class::Complex => c += 1,
             }
-            assert_eq!(d.is_integer() as u8 + d.is_float() as u8 + d.is_pair() as u8, 1);
+            assert_eq!(d.is_integer() as u8 + d.is_float() as u8 + d.is_pair() as u8 + d.is_complex() as u8, 1);
         }
-        assert_eq!((i, f, p), (8, 4, 4));
+        assert_eq!((i, f, p, c), (8, 4, 4, 2));
     }
 }

@@ -210,6 +210,7 @@ impl ReduceOp {
                     Class::Integer,
                 )
                 | (ReduceOp::Minloc | ReduceOp::Maxloc, Class::Pair)
+                | (ReduceOp::Sum | ReduceOp::Prod, Class::Complex)
         );
         if ok {
             return Ok(());
@@ -224,6 +225,9 @@ impl ReduceOp {
         let why = match self {
             ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Min | ReduceOp::Max => match class {
                 Class::Pair => Some("defined on integer and float types; use minloc/maxloc for pairs"),
+                Class::Complex if matches!(self, ReduceOp::Min | ReduceOp::Max) => {
+                    Some("complex numbers are not ordered: sum and prod only")
+                }
                 _ => None,
             },
             ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor => match class {
@@ -309,10 +313,10 @@ mod tests {
     fn check_table() {
         use ReduceOp::*;
         for dt in Datatype::ALL {
-            let (int, float, pair) = (dt.is_integer(), dt.is_float(), dt.is_pair());
+            let (int, float, pair, complex) = (dt.is_integer(), dt.is_float(), dt.is_pair(), dt.is_complex());
             for (op, ok) in [
-                (Sum, int || float),
-                (Prod, int || float),
+                (Sum, int || float || complex),
+                (Prod, int || float || complex),
                 (Min, int || float),
                 (Max, int || float),
                 (Band, int),

@@ -11,8 +11,8 @@ Launch ranks with ``fabrun -n 4 python prog.py`` (or torchrun, Slurm, the ``FABC
 
 Buffers are any C-contiguous object with the buffer protocol (numpy arrays, bytearray, memoryview, torch CPU tensors
 through ``.numpy()``); nothing is copied. The datatype comes from the buffer's format, or from ``dtype=``
-("bfloat16", …), which reinterprets the buffer's bytes. Complex arrays (complex64, complex128) move as pairs of
-their parts and reduce by sum only; bool arrays reduce by logical and bitwise ops, min and max. Every failure — a
+("bfloat16", …), which reinterprets the buffer's bytes. Complex arrays (complex64, complex128) reduce by sum and
+prod (MPI's rule for complex types); bool arrays reduce by logical and bitwise ops, min and max. Every failure — a
 wrong length, a read-only, non-contiguous or misaligned buffer, an unknown op or dtype, a peer that died — raises
 :class:`Error`. Nonblocking calls return a :class:`Request` that holds its buffers until it has finished; as in MPI,
 do not touch them until ``wait()`` returns (or ``test()`` says True). Python objects go by ``bcast_object``,

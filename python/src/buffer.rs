@@ -42,7 +42,7 @@ extern "C" {
 const PYBUF_STRIDES_FORMAT: c_int = 0x18 | 0x4;
 
 /// The datatypes a Python caller names, as numpy and torch spell them.
-pub const NAMES: [(&str, Datatype); 12] = [
+pub const NAMES: [(&str, Datatype); 14] = [
     ("int8", Datatype::I8),
     ("int16", Datatype::I16),
     ("int32", Datatype::I32),
@@ -55,6 +55,8 @@ pub const NAMES: [(&str, Datatype); 12] = [
     ("bfloat16", Datatype::BF16),
     ("float32", Datatype::F32),
     ("float64", Datatype::F64),
+    ("complex64", Datatype::C64),
+    ("complex128", Datatype::C128),
 ];
 
 /// The datatype named `name` (`"float32"`, …).
@@ -70,32 +72,21 @@ pub fn datatype_name(dt: Datatype) -> &'static str {
     NAMES.iter().find(|(_, d)| *d == dt).map_or("?", |(n, _)| n)
 }
 
-/// What a buffer's values are beyond the datatype they move as: complex numbers move as pairs of
-/// their parts' datatype and reduce by sum only (MPI's complex types also multiply; fabcoll's
-/// kernels do not), bools move as bytes and reduce by logical and bitwise ops, min and max.
+/// What a buffer's values are beyond the datatype they move as: bools move as bytes and reduce by
+/// logical and bitwise ops, min and max.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Values {
     Plain,
-    Complex,
     Bool,
 }
 
 impl Values {
-    /// Elements of the moved datatype per element of the buffer.
-    pub fn lanes(self) -> usize {
-        match self {
-            Values::Complex => 2,
-            Values::Plain | Values::Bool => 1,
-        }
-    }
-
     /// Refuses a reduction these values have no meaning for.
     pub fn check_op(self, op: &ReduceOp, what: &str) -> PyResult<()> {
         use ReduceOp as R;
         match (self, op) {
-            (Values::Plain, _) | (Values::Complex, R::Sum) => Ok(()),
+            (Values::Plain, _) => Ok(()),
             (Values::Bool, R::Land | R::Lor | R::Lxor | R::Band | R::Bor | R::Bxor | R::Min | R::Max) => Ok(()),
-            (Values::Complex, _) => Err(fail(format!("{what} holds complex numbers, which reduce by sum only"))),
             (Values::Bool, _) => Err(fail(format!(
                 "{what} holds bools, which reduce by land, lor, lxor, band, bor, bxor, min or max only"
             ))),
@@ -109,11 +100,11 @@ fn datatype_of_format(format: &str, itemsize: usize) -> Option<(Datatype, Values
     let code = match format.as_bytes() {
         [b'Z', c] | [b'@' | b'=' | b'<', b'Z', c] => {
             let dt = match (c, itemsize) {
-                (b'f', 8) => Datatype::F32,
-                (b'd', 16) => Datatype::F64,
+                (b'f', 8) => Datatype::C64,
+                (b'd', 16) => Datatype::C128,
                 _ => return None,
             };
-            return cfg!(target_endian = "little").then_some((dt, Values::Complex));
+            return cfg!(target_endian = "little").then_some((dt, Values::Plain));
         }
         [b'?'] | [b'@' | b'=' | b'<', b'?'] if itemsize == 1 => return Some((Datatype::U8, Values::Bool)),
         [c] | [b'@' | b'=' | b'<', c] => *c,
@@ -249,8 +240,9 @@ fn region(addr: usize, bytes: usize, dt: Datatype, what: &'static str) -> PyResu
     if !bytes.is_multiple_of(es) {
         return Err(fail(format!("{what}: {bytes} bytes are not a whole number of {} elements", datatype_name(dt))));
     }
-    // The datatypes named here are primitives: aligned to their size.
-    if bytes > 0 && !addr.is_multiple_of(es) {
+    // Primitives align to their size, complex numbers to their parts' (C's `_Complex` types).
+    let align = if dt.is_complex() { es / 2 } else { es };
+    if bytes > 0 && !addr.is_multiple_of(align) {
         return Err(fail(format!("{what} is not aligned for {}", datatype_name(dt))));
     }
     Ok(Region { addr, bytes, what })

@@ -113,12 +113,6 @@ impl Counts {
     fn displs(&self) -> Option<&[usize]> {
         self.displs.as_deref()
     }
-
-    /// The counts and displacements in elements `lanes` times smaller.
-    pub fn scale(&mut self, lanes: usize) {
-        self.counts.iter_mut().for_each(|c| *c *= lanes);
-        self.displs.iter_mut().flatten().for_each(|d| *d *= lanes);
-    }
 }
 
 /// The reduction named `name`, as MPI and torch spell them (`"sum"`, `"prod"`/`"product"`, …).

@@ -47,9 +47,8 @@ fn resolve_datatype(dtype: Option<&str>, bufs: &[&Source]) -> PyResult<(Datatype
         match found {
             Some((first, fb)) if first != dt => {
                 let name = |(d, v): (Datatype, Values)| match v {
-                    Values::Plain => datatype_name(d).to_string(),
-                    Values::Complex => format!("complex {} pairs", datatype_name(d)),
-                    Values::Bool => "bool".to_string(),
+                    Values::Plain => datatype_name(d),
+                    Values::Bool => "bool",
                 };
                 return Err(fail(format!("{} holds {} but {} holds {}", fb.what(), name(first), b.what(), name(dt))));
             }
@@ -138,8 +137,8 @@ impl Communicator {
         let name = kind;
         let kind = Kind::named(kind)?;
         let (sends_counts, receives_counts) = kind.takes_counts();
-        let mut send_counts = Counts::of(name, "send", sends_counts, send_counts, send_displs)?;
-        let mut recv_counts = Counts::of(name, "recv", receives_counts, recv_counts, recv_displs)?;
+        let send_counts = Counts::of(name, "send", sends_counts, send_counts, send_displs)?;
+        let recv_counts = Counts::of(name, "recv", receives_counts, recv_counts, recv_displs)?;
         if kind == Kind::ReduceScatterV && recv_counts.displs.is_some() {
             return Err(fail("reduce_scatterv takes no recv_displs (its blocks lie one after the other)"));
         }
@@ -163,9 +162,6 @@ impl Communicator {
         if kind.reduces() {
             values.check_op(&op, bufs.first().map_or("the buffer", |b| b.what()))?;
         }
-        // Counts and displacements are in the buffers' elements; a complex one moves as two.
-        send_counts.scale(values.lanes());
-        recv_counts.scale(values.lanes());
         let send_region = send.as_ref().map(|b| b.region(dt)).transpose()?;
         let recv_region = recv.as_ref().map(|b| b.region(dt)).transpose()?.unwrap_or(Region::EMPTY);
         if let Some(s) = &send_region {

@@ -26,7 +26,7 @@ static TORCH: PyOnceLock<Torch> = PyOnceLock::new();
 
 /// torch's dtype names and fabcoll's datatypes; bool moves as bytes, the unsigned wider types
 /// only exist in recent torch versions.
-const DTYPES: [(&str, Datatype); 13] = [
+const DTYPES: [(&str, Datatype); 15] = [
     ("float16", Datatype::F16),
     ("bfloat16", Datatype::BF16),
     ("float32", Datatype::F32),
@@ -40,6 +40,8 @@ const DTYPES: [(&str, Datatype); 13] = [
     ("uint16", Datatype::U16),
     ("uint32", Datatype::U32),
     ("uint64", Datatype::U64),
+    ("complex64", Datatype::C64),
+    ("complex128", Datatype::C128),
 ];
 
 fn torch(py: Python<'_>) -> PyResult<&'static Torch> {

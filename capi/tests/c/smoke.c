@@ -1,7 +1,7 @@
 /* The C ABI end to end, run under `fabrun -n 3` by tests/c_program.rs: every collective blocking,
  * nonblocking with fc_wait and nonblocking with an fc_test loop, the in-place forms, half-
  * precision types, user ops (commutative with a context, and non-commutative), split and dup,
- * tagged send/recv (blocking and nonblocking), several requests in flight, the request arrays
+ * complex types, tagged send/recv (blocking and nonblocking), several requests in flight, the request arrays
  * (fc_waitall, fc_waitany, fc_testall, fc_testany), and error paths (codes and messages). Any
  * failure prints the call, the code and fabcoll's message, and exits 1. Even ranks join through
  * fc_init (the environment fabrun set), odd ones through fc_init_store with the store, rank and
@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "fabcoll.h"
 
+#include <complex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,30 @@ static void test_allreduce(fc_comm *c) {
     uint16_t b[2] = {bf16[rank], bf16[rank]}, bo[2];
     RUN(allreduce, b, bo, 2, FC_BFLOAT16, FC_MAX, c);
     EXPECT(bo[0] == bf16[size - 1] && bo[1] == bf16[size - 1]);
+}
+
+/* Complex numbers reduce as complex numbers (the product is not the parts' products), and counts
+ * are in complex elements: rank r holds (r + 1) + i. Every value below is an exact small integer. */
+static void test_complex(fc_comm *c) {
+    double complex z[N], zo[N];
+    for (int i = 0; i < N; i++) z[i] = (rank + 1) + i * I;
+    RUN(allreduce, z, zo, N, FC_C_DOUBLE_COMPLEX, FC_PROD, c);
+    for (int i = 0; i < N; i++) {
+        double complex want = 1;
+        for (int k = 1; k <= size; k++) want *= k + i * I;
+        EXPECT(zo[i] == want);
+    }
+    float complex f[3] = {rank + 1 + I, 2 * I, rank}, fo[3];
+    RUN(allreduce, f, fo, 3, FC_C_FLOAT_COMPLEX, FC_SUM, c);
+    EXPECT(fo[0] == size * (size + 1) / 2 + size * I && fo[1] == 2 * size * I && fo[2] == size * (size - 1) / 2);
+    /* allgatherv: rank i sends i + 1 complex numbers, each (i + 1) + k i. */
+    size_t counts[8];
+    for (int i = 0; i < size; i++) counts[i] = i + 1;
+    double complex mine[8], all[36];
+    for (int k = 0; k <= rank; k++) mine[k] = (rank + 1) + k * I;
+    RUN(allgatherv, mine, all, counts, NULL, FC_C_DOUBLE_COMPLEX, c);
+    for (int i = 0, at = 0; i < size; at += i + 1, i++)
+        for (int k = 0; k <= i; k++) EXPECT(all[at + k] == (i + 1) + k * I);
 }
 
 static void test_gather_scatter(fc_comm *c) {
@@ -392,6 +417,7 @@ static void test_errors(fc_comm *c) {
     EXPECT_ERR(FC_ERR_ARG, fc_allreduce(x, y, 4, 999, FC_SUM, c), "datatype");
     EXPECT_ERR(FC_ERR_ARG, fc_allreduce(x, y, 4, FC_DOUBLE, 12345, c), "op");
     EXPECT_ERR(FC_ERR_ARG, fc_allreduce(x, y, 4, FC_DOUBLE, FC_BAND, c), "bitwise");
+    EXPECT_ERR(FC_ERR_ARG, fc_allreduce(x, y, 2, FC_C_DOUBLE_COMPLEX, FC_MAX, c), "not ordered");
     EXPECT_ERR(FC_ERR_ARG, fc_allreduce(NULL, y, 4, FC_DOUBLE, FC_SUM, c), "NULL");
     EXPECT_ERR(FC_ERR_ARG, fc_allreduce(x, x + 1, 2, FC_DOUBLE, FC_SUM, c), "overlap");
     EXPECT_ERR(FC_ERR_ARG, fc_allreduce(x, y, 4, FC_DOUBLE, FC_SUM, NULL), "comm is NULL");
@@ -503,6 +529,7 @@ int main(void) {
         test_barrier_bcast(world);
         test_reduce(world);
         test_allreduce(world);
+        test_complex(world);
         test_gather_scatter(world);
         test_allgather_alltoall(world);
         test_reduce_scatter_scan(world);

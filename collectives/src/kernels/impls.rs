@@ -5,7 +5,7 @@ use half::{bf16, f16};
 
 use super::lanes::{self, array, zip};
 use super::TILE;
-use crate::datatype::{sealed::Sealed, Datatype, Element, ValueIndex};
+use crate::datatype::{sealed::Sealed, Complex, Datatype, Element, ValueIndex};
 use crate::error::Result;
 use crate::op::ReduceOp;
 
@@ -226,4 +226,75 @@ pair_element!(
     f64, i32 => F64I32;
     i32, i32 => I32I32;
     i64, i64 => I64I64;
+);
+
+macro_rules! complex_element {
+    ($($p:ty => $d:ident);* $(;)?) => {$(
+        impl Element for Complex<$p> {
+            const DATATYPE: Datatype = Datatype::$d;
+        }
+
+        /// Encoded part by part (no byte views: bytemuck cannot vouch for a generic struct, and
+        /// the byte kernel works on the parts instead, `kernels::complex`).
+        impl Sealed for Complex<$p> {
+            const ZERO: Self = Complex { re: 0.0, im: 0.0 };
+
+            fn view(_: &[u8]) -> Option<&[Self]> {
+                None
+            }
+
+            fn view_mut(_: &mut [u8]) -> Option<&mut [Self]> {
+                None
+            }
+
+            fn as_bytes(_: &[Self]) -> Option<&[u8]> {
+                None
+            }
+
+            fn as_bytes_mut(_: &mut [Self]) -> Option<&mut [u8]> {
+                None
+            }
+
+            fn load(bytes: &[u8], out: &mut [Self]) {
+                const P: usize = std::mem::size_of::<$p>();
+                for (c, o) in bytes.chunks_exact(2 * P).zip(out) {
+                    o.re = <$p>::from_ne_bytes(array::<P>(c));
+                    o.im = <$p>::from_ne_bytes(array::<P>(&c[P..]));
+                }
+            }
+
+            fn store(vals: &[Self], out: &mut [u8]) {
+                const P: usize = std::mem::size_of::<$p>();
+                for (v, c) in vals.iter().zip(out.chunks_exact_mut(2 * P)) {
+                    c[..P].copy_from_slice(&v.re.to_ne_bytes());
+                    c[P..].copy_from_slice(&v.im.to_ne_bytes());
+                }
+            }
+
+            /// Decoded into an aligned stack tile first.
+            fn apply_src_bytes(op: &ReduceOp, src: &[u8], dst: &mut [Self]) -> Result<()> {
+                let mut ts = [Self::ZERO; TILE];
+                for (sb, d) in src.chunks(TILE * std::mem::size_of::<Self>()).zip(dst.chunks_mut(TILE)) {
+                    let s = &mut ts[..d.len()];
+                    Self::load(sb, s);
+                    Self::apply(op, s, d)?;
+                }
+                Ok(())
+            }
+
+            fn apply(op: &ReduceOp, src: &[Self], dst: &mut [Self]) -> Result<()> {
+                match op {
+                    ReduceOp::Sum => zip(src, dst, |a: Self, b: Self| Complex { re: a.re + b.re, im: a.im + b.im }),
+                    ReduceOp::Prod => zip(src, dst, lanes::complex_product),
+                    _ => return Err(unsupported::<Self>(op)),
+                }
+                Ok(())
+            }
+        }
+    )*};
+}
+
+complex_element!(
+    f32 => C64;
+    f64 => C128;
 );

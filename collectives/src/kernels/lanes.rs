@@ -5,7 +5,7 @@
 use half::bf16;
 use half::slice::HalfFloatSliceExt;
 
-use crate::datatype::ValueIndex;
+use crate::datatype::{Complex, ValueIndex};
 
 /// Elements per block of the element-wise loops (a whole number of 512-bit vectors for all types).
 pub(crate) const LANES: usize = 64;
@@ -273,4 +273,14 @@ pub(crate) fn minloc<V: PairValue, I: Ord + Copy>(a: ValueIndex<V, I>, b: ValueI
 #[inline(always)]
 pub(crate) fn maxloc<V: PairValue, I: Ord + Copy>(a: ValueIndex<V, I>, b: ValueIndex<V, I>) -> ValueIndex<V, I> {
     pick(a, b, a.value > b.value, b.value > a.value)
+}
+
+/// `a · b` for complex numbers: `(a.re·b.re − a.im·b.im) + (a.re·b.im + a.im·b.re)i`, each part
+/// rounded once per product and once per sum (no fused multiply-add, no Annex G special cases).
+#[inline(always)]
+pub(crate) fn complex_product<P>(a: Complex<P>, b: Complex<P>) -> Complex<P>
+where
+    P: Copy + std::ops::Mul<Output = P> + std::ops::Add<Output = P> + std::ops::Sub<Output = P>,
+{
+    Complex { re: a.re * b.re - a.im * b.im, im: a.re * b.im + a.im * b.re }
 }

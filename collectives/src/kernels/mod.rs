@@ -50,6 +50,20 @@ pub fn reduce(op: &ReduceOp, dtype: Datatype, src: &[u8], dst: &mut [u8], order:
         Datatype::F64I32 => builtin::<P<f64, i32>>(op, src, dst),
         Datatype::I32I32 => builtin::<P<i32, i32>>(op, src, dst),
         Datatype::I64I64 => builtin::<P<i64, i64>>(op, src, dst),
+        Datatype::C64 => complex::<f32>(op, src, dst),
+        Datatype::C128 => complex::<f64>(op, src, dst),
+    }
+}
+
+/// Complex numbers on bytes: a sum is the float sum of their parts (the vectorized float kernel,
+/// on aligned views where it can); a product goes through `Complex<P>`'s own kernel.
+fn complex<P: Element>(op: &ReduceOp, src: &[u8], dst: &mut [u8]) -> Result<()>
+where
+    crate::datatype::Complex<P>: Element,
+{
+    match op {
+        ReduceOp::Sum => builtin::<P>(op, src, dst),
+        _ => builtin::<crate::datatype::Complex<P>>(op, src, dst),
     }
 }
 

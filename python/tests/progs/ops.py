@@ -188,8 +188,8 @@ comm.allreduce(ba)
 assert list(ba) == [sum(range(1, p + 1))] * 16, list(ba)
 comm.allreduce(memoryview(ba), "max")
 
-# Complex numbers (MPI's complex types: moved as pairs of their parts, reduced by sum) and bools (logical and bitwise
-# ops, min, max); the v-variants' counts are in complex elements.
+# Complex numbers (MPI's complex types: reduced by sum and prod) and bools (logical and bitwise ops, min, max); the
+# v-variants' counts are in complex elements.
 for ctype in (np.complex64, np.complex128):
     z = data(me, N, np.float64) + 1j * data(me + 3, N, np.float64)
     want = sum(data(r, N, np.float64) + 1j * data(r + 3, N, np.float64) for r in range(p))
@@ -200,6 +200,12 @@ for ctype in (np.complex64, np.complex128):
     comm.iallgatherv(z[:me + 1].astype(ctype), agv, counts).wait()
     parts = [(data(r, N, np.float64) + 1j * data(r + 3, N, np.float64))[:r + 1] for r in range(p)]
     assert np.array_equal(agv, np.concatenate(parts).astype(ctype)), f"rank {me}: complex allgatherv"
+    # A product of complex numbers, not of their parts: (r + 1) + k·i, exact small integers throughout.
+    k = np.arange(N) % 3
+    y = ((me + 1) + 1j * k).astype(ctype)
+    comm.allreduce(y, "prod")
+    want = np.prod([(r + 1) + 1j * k for r in range(p)], axis=0)
+    assert np.array_equal(y, want.astype(ctype)), f"rank {me}: complex prod {np.dtype(ctype).name}: {y[:3]}"
 flags = np.array([me == 0, True, False, me % 2 == 1])
 for op, fn in (("lor", np.any), ("land", np.all), ("max", np.any), ("min", np.all)):
     want = fn([np.array([r == 0, True, False, r % 2 == 1]) for r in range(p)], axis=0)
