@@ -154,6 +154,39 @@ half_element!(
     bf16 => BF16, lanes::zip_bf16, lanes::zip_bf16_bytes;
 );
 
+/// No byte views, for types encoded field by field (padded pairs; complex numbers, which bytemuck
+/// cannot vouch for as a generic struct): a source in bytes is decoded into an aligned stack tile
+/// first.
+macro_rules! encoded_io {
+    () => {
+        fn view(_: &[u8]) -> Option<&[Self]> {
+            None
+        }
+
+        fn view_mut(_: &mut [u8]) -> Option<&mut [Self]> {
+            None
+        }
+
+        fn as_bytes(_: &[Self]) -> Option<&[u8]> {
+            None
+        }
+
+        fn as_bytes_mut(_: &mut [Self]) -> Option<&mut [u8]> {
+            None
+        }
+
+        fn apply_src_bytes(op: &ReduceOp, src: &[u8], dst: &mut [Self]) -> Result<()> {
+            let mut ts = [Self::ZERO; TILE];
+            for (sb, d) in src.chunks(TILE * std::mem::size_of::<Self>()).zip(dst.chunks_mut(TILE)) {
+                let s = &mut ts[..d.len()];
+                Self::load(sb, s);
+                Self::apply(op, s, d)?;
+            }
+            Ok(())
+        }
+    };
+}
+
 macro_rules! pair_element {
     ($($v:ty, $i:ty => $d:ident);* $(;)?) => {$(
         impl Element for ValueIndex<$v, $i> {
@@ -164,21 +197,7 @@ macro_rules! pair_element {
         impl Sealed for ValueIndex<$v, $i> {
             const ZERO: Self = ValueIndex { value: 0 as $v, index: 0 };
 
-            fn view(_: &[u8]) -> Option<&[Self]> {
-                None
-            }
-
-            fn view_mut(_: &mut [u8]) -> Option<&mut [Self]> {
-                None
-            }
-
-            fn as_bytes(_: &[Self]) -> Option<&[u8]> {
-                None
-            }
-
-            fn as_bytes_mut(_: &mut [Self]) -> Option<&mut [u8]> {
-                None
-            }
+            encoded_io!();
 
             fn load(bytes: &[u8], out: &mut [Self]) {
                 const V: usize = std::mem::size_of::<$v>();
@@ -196,17 +215,6 @@ macro_rules! pair_element {
                     c[..V].copy_from_slice(&v.value.to_ne_bytes());
                     c[V..V + I].copy_from_slice(&v.index.to_ne_bytes());
                 }
-            }
-
-            /// Pairs are decoded into an aligned stack tile first.
-            fn apply_src_bytes(op: &ReduceOp, src: &[u8], dst: &mut [Self]) -> Result<()> {
-                let mut ts = [Self::ZERO; TILE];
-                for (sb, d) in src.chunks(TILE * std::mem::size_of::<Self>()).zip(dst.chunks_mut(TILE)) {
-                    let s = &mut ts[..d.len()];
-                    Self::load(sb, s);
-                    Self::apply(op, s, d)?;
-                }
-                Ok(())
             }
 
             fn apply(op: &ReduceOp, src: &[Self], dst: &mut [Self]) -> Result<()> {
@@ -234,26 +242,11 @@ macro_rules! complex_element {
             const DATATYPE: Datatype = Datatype::$d;
         }
 
-        /// Encoded part by part (no byte views: bytemuck cannot vouch for a generic struct, and
-        /// the byte kernel works on the parts instead, `kernels::complex`).
+        /// Encoded part by part (a sum's byte kernel works on the parts instead, `kernels::complex`).
         impl Sealed for Complex<$p> {
             const ZERO: Self = Complex { re: 0.0, im: 0.0 };
 
-            fn view(_: &[u8]) -> Option<&[Self]> {
-                None
-            }
-
-            fn view_mut(_: &mut [u8]) -> Option<&mut [Self]> {
-                None
-            }
-
-            fn as_bytes(_: &[Self]) -> Option<&[u8]> {
-                None
-            }
-
-            fn as_bytes_mut(_: &mut [Self]) -> Option<&mut [u8]> {
-                None
-            }
+            encoded_io!();
 
             fn load(bytes: &[u8], out: &mut [Self]) {
                 const P: usize = std::mem::size_of::<$p>();
@@ -269,17 +262,6 @@ macro_rules! complex_element {
                     c[..P].copy_from_slice(&v.re.to_ne_bytes());
                     c[P..].copy_from_slice(&v.im.to_ne_bytes());
                 }
-            }
-
-            /// Decoded into an aligned stack tile first.
-            fn apply_src_bytes(op: &ReduceOp, src: &[u8], dst: &mut [Self]) -> Result<()> {
-                let mut ts = [Self::ZERO; TILE];
-                for (sb, d) in src.chunks(TILE * std::mem::size_of::<Self>()).zip(dst.chunks_mut(TILE)) {
-                    let s = &mut ts[..d.len()];
-                    Self::load(sb, s);
-                    Self::apply(op, s, d)?;
-                }
-                Ok(())
             }
 
             fn apply(op: &ReduceOp, src: &[Self], dst: &mut [Self]) -> Result<()> {
