@@ -8,7 +8,8 @@
 //! collective-sized buffers (`docs/measurements/2026-11-27-copy-shm.md`).
 //!
 //! The threshold is [`DEFAULT_STREAM_THRESHOLD`], or `FABCOLL_STREAM_COPY` (bytes; `0` turns
-//! streaming copies off). Streaming stores are weakly ordered: the copy ends with a store fence,
+//! streaming copies off). It applies to the message a copy is part of ([`as_part_of`]): the two
+//! halves of a shared copy, each below it, fill the caches as the whole message would. Streaming stores are weakly ordered: the copy ends with a store fence,
 //! so a notification published after it (a Release store) is never seen before the data.
 //!
 //! Below it, a copy whose destination lies 1–63 bytes past its source modulo 4 KiB
@@ -40,15 +41,45 @@ pub fn stream_threshold() -> usize {
     })
 }
 
-/// Copies `n` bytes from `src` to `dst`: with streaming stores from [`stream_threshold`] on, and
-/// around `rep movsb` at a [`slow_string_distance`].
+/// Pieces smaller than this never stream, whatever message they are part of.
+const MIN_STREAMED_PART: usize = 64 << 10;
+
+thread_local! {
+    /// The size of the message this thread's copies are part of ([`as_part_of`]); 0 outside one.
+    static MESSAGE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` with this thread's copies counted as parts of a message of `bytes` bytes: from
+/// [`MIN_STREAMED_PART`] on they stream when the message reaches [`stream_threshold`], whatever
+/// their own size. An 8 MiB message shared as two 4 MiB halves (its writer copies one, its reader
+/// the other) streamed neither and took 2.5× as long as the two halves streamed
+/// (`docs/measurements/2026-12-01-issue34-pass7.md`).
+pub fn as_part_of<R>(bytes: usize, f: impl FnOnce() -> R) -> R {
+    let outer = MESSAGE.replace(bytes);
+    let r = f();
+    MESSAGE.set(outer);
+    r
+}
+
+/// Whether a copy of `n` bytes streams: it reaches [`stream_threshold`], or is a large enough part
+/// of a message that does ([`as_part_of`]).
+#[inline]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn streams(n: usize) -> bool {
+    let t = stream_threshold();
+    n >= t || n >= MIN_STREAMED_PART && MESSAGE.get() >= t
+}
+
+/// Copies `n` bytes from `src` to `dst`: with streaming stores from [`stream_threshold`] on (for
+/// the copy or the message it is part of, [`as_part_of`]), and around `rep movsb` at a
+/// [`slow_string_distance`].
 ///
 /// # Safety
 /// `src` must be valid for reads and `dst` for writes of `n` bytes, and the ranges must not
 /// overlap (as for `std::ptr::copy_nonoverlapping`).
 pub unsafe fn copy_bulk(dst: *mut u8, src: *const u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
-    if n >= stream_threshold() {
+    if streams(n) {
         // SAFETY: forwarded from the caller.
         unsafe { stream_copy(dst, src, n) };
         return;
@@ -163,6 +194,22 @@ pub unsafe fn populate_write(ptr: *mut u8, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A part of a message at the threshold streams from `MIN_STREAMED_PART` on, inside the scope
+    /// only; scopes nest.
+    #[test]
+    fn parts_of_a_large_message_stream() {
+        let t = stream_threshold();
+        if t == usize::MAX || t <= MIN_STREAMED_PART {
+            return; // streaming turned off, or every part streams anyway (FABCOLL_STREAM_COPY)
+        }
+        let half = t / 2;
+        assert!(!streams(half) && streams(t));
+        assert!(as_part_of(t, || streams(half) && !streams(MIN_STREAMED_PART - 1)));
+        assert!(as_part_of(t, || as_part_of(half, || !streams(half)) && streams(half)));
+        assert!(!as_part_of(t - 1, || streams(half)));
+        assert!(!streams(half), "the scope ended");
+    }
 
     #[test]
     fn streaming_copy_is_exact_at_every_alignment_and_length() {

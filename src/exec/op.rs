@@ -560,14 +560,18 @@ impl Op {
         let end = self.offer(core, ep, &mr, base, &g, seg);
         let mut off = 0;
         let mut n = 0;
-        while off < end {
-            let len = seg.min(end - off);
-            let dst = g.mr.slice(g.off as usize + off, len)?;
-            let wid = if inline { SILENT_WRITE } else { core.new_write(self.key, s) };
-            core.write(ep, &mr, base + off, len, dst, Some(imm), wid, false)?;
-            off += len;
-            n += 1;
-        }
+        // The pieces stream as the whole message would (an offered tail is read at the same time).
+        fabcoll_fabric::copy::as_part_of(bytes, || -> Result<()> {
+            while off < end {
+                let len = seg.min(end - off);
+                let dst = g.mr.slice(g.off as usize + off, len)?;
+                let wid = if inline { SILENT_WRITE } else { core.new_write(self.key, s) };
+                core.write(ep, &mr, base + off, len, dst, Some(imm), wid, false)?;
+                off += len;
+                n += 1;
+            }
+            Ok(())
+        })?;
         core.stats.zcopy_msgs += 1;
         core.stats.zcopy_bytes += end as u64;
         // An offered tail is done when the receiver says it has read it (`on_pulled`).
@@ -857,7 +861,8 @@ impl Op {
         // Into the destination itself, also when it was staged: only written pieces are copied out.
         let (mr, off) = self.bufs().mr(dst).map(|(m, off)| (m.clone(), off))?;
         let src = o.mr.slice(o.off as usize + from, len)?;
-        core.ep.read(ep, src, mr.slice(off + from, len)?)?;
+        let dst_range = mr.slice(off + from, len)?;
+        fabcoll_fabric::copy::as_part_of(bytes, || core.ep.read(ep, src, dst_range))?;
         core.stats.zcopy_read_bytes += len as u64;
         core.ctrl(ep, proto::tag(Kind::Pulled, self.key.ctx, self.key.seq, self.sig), o.idx.to_le_bytes().to_vec());
         for _ in 0..pieces {
