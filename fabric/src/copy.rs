@@ -9,8 +9,9 @@
 //!
 //! The threshold is [`DEFAULT_STREAM_THRESHOLD`], or `FABCOLL_STREAM_COPY` (bytes; `0` turns
 //! streaming copies off). It applies to the message a copy is part of ([`as_part_of`]): the two
-//! halves of a shared copy, each below it, fill the caches as the whole message would. Streaming stores are weakly ordered: the copy ends with a store fence,
-//! so a notification published after it (a Release store) is never seen before the data.
+//! halves of a shared copy, each below it, fill the caches as the whole message would. Streaming
+//! stores are weakly ordered: the copy ends with a store fence, so a notification published after
+//! it (a Release store) is never seen before the data.
 //!
 //! Below it, a copy whose destination lies 1–63 bytes past its source modulo 4 KiB
 //! ([`slow_string_distance`]) goes around `rep movsb`, which is many times slower there; such
@@ -51,14 +52,18 @@ thread_local! {
 
 /// Runs `f` with this thread's copies counted as parts of a message of `bytes` bytes: from
 /// [`MIN_STREAMED_PART`] on they stream when the message reaches [`stream_threshold`], whatever
-/// their own size. An 8 MiB message shared as two 4 MiB halves (its writer copies one, its reader
-/// the other) streamed neither and took 2.5× as long as the two halves streamed
-/// (`docs/measurements/2026-12-01-issue34-pass7.md`).
+/// their own size (an 8 MiB message shared as two 4 MiB halves, one copied by its writer and one
+/// by its reader, streamed neither: `docs/measurements/2026-12-01-issue34-pass7.md`).
 pub fn as_part_of<R>(bytes: usize, f: impl FnOnce() -> R) -> R {
-    let outer = MESSAGE.replace(bytes);
-    let r = f();
-    MESSAGE.set(outer);
-    r
+    /// Puts the outer message back, also when `f` unwinds.
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            MESSAGE.set(self.0);
+        }
+    }
+    let _outer = Restore(MESSAGE.replace(bytes));
+    f()
 }
 
 /// Whether a copy of `n` bytes streams: it reaches [`stream_threshold`], or is a large enough part
@@ -84,6 +89,16 @@ pub unsafe fn copy_bulk(dst: *mut u8, src: *const u8, n: usize) {
         unsafe { stream_copy(dst, src, n) };
         return;
     }
+    // SAFETY: forwarded from the caller.
+    unsafe { copy_cached(dst, src, n) };
+}
+
+/// [`copy_bulk`] without streaming stores, for a destination that is read again at once (a
+/// staging buffer): around `rep movsb` at a [`slow_string_distance`].
+///
+/// # Safety
+/// As for [`copy_bulk`].
+pub unsafe fn copy_cached(dst: *mut u8, src: *const u8, n: usize) {
     if n > PIECE && slow_string_distance(dst as usize, src as usize) {
         // SAFETY: forwarded from the caller.
         unsafe { copy_in_pieces(dst, src, n) };

@@ -144,7 +144,8 @@ pub(crate) unsafe fn vm_write(
         // range; the stage is ours, apart from it, and readable once written.
         unsafe {
             let piece = base.add(at);
-            copy::copy_bulk(piece, src.add(done), n);
+            // Cached: the kernel reads the stage at once (a streaming copy would send it to memory).
+            copy::copy_cached(piece, src.add(done), n);
             vm_write_direct(pid, piece, dst + done as u64, n, peer)?;
         }
         done += n;
