@@ -51,7 +51,7 @@ thread_local! {
 }
 
 /// Runs `f` with this thread's copies counted as parts of a message of `bytes` bytes: from
-/// [`MIN_STREAMED_PART`] on they stream when the message reaches [`stream_threshold`], whatever
+/// 64 KiB (`MIN_STREAMED_PART`) on they stream when the message reaches [`stream_threshold`], whatever
 /// their own size (an 8 MiB message shared as two 4 MiB halves, one copied by its writer and one
 /// by its reader, streamed neither: `docs/measurements/2026-12-01-issue34-pass7.md`).
 pub fn as_part_of<R>(bytes: usize, f: impl FnOnce() -> R) -> R {
