@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
-use fabcoll::{with_element, Datatype, ReduceOp, UserOp};
+use fabcoll::{Datatype, ReduceOp, UserOp};
 
 use crate::error::{guard, Failure, Result};
 
@@ -127,11 +127,6 @@ pub(crate) fn reduce_op(code: fc_op) -> Result<ReduceOp> {
     })
 }
 
-/// The alignment the C callback may assume for an element of `dt`.
-fn align_of(dt: Datatype) -> usize {
-    with_element!(dt, T => std::mem::align_of::<T>())
-}
-
 /// The C callback and its context, callable from any thread (the contract of `fc_op_create`).
 struct Callback {
     f: unsafe extern "C" fn(*const c_void, *mut c_void, usize, *mut c_void),
@@ -148,7 +143,7 @@ impl Callback {
     /// aligned for `dt` (the executor may hand over unaligned regions).
     fn combine(&self, input: &[u8], inout: &mut [u8], dt: Datatype) {
         let count = inout.len() / dt.size();
-        let align = align_of(dt);
+        let align = dt.align();
         let aligned = |p: *const u8| (p as usize).is_multiple_of(align);
         if aligned(input.as_ptr()) && aligned(inout.as_ptr()) {
             // SAFETY: both regions hold `count` elements of `dt`, aligned, and do not overlap

@@ -91,6 +91,18 @@ impl Datatype {
         }
     }
 
+    /// The alignment of an element: its size for the primitives, its widest field's for pairs
+    /// and its parts' for complex numbers (the C layout's).
+    pub const fn align(self) -> usize {
+        match self {
+            Datatype::F32I32 | Datatype::I32I32 => 4,
+            Datatype::F64I32 | Datatype::I64I64 => 8,
+            Datatype::C64 => 4,
+            Datatype::C128 => 8,
+            d => d.size(),
+        }
+    }
+
     /// The canonical lower-case name (`"i32"`, `"bf16"`, `"f64_i32"`, …).
     pub const fn name(self) -> &'static str {
         match self {

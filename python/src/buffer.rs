@@ -240,9 +240,7 @@ fn region(addr: usize, bytes: usize, dt: Datatype, what: &'static str) -> PyResu
     if !bytes.is_multiple_of(es) {
         return Err(fail(format!("{what}: {bytes} bytes are not a whole number of {} elements", datatype_name(dt))));
     }
-    // Primitives align to their size, complex numbers to their parts' (C's `_Complex` types).
-    let align = if dt.is_complex() { es / 2 } else { es };
-    if bytes > 0 && !addr.is_multiple_of(align) {
+    if bytes > 0 && !addr.is_multiple_of(dt.align()) {
         return Err(fail(format!("{what} is not aligned for {}", datatype_name(dt))));
     }
     Ok(Region { addr, bytes, what })

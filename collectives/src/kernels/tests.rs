@@ -356,6 +356,7 @@ proptest! {
 fn element_sizes_match_datatypes() {
     fn check<T: Element>() {
         assert_eq!(std::mem::size_of::<T>(), T::DATATYPE.size(), "{}", T::DATATYPE);
+        assert_eq!(std::mem::align_of::<T>(), T::DATATYPE.align(), "{}", T::DATATYPE);
     }
     check::<i8>();
     check::<i16>();
