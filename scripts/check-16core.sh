@@ -12,7 +12,8 @@
 # (default 450: the device lends 15 minutes a session, its start included) and says so in log.txt;
 # every launch is bounded by BENCH_LIMIT (default 90 s) so a hang costs one launch, not the run.
 # Each stage's table is appended to summary.md:
-#   1. host.txt: the machine and its memcpy bandwidth (membw, the floor of large messages);
+#   1. host.txt: the machine (CPUs, NUMA nodes, L2 and L3 sizes: the best streaming threshold depends on the L3) and
+#      its memcpy bandwidth (membw, the floor of large messages);
 #   2. fabcoll shm against Open MPI vader, all four ops, 8 B-16 MiB (bench-vs-openmpi.sh);
 #   3. forced allreduce algorithms and auto, 8 B-16 MiB, at each p (bench-algs.sh), the single
 #      reducer (reduce_bcast), shmem_parallel and shmem_cyclic among them;
@@ -94,7 +95,7 @@ sed -e "s#^\. scripts/openmpi-side.sh\$#openmpi_side() { bin=$D/bin; mkdir -p \"
 trap 'rm -f scripts/.bench-vs-openmpi-bundle.sh' EXIT
 
 if left "1 (host, membw)"; then
-  { grep PRETTY /etc/os-release; nproc; lscpu | grep -E 'Model name|NUMA node\(s\)|^CPU\(s\)'; uname -r; } >"$out/host.txt" 2>&1
+  { grep PRETTY /etc/os-release; nproc; lscpu | grep -E 'Model name|NUMA node\(s\)|^CPU\(s\)|L2 cache|L3 cache'; uname -r; } >"$out/host.txt" 2>&1
   if [ "$small" = 1 ]; then echo "(--small: membw not run)" >>"$out/host.txt"; else "$D/bin/membw" >>"$out/host.txt" 2>&1; fi
   cat "$out/host.txt" >>"$log"
   # the shm fabric works here at all (memfd and /proc/PID/fd across processes)
